@@ -1,0 +1,137 @@
+"""Validation and vectorization of River-style inputs (feature dicts and binary labels).
+
+Every estimator of the package turns a feature dict into a dense row over a growing list of
+feature names. Validation happens before anything is committed, so that bad input leaves the
+model exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Iterable, Mapping
+
+import numpy as np
+
+__all__ = ["FeatureSpace", "parse_binary_label", "parse_binary_labels"]
+
+
+def parse_binary_label(y: object) -> float:
+    """Map a binary label to +1.0 or -1.0.
+
+    True and 1 are the positive class; False, 0 and -1 are the negative class. Anything else
+    raises ValueError naming the label.
+
+    >>> parse_binary_label(True), parse_binary_label(0), parse_binary_label(-1)
+    (1.0, -1.0, -1.0)
+    """
+    if isinstance(y, (bool, np.bool_)):
+        return 1.0 if y else -1.0
+    if isinstance(y, numbers.Number) and not isinstance(y, complex):
+        value = float(y)  # type: ignore[arg-type]
+        if value == 1.0:
+            return 1.0
+        if value in (0.0, -1.0):
+            return -1.0
+    raise ValueError(
+        f"label {y!r} is not binary: use True/1 for the positive class and False/0/-1 for the "
+        "negative class"
+    )
+
+
+def parse_binary_labels(ys: Iterable[object]) -> np.ndarray:
+    """Vector version of :func:`parse_binary_label`."""
+    return np.array([parse_binary_label(y) for y in ys], dtype=float)
+
+
+def _feature_value(name: Hashable, value: object) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"feature {name!r} has the non-numeric value {value!r} ({type(value).__name__}); "
+            "encode it as a number first (e.g. river.preprocessing.OneHotEncoder)"
+        )
+    number = float(value)
+    if math.isnan(number):
+        return 0.0
+    if math.isinf(number):
+        raise ValueError(
+            f"feature {name!r} is infinite ({value!r}); only finite values are allowed"
+        )
+    return number
+
+
+class FeatureSpace:
+    """An ordered, growing list of feature names and the dense vectors over it.
+
+    Missing features, None and NaN read as 0; a feature first seen later reads 0 in every row
+    vectorized before it. Order of the dict never matters.
+
+    >>> space = FeatureSpace()
+    >>> row, new = space.vectorize({"b": 2.0, "a": 1.0})
+    >>> space.add(new)
+    >>> space.names, row.tolist()
+    (['b', 'a'], [2.0, 1.0])
+    >>> space.vectorize({"a": 5, "c": float("nan")})[0].tolist()
+    [0.0, 5.0]
+    """
+
+    def __init__(self, names: Iterable[Hashable] = ()) -> None:
+        self.names: list[Hashable] = []
+        self.index: dict[Hashable, int] = {}
+        self.add(names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, names: Iterable[Hashable]) -> None:
+        """Append feature names (already-known names are ignored)."""
+        for name in names:
+            if name not in self.index:
+                self.index[name] = len(self.names)
+                self.names.append(name)
+
+    def vectorize(self, x: Mapping[Hashable, object]) -> tuple[np.ndarray, list[Hashable]]:
+        """Validate ``x`` and return its row over known + new features, and the new names.
+
+        Nothing is committed: call :meth:`add` with the new names once the whole operation is
+        known to succeed. New features with value 0 (or NaN/None) are not reported as new.
+        """
+        if not isinstance(x, Mapping):
+            raise TypeError(f"x must be a dict of feature name -> number, got {type(x).__name__}")
+        known: list[tuple[int, float]] = []
+        new_names: list[Hashable] = []
+        new_values: list[float] = []
+        for name, raw in x.items():
+            value = _feature_value(name, raw)
+            column = self.index.get(name)
+            if column is not None:
+                known.append((column, value))
+            elif value != 0.0:
+                new_names.append(name)
+                new_values.append(value)
+        row = np.zeros(len(self.names) + len(new_names))
+        for column, value in known:
+            row[column] = value
+        row[len(self.names) :] = new_values
+        return row, new_names
+
+    def vectorize_many(
+        self, rows: Iterable[Mapping[Hashable, object]]
+    ) -> tuple[np.ndarray, list[Hashable]]:
+        """Vectorize several dicts at once; returns (matrix, new names in first-seen order)."""
+        rows = list(rows)
+        staged = FeatureSpace(self.names)
+        vectors = []
+        for x in rows:
+            row, new = staged.vectorize(x)
+            staged.add(new)
+            vectors.append(row)
+        width = len(staged.names)
+        matrix = np.zeros((len(vectors), width))
+        for i, row in enumerate(vectors):
+            matrix[i, : row.size] = row
+        return matrix, staged.names[len(self.names) :]

@@ -1,0 +1,44 @@
+import math
+
+import numpy as np
+import pytest
+
+from stream_svm._input import FeatureSpace, parse_binary_label
+
+
+@pytest.mark.parametrize("y,expected", [(True, 1.0), (1, 1.0), (1.0, 1.0), (np.True_, 1.0),
+                                        (False, -1.0), (0, -1.0), (-1, -1.0), (np.int64(-1), -1.0)])
+def test_binary_labels(y, expected):
+    assert parse_binary_label(y) == expected
+
+
+@pytest.mark.parametrize("y", [2, "1", None, 0.5, "yes"])
+def test_bad_labels_are_named(y):
+    with pytest.raises(ValueError, match=repr(y).replace("(", r"\(").replace(".", r"\.")):
+        parse_binary_label(y)
+
+
+def test_feature_space_grows_and_orders():
+    space = FeatureSpace()
+    _row, new = space.vectorize({"b": 2.0, "a": 1.0, "z": 0.0})
+    assert new == ["b", "a"]
+    assert space.names == []  # nothing committed yet
+    space.add(new)
+    row2, new2 = space.vectorize({"a": 3.0, "c": 4.0, "b": math.nan})
+    assert row2.tolist() == [0.0, 3.0, 4.0] and new2 == ["c"]
+
+
+def test_bad_values_named():
+    space = FeatureSpace(["a"])
+    with pytest.raises(TypeError, match="'a'"):
+        space.vectorize({"a": "text"})
+    with pytest.raises(ValueError, match="'q' is infinite"):
+        space.vectorize({"q": math.inf})
+    assert space.names == ["a"]
+
+
+def test_vectorize_many():
+    space = FeatureSpace(["a"])
+    matrix, new = space.vectorize_many([{"a": 1, "b": 2}, {"c": 3}])
+    assert new == ["b", "c"]
+    assert matrix.tolist() == [[1, 2, 0], [0, 0, 3]]
