@@ -1,0 +1,763 @@
+"""The exact path-following engine shared by every SVM estimator of the package.
+
+The engine keeps the dual solution of the soft-margin SVM
+
+    min_alpha  1/2 sum_ij alpha_i alpha_j y_i y_j K_ij - sum_i alpha_i
+    s.t.       0 <= alpha_i <= C,  sum_i y_i alpha_i = 0
+
+optimal (Kuhn-Tucker conditions satisfied to round-off) through any sequence of updates, where one
+update adds a set A of new points and removes a set R of stored points at once. Following
+Karasuyama & Takeuchi (2009), the coefficients of A move towards C and those of R towards 0 along
+one direction, ``alpha_A += eta (C - alpha_A)``, ``alpha_R -= eta alpha_R``, while the margin
+set S keeps ``g_S = 0`` and ``sum y alpha = 0``; ``eta`` runs from 0 to 1 and the direction is
+re-established at every breakpoint, where a point changes set. With ``|A| + |R| = 1`` this is the
+single-point algorithm of Cauwenberghs & Poggio (2000): one code path for both.
+
+Sets: margin S (g = 0, 0 <= alpha <= C), error E (alpha = C, g <= 0), reserve R (alpha = 0,
+g >= 0), where ``g_i = y_i f(x_i) - 1``.
+
+Numerics. With beta = y * dalpha, the margin conditions read ``K_SS beta_S + db 1 = r`` and
+``1' beta_S = s``. The engine factorizes ``P = K_SS + t 11' (+ ridge I)`` with an upper Cholesky
+factor instead of inverting the bordered matrix: ``P`` is positive definite exactly when the
+bordered system is nonsingular (for any t > 0), so the same factor serves linear kernels with
+|S| = d + 1, and a point whose Schur complement in ``P`` is numerically zero (a duplicate, the
+same x under the opposite label, a linear kernel with |S| > d + 1) is refused entry to S. Points
+leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
+re-solves the margin system from a fresh factorization when round-off has accumulated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import cho_solve, cholesky, solve_triangular
+from scipy.linalg.blas import drot, drotg
+
+from stream_svm.kernels import Kernel
+
+__all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
+
+MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
+_STATUS_NAMES = {MARGIN: "margin", ERROR: "error", RESERVE: "reserve", ADDING: "added"}
+
+
+class ConvergenceError(RuntimeError):
+    """An update needed more breakpoints than allowed; the model was left as it was before."""
+
+
+@dataclass
+class UpdateStats:
+    """What one update did.
+
+    ``breakpoints`` counts the set changes on the path (each one costs a new direction);
+    ``steps`` counts the linear solves, including the final segment that ends at eta = 1.
+    ``migrations`` maps transitions such as ``"reserve->margin"`` to their counts.
+    """
+
+    added: int = 0
+    removed: int = 0
+    breakpoints: int = 0
+    steps: int = 0
+    migrations: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    refactorized: bool = False
+
+    def count(self, migration: str, times: int = 1) -> None:
+        if times:
+            self.migrations[migration] = self.migrations.get(migration, 0) + times
+
+
+def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
+    """Upper Cholesky factor of P with row and column j removed, from the factor R of P.
+
+    Removing column j of R leaves an upper Hessenberg tail; Givens rotations restore the
+    triangle. (R' R stays P minus row/column j because rotations are orthogonal.)
+    """
+    k = R.shape[0]
+    H = np.asfortranarray(np.delete(R, j, axis=1))
+    for i in range(j, k - 1):
+        c, s = drotg(H[i, i], H[i + 1, i])
+        row_i, row_next = drot(H[i, i:], H[i + 1, i:], c, s)
+        H[i, i:] = row_i
+        H[i + 1, i:] = row_next
+        H[i + 1, i] = 0.0
+    return np.ascontiguousarray(H[: k - 1])
+
+
+class PathEngine:
+    """Exact incremental/decremental SVM solution, updated by adding and removing points.
+
+    Points are dense rows (the caller vectorizes), labels are +1/-1, and each point has a
+    hashable key, unique among the stored points.
+
+    >>> import numpy as np
+    >>> from stream_svm.kernels import make_kernel
+    >>> engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    >>> stats = engine.update(X, np.array([1.0, 1.0, -1.0, -1.0]), keys=[0, 1, 2, 3])
+    >>> [bool(v > 0) for v in engine.decision_function(X)]
+    [True, True, False, False]
+    >>> _ = engine.update(remove=[3])  # forget one point exactly
+    >>> engine.n
+    3
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        C: float,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+        degeneracy_tol: float = 1e-11,
+        residual_tol: float = 1e-9,
+    ) -> None:
+        self.kernel = kernel
+        self.C = float(C)
+        self.ridge = float(ridge)
+        self.max_breakpoints = max_breakpoints
+        self.degeneracy_tol = degeneracy_tol
+        self.residual_tol = residual_tol
+        self.n = 0
+        self.dim = 0
+        self.b = 0.0
+        self._X = np.zeros((0, 0))
+        self._y = np.zeros(0)
+        self._alpha = np.zeros(0)
+        self._g = np.zeros(0)
+        # E's contribution to f at every stored point: sum_{j in E} C y_j K(x_i, x_j).
+        self._h = np.zeros(0)
+        self._status = np.zeros(0, dtype=np.int8)
+        self._seq = np.zeros(0, dtype=np.int64)
+        self._slot = np.zeros(0, dtype=np.int64)  # column of the point in S, or -1
+        self._keys: list[Hashable] = []
+        self._pos: dict[Hashable, int] = {}
+        self._next_seq = 0
+        self._margin = np.zeros(0, dtype=np.int64)  # positions of S, in factor order
+        self._R = np.zeros((0, 0))  # upper Cholesky factor of P = K_SS + t 11'
+        self._u: np.ndarray | None = None  # P^-1 1, cached until S changes
+        self._t = 1.0
+        self._KS = np.zeros((0, 0))  # kernel columns of S: K(x_i, x_s) for all stored i
+        self._diag_scale = 1.0
+        self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.last_update = UpdateStats()
+        self.breakpoints_total = 0
+        self.updates_total = 0
+        self.refactorizations_total = 0
+
+    # ------------------------------------------------------------------ read-only views
+    @property
+    def n_margin(self) -> int:
+        return int(self._margin.size)
+
+    @property
+    def n_error(self) -> int:
+        return int(np.count_nonzero(self._status[: self.n] == ERROR))
+
+    @property
+    def n_reserve(self) -> int:
+        return int(np.count_nonzero(self._status[: self.n] == RESERVE))
+
+    @property
+    def X(self) -> np.ndarray:
+        return self._X[: self.n]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self._y[: self.n]
+
+    @property
+    def alpha(self) -> np.ndarray:
+        return self._alpha[: self.n]
+
+    @property
+    def g(self) -> np.ndarray:
+        """Margin values y_i f(x_i) - 1 of the stored points, as maintained by the engine."""
+        return self._g[: self.n]
+
+    @property
+    def status(self) -> np.ndarray:
+        return self._status[: self.n]
+
+    @property
+    def keys(self) -> list[Hashable]:
+        return list(self._keys)
+
+    @property
+    def sequence(self) -> np.ndarray:
+        """Insertion order of the stored points (larger = newer)."""
+        return self._seq[: self.n]
+
+    def position(self, key: Hashable) -> int:
+        return self._pos[key]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._pos
+        except TypeError:
+            return False
+
+    # ------------------------------------------------------------------ predictions
+    def _support(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._sv_cache is None:
+            sv = np.flatnonzero(self._alpha[: self.n] > 0)
+            self._sv_cache = (self._X[sv], self._alpha[sv] * self._y[sv])
+        return self._sv_cache
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """f(x) for each row of X; columns beyond ``dim`` are features no stored point has."""
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        support, coef = self._support()
+        if coef.size == 0:
+            return np.full(X.shape[0], self.b)
+        if X.shape[1] > support.shape[1]:
+            support = np.hstack([support, np.zeros((support.shape[0], X.shape[1] - support.shape[1]))])
+        elif X.shape[1] < support.shape[1]:
+            X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
+        return self.kernel(X, support) @ coef + self.b
+
+    def dual_objective(self) -> float:
+        """1/2 a'Ka - sum(alpha) with a = y * alpha (the quantity the SVM dual minimizes)."""
+        sv = np.flatnonzero(self._alpha[: self.n] > 0)
+        a = self._alpha[sv] * self._y[sv]
+        K = self.kernel(self._X[sv], self._X[sv]) + self.ridge * np.eye(sv.size)
+        return float(0.5 * a @ K @ a - self._alpha[sv].sum())
+
+    # ------------------------------------------------------------------ storage helpers
+    def ensure_dim(self, dim: int) -> None:
+        """Widen stored vectors to ``dim`` features (new features read 0 for old points)."""
+        if dim > self.dim:
+            self._X = np.hstack([self._X, np.zeros((self._X.shape[0], dim - self.dim))])
+            self.dim = dim
+            self._sv_cache = None
+
+    def _reserve_rows(self, rows: int) -> None:
+        capacity = self._X.shape[0]
+        if rows <= capacity:
+            return
+        new_cap = max(rows, 2 * capacity, 16)
+
+        def grow(array: np.ndarray, fill: float = 0.0) -> np.ndarray:
+            shape = (new_cap, *array.shape[1:])
+            out = np.full(shape, fill, dtype=array.dtype)
+            out[: array.shape[0]] = array
+            return out
+
+        self._X = grow(self._X)
+        self._y = grow(self._y)
+        self._alpha = grow(self._alpha)
+        self._g = grow(self._g)
+        self._h = grow(self._h)
+        self._status = grow(self._status)
+        self._seq = grow(self._seq)
+        self._slot = grow(self._slot, -1)
+        self._KS = grow(self._KS)
+
+    def _reserve_margin_columns(self, columns: int) -> None:
+        capacity = self._KS.shape[1]
+        if columns <= capacity:
+            return
+        new_cap = max(columns, 2 * capacity, 8)
+        out = np.zeros((self._KS.shape[0], new_cap))
+        out[:, :capacity] = self._KS
+        self._KS = out
+
+    def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
+        """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
+        n = self.n
+        columns = self.kernel(self._X[:n], self._X[positions])
+        if self.ridge:
+            columns[positions, np.arange(positions.size)] += self.ridge
+        return columns
+
+    # ------------------------------------------------------------------ margin set
+    def _margin_add(self, position: int, column: np.ndarray) -> bool:
+        """Append a point to S given its kernel column; False when it is degenerate."""
+        k = self._margin.size
+        diag = column[position]
+        if k == 0:
+            self._t = max(float(diag), 1e-12 * self._diag_scale, np.finfo(float).tiny)
+            pivot2 = diag + self._t
+            if pivot2 <= 0:
+                return False
+            R = np.array([[np.sqrt(pivot2)]])
+        else:
+            p_vec = column[self._margin] + self._t
+            r_vec = solve_triangular(self._R, p_vec, trans="T", check_finite=False)
+            pivot2 = diag + self._t - r_vec @ r_vec
+            if pivot2 <= self.degeneracy_tol * (diag + self._t):
+                return False
+            R = np.zeros((k + 1, k + 1))
+            R[:k, :k] = self._R
+            R[:k, k] = r_vec
+            R[k, k] = np.sqrt(pivot2)
+        self._reserve_margin_columns(k + 1)
+        self._KS[: self.n, k] = column
+        self._R = R
+        self._u = None
+        self._slot[position] = k
+        self._margin = np.append(self._margin, position)
+        self._status[position] = MARGIN
+        return True
+
+    def _margin_remove(self, slot: int) -> np.ndarray:
+        """Remove S's member at ``slot``; returns its kernel column."""
+        n, k = self.n, self._margin.size
+        position = self._margin[slot]
+        column = self._KS[:n, slot].copy()
+        self._R = _delete_factor_column(self._R, slot)
+        self._KS[:n, slot : k - 1] = self._KS[:n, slot + 1 : k]
+        self._margin = np.delete(self._margin, slot)
+        self._slot[self._margin[slot:]] -= 1
+        self._slot[position] = -1
+        self._u = None
+        return column
+
+    def _solve(self, r: np.ndarray, s: float) -> tuple[np.ndarray, float]:
+        """Solve K_SS beta + db 1 = r, 1' beta = s through the factor of K_SS + t 11'."""
+        if self._u is None:
+            self._u = cho_solve((self._R, False), np.ones(self._margin.size), check_finite=False)
+        u = self._u
+        v = cho_solve((self._R, False), r, check_finite=False)
+        shifted_db = (v.sum() - s) / u.sum()
+        return v - u * shifted_db, shifted_db + self._t * s
+
+    def refactorize(self) -> None:
+        """Factorize the margin system afresh and re-solve alpha_S and b from it.
+
+        The margin coefficients follow from S's equations given alpha_E = C; recomputing them
+        removes whatever round-off the incremental updates accumulated.
+        """
+        n, k = self.n, self._margin.size
+        if k:
+            margin = self._margin
+            K_SS = self._KS[margin, :k]
+            self._t = float(np.mean(np.diag(K_SS)))
+            self._t = max(self._t, np.finfo(float).tiny)
+            self._R = cholesky(K_SS + self._t, lower=False, check_finite=False)
+            self._u = None
+            error = np.flatnonzero(self._status[:n] == ERROR)
+            a_S, b = self._solve(
+                self._y[margin] - self._h[margin], -self.C * self._y[error].sum()
+            )
+            self._alpha[margin] = np.clip(self._y[margin] * a_S, 0.0, self.C)
+            self.b = b
+        self._refresh_g()
+        self.refactorizations_total += 1
+        self._sv_cache = None
+
+    def _refresh_g(self) -> None:
+        n, k = self.n, self._margin.size
+        margin = self._margin
+        f = self._h[:n] + self.b
+        if k:
+            f = f + self._KS[:n, :k] @ (self._y[margin] * self._alpha[margin])
+        self._g[:n] = self._y[:n] * f - 1.0
+
+    def recompute_error_contributions(self) -> None:
+        """Recompute E's contribution to f from the kernel (clears accumulated round-off)."""
+        n = self.n
+        error = np.flatnonzero(self._status[:n] == ERROR)
+        self._h[:n] = 0.0
+        for start in range(0, error.size, 512):
+            chunk = error[start : start + 512]
+            self._h[:n] += self._kernel_columns(chunk) @ (self.C * self._y[chunk])
+        self.refactorize()
+
+    def residual(self) -> float:
+        """Largest violation of S's equalities (|g_S| and |sum y alpha| / C)."""
+        n = self.n
+        margin = self._margin
+        worst = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
+        if margin.size:
+            worst = max(worst, float(np.abs(self._g[margin]).max()))
+        return worst
+
+    # ------------------------------------------------------------------ snapshots
+    def _snapshot(self) -> dict:
+        n, k = self.n, self._margin.size
+        return {
+            "n": n,
+            "dim": self.dim,
+            "b": self.b,
+            "X": self._X[:n].copy(),
+            "y": self._y[:n].copy(),
+            "alpha": self._alpha[:n].copy(),
+            "g": self._g[:n].copy(),
+            "h": self._h[:n].copy(),
+            "status": self._status[:n].copy(),
+            "seq": self._seq[:n].copy(),
+            "slot": self._slot[:n].copy(),
+            "keys": list(self._keys),
+            "pos": dict(self._pos),
+            "next_seq": self._next_seq,
+            "margin": self._margin.copy(),
+            "R": self._R.copy(),
+            "t": self._t,
+            "KS": self._KS[:n, :k].copy(),
+            "diag_scale": self._diag_scale,
+        }
+
+    def _restore(self, snap: dict) -> None:
+        self.n = snap["n"]
+        self.dim = snap["dim"]
+        self.b = snap["b"]
+        self._X = snap["X"]
+        self._y = snap["y"]
+        self._alpha = snap["alpha"]
+        self._g = snap["g"]
+        self._h = snap["h"]
+        self._status = snap["status"]
+        self._seq = snap["seq"]
+        self._slot = snap["slot"]
+        self._keys = snap["keys"]
+        self._pos = snap["pos"]
+        self._next_seq = snap["next_seq"]
+        self._margin = snap["margin"]
+        self._R = snap["R"]
+        self._t = snap["t"]
+        self._KS = snap["KS"]
+        self._diag_scale = snap["diag_scale"]
+        self._u = None
+        self._sv_cache = None
+
+    # ------------------------------------------------------------------ updates
+    def update(
+        self,
+        X_add: np.ndarray | None = None,
+        y_add: np.ndarray | None = None,
+        keys: Sequence[Hashable] | None = None,
+        remove: Sequence[Hashable] = (),
+    ) -> UpdateStats:
+        """Add the rows of ``X_add`` (labels ``y_add``, keys ``keys``) and remove the stored
+        points named in ``remove``, in one exact path. Returns (and stores in
+        ``last_update``) the update's statistics.
+
+        Raises KeyError for an unknown or duplicate key, ValueError for malformed arrays, and
+        ConvergenceError when the path needs more than ``max_breakpoints`` breakpoints; in every
+        case the engine is left exactly as it was.
+        """
+        started = time.perf_counter()
+        X_add, y_add, keys = self._check_update(X_add, y_add, keys, remove)
+        snapshot = self._snapshot()
+        try:
+            stats = self._run_update(X_add, y_add, keys, list(remove))
+        except BaseException:
+            self._restore(snapshot)
+            raise
+        stats.seconds = time.perf_counter() - started
+        self.last_update = stats
+        self.breakpoints_total += stats.breakpoints
+        self.updates_total += 1
+        return stats
+
+    def _check_update(self, X_add, y_add, keys, remove):
+        if X_add is None:
+            X_add = np.zeros((0, self.dim))
+            y_add = np.zeros(0)
+            keys = []
+        X_add = np.atleast_2d(np.asarray(X_add, dtype=float))
+        y_add = np.asarray(y_add, dtype=float).reshape(-1)
+        keys = list(keys) if keys is not None else []
+        m = X_add.shape[0] if X_add.size or X_add.shape[0] else 0
+        if y_add.size != m or len(keys) != m:
+            raise ValueError(
+                f"X_add has {m} rows but y_add has {y_add.size} labels and keys has {len(keys)}"
+            )
+        if not np.all(np.isfinite(X_add)):
+            raise ValueError("X_add contains non-finite values")
+        if not np.all(np.isin(y_add, (-1.0, 1.0))):
+            raise ValueError("labels must be +1 or -1")
+        if X_add.shape[1] > self.dim:
+            raise ValueError(
+                f"X_add has {X_add.shape[1]} columns; call ensure_dim first (engine has {self.dim})"
+            )
+        if m and X_add.shape[1] < self.dim:
+            X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
+        seen: set = set()
+        for key in keys:
+            if key in self._pos or key in seen:
+                raise KeyError(f"key {key!r} is already stored; keys must be unique")
+            seen.add(key)
+        removing: set = set()
+        for key in remove:
+            if key not in self._pos:
+                raise KeyError(f"no stored point has key {key!r}")
+            if key in removing:
+                raise KeyError(f"key {key!r} is listed twice for removal")
+            removing.add(key)
+        return X_add, y_add, keys
+
+    def _append(self, X_add: np.ndarray, y_add: np.ndarray, keys: list) -> np.ndarray:
+        n, m = self.n, X_add.shape[0]
+        self._reserve_rows(n + m)
+        positions = np.arange(n, n + m)
+        self._X[positions] = X_add
+        self._y[positions] = y_add
+        self._alpha[positions] = 0.0
+        self._g[positions] = 0.0
+        self._h[positions] = 0.0
+        self._status[positions] = ADDING
+        self._slot[positions] = -1
+        self._seq[positions] = np.arange(self._next_seq, self._next_seq + m)
+        self._next_seq += m
+        for offset, key in enumerate(keys):
+            self._pos[key] = n + offset
+        self._keys.extend(keys)
+        self.n = n + m
+        return positions
+
+    def _run_update(self, X_add, y_add, keys, remove) -> UpdateStats:
+        stats = UpdateStats(added=len(keys), removed=len(remove))
+        self._sv_cache = None
+        C = self.C
+        driven: list[int] = []
+        driven_columns: list[np.ndarray] = []
+        settled_removals: list[int] = []
+
+        # New points: their kernel columns, f at them, and those already satisfied.
+        if keys:
+            new = self._append(X_add, y_add, keys)
+            n = self.n
+            K_new = self._kernel_columns(new)
+            self._diag_scale = max(self._diag_scale, float(K_new[new, np.arange(new.size)].max()))
+            k = self._margin.size
+            margin = self._margin
+            self._KS[new, :k] = K_new[margin].T
+            error = np.flatnonzero(self._status[:n] == ERROR)
+            self._h[new] = K_new[error].T @ (C * self._y[error])
+            f_new = self._h[new] + self.b
+            if k:
+                f_new += self._KS[new, :k] @ (self._y[margin] * self._alpha[margin])
+            self._g[new] = self._y[new] * f_new - 1.0
+            satisfied = self._g[new] >= 0
+            self._status[new[satisfied]] = RESERVE
+            stats.count("added->reserve", int(satisfied.sum()))
+            for index in np.flatnonzero(~satisfied):
+                driven.append(int(new[index]))
+                driven_columns.append(K_new[:, index])
+
+        # Points to remove leave their sets; those with alpha = 0 cost nothing.
+        n = self.n
+        error_removed = []
+        for key in remove:
+            position = self._pos[key]
+            status = self._status[position]
+            if status == MARGIN:
+                column = self._margin_remove(int(self._slot[position]))
+            else:
+                column = None
+            if self._alpha[position] == 0.0:
+                settled_removals.append(position)
+                self._status[position] = REMOVING
+                continue
+            if status == ERROR:
+                error_removed.append(position)
+            else:
+                driven.append(position)
+                driven_columns.append(column)
+            self._status[position] = REMOVING
+        if error_removed:
+            positions = np.array(error_removed)
+            columns = self._kernel_columns(positions)
+            self._h[:n] -= columns @ (C * self._y[positions])
+            driven.extend(error_removed)
+            driven_columns.extend(columns.T)
+
+        if driven:
+            self._follow_path(np.array(driven), np.column_stack(driven_columns), stats)
+        stats.count("removed", len(remove))
+        self._delete_positions(settled_removals + [p for p in driven if self._status[p] == REMOVING])
+
+        self._refresh_g()
+        if self.residual() > self.residual_tol:
+            self.refactorize()
+            stats.refactorized = True
+        self._sv_cache = None
+        return stats
+
+    def _follow_path(self, D: np.ndarray, K_D: np.ndarray, stats: UpdateStats) -> None:
+        """Move driven coefficients to their targets, migrating points at breakpoints."""
+        C = self.C
+        n = self.n
+        y = self._y[:n]
+        alpha = self._alpha[:n]
+        g = self._g[:n]
+        status = self._status[:n]
+        blocked = np.zeros(n, dtype=bool)
+        limit = self.max_breakpoints
+        if limit is None:
+            limit = 1000 + 10 * (n + D.size)
+        eps = np.finfo(float).eps
+
+        while D.size:
+            if stats.steps >= limit:
+                raise ConvergenceError(
+                    f"update stopped after {stats.steps} steps (max_breakpoints={limit}); "
+                    "the model is unchanged"
+                )
+            adding = status[D] == ADDING
+            d_alpha_D = np.where(adding, C - alpha[D], -alpha[D])
+            beta_D = y[D] * d_alpha_D
+            margin = self._margin
+            k = margin.size
+            bias_only = False
+            if k:
+                beta_S, db = self._solve(-(K_D[margin] @ beta_D), -beta_D.sum())
+                change = self._KS[:n, :k] @ beta_S + K_D @ beta_D + db
+            else:
+                beta_S = np.zeros(0)
+                delta = beta_D.sum()
+                if abs(delta) > 1e-12 * np.abs(beta_D).sum():
+                    # Empty S and sum(y dalpha) != 0: only b can move, towards the side from
+                    # which a point can enter S and absorb the imbalance (Karasuyama sec 3.3).
+                    bias_only = True
+                    db = float(np.sign(delta))
+                    change = np.full(n, db)
+                else:
+                    db = 0.0
+                    change = K_D @ beta_D
+            gamma = y * change
+            d_alpha_S = y[margin] * beta_S
+
+            scale = self._diag_scale * (np.abs(beta_S).sum() + np.abs(beta_D).sum()) + abs(db)
+            tol_g = 1e3 * eps * scale
+            tol_a = 1e3 * eps * (np.abs(beta_S).sum() + np.abs(beta_D).sum())
+
+            eta = np.full(n, np.inf)
+            sensitivity = np.abs(gamma)
+            rising = ((status == ERROR) | (status == ADDING)) & (gamma > tol_g)
+            falling = (status == RESERVE) & (gamma < -tol_g)
+            event = (rising | falling) & ~blocked
+            eta[event] = -g[event] / gamma[event]
+            if k and not bias_only:
+                to_upper = d_alpha_S > tol_a
+                to_lower = d_alpha_S < -tol_a
+                eta_S = np.full(k, np.inf)
+                eta_S[to_upper] = (C - alpha[margin][to_upper]) / d_alpha_S[to_upper]
+                eta_S[to_lower] = -alpha[margin][to_lower] / d_alpha_S[to_lower]
+                eta[margin] = eta_S
+                sensitivity[margin] = np.abs(d_alpha_S)
+            np.maximum(eta, 0.0, out=eta)
+            eta_min = float(eta.min()) if n else np.inf
+            finish = not bias_only and eta_min >= 1.0
+            if finish:
+                step = 1.0
+            elif not np.isfinite(eta_min):
+                raise ConvergenceError(
+                    "the margin set is empty and no point can enter it; the model is unchanged"
+                )
+            else:
+                step = eta_min
+
+            if not bias_only:
+                alpha[margin] = np.clip(alpha[margin] + step * d_alpha_S, 0.0, C)
+                alpha[D] += step * d_alpha_D
+            self.b += step * db
+            g += step * gamma
+            stats.steps += 1
+            if finish:
+                alpha[D] = np.where(adding, C, 0.0)
+                break
+
+            # Deterministic choice among ties: largest sensitivity, then lowest position.
+            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, 1.0))
+            chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
+            stats.breakpoints += 1
+            state = status[chosen]
+            if state == MARGIN:
+                slot = int(self._slot[chosen])
+                column = self._margin_remove(slot)
+                if d_alpha_S[slot] > 0:
+                    alpha[chosen] = C
+                    status[chosen] = ERROR
+                    self._h[:n] += C * y[chosen] * column
+                    stats.count("margin->error")
+                else:
+                    alpha[chosen] = 0.0
+                    status[chosen] = RESERVE
+                    stats.count("margin->reserve")
+            elif state == ADDING:
+                index = int(np.flatnonzero(D == chosen)[0])
+                if self._margin_add(chosen, K_D[:, index]):
+                    g[chosen] = 0.0
+                    D = np.delete(D, index)
+                    K_D = np.delete(K_D, index, axis=1)
+                    stats.count("added->margin")
+                else:
+                    blocked[chosen] = True
+                    stats.count("refused")
+            else:
+                column = self._kernel_columns(np.array([chosen]))[:, 0]
+                if self._margin_add(chosen, column):
+                    g[chosen] = 0.0
+                    if state == ERROR:
+                        self._h[:n] -= C * y[chosen] * column
+                    stats.count(f"{_STATUS_NAMES[int(state)]}->margin")
+                else:
+                    blocked[chosen] = True
+                    stats.count("refused")
+
+        finished_adding = D[status[D] == ADDING]
+        if finished_adding.size:
+            columns = K_D[:, status[D] == ADDING]
+            status[finished_adding] = ERROR
+            alpha[finished_adding] = C
+            self._h[:n] += columns @ (C * y[finished_adding])
+            stats.count("added->error", int(finished_adding.size))
+
+    def _delete_positions(self, positions: list[int]) -> None:
+        """Swap-remove stored points (none of them may be in S)."""
+        for position in sorted(positions, reverse=True):
+            last = self.n - 1
+            key = self._keys[position]
+            del self._pos[key]
+            if position != last:
+                moved_key = self._keys[last]
+                self._keys[position] = moved_key
+                self._pos[moved_key] = position
+                for array in (self._X, self._y, self._alpha, self._g, self._h, self._status,
+                              self._seq, self._slot, self._KS):
+                    array[position] = array[last]
+                slot = self._slot[position]
+                if slot >= 0:
+                    self._margin[slot] = position
+            self._keys.pop()
+            self.n = last
+
+    # ------------------------------------------------------------------ maintenance
+    def discard_reserve(self, epsilon: float) -> int:
+        """Forget reserve points with g >= epsilon (C&P sec 2.6); returns how many.
+
+        They have alpha = 0, so the current solution does not change; a discarded point can no
+        longer re-enter the solution later, which is the price of the bounded memory.
+        """
+        n = self.n
+        far = np.flatnonzero((self._status[:n] == RESERVE) & (self._g[:n] >= epsilon))
+        self._delete_positions(far.tolist())
+        if far.size:
+            self._sv_cache = None
+        return int(far.size)
+
+    def leave_one_out_decisions(self) -> np.ndarray:
+        """f_{-i}(x_i) for every stored point: the decision at x_i of the exact solution
+        trained without it, obtained by decremental unlearning and restoring (C&P sec 3).
+
+        Points with alpha = 0 keep the current solution when left out.
+        """
+        n = self.n
+        decisions = self.decision_function(self._X[:n])
+        saved_stats = (self.last_update, self.breakpoints_total, self.updates_total)
+        for position in np.flatnonzero(self._alpha[:n] > 0):
+            key = self._keys[position]
+            x = self._X[position].copy()
+            snapshot = self._snapshot()
+            try:
+                self.update(remove=[key])
+                decisions[position] = self.decision_function(x[None, :])[0]
+            finally:
+                self._restore(snapshot)
+        self.last_update, self.breakpoints_total, self.updates_total = saved_stats
+        return decisions
