@@ -213,7 +213,8 @@ class PathEngine:
         if coef.size == 0:
             return np.full(X.shape[0], self.b)
         if X.shape[1] > support.shape[1]:
-            support = np.hstack([support, np.zeros((support.shape[0], X.shape[1] - support.shape[1]))])
+            padding = np.zeros((support.shape[0], X.shape[1] - support.shape[1]))
+            support = np.hstack([support, padding])
         elif X.shape[1] < support.shape[1]:
             X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
         return self.kernel(X, support) @ coef + self.b
@@ -569,7 +570,8 @@ class PathEngine:
         if driven:
             self._follow_path(np.array(driven), np.column_stack(driven_columns), stats)
         stats.count("removed", len(remove))
-        self._delete_positions(settled_removals + [p for p in driven if self._status[p] == REMOVING])
+        unlearned = [p for p in driven if self._status[p] == REMOVING]
+        self._delete_positions(settled_removals + unlearned)
 
         self._refresh_g()
         if self.residual() > self.residual_tol:
