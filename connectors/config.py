@@ -1,0 +1,298 @@
+"""Settings of the daemon: a TOML file, overridden by command-line flags, overridden by the
+environment (``STREAM_SVM_<SECTION>_<KEY>``).
+
+Every setting is declared once in :data:`SCHEMA` with its type, default and check; an unknown or
+invalid setting fails at start with a message naming it and where it came from.
+
+>>> env = {"STREAM_SVM_MODEL_GAMMA": "0.5"}
+>>> config = load_config(None, overrides={"model.C": "2.5"}, environ=env)
+>>> config.model.C, config.model.gamma, config.kafka.input_topic
+(2.5, 0.5, 'stream-svm.input')
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "kafka_client_settings", "load_config"]
+
+ENV_PREFIX = "STREAM_SVM_"
+#: Credentials are read from these variables only, never from a file or a flag.
+SASL_USERNAME_ENV = "STREAM_SVM_SASL_USERNAME"
+SASL_PASSWORD_ENV = "STREAM_SVM_SASL_PASSWORD"
+
+
+class ConfigError(ValueError):
+    """An invalid or unknown setting; the message names it."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    type: type
+    default: Any
+    check: Callable[[Any], str | None] | None = None
+    optional: bool = False  # whether "" / missing means "not set" (None)
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be > 0"
+
+
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 else "must be >= 0"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def _port(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else "must be a TCP port (0-65535; 0 picks a free one)"
+
+
+def _topic(value: str) -> str | None:
+    if not value:
+        return "must not be empty"
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if len(value) > 249 or not set(value) <= allowed:
+        return "must be a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
+    return None
+
+
+SCHEMA: dict[str, dict[str, Setting]] = {
+    "kafka": {
+        "bootstrap_servers": Setting(str, "", optional=True),
+        "input_topic": Setting(str, "stream-svm.input", _topic),
+        "label_topic": Setting(str, "", _topic, optional=True),
+        "output_topic": Setting(str, "stream-svm.predictions", _topic),
+        "dead_letter_topic": Setting(str, "stream-svm.dead-letters", _topic),
+        "group_id": Setting(str, "stream-svm", lambda v: None if v else "must not be empty"),
+        "client_id": Setting(str, "stream-svm"),
+        "create_topics": Setting(bool, True),
+        "topic_partitions": Setting(int, 1, _positive),
+        "security_protocol": Setting(
+            str, "PLAINTEXT", _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+        ),
+        "ssl_cafile": Setting(str, "", optional=True),
+        "ssl_certfile": Setting(str, "", optional=True),
+        "ssl_keyfile": Setting(str, "", optional=True),
+        "sasl_mechanism": Setting(
+            str, "", _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), optional=True
+        ),
+        "request_timeout_ms": Setting(int, 30000, _positive),
+        "poll_timeout_ms": Setting(int, 100, _non_negative),
+        "max_batch": Setting(int, 500, _positive),
+        "max_message_bytes": Setting(int, 1_000_000, _positive),
+        "linger_ms": Setting(int, 2, _non_negative),
+    },
+    "model": {
+        "type": Setting(str, "IncrementalSVC", _one_of("IncrementalSVC", "SlidingWindowSVC")),
+        "C": Setting(float, 1.0, _positive),
+        "kernel": Setting(str, "rbf", _one_of("rbf", "linear", "poly", "sigmoid")),
+        "gamma": Setting(float, 1.0, _positive),
+        "degree": Setting(int, 3, _positive),
+        "coef0": Setting(float, 0.0),
+        "window_size": Setting(int, 1000, _positive),
+        "step": Setting(int, 1, _positive),
+    },
+    "cache": {
+        "max_size": Setting(int, 100_000, _non_negative),
+        "max_age_seconds": Setting(float, 3600.0, _positive),
+    },
+    "checkpoint": {
+        "dir": Setting(str, "stream-svm-checkpoints", lambda v: None if v else "must not be empty"),
+        "every_messages": Setting(int, 5000, _positive),
+        "every_seconds": Setting(float, 30.0, _positive),
+        "keep": Setting(int, 3, _positive),
+    },
+    "metrics": {
+        "enabled": Setting(bool, True),
+        "host": Setting(str, "127.0.0.1", lambda v: None if v else "must not be empty"),
+        "port": Setting(int, 9464, _port),
+    },
+    "retry": {
+        "initial_backoff_seconds": Setting(float, 0.5, _positive),
+        "max_backoff_seconds": Setting(float, 30.0, _positive),
+        "max_attempts": Setting(int, 0, _non_negative),
+    },
+}
+
+
+class Config(SimpleNamespace):
+    """Settings by section: ``config.kafka.input_topic``; ``config.sources`` tells where each
+    setting came from (``default``, the file, ``flag`` or ``env STREAM_SVM_...``)."""
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {section: dict(vars(getattr(self, section))) for section in SCHEMA}
+
+
+def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
+    where = f"setting {name} (from {source})"
+    if setting.optional and (raw is None or raw == ""):
+        return None
+    kind = setting.type
+    if isinstance(raw, str) and kind is not str:
+        text = raw.strip()
+        try:
+            if kind is bool:
+                lowered = text.lower()
+                if lowered in ("1", "true", "yes", "on"):
+                    return True
+                if lowered in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            raw = kind(text)
+        except ValueError:
+            raise ConfigError(f"{where}: {raw!r} is not a valid {kind.__name__}") from None
+    if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+        raw = float(raw)
+    if kind is bool and not isinstance(raw, bool):
+        raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
+    if kind is int and (isinstance(raw, bool) or not isinstance(raw, int)):
+        raise ConfigError(f"{where}: {raw!r} is not an integer")
+    if not isinstance(raw, kind) or (isinstance(raw, bool) and kind is not bool):
+        raise ConfigError(f"{where}: {raw!r} is not a {kind.__name__}")
+    if kind is float and not math.isfinite(raw):
+        raise ConfigError(f"{where}: {raw!r} is not finite")
+    if setting.check is not None:
+        problem = setting.check(raw)
+        if problem:
+            raise ConfigError(f"{where}: {problem}, got {raw!r}")
+    return raw
+
+
+def _split(name: str) -> tuple[str, str]:
+    section, _, key = name.partition(".")
+    if section not in SCHEMA or key not in SCHEMA[section]:
+        known = ", ".join(f"{s}.{k}" for s in SCHEMA for k in SCHEMA[s])
+        raise ConfigError(f"unknown setting {name!r}; known settings: {known}")
+    return section, key
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Read the TOML file at ``path`` (None: defaults only), then apply ``overrides``
+    (``{"section.key": value}``, from command-line flags), then ``STREAM_SVM_SECTION_KEY``
+    variables of ``environ`` (default: ``os.environ``). Raises :class:`ConfigError`."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, tuple[Any, str]] = {}
+    if path is not None:
+        file = Path(path)
+        try:
+            document = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {file} does not exist") from None
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {file} is not readable TOML: {exc}") from None
+        for section, table in document.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{file}: top-level key {section!r} must be a [section]")
+            for key, value in table.items():
+                _split(f"{section}.{key}")
+                raw[f"{section}.{key}"] = (value, str(file))
+    for name, value in (overrides or {}).items():
+        _split(name)
+        raw[name] = (value, "flag")
+    for variable, value in environ.items():
+        if not variable.startswith(ENV_PREFIX) or variable in (
+            SASL_USERNAME_ENV,
+            SASL_PASSWORD_ENV,
+        ):
+            continue
+        rest = variable[len(ENV_PREFIX) :].lower()
+        for section in SCHEMA:
+            if rest.startswith(section + "_"):
+                key = rest[len(section) + 1 :]
+                match = next((k for k in SCHEMA[section] if k.lower() == key), None)
+                if match is None:
+                    raise ConfigError(
+                        f"environment variable {variable}: unknown setting {section}.{key}"
+                    )
+                raw[f"{section}.{match}"] = (value, f"env {variable}")
+                break
+    sections: dict[str, SimpleNamespace] = {}
+    sources: dict[str, str] = {}
+    for section, settings in SCHEMA.items():
+        values = {}
+        for key, setting in settings.items():
+            name = f"{section}.{key}"
+            value, source = raw.get(name, (setting.default, "default"))
+            values[key] = _convert(name, setting, value, source)
+            sources[name] = source
+        sections[section] = SimpleNamespace(**values)
+    config = Config(**sections, sources=sources)
+    _cross_checks(config)
+    return config
+
+
+def _cross_checks(config: Config) -> None:
+    kafka = config.kafka
+    topics = {
+        "kafka.input_topic": kafka.input_topic,
+        "kafka.output_topic": kafka.output_topic,
+        "kafka.dead_letter_topic": kafka.dead_letter_topic,
+    }
+    if kafka.label_topic:
+        topics["kafka.label_topic"] = kafka.label_topic
+    seen: dict[str, str] = {}
+    for name, topic in topics.items():
+        if topic in seen:
+            raise ConfigError(f"setting {name}: topic {topic!r} is already used by {seen[topic]}")
+        seen[topic] = name
+    if kafka.sasl_mechanism and not kafka.security_protocol.startswith("SASL"):
+        raise ConfigError(
+            "setting kafka.sasl_mechanism needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL"
+        )
+    if config.retry.max_backoff_seconds < config.retry.initial_backoff_seconds:
+        raise ConfigError(
+            "setting retry.max_backoff_seconds must be >= retry.initial_backoff_seconds"
+        )
+
+
+def kafka_client_settings(
+    config: Config, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The kafka-python keyword arguments shared by the consumer, producer and admin client
+    (bootstrap servers, TLS, SASL with credentials from the environment)."""
+    environ = os.environ if environ is None else environ
+    kafka = config.kafka
+    settings: dict[str, Any] = {
+        "bootstrap_servers": kafka.bootstrap_servers.split(","),
+        "client_id": kafka.client_id,
+        "security_protocol": kafka.security_protocol,
+        "request_timeout_ms": kafka.request_timeout_ms,
+    }
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        if getattr(kafka, key):
+            settings[key] = getattr(kafka, key)
+    if kafka.sasl_mechanism:
+        username = environ.get(SASL_USERNAME_ENV)
+        password = environ.get(SASL_PASSWORD_ENV)
+        if not username or not password:
+            raise ConfigError(
+                f"setting kafka.sasl_mechanism={kafka.sasl_mechanism} needs the credentials in "
+                f"the environment variables {SASL_USERNAME_ENV} and {SASL_PASSWORD_ENV}"
+            )
+        settings.update(
+            sasl_mechanism=kafka.sasl_mechanism,
+            sasl_plain_username=username,
+            sasl_plain_password=password,
+        )
+    return settings

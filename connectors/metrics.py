@@ -1,0 +1,173 @@
+"""Prometheus metrics of the daemon, on their own registry, served at ``/metrics``.
+
+>>> metrics = Metrics()
+>>> metrics.messages.labels(outcome="learned").inc(3)
+>>> b"stream_svm_messages_total{outcome=\\"learned\\"} 3.0" in metrics.render()
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+__all__ = ["OUTCOMES", "Metrics"]
+
+log = logging.getLogger(__name__)
+
+#: What became of a message (label values of ``stream_svm_messages_total``).
+OUTCOMES = ("learned", "predicted", "labelled", "forgotten", "relabeled", "dead_lettered")
+
+_SECONDS_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+)
+_BREAKPOINT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987)
+
+
+class Metrics:
+    """All metrics of one daemon. ``serve(host, port)`` starts the HTTP endpoint."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.breakpoints = Counter(
+            "stream_svm_breakpoints", "Breakpoints of the path-following updates", registry=r
+        )
+        self.update_breakpoints = Histogram(
+            "stream_svm_update_breakpoints",
+            "Breakpoints per model update",
+            buckets=_BREAKPOINT_BUCKETS,
+            registry=r,
+        )
+        self.update_seconds = Histogram(
+            "stream_svm_update_seconds",
+            "Wall time of one model update (learn, forget, relabel or window slide)",
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.predict_seconds = Histogram(
+            "stream_svm_predict_seconds",
+            "Wall time of one vectorized prediction of a batch",
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "stream_svm_batch_seconds",
+            "Wall time of processing one polled batch (parse, predict, learn, produce)",
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "stream_svm_batch_messages",
+            "Messages per polled batch",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+            registry=r,
+        )
+        self.messages = Counter(
+            "stream_svm_messages", "Messages by outcome", ["outcome"], registry=r
+        )
+        for outcome in OUTCOMES:
+            self.messages.labels(outcome=outcome)
+        self.dead_letters = Counter(
+            "stream_svm_dead_letters",
+            "Dead-lettered messages by kind of problem",
+            ["reason"],
+            registry=r,
+        )
+        self.margin = Gauge("stream_svm_margin_vectors", "Points in the margin set", registry=r)
+        self.error = Gauge("stream_svm_error_vectors", "Points in the error set", registry=r)
+        self.reserve = Gauge("stream_svm_reserve_vectors", "Points in the reserve set", registry=r)
+        self.window = Gauge(
+            "stream_svm_window_points",
+            "Points the model holds (the window of a sliding-window model)",
+            registry=r,
+        )
+        self.cached = Gauge(
+            "stream_svm_cached_unlabelled",
+            "Unlabelled feature vectors waiting for a label",
+            registry=r,
+        )
+        self.accuracy = Gauge(
+            "stream_svm_progressive_accuracy",
+            "Accuracy of test-then-train predictions (labels scored against the prediction made "
+            "before learning)",
+            registry=r,
+        )
+        self.scored = Counter(
+            "stream_svm_progressive_predictions",
+            "Predictions scored against their label",
+            ["correct"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "stream_svm_consumer_lag",
+            "Messages behind the high watermark",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.checkpoints = Counter(
+            "stream_svm_checkpoints", "Checkpoints written", registry=r
+        )
+        self.checkpoint_failures = Counter(
+            "stream_svm_checkpoint_failures", "Checkpoints that could not be written", registry=r
+        )
+        self.checkpoint_seconds = Histogram(
+            "stream_svm_checkpoint_seconds",
+            "Wall time of writing one checkpoint",
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self._last_checkpoint = time.monotonic()
+        self.since_checkpoint = Gauge(
+            "stream_svm_seconds_since_checkpoint",
+            "Seconds since the last checkpoint was written (or since start)",
+            registry=r,
+        )
+        self.since_checkpoint.set_function(lambda: time.monotonic() - self._last_checkpoint)
+        self.latency = Histogram(
+            "stream_svm_message_latency_seconds",
+            "From the input message's timestamp to its output being flushed",
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.broker_errors = Counter(
+            "stream_svm_broker_errors", "Failed attempts to reach the broker", registry=r
+        )
+        self._server: Any = None
+
+    def checkpointed(self, seconds: float) -> None:
+        self._last_checkpoint = time.monotonic()
+        self.checkpoints.inc()
+        self.checkpoint_seconds.observe(seconds)
+
+    def render(self) -> bytes:
+        """The exposition text, as ``/metrics`` serves it."""
+        return generate_latest(self.registry)
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port
+        (useful with port 0)."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = (server, thread)
+        bound = int(server.server_address[1])
+        log.info("serving metrics at http://%s:%d/metrics", host, bound)
+        return bound
+
+    def close(self) -> None:
+        if self._server is not None:
+            server, thread = self._server
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+            self._server = None
