@@ -1,3 +1,20 @@
 """stream-svm: exact online kernel SVMs for streams, as River estimators."""
 
+from stream_svm import datasets
+from stream_svm.classifiers import AutoKey, IncrementalSVC, SlidingWindowSVC
+from stream_svm.engine import ConvergenceError, PathEngine, UpdateStats
+from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AutoKey",
+    "ConvergenceError",
+    "IncrementalLSSVC",
+    "IncrementalLSSVR",
+    "IncrementalSVC",
+    "PathEngine",
+    "SlidingWindowSVC",
+    "UpdateStats",
+    "datasets",
+]

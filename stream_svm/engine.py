@@ -444,6 +444,7 @@ class PathEngine:
         X_add, y_add, keys = self._check_update(X_add, y_add, keys, remove)
         snapshot = self._snapshot()
         try:
+            self.ensure_dim(X_add.shape[1])
             stats = self._run_update(X_add, y_add, keys, list(remove))
         except BaseException:
             self._restore(snapshot)
@@ -471,10 +472,6 @@ class PathEngine:
             raise ValueError("X_add contains non-finite values")
         if not np.all(np.isin(y_add, (-1.0, 1.0))):
             raise ValueError("labels must be +1 or -1")
-        if X_add.shape[1] > self.dim:
-            raise ValueError(
-                f"X_add has {X_add.shape[1]} columns; call ensure_dim first (engine has {self.dim})"
-            )
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
         seen: set = set()
@@ -763,3 +760,66 @@ class PathEngine:
                 self._restore(snapshot)
         self.last_update, self.breakpoints_total, self.updates_total = saved_stats
         return decisions
+
+    # ------------------------------------------------------------------ persistence
+    def get_state(self) -> dict[str, np.ndarray]:
+        """The solution as plain arrays (enough to rebuild every cache exactly)."""
+        n = self.n
+        return {
+            "X": self._X[:n].copy(),
+            "y": self._y[:n].copy(),
+            "alpha": self._alpha[:n].copy(),
+            "status": self._status[:n].copy(),
+            "sequence": self._seq[:n].copy(),
+            "margin": self._margin.copy(),
+            "b": np.array(self.b),
+            "next_sequence": np.array(self._next_seq),
+        }
+
+    def set_state(self, state: dict[str, np.ndarray], keys: Sequence[Hashable]) -> None:
+        """Load a state from :meth:`get_state` (with the keys in stored order).
+
+        alpha and b are taken as they are (not re-solved), so decisions are reproduced
+        bit for bit; the kernel caches and the factor are rebuilt from the stored points.
+        """
+        X = np.asarray(state["X"], dtype=float)
+        n = X.shape[0]
+        status = np.asarray(state["status"], dtype=np.int8)
+        margin = np.asarray(state["margin"], dtype=np.int64)
+        if len(keys) != n or len(set(keys)) != n:
+            raise ValueError("the state needs one unique key per stored point")
+        margin_ok = np.all(status[margin] == MARGIN)
+        if not margin_ok or np.count_nonzero(status == MARGIN) != margin.size:
+            raise ValueError("the state's margin order does not match its statuses")
+        fresh = PathEngine(self.kernel, self.C, self.ridge, self.max_breakpoints,
+                           self.degeneracy_tol, self.residual_tol)
+        fresh.dim = X.shape[1]
+        fresh._X = np.zeros((0, fresh.dim))
+        fresh._reserve_rows(n)
+        fresh.n = n
+        fresh._X[:n] = X
+        fresh._y[:n] = state["y"]
+        fresh._alpha[:n] = state["alpha"]
+        fresh._status[:n] = status
+        fresh._seq[:n] = state["sequence"]
+        fresh._slot[:n] = -1
+        fresh._next_seq = int(state["next_sequence"])
+        fresh.b = float(state["b"])
+        fresh._keys = list(keys)
+        fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
+        if n:
+            fresh._diag_scale = max(1.0, float(np.max(np.abs(self.kernel(X[:1], X[:1])))))
+        error = np.flatnonzero(status == ERROR)
+        for start in range(0, error.size, 512):
+            chunk = error[start : start + 512]
+            fresh._h[:n] += fresh._kernel_columns(chunk) @ (fresh.C * fresh._y[chunk])
+        if margin.size:
+            fresh._reserve_margin_columns(margin.size)
+            fresh._KS[:n, : margin.size] = fresh._kernel_columns(margin)
+            fresh._margin = margin
+            fresh._slot[margin] = np.arange(margin.size)
+            K_SS = fresh._KS[margin, : margin.size]
+            fresh._t = max(float(np.mean(np.diag(K_SS))), np.finfo(float).tiny)
+            fresh._R = cholesky(K_SS + fresh._t, lower=False, check_finite=False)
+        fresh._refresh_g()
+        self.__dict__.update(fresh.__dict__)

@@ -13,7 +13,15 @@ from collections.abc import Callable
 import numpy as np
 from scipy.spatial.distance import cdist
 
-__all__ = ["KERNEL_NAMES", "Kernel", "make_kernel"]
+__all__ = [
+    "KERNEL_NAMES",
+    "CallableKernel",
+    "Kernel",
+    "LinearKernel",
+    "PolynomialKernel",
+    "RBFKernel",
+    "make_kernel",
+]
 
 KERNEL_NAMES = ("linear", "rbf", "poly")
 
@@ -23,17 +31,20 @@ KernelCallable = Callable[[np.ndarray, np.ndarray], np.ndarray]
 class Kernel:
     """A validated kernel: ``kernel(A, B)`` returns the Gram block K(A_i, B_j).
 
+    Built-in kernels are plain classes (not closures) so that models pickle and clone.
+
     >>> k = make_kernel("rbf", gamma=0.5)
     >>> float(k(np.zeros((1, 2)), np.ones((1, 2)))[0, 0])  # exp(-0.5 * 2)
     0.36787944117144233
     """
 
-    def __init__(self, name: str, function: KernelCallable) -> None:
-        self.name = name
-        self._function = function
+    name = "kernel"
+
+    def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        block = np.asarray(self._function(A, B), dtype=float)
+        block = np.asarray(self._block(A, B), dtype=float)
         if block.shape != (A.shape[0], B.shape[0]):
             raise ValueError(
                 f"kernel {self.name!r} returned shape {block.shape}, expected "
@@ -41,14 +52,45 @@ class Kernel:
             )
         return block
 
-    def diagonal(self, A: np.ndarray) -> np.ndarray:
-        """K(A_i, A_i) for every row of ``A``."""
-        if self.name == "rbf":
-            return np.ones(A.shape[0])
-        return np.array([self(row[None, :], row[None, :])[0, 0] for row in A])
-
     def __repr__(self) -> str:
-        return f"Kernel({self.name!r})"
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class LinearKernel(Kernel):
+    name = "linear"
+
+    def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        return A @ B.T
+
+
+class RBFKernel(Kernel):
+    name = "rbf"
+
+    def __init__(self, gamma: float) -> None:
+        self.gamma = gamma
+
+    def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        # cdist subtracts coordinates directly: no cancellation from ||a||^2 + ||b||^2 - 2ab.
+        return np.exp(-self.gamma * cdist(A, B, "sqeuclidean"))
+
+
+class PolynomialKernel(Kernel):
+    name = "poly"
+
+    def __init__(self, gamma: float, degree: int, coef0: float) -> None:
+        self.gamma, self.degree, self.coef0 = gamma, degree, coef0
+
+    def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        return (self.gamma * (A @ B.T) + self.coef0) ** self.degree
+
+
+class CallableKernel(Kernel):
+    def __init__(self, function: KernelCallable) -> None:
+        self.function = function
+        self.name = getattr(function, "__name__", type(function).__name__)
+
+    def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        return self.function(A, B)
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -78,16 +120,13 @@ def make_kernel(
     array([[4.]])
     """
     if callable(kernel):
-        name = getattr(kernel, "__name__", type(kernel).__name__)
-        return Kernel(name, kernel)
+        return CallableKernel(kernel)
     if not isinstance(kernel, str) or kernel not in KERNEL_NAMES:
         raise ValueError(f"unknown kernel {kernel!r}: use one of {KERNEL_NAMES} or a callable")
     if kernel == "linear":
-        return Kernel("linear", lambda A, B: A @ B.T)
+        return LinearKernel()
     if kernel == "rbf":
-        g = _check_positive("gamma", gamma)
-        # cdist subtracts coordinates directly: no cancellation from ||a||^2 + ||b||^2 - 2ab.
-        return Kernel("rbf", lambda A, B: np.exp(-g * cdist(A, B, "sqeuclidean")))
+        return RBFKernel(_check_positive("gamma", gamma))
     g = _check_positive("gamma", gamma)
     if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
         raise ValueError(f"degree must be an integer >= 1, got {degree!r}")
@@ -97,5 +136,4 @@ def make_kernel(
         # A negative offset makes the polynomial kernel indefinite.
         raise ValueError(f"coef0 must be finite and >= 0 for a positive semi-definite kernel, "
                          f"got {coef0!r}")
-    c0, p = float(coef0), int(degree)
-    return Kernel("poly", lambda A, B: (g * (A @ B.T) + c0) ** p)
+    return PolynomialKernel(g, int(degree), float(coef0))

@@ -1,0 +1,671 @@
+"""River classifiers on the exact path-following engine.
+
+The estimator classes only translate River's dict/DataFrame world into the engine's rows and
+keys; all learning and unlearning is :class:`stream_svm.engine.PathEngine`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from river import base
+
+from stream_svm._input import FeatureSpace, parse_binary_label, parse_binary_labels
+from stream_svm.engine import PathEngine, UpdateStats
+from stream_svm.kernels import make_kernel
+
+__all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC"]
+
+
+@dataclass(frozen=True, order=True)
+class AutoKey:
+    """The key of a point learned without one (equal only to itself, never to a user key)."""
+
+    number: int
+
+
+def _sigmoid(score: np.ndarray | float) -> np.ndarray | float:
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(score, dtype=float)))
+
+
+def _check_C(C: object) -> float:
+    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not math.isfinite(float(C)):
+        raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    if C <= 0:
+        raise ValueError(f"C must be > 0, got {C!r}")
+    return float(C)
+
+
+class _EngineClassifier(base.MiniBatchClassifier):
+    """What every engine-backed binary classifier shares: vectorizing, predicting, counters."""
+
+    def _init_engine(self) -> None:
+        _check_C(self.C)
+        if self.ridge < 0 or not math.isfinite(self.ridge):
+            raise ValueError(f"ridge must be finite and >= 0, got {self.ridge!r}")
+        if self.max_breakpoints is not None and (
+            not isinstance(self.max_breakpoints, numbers.Integral) or self.max_breakpoints < 1
+        ):
+            raise ValueError(f"max_breakpoints must be None or an integer >= 1, "
+                             f"got {self.max_breakpoints!r}")
+        kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
+        self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
+                                  max_breakpoints=self.max_breakpoints)
+        self._features = FeatureSpace()
+        self._auto_keys = 0
+
+    @property
+    def _multiclass(self) -> bool:
+        return False
+
+    # ---------------------------------------------------------------- counters
+    @property
+    def last_update(self) -> UpdateStats:
+        """Statistics of the latest engine update (breakpoints, migrations, seconds)."""
+        return self._engine.last_update
+
+    @property
+    def breakpoints_total(self) -> int:
+        return self._engine.breakpoints_total
+
+    @property
+    def updates_total(self) -> int:
+        return self._engine.updates_total
+
+    @property
+    def n_margin(self) -> int:
+        return self._engine.n_margin
+
+    @property
+    def n_error(self) -> int:
+        return self._engine.n_error
+
+    @property
+    def n_reserve(self) -> int:
+        return self._engine.n_reserve
+
+    @property
+    def n_stored(self) -> int:
+        return self._engine.n
+
+    @property
+    def intercept(self) -> float:
+        return self._engine.b
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._engine
+
+    def stored_keys(self) -> list[Hashable]:
+        """Keys of the stored points (AutoKey for points learned without a key)."""
+        return self._engine.keys
+
+    # ---------------------------------------------------------------- input plumbing
+    def _row(self, x: Mapping) -> tuple[np.ndarray, list[Hashable]]:
+        return self._features.vectorize(x)
+
+    def _frame(self, X: pd.DataFrame) -> tuple[np.ndarray, list[Hashable]]:
+        if not isinstance(X, pd.DataFrame):
+            raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
+        return self._features.vectorize_many(X.to_dict(orient="records"))
+
+    def _new_key(self) -> AutoKey:
+        self._auto_keys += 1
+        return AutoKey(self._auto_keys)
+
+    def _keys_for(self, X: pd.DataFrame, keys: Iterable[Hashable] | None) -> list[Hashable]:
+        if keys is not None:
+            keys = list(keys)
+            if len(keys) != len(X):
+                raise ValueError(f"{len(keys)} keys for {len(X)} rows")
+            return keys
+        if isinstance(X.index, pd.RangeIndex):
+            # pandas' default index carries no identity: such rows get automatic keys.
+            return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
+        return list(X.index)
+
+    def _commit_keys(self, keys: list[Hashable]) -> None:
+        used = [key.number for key in keys if isinstance(key, AutoKey)]
+        if used:
+            self._auto_keys = max(self._auto_keys, max(used))
+
+    def _grow(self, new_features: list[Hashable]) -> None:
+        self._engine.ensure_dim(len(self._features) + len(new_features))
+
+    def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
+                       ) -> Hashable:
+        """Key of the oldest stored point equal to x with label y (skipping ``taken``)."""
+        row, new = self._row(x)
+        label = parse_binary_label(y)
+        engine = self._engine
+        stored = engine.X
+        width = min(row.size, stored.shape[1])
+        if not new and not row[width:].any():
+            match = (engine.y == label) & np.all(stored[:, :width] == row[:width], axis=1)
+            match &= ~np.any(stored[:, width:] != 0, axis=1)
+            candidates = np.flatnonzero(match)
+            stored_keys = engine.keys
+            for position in candidates[np.argsort(engine.sequence[candidates])]:
+                key = stored_keys[position]
+                if key not in taken:
+                    return key
+        raise KeyError(f"no stored point equals x={dict(x)!r} with y={y!r}")
+
+    # ---------------------------------------------------------------- predictions
+    def decision_function_one(self, x: Mapping) -> float:
+        """f(x) = sum_i alpha_i y_i K(x_i, x) + b (positive means the True class)."""
+        row, _ = self._row(x)
+        return float(self._engine.decision_function(row[None, :])[0])
+
+    def decision_function_many(self, X: pd.DataFrame) -> np.ndarray:
+        """f(x) for every row of X."""
+        if len(X) == 0:
+            return np.zeros(0)
+        rows, _ = self._frame(X)
+        return self._engine.decision_function(rows)
+
+    def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[bool, float]:
+        """``{False: 1 - p, True: p}`` with p = 1 / (1 + exp(-f(x))).
+
+        p is a monotone squashing of the decision value, not a calibrated probability: wrap the
+        model in a calibrator if probabilities must be calibrated.
+        """
+        p = float(_sigmoid(self.decision_function_one(x)))
+        return {False: 1.0 - p, True: p}
+
+    def predict_one(self, x: Mapping, **kwargs: Any) -> bool:
+        """True when f(x) > 0."""
+        return self.decision_function_one(x) > 0
+
+    def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
+        p = _sigmoid(self.decision_function_many(X))
+        return pd.DataFrame({False: 1.0 - p, True: p}, index=X.index)
+
+    def predict_many(self, X: pd.DataFrame) -> pd.Series:
+        return pd.Series(self.decision_function_many(X) > 0, index=X.index)
+
+    # ---------------------------------------------------------------- persistence
+    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The model as numpy arrays (no object dtype) and JSON-ready metadata.
+
+        Keys must be str or int (AutoKeys are kept as such); feature names likewise.
+
+        >>> model = IncrementalSVC(C=1.0)
+        >>> model.learn_one({"a": 1.0}, True, key="p1")
+        >>> arrays, meta = model.to_checkpoint()
+        >>> IncrementalSVC.from_checkpoint(arrays, meta).decision_function_one({"a": 1.0})
+        1.0
+        """
+        state = self._engine.get_state()
+        keys = self._engine.keys
+        kinds, ints, texts = [], [], []
+        for key in keys:
+            if isinstance(key, AutoKey):
+                kinds.append(0)
+                ints.append(key.number)
+                texts.append("")
+            elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+                kinds.append(1)
+                ints.append(int(key))
+                texts.append("")
+            elif isinstance(key, str):
+                kinds.append(2)
+                ints.append(0)
+                texts.append(key)
+            else:
+                raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
+        for name in self._features.names:
+            if not isinstance(name, (str, int)) or isinstance(name, bool):
+                raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
+        arrays = dict(state)
+        arrays["key_kind"] = np.array(kinds, dtype=np.int8)
+        arrays["key_int"] = np.array(ints, dtype=np.int64)
+        arrays["key_str"] = np.array(texts, dtype=str) if texts else np.zeros(0, dtype="<U1")
+        meta = {
+            "class": type(self).__name__,
+            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "features": list(self._features.names),
+            "auto_keys": self._auto_keys,
+            "breakpoints_total": self._engine.breakpoints_total,
+            "updates_total": self._engine.updates_total,
+            "extra": self._checkpoint_extra(),
+        }
+        return arrays, meta
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        return None
+
+    @classmethod
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
+        """Rebuild a model saved by :meth:`to_checkpoint` (decisions reproduced exactly)."""
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        model = cls(**meta["params"])
+        keys: list[Hashable] = []
+        for kind, number, text in zip(
+            arrays["key_kind"], arrays["key_int"], arrays["key_str"], strict=True
+        ):
+            keys.append(AutoKey(int(number)) if kind == 0 else int(number) if kind == 1
+                        else str(text))
+        model._engine.set_state(dict(arrays), keys)
+        model._features = FeatureSpace(meta["features"])
+        model._auto_keys = int(meta["auto_keys"])
+        model._engine.breakpoints_total = int(meta["breakpoints_total"])
+        model._engine.updates_total = int(meta["updates_total"])
+        model._restore_extra(meta.get("extra", {}), dict(arrays))
+        return model
+
+
+class IncrementalSVC(_EngineClassifier):
+    """Exact incremental and decremental kernel SVM (Cauwenberghs & Poggio, 2000).
+
+    Every ``learn_one`` adds a point and every ``forget_one`` removes one while keeping the
+    Kuhn-Tucker conditions of the batch SVM optimum on the stored points, so the model equals
+    an SVM retrained from scratch on exactly the points it holds. ``learn_many``,
+    ``forget_many`` and ``update_many`` add and remove several points in one multi-parametric
+    path (Karasuyama & Takeuchi, 2009).
+
+    Parameters
+    ----------
+    C
+        Soft-margin penalty (> 0).
+    kernel
+        ``"rbf"`` (exp(-gamma ||a-b||^2)), ``"linear"``, ``"poly"`` ((gamma <a,b> + coef0)^degree)
+        or a callable ``f(A, B) -> Gram block`` on dense row matrices (must be PSD).
+    gamma, degree, coef0
+        Kernel parameters.
+    reserve_epsilon
+        ``None`` keeps every point (exact). A number eps discards reserve points (alpha = 0)
+        whose margin value g = y f(x) - 1 is >= eps after each update (C&P sec 2.6): memory stays
+        bounded at the price of exactness for points that would later have re-entered.
+    ridge
+        Added to the kernel's diagonal on training points (default 0: the plain SVM).
+    max_breakpoints
+        Bound on path steps per update (default 1000 + 10 (n + m)); beyond it the update
+        raises :class:`stream_svm.engine.ConvergenceError` and the model stays as it was.
+
+    Labels: True/1 are positive, False/0/-1 negative. ``predict_proba_one`` squashes the
+    decision value with a sigmoid (not calibrated).
+
+    Examples
+    --------
+    >>> from stream_svm import IncrementalSVC
+    >>> model = IncrementalSVC(C=10.0, gamma=0.5)
+    >>> for i, (x, y) in enumerate([({"a": 0.0}, False), ({"a": 1.0}, True),
+    ...                             ({"a": 0.2}, False), ({"a": 0.9}, True)]):
+    ...     model.learn_one(x, y, key=i)
+    >>> model.predict_one({"a": 0.95}), model.predict_one({"a": 0.05})
+    (True, False)
+    >>> before = model.decision_function_one({"a": 0.5})
+    >>> model.learn_one({"a": 0.5}, True, key="extra")
+    >>> model.forget_one(key="extra")
+    >>> abs(model.decision_function_one({"a": 0.5}) - before) < 1e-9
+    True
+    """
+
+    def __init__(
+        self,
+        C: float = 1.0,
+        kernel: str | Any = "rbf",
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 0.0,
+        reserve_epsilon: float | None = None,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+    ) -> None:
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.reserve_epsilon = reserve_epsilon
+        self.ridge = ridge
+        self.max_breakpoints = max_breakpoints
+        if reserve_epsilon is not None and (
+            isinstance(reserve_epsilon, bool)
+            or not isinstance(reserve_epsilon, numbers.Real)
+            or not math.isfinite(reserve_epsilon)
+            or reserve_epsilon < 0
+        ):
+            raise ValueError(
+                f"reserve_epsilon must be None or a finite number >= 0, got {reserve_epsilon!r}"
+            )
+        self._init_engine()
+        self.reserve_discarded = 0
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        yield {"C": 1.0, "gamma": 0.1}
+        yield {"C": 10.0, "kernel": "linear"}
+
+    def _unit_test_skips(self) -> set[str]:
+        # An exact SVM must keep its training points (forget_one and the exact path need them),
+        # so memory grows with the stream unless reserve_epsilon or a window bounds it.
+        return {"check_bounded_memory_growth"}
+
+    def _after_update(self) -> None:
+        if self.reserve_epsilon is not None:
+            self.reserve_discarded += self._engine.discard_reserve(self.reserve_epsilon)
+
+    # ---------------------------------------------------------------- learning
+    def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
+        """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""
+        label = parse_binary_label(y)
+        row, new = self._row(x)
+        self._grow(new)
+        point_key = key if key is not None else AutoKey(self._auto_keys + 1)
+        self._engine.update(row[None, :], np.array([label]), [point_key])
+        self._features.add(new)
+        self._commit_keys([point_key])
+        self._after_update()
+
+    def forget_one(
+        self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
+    ) -> None:
+        """Unlearn one stored point exactly, by ``key`` or else by value (x and y).
+
+        Unknown key or value: KeyError, model unchanged. Forgetting by value removes the oldest
+        stored point equal to x with label y.
+        """
+        if key is None:
+            if x is None or y is None:
+                raise ValueError("forget_one needs a key, or both x and y")
+            key = self._find_by_value(x, y)
+        elif key not in self._engine:
+            raise KeyError(
+                f"no stored point has key {key!r}"
+                + (" (reserve truncation may have discarded it)"
+                   if self.reserve_epsilon is not None else "")
+            )
+        self._engine.update(remove=[key])
+        self._after_update()
+
+    def learn_many(
+        self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
+    ) -> None:
+        """Add all rows in one multiple update (Karasuyama & Takeuchi).
+
+        Keys come from ``keys`` or else from X's index; pandas' default RangeIndex carries no
+        identity, so its rows get automatic keys (still forgettable by value).
+        """
+        self.update_many(X, y, (), keys=keys)
+
+    def forget_many(
+        self,
+        keys: Iterable[Hashable] | None = None,
+        X: pd.DataFrame | None = None,
+        y: pd.Series | None = None,
+    ) -> None:
+        """Remove several stored points in one update, by keys or else by value (X, y)."""
+        if keys is None:
+            if X is None or y is None:
+                raise ValueError("forget_many needs keys, or both X and y")
+            keys = self._keys_by_value(X, y)
+        self.update_many(None, None, keys)
+
+    def _keys_by_value(self, X: pd.DataFrame, y: pd.Series) -> list[Hashable]:
+        found: list[Hashable] = []
+        taken: set = set()
+        for (_, row), label in zip(X.iterrows(), y, strict=True):
+            x = row.to_dict()
+            key = self._find_by_value(x, label, taken)
+            taken.add(key)
+            found.append(key)
+        return found
+
+    def update_many(
+        self,
+        X_add: pd.DataFrame | None,
+        y_add: pd.Series | None,
+        forget_keys: Iterable[Hashable] = (),
+        keys: Iterable[Hashable] | None = None,
+    ) -> None:
+        """Add the rows of X_add and remove the points named in ``forget_keys`` in ONE path."""
+        forget_keys = list(forget_keys)
+        if X_add is not None and len(X_add):
+            if y_add is None or len(y_add) != len(X_add):
+                raise ValueError("y_add must have one label per row of X_add")
+            labels = parse_binary_labels(y_add)
+            rows, new = self._frame(X_add)
+            add_keys = self._keys_for(X_add, keys)
+        else:
+            labels, rows, new, add_keys = np.zeros(0), np.zeros((0, 0)), [], []
+        for key in forget_keys:
+            if key not in self._engine:
+                raise KeyError(f"no stored point has key {key!r}")
+        self._grow(new)
+        if rows.shape[0] == 0:
+            rows = np.zeros((0, self._engine.dim))
+        self._engine.update(rows, labels, add_keys, remove=forget_keys)
+        self._features.add(new)
+        self._commit_keys(add_keys)
+        self._after_update()
+
+    # ---------------------------------------------------------------- leave-one-out
+    def loo_error(self) -> float:
+        """Exact leave-one-out error rate of the stored points (C&P sec 3).
+
+        Each margin and error vector is unlearned exactly, its label predicted by the model
+        without it (True when f > 0), and the model restored; reserve vectors (alpha = 0) do not
+        change the solution when left out. Equals retraining without each point in turn.
+        """
+        engine = self._engine
+        if engine.n == 0:
+            raise ValueError("loo_error needs at least one stored point")
+        decisions = engine.leave_one_out_decisions()
+        predicted = np.where(decisions > 0, 1.0, -1.0)
+        return float(np.mean(predicted != engine.y))
+
+
+class SlidingWindowSVC(_EngineClassifier):
+    """Exact SVM on the latest ``window_size`` points of a stream.
+
+    ``learn_one`` buffers arrivals; every ``step`` arrivals the window slides in one update that
+    adds the buffered points and removes the oldest ones (Karasuyama & Takeuchi's multiple
+    incremental-decremental path with ``strategy="multiple"``, or one point at a time with
+    ``strategy="single"``, which reaches the same solution along a longer path). ``learn_many``
+    slides by a whole batch. Predictions come from the current window's exact solution
+    (buffered points are not in it yet).
+
+    Parameters
+    ----------
+    window_size
+        Number of points in the window (>= 1).
+    step
+        Arrivals per slide (>= 1).
+    strategy
+        ``"multiple"`` or ``"single"``.
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints
+        As in :class:`IncrementalSVC`.
+
+    Examples
+    --------
+    >>> from stream_svm import SlidingWindowSVC
+    >>> model = SlidingWindowSVC(window_size=3, step=2, C=10.0)
+    >>> for i in range(6):
+    ...     model.learn_one({"a": float(i % 2)}, bool(i % 2))
+    >>> model.n_window, model.n_buffered
+    (3, 0)
+    >>> model.predict_one({"a": 1.0})
+    True
+    """
+
+    def __init__(
+        self,
+        window_size: int = 1000,
+        step: int = 1,
+        strategy: str = "multiple",
+        C: float = 1.0,
+        kernel: str | Any = "rbf",
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 0.0,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+    ) -> None:
+        self.window_size = window_size
+        self.step = step
+        self.strategy = strategy
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.ridge = ridge
+        self.max_breakpoints = max_breakpoints
+        for name, value in (("window_size", window_size), ("step", step)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if strategy not in ("multiple", "single"):
+            raise ValueError(f"strategy must be 'multiple' or 'single', got {strategy!r}")
+        self._init_engine()
+        self._buffer_rows: list[np.ndarray] = []
+        self._buffer_labels: list[float] = []
+        self._buffer_keys: list[Hashable] = []
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        yield {"window_size": 50, "step": 1, "C": 1.0, "gamma": 0.1}
+        yield {"window_size": 30, "step": 1, "strategy": "single", "kernel": "linear"}
+
+    @property
+    def n_window(self) -> int:
+        """Points in the current window solution."""
+        return self._engine.n
+
+    @property
+    def n_buffered(self) -> int:
+        """Arrivals waiting for the next slide."""
+        return len(self._buffer_keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._engine or key in self._buffer_keys
+
+    def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
+        """Buffer one point; slide the window when ``step`` points are buffered."""
+        label = parse_binary_label(y)
+        row, new = self._row(x)
+        if key is not None and key in self:
+            raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        point_key = key if key is not None else AutoKey(self._auto_keys + 1)
+        self._features.add(new)
+        self._commit_keys([point_key])
+        self._buffer_rows.append(row)
+        self._buffer_labels.append(label)
+        self._buffer_keys.append(point_key)
+        if len(self._buffer_keys) >= self.step:
+            self._slide()
+
+    def learn_many(
+        self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
+    ) -> None:
+        """Slide the window by the whole batch (plus anything buffered) in one update."""
+        if len(X) == 0:
+            return
+        if len(y) != len(X):
+            raise ValueError("y must have one label per row of X")
+        labels = parse_binary_labels(y)
+        rows, new = self._frame(X)
+        batch_keys = self._keys_for(X, keys)
+        if len(set(batch_keys)) != len(batch_keys):
+            raise KeyError("keys repeat within the batch")
+        for key in batch_keys:
+            if key in self:
+                raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        self._features.add(new)
+        self._commit_keys(batch_keys)
+        self._buffer_rows.extend(rows)
+        self._buffer_labels.extend(labels.tolist())
+        self._buffer_keys.extend(batch_keys)
+        self._slide()
+
+    def forget_one(
+        self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
+    ) -> None:
+        """Remove one point from the window (or the buffer), by key or else by value."""
+        if key is None:
+            if x is None or y is None:
+                raise ValueError("forget_one needs a key, or both x and y")
+            key = self._find_by_value(x, y)
+        if key in self._buffer_keys:
+            index = self._buffer_keys.index(key)
+            del self._buffer_rows[index], self._buffer_labels[index], self._buffer_keys[index]
+            return
+        if key not in self._engine:
+            raise KeyError(f"no point in the window has key {key!r}")
+        self._engine.update(remove=[key])
+
+    def _slide(self) -> None:
+        if not self._buffer_keys:
+            return
+        width = len(self._features)
+        self._engine.ensure_dim(width)
+        rows = np.zeros((len(self._buffer_rows), self._engine.dim))
+        for i, row in enumerate(self._buffer_rows):
+            rows[i, : row.size] = row
+        labels = np.array(self._buffer_labels)
+        keys = list(self._buffer_keys)
+        # Arrivals that would leave the window in the same slide are never learned.
+        rows, labels, keys = rows[-self.window_size :], labels[-self.window_size :], \
+            keys[-self.window_size :]
+        overflow = self._engine.n + len(keys) - self.window_size
+        engine = self._engine
+        oldest: list[Hashable] = []
+        if overflow > 0:
+            order = np.argsort(engine.sequence, kind="stable")[:overflow]
+            stored_keys = engine.keys
+            oldest = [stored_keys[i] for i in order]
+        if self.strategy == "multiple":
+            engine.update(rows, labels, keys, remove=oldest)
+        else:
+            self._slide_single(rows, labels, keys, oldest)
+        self._buffer_rows, self._buffer_labels, self._buffer_keys = [], [], []
+
+    def _slide_single(self, rows, labels, keys, oldest) -> None:
+        engine = self._engine
+        started = engine.breakpoints_total
+        seconds = 0.0
+        steps = 0
+        migrations: dict[str, int] = {}
+        for key in oldest:
+            stats = engine.update(remove=[key])
+            seconds += stats.seconds
+            steps += stats.steps
+            for name, count in stats.migrations.items():
+                migrations[name] = migrations.get(name, 0) + count
+        for row, label, key in zip(rows, labels, keys, strict=True):
+            stats = engine.update(row[None, :], np.array([label]), [key])
+            seconds += stats.seconds
+            steps += stats.steps
+            for name, count in stats.migrations.items():
+                migrations[name] = migrations.get(name, 0) + count
+        # Report the slide as one update so both strategies can be compared per slide.
+        engine.last_update = UpdateStats(
+            added=len(keys), removed=len(oldest), breakpoints=engine.breakpoints_total - started,
+            steps=steps, migrations=migrations, seconds=seconds,
+        )
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"buffer_labels": list(self._buffer_labels),
+                "buffer_keys": [k.number if isinstance(k, AutoKey) else k
+                                for k in self._buffer_keys],
+                "buffer_auto": [isinstance(k, AutoKey) for k in self._buffer_keys],
+                "buffer_rows": [row.tolist() for row in self._buffer_rows]}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self._buffer_labels = list(extra.get("buffer_labels", []))
+        self._buffer_rows = [np.array(row, dtype=float) for row in extra.get("buffer_rows", [])]
+        self._buffer_keys = [AutoKey(k) if auto else k for k, auto in
+                             zip(
+                                 extra.get("buffer_keys", []),
+                                 extra.get("buffer_auto", []), strict=True)]
+
