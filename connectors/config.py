@@ -102,7 +102,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     "model": {
         "type": Setting(str, "IncrementalSVC", _one_of("IncrementalSVC", "SlidingWindowSVC")),
         "C": Setting(float, 1.0, _positive),
-        "kernel": Setting(str, "rbf", _one_of("rbf", "linear", "poly", "sigmoid")),
+        "kernel": Setting(str, "rbf", _one_of("rbf", "linear", "poly")),
         "gamma": Setting(float, 1.0, _positive),
         "degree": Setting(int, 3, _positive),
         "coef0": Setting(float, 0.0),

@@ -1,0 +1,133 @@
+"""Data sources for ``replay`` and ``evaluate``: a data set that ships in an installed package
+(River's Bananas and Phishing), the river-flow task of ``stream_svm.datasets``, or a CSV / JSONL
+file.
+
+>>> x, y = next(iter_source("bananas"))
+>>> sorted(x), y
+(['1', '2'], False)
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BUNDLED", "SourceError", "count_source", "iter_source"]
+
+#: Binary-classification data sets of River that ship inside its wheel (no download).
+BUNDLED = {"bananas": "Bananas", "phishing": "Phishing"}
+
+
+class SourceError(ValueError):
+    """A data source that cannot be read; the message says why."""
+
+
+def _label(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "1", "1.0", "yes", "+1"):
+            return True
+        if text in ("false", "0", "0.0", "-1", "-1.0", "no"):
+            return False
+    elif isinstance(value, (int, float)):
+        if value == 1:
+            return True
+        if value in (0, -1):
+            return False
+    raise SourceError(f"{where}: label {value!r} is not binary (true/1 or false/0/-1)")
+
+
+def _number(value: Any, name: str, where: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SourceError(f"{where}: feature {name!r} is not a number: {value!r}") from None
+    if not math.isfinite(number):
+        raise SourceError(f"{where}: feature {name!r} is not finite: {value!r}")
+    return number
+
+
+def _csv(path: Path, target: str) -> Iterator[tuple[dict[str, float], bool]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None or target not in reader.fieldnames:
+            raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}:{line}"
+            y = _label(row.pop(target), where)
+            yield {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}, y
+
+
+def _jsonl(path: Path, target: str) -> Iterator[tuple[dict[str, float], bool]]:
+    with open(path, encoding="utf-8") as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            where = f"{path}:{line}"
+            try:
+                document = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SourceError(f"{where}: not JSON: {exc}") from None
+            if not isinstance(document, dict):
+                raise SourceError(f"{where}: each line must be a JSON object")
+            if "x" in document:  # {"x": {...}, "y": ...}, the daemon's own format
+                features, y = document["x"], document.get("y", document.get(target))
+            else:
+                features = {k: v for k, v in document.items() if k != target}
+                y = document.get(target)
+            if y is None:
+                raise SourceError(f"{where}: no label {target!r}")
+            yield {k: _number(v, k, where) for k, v in features.items()}, _label(y, where)
+
+
+def iter_source(
+    source: str, target: str = "y", limit: int | None = None
+) -> Iterator[tuple[dict[str, float], bool]]:
+    """``(x, y)`` pairs of a source: ``bananas``, ``phishing``, ``river-flow:DIR`` (a directory
+    with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``."""
+    stream: Iterator[tuple[dict[str, Any], Any]]
+    if source.lower() in BUNDLED:
+        from river import datasets
+
+        stream = iter(getattr(datasets, BUNDLED[source.lower()])())
+        stream = ((x, _label(y, source)) for x, y in stream)
+    elif source.startswith("river-flow:"):
+        from stream_svm.datasets import RiverFlow
+
+        directory = source.partition(":")[2]
+        try:
+            dataset = RiverFlow(directory)
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{source}: {exc}") from None
+        stream = ((dict(x), _label(bool(y), source)) for x, y in dataset)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise SourceError(
+                f"data source {source!r} is neither a bundled data set "
+                f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
+            )
+        if path.suffix.lower() == ".csv":
+            stream = _csv(path, target)
+        elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+            stream = _jsonl(path, target)
+        else:
+            raise SourceError(f"{path}: use a .csv or .jsonl file")
+    return itertools.islice(stream, limit) if limit is not None else stream
+
+
+def count_source(source: str, target: str = "y", limit: int | None = None) -> int | None:
+    """How many pairs the source holds, when cheap to know (for a progress bar)."""
+    if source.lower() in BUNDLED:
+        from river import datasets
+
+        total = int(getattr(datasets, BUNDLED[source.lower()])().n_samples)
+        return min(total, limit) if limit is not None else total
+    return None
