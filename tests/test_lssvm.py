@@ -1,0 +1,435 @@
+"""Exactness, state size, guards and River conventions of the incremental/decremental LS-SVM."""
+
+from __future__ import annotations
+
+import doctest
+import math
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from river import checks
+
+import stream_svm.lssvm
+from stream_svm import IncrementalLSSVC, IncrementalLSSVR
+
+# ------------------------------------------------------------------------------------ oracle
+
+
+def closed_form(design: np.ndarray, targets: np.ndarray, rho: float, fit_intercept: bool):
+    """argmin rho ||w||^2 + ||design w + b - y||^2 (b unregularized), by a stable lstsq.
+
+    Least squares on the stacked system [1 Phi; 0 sqrt(rho) I] is much better conditioned
+    than the normal equations the model solves, so it is an independent reference.
+    """
+    n, width = design.shape
+    bias = np.ones((n, 1)) if fit_intercept else np.zeros((n, 0))
+    top = np.hstack([bias, design])
+    bottom = np.hstack([np.zeros((width, bias.shape[1])), math.sqrt(rho) * np.eye(width)])
+    stacked = np.vstack([top, bottom])
+    rhs = np.concatenate([targets, np.zeros(width)])
+    solution = np.linalg.lstsq(stacked, rhs, rcond=None)[0]
+    return solution  # (b, w) or w, the model's column order
+
+
+def fourier(model, rows: np.ndarray) -> np.ndarray:
+    """The model's random Fourier map, recomputed from its frequencies and phases."""
+    return math.sqrt(2.0 / model.n_components) * np.cos(rows @ model._omega + model._phase)
+
+
+def model_solution(model) -> np.ndarray:
+    if model.fit_intercept:
+        return np.concatenate([[model.intercept_], model.coef_])
+    return model.coef_
+
+
+def relative_error(model, rows: np.ndarray, targets: np.ndarray) -> float:
+    design = fourier(model, rows) if model.features == "rff" else rows
+    reference = closed_form(design, targets, model.rho, model.fit_intercept)
+    return float(np.linalg.norm(model_solution(model) - reference) / np.linalg.norm(reference))
+
+
+NAMES = [f"f{i}" for i in range(6)]
+
+
+def as_dict(row: np.ndarray) -> dict:
+    return {name: float(v) for name, v in zip(NAMES, row, strict=True)}
+
+
+def as_frame(rows: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=NAMES[: rows.shape[1]])
+
+
+def make_data(rng, n=400, kind="well"):
+    X = rng.normal(size=(n, len(NAMES)))
+    if kind in ("ill", "offset"):
+        # Nearly collinear and badly scaled features; with rho = 1e-6 below, cond(A) ~ 5e6
+        # ("ill"), and ~1e8 once every feature is offset by 3 ("offset").
+        X[:, 1] = X[:, 0] + 1e-3 * rng.normal(size=n)
+        X[:, 3] *= 0.01
+        if kind == "offset":
+            X += 3.0
+    y = X[:, 0] - X[:, 2] + 0.3 * rng.normal(size=n) > X[:, 0].mean() - X[:, 2].mean()
+    return X, y
+
+
+# ------------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("features", ["linear", "rff"])
+def test_single_sample_sequence_matches_closed_form(features, fit_intercept):
+    rng = np.random.default_rng(0)
+    X, y = make_data(rng)
+    model = IncrementalLSSVC(
+        rho=0.3, features=features, n_components=30, gamma=0.2, fit_intercept=fit_intercept,
+        seed=1,
+    )
+    held: list[int] = []
+    for _ in range(600):
+        if held and rng.random() < 0.4:
+            i = held.pop(int(rng.integers(len(held))))
+            model.forget_one(as_dict(X[i]), bool(y[i]))
+        else:
+            i = int(rng.integers(len(X)))  # repeats allowed: the training set is a multiset
+            held.append(i)
+            model.learn_one(as_dict(X[i]), bool(y[i]))
+    assert model.n_samples_ == len(held)
+    targets = np.where(y[held], 1.0, -1.0)
+    assert relative_error(model, X[held], targets) < 1e-10
+
+
+@pytest.mark.parametrize("features", ["linear", "rff"])
+def test_batches_and_simultaneous_updates_match_closed_form(features):
+    rng = np.random.default_rng(1)
+    X, y = make_data(rng)
+    model = IncrementalLSSVC(rho=0.05, features=features, n_components=40, gamma=0.1, seed=2)
+    held: list[int] = []
+    for step in range(60):
+        add = list(rng.integers(len(X), size=int(rng.integers(0, 12))))
+        n_remove = int(rng.integers(0, min(len(held), 10) + 1))
+        remove = [held.pop(int(rng.integers(len(held)))) for _ in range(n_remove)]
+        if step % 3 == 0:
+            model.learn_many(as_frame(X[add]), pd.Series(y[add]))
+            model.forget_many(as_frame(X[remove]), pd.Series(y[remove]))
+        else:
+            model.update_many(
+                as_frame(X[add]), pd.Series(y[add]), as_frame(X[remove]), pd.Series(y[remove])
+            )
+        held.extend(int(i) for i in add)
+    targets = np.where(y[held], 1.0, -1.0)
+    assert len(held) > 50
+    assert relative_error(model, X[held], targets) < 1e-10
+
+
+def test_removing_what_was_added_restores_the_model():
+    rng = np.random.default_rng(2)
+    X, y = make_data(rng, n=100)
+    model = IncrementalLSSVC(rho=0.5)
+    model.learn_many(as_frame(X[:60]), pd.Series(y[:60]))
+    before = model_solution(model)
+    model.learn_many(as_frame(X[60:]), pd.Series(y[60:]))
+    assert not np.allclose(model_solution(model), before)
+    model.forget_many(as_frame(X[60:]), pd.Series(y[60:]))
+    np.testing.assert_allclose(model_solution(model), before, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind,rho", [("well", 1.0), ("ill", 1e-6)])
+def test_ten_thousand_mixed_updates_stay_within_1e8(kind, rho):
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, n=3000, kind=kind)
+    model = IncrementalLSSVC(rho=rho)
+    model.learn_many(as_frame(X[:500]), pd.Series(y[:500]))
+    held = list(range(500))
+    outside = list(range(500, len(X)))
+    for _ in range(10_000):
+        if (rng.random() < 0.5 or len(held) < 200) and len(held) < 2000:
+            i = outside.pop(int(rng.integers(len(outside))))
+            held.append(i)
+            model.learn_one(as_dict(X[i]), bool(y[i]))
+        else:
+            i = held.pop(int(rng.integers(len(held))))
+            outside.append(i)
+            model.forget_one(as_dict(X[i]), bool(y[i]))
+    targets = np.where(y[held], 1.0, -1.0)
+    assert relative_error(model, X[held], targets) < 1e-8
+
+
+def test_ten_thousand_updates_add_no_error_to_the_normal_equations():
+    # With cond(A) ~ 1e8 the normal equations themselves are only good to ~1e-8 against a QR
+    # solve; the updates must not add to that: compare with a fresh solve on the same multiset.
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, n=3000, kind="offset")
+    model = IncrementalLSSVC(rho=1e-6)
+    held: list[int] = []
+    for i in range(10_000):
+        if held and rng.random() < 0.45:
+            j = held.pop(int(rng.integers(len(held))))
+            model.forget_one(as_dict(X[j]), bool(y[j]))
+        else:
+            j = i % len(X)
+            held.append(j)
+            model.learn_one(as_dict(X[j]), bool(y[j]))
+    fresh = IncrementalLSSVC(rho=1e-6)
+    fresh.learn_many(as_frame(X[held]), pd.Series(y[held]))
+    difference = np.linalg.norm(model_solution(model) - model_solution(fresh))
+    assert difference / np.linalg.norm(model_solution(fresh)) < 1e-8
+
+
+def test_rff_with_tiny_rho_after_many_updates():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(800, 3))
+    y = X[:, 0] * X[:, 1] > 0
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    model = IncrementalLSSVC(rho=1e-8, features="rff", n_components=40, gamma=0.3, seed=0)
+    held = np.zeros(len(X), dtype=bool)
+    for _ in range(300):
+        add = rng.choice(np.flatnonzero(~held), size=5, replace=False)
+        remove = rng.choice(np.flatnonzero(held), size=min(3, held.sum()), replace=False)
+        model.update_many(frame.iloc[add], pd.Series(y[add]), frame.iloc[remove],
+                          pd.Series(y[remove]))
+        held[add] = True
+        held[remove] = False
+    targets = np.where(y[held], 1.0, -1.0)
+    assert relative_error(model, X[held], targets) < 1e-8
+
+
+def test_regressor_is_exact_with_real_targets():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(200, 4))
+    t = X @ np.array([1.0, -2.0, 0.5, 0.0]) + 7.0 + 0.1 * rng.normal(size=200)
+    frame = pd.DataFrame(X, columns=NAMES[:4])
+    model = IncrementalLSSVR(rho=0.2)
+    model.learn_many(frame, pd.Series(t))
+    for i in range(50):
+        model.forget_one(frame.iloc[i].to_dict(), float(t[i]))
+    reference = closed_form(X[50:], t[50:], 0.2, True)
+    np.testing.assert_allclose(model_solution(model), reference, rtol=1e-10)
+    assert model.predict_one(frame.iloc[60].to_dict()) == pytest.approx(
+        reference[0] + X[60] @ reference[1:]
+    )
+
+
+def test_learn_many_equals_learn_one_sequence_and_predict_many():
+    rng = np.random.default_rng(6)
+    X, y = make_data(rng, n=80)
+    one, many = IncrementalLSSVC(rho=0.1), IncrementalLSSVC(rho=0.1)
+    for row, label in zip(X, y, strict=True):
+        one.learn_one(as_dict(row), bool(label))
+    many.learn_many(as_frame(X), pd.Series(y))
+    np.testing.assert_allclose(model_solution(one), model_solution(many), rtol=1e-12)
+    frame = as_frame(X[:10])
+    decisions = many.decision_function_many(frame)
+    assert decisions.tolist() == pytest.approx(
+        [many.decision_function_one(as_dict(r)) for r in X[:10]], rel=1e-12
+    )
+    assert many.predict_many(frame).tolist() == [bool(d > 0) for d in decisions]
+    proba = many.predict_proba_many(frame)
+    assert list(proba.columns) == [False, True]
+    assert proba[True].tolist() == pytest.approx(
+        [many.predict_proba_one(as_dict(r))[True] for r in X[:10]]
+    )
+
+
+def test_linear_new_features_extend_w_with_zeros():
+    model = IncrementalLSSVR(rho=1.0, fit_intercept=False)
+    model.learn_one({"a": 1.0}, 2.0)
+    assert model.coef_.tolist() == pytest.approx([1.0])  # 2 / (1 + 1)
+    model.learn_one({"b": 2.0, "a": 0.0}, 1.0)
+    assert model.feature_names_ == ["a", "b"]
+    reference = closed_form(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([2.0, 1.0]), 1.0, False)
+    np.testing.assert_allclose(model.coef_, reference)
+    # An unseen feature at prediction time has weight 0.
+    assert model.predict_one({"a": 1.0, "zzz": 5.0}) == pytest.approx(model.coef_[0])
+
+
+def test_feature_order_does_not_matter_for_rff():
+    a = IncrementalLSSVC(features="rff", n_components=10, seed=7)
+    b = IncrementalLSSVC(features="rff", n_components=10, seed=7)
+    a.learn_one({"x": 1.0, "y": 2.0, "z": 0.0}, True)
+    b.learn_one({"z": 0.0, "y": 2.0, "x": 1.0}, True)
+    a.learn_one({"x": -1.0, "y": 0.5}, False)
+    b.learn_one({"y": 0.5, "x": -1.0}, False)
+    np.testing.assert_array_equal(model_solution(a), model_solution(b))
+    # The zero-valued "z" of the first sample belongs to the map: it may carry values later.
+    a.learn_one({"z": 3.0}, True)
+
+
+def test_rff_is_reproducible_from_seed():
+    first = IncrementalLSSVC(features="rff", n_components=8, seed=11)
+    second = IncrementalLSSVC(features="rff", n_components=8, seed=11)
+    other = IncrementalLSSVC(features="rff", n_components=8, seed=12)
+    for model in (first, second, other):
+        model.learn_one({"u": 0.3, "v": -1.0}, True)
+    np.testing.assert_array_equal(first._omega, second._omega)
+    assert not np.array_equal(first._omega, other._omega)
+
+
+# ------------------------------------------------------------------------------ state size
+
+
+def array_sizes(model) -> dict[str, int]:
+    return {k: v.size for k, v in vars(model).items() if isinstance(v, np.ndarray)}
+
+
+@pytest.mark.parametrize("features", ["linear", "rff"])
+def test_state_does_not_grow_with_samples(features):
+    rng = np.random.default_rng(8)
+    X, y = make_data(rng, n=10_000)
+    model = IncrementalLSSVC(features=features, n_components=25, seed=0)
+    model.learn_many(as_frame(X[:100]), pd.Series(y[:100]))
+    sizes_100, pickled_100 = array_sizes(model), len(pickle.dumps(model))
+    for start in range(100, 10_000, 500):
+        model.learn_many(as_frame(X[start : start + 500]), pd.Series(y[start : start + 500]))
+    assert model.n_samples_ == 10_000
+    assert array_sizes(model) == sizes_100
+    assert max(sizes_100.values()) <= (len(NAMES) + 26) ** 2  # J x J at most
+    assert abs(len(pickle.dumps(model)) - pickled_100) < 64  # a larger count, nothing else
+    for value in vars(model).values():
+        assert not isinstance(value, (list, dict, tuple)) or len(value) < 100
+
+
+# ---------------------------------------------------------------------------------- guards
+
+
+def snapshot(model) -> bytes:
+    return pickle.dumps(model)
+
+
+def test_forgetting_from_an_empty_model_is_an_error():
+    model = IncrementalLSSVC()
+    with pytest.raises(ValueError, match="holds 0"):
+        model.forget_one({"a": 1.0}, True)
+    assert model.n_samples_ == 0
+
+
+def test_forgetting_more_than_held_is_an_error():
+    model = IncrementalLSSVC()
+    model.learn_one({"a": 1.0}, True)
+    before = snapshot(model)
+    frame = pd.DataFrame({"a": [1.0, 1.0]})
+    with pytest.raises(ValueError, match="cannot forget 2 samples: the model holds 1"):
+        model.forget_many(frame, pd.Series([True, True]))
+    assert snapshot(model) == before
+
+
+def test_forgetting_a_never_learned_feature_is_an_error():
+    model = IncrementalLSSVC()
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": 2.0}, False)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"features \['b'\].*never learned"):
+        model.forget_one({"a": 1.0, "b": 1.0}, True)
+    assert snapshot(model) == before
+
+
+def test_forgetting_an_impossible_sample_is_detected_and_harmless():
+    model = IncrementalLSSVR(rho=1.0)
+    for v in (1.0, 2.0, -1.0):
+        model.learn_one({"a": v}, v)
+    before = snapshot(model)
+    # Sum of squares of "a" is 6; a sample with a = 10 cannot have been among them.
+    with pytest.raises(ValueError, match="'a' exceed what the model holds"):
+        model.forget_one({"a": 10.0}, 0.0)
+    assert snapshot(model) == before
+    # Removing everything must leave nothing: a wrong target is caught then.
+    with pytest.raises(ValueError, match="residue"):
+        model.forget_many(pd.DataFrame({"a": [1.0, 2.0, -1.0]}), pd.Series([1.0, 2.0, 5.0]))
+    assert snapshot(model) == before
+    model.forget_many(pd.DataFrame({"a": [1.0, 2.0, -1.0]}), pd.Series([1.0, 2.0, -1.0]))
+    assert model.n_samples_ == 0 and model.predict_one({"a": 3.0}) == 0.0
+
+
+def test_indefinite_downdate_is_detected():
+    # Diagonal entries stay positive but the 2 x 2 system becomes indefinite.
+    model = IncrementalLSSVR(rho=0.01, fit_intercept=False)
+    model.learn_many(pd.DataFrame({"a": [1.0, 1.0], "b": [1.0, -1.0]}), pd.Series([0.0, 0.0]))
+    model.learn_one({"a": 0.0, "b": 0.0}, 0.0)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="not positive definite"):
+        model.forget_many(pd.DataFrame({"a": [1.4], "b": [1.4]}), pd.Series([0.0]))
+    assert snapshot(model) == before
+
+
+@pytest.mark.parametrize("label", [2, "yes", None, 0.5])
+def test_bad_labels_are_named_and_change_nothing(label):
+    model = IncrementalLSSVC()
+    model.learn_one({"a": 1.0}, True)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="not binary"):
+        model.learn_one({"a": 2.0}, label)
+    assert snapshot(model) == before
+
+
+def test_bad_feature_values_are_named_and_change_nothing():
+    model = IncrementalLSSVC()
+    model.learn_one({"a": 1.0}, True)
+    before = snapshot(model)
+    with pytest.raises(TypeError, match="'a'"):
+        model.learn_one({"a": "text"}, True)
+    with pytest.raises(ValueError, match="'b' is infinite"):
+        model.learn_many(pd.DataFrame({"a": [1.0], "b": [math.inf]}), pd.Series([True]))
+    with pytest.raises(ValueError, match="not a finite real number"):
+        IncrementalLSSVR().learn_one({"a": 1.0}, math.nan)
+    with pytest.raises(ValueError, match="2 samples to add but 1 targets"):
+        model.learn_many(pd.DataFrame({"a": [1.0, 2.0]}), pd.Series([True]))
+    assert snapshot(model) == before
+
+
+def test_rff_new_feature_is_a_clear_error():
+    model = IncrementalLSSVC(features="rff", n_components=5, seed=0)
+    model.learn_one({"a": 1.0, "b": 2.0}, True)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"\['c'\] were not present when the random Fourier"):
+        model.learn_one({"a": 1.0, "c": 2.0}, False)
+    with pytest.raises(ValueError, match="cannot grow"):
+        model.predict_one({"c": 1.0})
+    assert snapshot(model) == before
+    model.learn_one({"a": 1.0}, False)  # missing features read 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"rho": 0.0}, {"rho": -1.0}, {"rho": math.inf}, {"features": "poly"},
+     {"n_components": 0}, {"gamma": 0.0}],
+)
+def test_bad_parameters(params):
+    with pytest.raises(ValueError, match=next(iter(params))):
+        IncrementalLSSVC(**params)
+
+
+def test_probabilities_before_and_after_training():
+    model = IncrementalLSSVC()
+    assert model.predict_proba_one({"a": 1.0}) == {False: 0.5, True: 0.5}
+    assert model.predict_one({"a": 1.0}) is False
+    model.learn_many(pd.DataFrame({"a": [1.0, -1.0]}), pd.Series([True, False]))
+    proba = model.predict_proba_one({"a": 1.0})
+    # f = 2/3 for rho = 1, so p = (1 + f) / 2.
+    assert proba[True] == pytest.approx(5 / 6) and sum(proba.values()) == pytest.approx(1.0)
+    assert model.predict_proba_one({"a": 100.0}) == {False: 0.0, True: 1.0}
+
+
+def test_docstring_examples():
+    result = doctest.testmod(stream_svm.lssvm)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# ----------------------------------------------------------------------------- River checks
+
+
+def _river_checks():
+    for cls in (IncrementalLSSVC, IncrementalLSSVR):
+        for params in cls._unit_test_params():
+            model = cls(**params)
+            skips = model._unit_test_skips()
+            for check in checks.yield_checks(model):
+                if check.__name__ in skips:
+                    continue
+                label = f"{cls.__name__}({params.get('features', 'linear')})-{check.__name__}"
+                yield pytest.param(model, check, id=label)
+
+
+@pytest.mark.parametrize("model,check", list(_river_checks()))
+def test_river_checks(model, check):
+    check(model.clone())
