@@ -1,0 +1,133 @@
+"""Independent checks of an SVM solution: KKT conditions from a freshly computed kernel, and the
+batch optimum of scikit-learn's libsvm, polished in float64.
+
+libsvm caches Q in float32, so its raw decision values sit ~1e-6 from the optimum whatever its
+tol; re-solving the equalities on the sets libsvm identified gives the optimum to round-off.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import SVC
+
+from stream_svm.engine import ERROR, MARGIN, RESERVE, PathEngine
+
+
+def gram(engine: PathEngine, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    width = max(A.shape[1], B.shape[1])
+    A = np.hstack([A, np.zeros((A.shape[0], width - A.shape[1]))])
+    B = np.hstack([B, np.zeros((B.shape[0], width - B.shape[1]))])
+    return engine.kernel(A, B)
+
+
+def kkt_violation(engine: PathEngine) -> float:
+    """Largest KKT violation of the engine's solution, with g recomputed from scratch."""
+    if engine.n == 0:
+        return 0.0
+    X, y, alpha, status = engine.X, engine.y, engine.alpha, engine.status
+    K = gram(engine, X, X) + engine.ridge * np.eye(engine.n)
+    g = y * (K @ (alpha * y) + engine.b) - 1.0
+    C = engine.C
+    worst = abs(float(alpha @ y)) / C
+    worst = max(worst, float(np.max(-alpha, initial=0.0)) / C, float(np.max(alpha - C)) / C)
+    margin, error, reserve = status == MARGIN, status == ERROR, status == RESERVE
+    assert np.all(margin | error | reserve), "a point is left in a transient state"
+    worst = max(worst, float(np.max(np.abs(g[margin]), initial=0.0)))
+    worst = max(worst, float(np.max(g[error], initial=0.0)))
+    worst = max(worst, float(np.max(-g[reserve], initial=0.0)))
+    assert np.all(alpha[error] == C) and np.all(alpha[reserve] == 0.0)
+    return worst
+
+
+def dual_objective(K: np.ndarray, y: np.ndarray, alpha: np.ndarray) -> float:
+    a = alpha * y
+    return float(0.5 * a @ K @ a - alpha.sum())
+
+
+class BatchOptimum:
+    """The batch SVM optimum on (X, y) under the engine's kernel, C and ridge."""
+
+    def __init__(self, engine: PathEngine) -> None:
+        self.engine = engine
+        X, y, C = engine.X.copy(), engine.y.copy(), engine.C
+        self.X, self.y = X, y
+        K = gram(engine, X, X) + engine.ridge * np.eye(len(y))
+        self.K = K
+        if len(np.unique(y)) < 2:
+            self.alpha = np.zeros(len(y))
+            self.b = None
+            return
+        svc = SVC(kernel="precomputed", C=C, tol=1e-10, shrinking=False, max_iter=10**7)
+        with warnings.catch_warnings():
+            # An oracle that did not converge proves nothing: fail loudly instead.
+            warnings.simplefilter("error", ConvergenceWarning)
+            svc.fit(K, y)
+        alpha = np.zeros(len(y))
+        alpha[svc.support_] = np.abs(svc.dual_coef_[0])
+        self.raw_alpha, self.raw_b = alpha.copy(), float(svc.intercept_[0])
+        self.alpha, self.b = self._polish(alpha, C)
+
+    def _polish(self, alpha: np.ndarray, C: float) -> tuple[np.ndarray, float]:
+        """Refine libsvm's sets by a plain active-set iteration in float64.
+
+        Start from libsvm's free / at-C / zero sets, solve the equalities of the free set, and
+        move the worst violator between sets until the KKT conditions hold to round-off.
+        """
+        y, K = self.y, self.K
+        n = len(y)
+        state = np.where(alpha >= C * (1 - 1e-9), 1, np.where(alpha > 1e-9 * C, 0, 2))
+        for _ in range(10 * n + 50):
+            F = np.flatnonzero(state == 0)
+            a_bound = np.where(state == 1, C * y, 0.0)
+            if F.size == 0:
+                self.b_unique = False
+                return alpha, self.raw_b
+            M = np.zeros((F.size + 1, F.size + 1))
+            M[0, 1:] = 1.0
+            M[1:, 0] = 1.0
+            M[1:, 1:] = K[np.ix_(F, F)]
+            rhs = np.concatenate([[-a_bound.sum()], y[F] - K[F] @ a_bound])
+            solution = np.linalg.lstsq(M, rhs, rcond=1e-13)[0]
+            candidate = np.where(state == 1, C, 0.0)
+            candidate[F] = y[F] * solution[1:]
+            b = float(solution[0])
+            low, high = candidate[F] < -1e-10 * C, candidate[F] > C * (1 + 1e-10)
+            if low.any() or high.any():
+                worst = np.argmax(np.maximum(-candidate[F], candidate[F] - C))
+                state[F[worst]] = 2 if candidate[F[worst]] < 0 else 1
+                continue
+            g = y * (K @ (np.clip(candidate, 0, C) * y) + b) - 1.0
+            violation = np.where(state == 2, -g, np.where(state == 1, g, 0.0))
+            worst = int(np.argmax(violation))
+            if violation[worst] <= 1e-10 * max(1.0, C):
+                self.b_unique = True
+                return np.clip(candidate, 0.0, C), b
+            state[worst] = 0
+        raise AssertionError("the oracle's active-set refinement did not converge")
+
+    def objective(self) -> float:
+        return dual_objective(self.K, self.y, self.alpha)
+
+    def decision(self, Q: np.ndarray) -> np.ndarray:
+        return gram(self.engine, Q, self.X) @ (self.alpha * self.y) + self.b
+
+
+def assert_matches_batch(engine: PathEngine, probes: np.ndarray, tol: float = 1e-6) -> None:
+    """Decision values on ``probes`` and the dual objective equal the batch optimum's."""
+    assert kkt_violation(engine) < 1e-8 * max(1.0, engine.C)
+    oracle = BatchOptimum(engine)
+    if oracle.b is None:
+        return
+    ours = engine.decision_function(probes)
+    theirs = oracle.decision(probes)
+    if engine.n_margin == 0 or not oracle.b_unique:
+        # b is not unique without a free coefficient (any b in the KKT interval is optimal, and
+        # kkt_violation checked ours is inside it): compare the kernel parts only.
+        ours, theirs = ours - engine.b, theirs - oracle.b
+    scale = 1.0 + np.abs(theirs).max()
+    assert np.abs(ours - theirs).max() <= tol * scale, np.abs(ours - theirs).max()
+    our_objective = dual_objective(oracle.K, engine.y, engine.alpha)
+    assert abs(our_objective - oracle.objective()) <= 1e-7 * max(1.0, abs(oracle.objective()))

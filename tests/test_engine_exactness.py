@@ -1,0 +1,211 @@
+"""Exactness of the engine against an independent batch optimum, through random interleavings
+of single and multiple additions and removals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.io
+
+from stream_svm.engine import ConvergenceError, PathEngine
+from stream_svm.kernels import make_kernel
+from tests.oracle import BatchOptimum, assert_matches_batch, kkt_violation
+
+
+def two_rings(n: int, seed: int, noise: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    y = np.where(np.hypot(X[:, 0], X[:, 1]) > 1.1, 1.0, -1.0)
+    y[rng.random(n) < noise] *= -1
+    return X, y
+
+
+def interleave(engine: PathEngine, X, y, seed: int, calls: int, probes, check_every: int = 10,
+               batch: int = 1) -> None:
+    """Random learn/forget calls; KKT after every call, the batch oracle every few calls."""
+    rng = np.random.default_rng(seed)
+    pending = list(range(len(y)))
+    rng.shuffle(pending)
+    for call in range(calls):
+        stored = engine.keys
+        forget = len(stored) > 5 and (not pending or rng.random() < 0.35)
+        if forget:
+            count = int(rng.integers(1, batch + 1))
+            chosen = rng.choice(len(stored), size=min(count, len(stored)), replace=False)
+            forgotten = [stored[i] for i in chosen]
+            engine.update(remove=forgotten)
+            pending.extend(forgotten)  # forgotten points may be learned again later
+        else:
+            count = int(rng.integers(1, batch + 1))
+            taken, pending = pending[:count], pending[count:]
+            if not taken:
+                continue
+            engine.update(X[taken], y[taken], keys=taken)
+        assert kkt_violation(engine) < 1e-8 * max(1.0, engine.C), f"call {call}"
+        if call % check_every == 0 or call == calls - 1:
+            assert_matches_batch(engine, probes)
+
+
+@pytest.mark.parametrize("C,gamma", [(1.0, 0.5), (10.0, 0.5), (1e5, 3.0)])
+def test_two_rings_single_updates(C, gamma):
+    # At C = 1e5 libsvm (the oracle) only converges on a well-conditioned kernel.
+    X, y = two_rings(120, seed=1)
+    probes = np.random.default_rng(2).standard_normal((40, 2)) * 1.5
+    engine = PathEngine(make_kernel("rbf", gamma=gamma), C=C)
+    interleave(engine, X, y, seed=3, calls=300, probes=probes)
+
+
+def test_diehl_data(shared_data):
+    path = shared_data / "diehl-nonlindata100" / "nonlindata100.mat"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    data = scipy.io.loadmat(path)
+    X, y = data["X"].T.astype(float), data["y"].ravel().astype(float)
+    probes = X + np.random.default_rng(0).normal(scale=0.3, size=X.shape)
+    engine = PathEngine(make_kernel("rbf", gamma=0.25), C=10.0)
+    interleave(engine, X, y, seed=4, calls=250, probes=probes)
+    assert engine.n > 30
+
+
+def test_linear_kernel_more_points_than_dimensions():
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X = data.data[:, :4]
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    y = np.where(data.target == 1, 1.0, -1.0)
+    rng = np.random.default_rng(5)
+    subset = rng.choice(len(y), 150, replace=False)
+    X, y = X[subset], y[subset]
+    engine = PathEngine(make_kernel("linear"), C=1.0)
+    interleave(engine, X, y, seed=6, calls=250, probes=rng.standard_normal((30, 4)))
+
+
+def test_duplicates_and_opposite_labels():
+    X, y = two_rings(40, seed=7)
+    # Every point twice with its label, and a third copy of some with the opposite label.
+    X = np.vstack([X, X, X[:15]])
+    y = np.concatenate([y, y, -y[:15]])
+    probes = np.random.default_rng(8).standard_normal((30, 2))
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=5.0)
+    interleave(engine, X, y, seed=9, calls=200, probes=probes)
+
+
+def test_duplicates_with_ridge_match_oracle_with_same_ridge():
+    X, y = two_rings(40, seed=10)
+    X, y = np.vstack([X, X[:20]]), np.concatenate([y, -y[:20]])
+    engine = PathEngine(make_kernel("rbf", gamma=1.0), C=3.0, ridge=1e-3)
+    interleave(engine, X, y, seed=11, calls=120, probes=X[:30] + 0.05)
+
+
+@pytest.mark.parametrize("batch", [5, 50])
+def test_multiple_updates_match_oracle(batch):
+    X, y = two_rings(300, seed=12)
+    probes = np.random.default_rng(13).standard_normal((40, 2)) * 1.5
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    interleave(engine, X, y, seed=14, calls=40, probes=probes, check_every=1, batch=batch)
+
+
+def test_simultaneous_add_and_remove_equals_repeated_single_updates():
+    X, y = two_rings(200, seed=15)
+    rng = np.random.default_rng(16)
+    multiple = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    multiple.update(X[:120], y[:120], keys=list(range(120)))
+    single = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    for i in range(120):
+        single.update(X[i : i + 1], y[i : i + 1], keys=[i])
+    probes = rng.standard_normal((50, 2))
+    np.testing.assert_allclose(multiple.decision_function(probes),
+                               single.decision_function(probes), atol=1e-8)
+    for m, l in [(1, 0), (0, 1), (30, 0), (0, 30), (25, 25), (50, 50)]:
+        added = [int(i) for i in rng.choice(np.arange(120, 200), size=m, replace=False)
+                 if int(i) not in multiple]
+        removed = [multiple.keys[int(i)] for i in rng.choice(multiple.n, size=l, replace=False)]
+        multiple.update(X[added], y[added], keys=added, remove=removed)
+        for key in removed:
+            single.update(remove=[key])
+        for key in added:
+            single.update(X[key : key + 1], y[key : key + 1], keys=[key])
+        assert sorted(multiple.keys) == sorted(single.keys)
+        np.testing.assert_allclose(multiple.decision_function(probes),
+                                   single.decision_function(probes), atol=1e-8)
+        assert_matches_batch(multiple, probes)
+
+
+def test_update_emptying_the_margin_set_and_back():
+    X, y = two_rings(60, seed=17)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    engine.update(X, y, keys=list(range(60)))
+    engine.update(remove=engine.keys[:-2])  # keep two points
+    assert kkt_violation(engine) < 1e-9
+    engine.update(remove=engine.keys)  # nothing left
+    assert engine.n == 0 and engine.n_margin == 0
+    engine.update(X[:30], y[:30], keys=list(range(30)))
+    assert_matches_batch(engine, X[30:])
+
+
+def test_first_points_of_one_class_then_the_other():
+    engine = PathEngine(make_kernel("rbf", gamma=1.0), C=2.0)
+    engine.update(np.array([[0.0, 0.0]]), np.array([1.0]), keys=["a"])
+    assert kkt_violation(engine) < 1e-12 and engine.decision_function(np.zeros((1, 2)))[0] > 0
+    engine.update(np.array([[1.0, 0.0]]), np.array([1.0]), keys=["b"])
+    engine.update(np.array([[3.0, 0.0]]), np.array([-1.0]), keys=["c"])
+    assert_matches_batch(engine, np.array([[0.5, 0.0], [2.0, 0.0], [5.0, 1.0]]))
+
+
+def test_breakpoint_bound_raises_and_leaves_engine_unchanged():
+    X, y = two_rings(80, seed=18)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0, max_breakpoints=2)
+    for i in range(10):
+        try:
+            engine.update(X[i : i + 1], y[i : i + 1], keys=[i])
+        except ConvergenceError:
+            pass
+    before = engine.get_state()
+    probes = X[40:]
+    decisions = engine.decision_function(probes)
+    with pytest.raises(ConvergenceError, match="max_breakpoints=2"):
+        engine.update(X[10:70], y[10:70], keys=list(range(10, 70)))
+    after = engine.get_state()
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name])
+    np.testing.assert_array_equal(decisions, engine.decision_function(probes))
+
+
+def test_bad_updates_leave_engine_unchanged():
+    X, y = two_rings(20, seed=19)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    engine.update(X, y, keys=list(range(20)))
+    state = engine.get_state()
+    with pytest.raises(KeyError, match="already stored"):
+        engine.update(X[:1], y[:1], keys=[3])
+    with pytest.raises(KeyError, match="no stored point has key 99"):
+        engine.update(remove=[99])
+    with pytest.raises(ValueError, match="non-finite"):
+        engine.update(np.array([[np.nan, 1.0]]), np.array([1.0]), keys=["x"])
+    with pytest.raises(ValueError, match=r"\+1 or -1"):
+        engine.update(np.array([[0.0, 1.0]]), np.array([2.0]), keys=["x"])
+    for name, array in engine.get_state().items():
+        np.testing.assert_array_equal(state[name], array)
+
+
+def test_state_roundtrip_reproduces_decisions():
+    X, y = two_rings(100, seed=20)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    engine.update(X[:80], y[:80], keys=list(range(80)))
+    copy = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    copy.set_state(engine.get_state(), engine.keys)
+    np.testing.assert_array_equal(copy.decision_function(X), engine.decision_function(X))
+    engine.update(X[80:], y[80:], keys=list(range(80, 100)), remove=[0, 1, 2])
+    copy.update(X[80:], y[80:], keys=list(range(80, 100)), remove=[0, 1, 2])
+    np.testing.assert_allclose(copy.decision_function(X), engine.decision_function(X), atol=1e-9)
+
+
+def test_libsvm_oracle_polish_is_sharper_than_raw():
+    X, y = two_rings(100, seed=21)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    engine.update(X, y, keys=list(range(100)))
+    oracle = BatchOptimum(engine)
+    assert oracle.objective() <= float(
+        0.5 * (oracle.raw_alpha * y) @ oracle.K @ (oracle.raw_alpha * y) - oracle.raw_alpha.sum()
+    ) + 1e-9
