@@ -19,10 +19,12 @@ is corrupt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import time
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -185,8 +187,13 @@ class CheckpointStore:
                             f"{type(exc).__name__}: {exc}"
                         ) from exc
             except CheckpointError as exc:
-                log.error("%s; trying the previous checkpoint", exc)
                 problems.append(str(exc))
+                # Set aside (kept for inspection), so that pruning never counts it as one of
+                # the checkpoints to keep and deletes a good one instead.
+                aside = path.with_name(f"{path.name}.unusable-{int(time.time())}")
+                with contextlib.suppress(OSError):
+                    os.replace(path, aside)
+                log.error("%s; set aside as %s, trying the previous checkpoint", exc, aside.name)
                 continue
             if problems:
                 log.warning("restored the older checkpoint %s", path)

@@ -1,0 +1,240 @@
+"""Unit tests of the connector pieces that need no broker: configuration, message parsing,
+dead letters, checkpoint files, metrics, the processor's cache and the CLI parser."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import urllib.request
+
+import numpy as np
+import pytest
+
+from connectors.checkpoint import CheckpointError, CheckpointStore
+from connectors.cli import build_parser, main
+from connectors.config import ConfigError, kafka_client_settings, load_config
+from connectors.messages import (
+    Forget,
+    Label,
+    Malformed,
+    Observe,
+    Relabel,
+    Source,
+    dead_letter,
+    parse_label,
+    parse_message,
+)
+from connectors.metrics import Metrics
+from connectors.processor import Processor, Record
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_precedence_file_then_flags_then_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[model]\nC = 3.0\ngamma = 0.25\n[kafka]\ninput_topic = "from-file"\n')
+    environ = {"STREAM_SVM_MODEL_C": "7", "STREAM_SVM_VENV": "x"}  # the latter is no setting
+    config = load_config(path, {"model.C": "5"}, environ)
+    assert config.model.C == 7.0 and config.model.gamma == 0.25
+    assert config.kafka.input_topic == "from-file"
+    assert config.sources["model.C"] == "env STREAM_SVM_MODEL_C"
+    assert config.sources["model.gamma"] == str(path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "environ", "named"),
+    [
+        ({"model.C": "-1"}, {}, "model.C"),
+        ({"model.C": "abc"}, {}, "model.C"),
+        ({"model.kernel": "cubic"}, {}, "model.kernel"),
+        ({"model.bogus": "1"}, {}, "model.bogus"),
+        ({}, {"STREAM_SVM_KAFKA_NOPE": "1"}, "kafka.nope"),
+        ({"metrics.port": "70000"}, {}, "metrics.port"),
+        ({"kafka.output_topic": "stream-svm.input"}, {}, "kafka.output_topic"),
+        ({"kafka.input_topic": "bad topic!"}, {}, "kafka.input_topic"),
+        ({"kafka.sasl_mechanism": "PLAIN"}, {}, "kafka.sasl_mechanism"),
+        ({"metrics.enabled": "maybe"}, {}, "metrics.enabled"),
+    ],
+)
+def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(None, overrides, environ)
+
+
+def test_bundled_configs_are_valid():
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    river = load_config(configs / "river_flow.toml", environ={})
+    assert (river.model.type, river.model.window_size, river.model.step) == (
+        "SlidingWindowSVC", 1423, 30)
+    default = load_config(configs / "default.toml", environ={})
+    assert default.as_dict() == load_config(None, environ={}).as_dict()  # documents every default
+    load_config(configs / "bananas.toml", environ={})
+
+
+def test_kafka_settings_pass_through_with_credentials_from_the_environment():
+    config = load_config(
+        None,
+        {"kafka.bootstrap_servers": "a:1,b:2", "kafka.security_protocol": "SASL_SSL",
+         "kafka.sasl_mechanism": "SCRAM-SHA-256", "kafka.ssl_cafile": "/ca.pem"},
+        {},
+    )
+    with pytest.raises(ConfigError, match="STREAM_SVM_SASL_USERNAME"):
+        kafka_client_settings(config, {})
+    settings = kafka_client_settings(
+        config, {"STREAM_SVM_SASL_USERNAME": "u", "STREAM_SVM_SASL_PASSWORD": "p"}
+    )
+    assert settings["bootstrap_servers"] == ["a:1", "b:2"]
+    assert settings["sasl_plain_username"] == "u" and settings["ssl_cafile"] == "/ca.pem"
+
+
+# -- messages --------------------------------------------------------------------------------
+
+
+def test_parse_every_kind():
+    assert parse_message(b'{"id": "a", "x": {"f": 1, "g": null, "h": true}, "y": 0}', 100) == (
+        Observe("a", {"f": 1.0, "h": 1.0}, False))
+    assert parse_message(b'{"id": 2, "x": {}}', 100) == Observe(2, {}, None)
+    assert parse_message(b'{"id": 2, "y": -1}', 100) == Label(2, False)
+    assert parse_message(b'{"op": "forget", "id": 2}', 100) == Forget(2)
+    assert parse_message(b'{"op": "relabel", "id": 2, "y": 1}', 100) == Relabel(2, True)
+    assert parse_label(b'{"id": "k", "y": true}', 100) == Label("k", True)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None, b"", b"\xff", b"[1]", b'"s"', b"{", b'{"x": {}}', b'{"id": true, "x": {}}',
+        b'{"id": 1.0, "x": {}}', b'{"id": "", "x": {}}', b'{"id": 1, "x": [1]}',
+        b'{"id": 1, "x": {"a": NaN}}', b'{"id": 1, "x": {"a": -Infinity}}',
+        b'{"id": 1, "x": {"a": 1e400}}', b'{"id": 1, "x": {"a": "1"}}',
+        b'{"id": 1, "x": {"a": 1}, "y": 2}', b'{"id": 1, "x": {"a": 1}, "y": "true"}',
+        b'{"id": 1, "x": {}, "z": 1}', b'{"op": "x", "id": 1}',
+        b'{"op": "relabel", "id": 1}', b'{"id": 99999999999999999999, "x": {}}', b'{"id": 1}',
+        b'{"id": 1, "x": {"a": ' + b"9" * 5000 + b"}}",
+    ],
+)
+def test_malformed_messages_raise_malformed_only(raw):
+    with pytest.raises(Malformed):
+        parse_message(raw, 10_000)
+
+
+def test_size_limit_and_dead_letter_records():
+    raw = b'{"id": 1, "x": {"a": 1.0}}'
+    with pytest.raises(Malformed, match="size limit"):
+        parse_message(raw, len(raw) - 1)
+    source = Source("t", 3, 42)
+    text = dead_letter("why", raw, source, 1000)
+    assert text == {"error": "why", "raw": raw.decode(), "raw_encoding": "utf-8",
+                    "source": {"topic": "t", "partition": 3, "offset": 42}}
+    binary = dead_letter("why", b"\xff\x00", source, 1000)
+    assert base64.b64decode(binary["raw"]) == b"\xff\x00" and binary["raw_encoding"] == "base64"
+    cut = dead_letter("big", b"a" * 50, source, 10)
+    assert cut["raw"] == "a" * 10 and cut["truncated"] is True
+    json.dumps(dead_letter("none", None, source, 10))
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_keep_and_fallback(tmp_path, caplog):
+    store = CheckpointStore(tmp_path, keep=2)
+    for i in range(3):
+        store.save({"w": np.arange(i + 1.0)}, {"i": i}, {"offsets": {"t:0": i}})
+    assert [seq for seq, _ in store.paths()] == [3, 2]  # keep=2 pruned the first
+    newest = store.paths()[0][1]
+    newest.write_bytes(newest.read_bytes()[:-30])  # a torn / corrupt file
+    loaded = store.load_latest()
+    assert loaded.sequence == 2 and loaded.state["offsets"] == {"t:0": 1}
+    assert "is unreadable" in caplog.text
+    assert [p.name.split(".")[1] for p in tmp_path.glob("*.unusable-*")] == ["npz"]
+    # A restore that fails (e.g. the model refuses the arrays) also falls back.
+    store.save({"w": np.zeros(1)}, {"i": 9}, {})
+
+    def refuse(checkpoint):
+        if checkpoint.model_meta["i"] == 9:
+            raise ValueError("bad arrays")
+        return "ok"
+
+    assert store.load_latest(refuse).restored == "ok"
+    for _, path in store.paths():
+        path.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        store.load_latest()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_checkpoint_never_unpickles_and_refuses_objects(tmp_path):
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(CheckpointError, match="dtype object"):
+        store.save({"o": np.array([object()])}, {}, {})
+    # A file holding a pickled array is refused when read, not unpickled.
+    path = tmp_path / "checkpoint-000000000001.npz"
+    np.savez(path, o=np.array([{"a": 1}], dtype=object), __meta__=np.frombuffer(b"{}", np.uint8))
+    with pytest.raises(CheckpointError):
+        store.read(path)
+
+
+# -- metrics, processor, CLI ------------------------------------------------------------------
+
+
+def test_metrics_endpoint_serves_prometheus_names():
+    metrics = Metrics()
+    port = metrics.serve("127.0.0.1", 0)
+    try:
+        metrics.messages.labels(outcome="learned").inc(2)
+        metrics.lag.labels(topic="t", partition="0").set(5)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        metrics.close()
+    text = body.decode()
+    assert 'stream_svm_messages_total{outcome="learned"} 2.0' in text
+    for name in ("stream_svm_breakpoints_total", "stream_svm_update_seconds_bucket",
+                 "stream_svm_predict_seconds_bucket", "stream_svm_update_breakpoints_bucket",
+                 "stream_svm_progressive_accuracy", "stream_svm_seconds_since_checkpoint",
+                 "stream_svm_margin_vectors", "stream_svm_window_points",
+                 'stream_svm_consumer_lag{partition="0",topic="t"} 5.0'):
+        assert name in text
+    with socket.socket() as probe:  # the server is closed
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_processor_cache_limits_and_offsets():
+    from stream_svm import IncrementalSVC
+
+    processor = Processor(IncrementalSVC(), cache_max_size=2, cache_max_age_seconds=10)
+
+    def rec(offset, doc, ts):
+        return Record("in", 0, offset, json.dumps(doc).encode(), ts)
+
+    processor.process([rec(0, {"id": "a", "x": {"f": 1}}, 1_000),
+                       rec(1, {"id": "b", "x": {"f": 2}}, 2_000),
+                       rec(2, {"id": "c", "x": {"f": 3}}, 3_000)])
+    assert list(processor.cache) == ["b", "c"]  # size limit drops the oldest
+    processor.process([rec(3, {"id": "d", "x": {"f": 4}}, 12_500)])
+    assert list(processor.cache) == ["c", "d"]  # "b" is older than 10 s of message time
+    result = processor.process([rec(4, {"id": "a", "y": True}, 13_000),
+                                rec(5, {"id": "c", "y": True}, 13_000)])
+    assert "no unlabelled features cached for id 'a'" in result.dead_letters[0][1]["error"]
+    assert result.outputs[0][1] == {"id": "c", "op": "label", "ok": True}
+    assert "c" in processor.model and processor.offsets == {"in:0": 6}
+    # Already processed offsets are skipped (the model never learns a message twice).
+    again = processor.process([rec(5, {"id": "c", "y": True}, 13_000)])
+    assert again.skipped == 1 and not again.outputs and not again.dead_letters
+
+
+def test_cli_parses_commands_and_reports_bad_settings(capsys):
+    args = build_parser().parse_args(
+        ["serve", "--config", "c.toml", "--bootstrap-servers", "h:1", "--set", "model.C=2"])
+    assert args.bootstrap_servers == "h:1" and args.settings == [("model.C", "2")]
+    assert main(["serve", "--set", "model.C=-3"]) == 2
+    assert "model.C" in capsys.readouterr().err
+    command = ["evaluate", "--dataset", "bananas", "--limit", "200", "--set", "model.gamma=1"]
+    assert main(command) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["points"] == 200 and 0.5 < report["accuracy"] <= 1.0
+    assert main(["evaluate", "--dataset", "no-such-source"]) == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--set", "novalue"])
