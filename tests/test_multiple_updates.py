@@ -1,0 +1,125 @@
+"""Karasuyama & Takeuchi's multiple incremental/decremental update: every kind of update equals
+the batch optimum and the repeated single updates; the Fisher sliding window stays exact."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from stream_svm import SlidingWindowSVC
+from stream_svm.datasets import load_river_flow
+from stream_svm.engine import PathEngine
+from stream_svm.kernels import make_kernel
+from tests.oracle import assert_matches_batch, kkt_violation
+
+
+def gaussian_mixture(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Karasuyama's artificial set: +1 from a mixture of two Gaussians, -1 from one."""
+    rng = np.random.default_rng(seed)
+    positive = rng.random(n) < 0.5
+    centers = np.where(rng.random(n)[:, None] < 0.5, [[-1.5, 1.0]], [[1.5, 1.0]])
+    X = np.where(positive[:, None], centers + rng.standard_normal((n, 2)) * 0.8,
+                 rng.standard_normal((n, 2)) * 1.0)
+    return X, np.where(positive, 1.0, -1.0)
+
+
+def single_updates(engine: PathEngine, X, y, added, removed) -> None:
+    for key in removed:
+        engine.update(remove=[key])
+    for key in added:
+        engine.update(X[key : key + 1], y[key : key + 1], keys=[key])
+
+
+@pytest.mark.parametrize("kind", ["add", "remove", "both"])
+@pytest.mark.parametrize("size", [1, 2, 5, 13, 30, 50])
+def test_every_kind_of_multiple_update(kind, size):
+    X, y = gaussian_mixture(400, seed=size)
+    rng = np.random.default_rng(100 + size)
+    base = PathEngine(make_kernel("rbf", gamma=1.0), C=10.0)
+    base.update(X[:250], y[:250], keys=list(range(250)))
+    m = size if kind in ("add", "both") else 0
+    l = size if kind in ("remove", "both") else 0
+    added = [int(i) for i in rng.choice(np.arange(250, 400), size=m, replace=False)]
+    removed = [int(i) for i in rng.choice(250, size=l, replace=False)]
+    multiple, single = base, copy.deepcopy(base)
+    multiple.update(X[added], y[added], keys=added, remove=removed)
+    mid_breakpoints = multiple.last_update.breakpoints
+    sid_before = single.breakpoints_total
+    single_updates(single, X, y, added, removed)
+    probes = np.random.default_rng(7).standard_normal((60, 2)) * 2
+    assert_matches_batch(multiple, probes)
+    np.testing.assert_allclose(multiple.decision_function(probes),
+                               single.decision_function(probes), atol=1e-8)
+    assert sorted(multiple.keys) == sorted(single.keys)
+    if size >= 30:
+        assert mid_breakpoints < single.breakpoints_total - sid_before
+
+
+def test_added_points_end_in_every_set_and_margin_empties():
+    X, y = gaussian_mixture(300, seed=1)
+    seen: dict[str, int] = {}
+    engine = PathEngine(make_kernel("rbf", gamma=1.0), C=1.0)
+    engine.update(X[:100], y[:100], keys=list(range(100)))
+    for name, count in engine.last_update.migrations.items():
+        seen[name] = seen.get(name, 0) + count
+    engine.update(X[100:200], y[100:200], keys=list(range(100, 200)), remove=list(range(50)))
+    for name, count in engine.last_update.migrations.items():
+        seen[name] = seen.get(name, 0) + count
+    assert_matches_batch(engine, X[200:])
+    # Added points ended at C (error), in the margin set, and settled at once (reserve).
+    assert seen.get("added->error", 0) and seen.get("added->margin", 0)
+    assert seen.get("added->reserve", 0)
+    # Remove everything but one point of each class: the margin set empties on the way.
+    positives = [k for k in engine.keys if y[k] > 0]
+    negatives = [k for k in engine.keys if y[k] < 0]
+    engine.update(X[200:205], y[200:205], keys=list(range(200, 205)),
+                  remove=positives[1:] + negatives[1:])
+    assert kkt_violation(engine) < 1e-9
+    assert_matches_batch(engine, X[250:])
+    engine.update(remove=engine.keys)
+    assert engine.n == 0 and engine.n_margin == 0 and engine.b == engine.b
+    engine.update(X[:50], y[:50], keys=list(range(50)))  # starting again from empty
+    assert_matches_batch(engine, X[250:])
+
+
+def test_multiple_update_needs_fewer_breakpoints_than_single():
+    """At m = 50 added points the path is shorter than 50 single paths (Karasuyama sec 3.4)."""
+    X, y = gaussian_mixture(600, seed=3)
+    base = PathEngine(make_kernel("rbf", gamma=1.0), C=10.0)
+    base.update(X[:500], y[:500], keys=list(range(500)))
+    single = copy.deepcopy(base)
+    added = list(range(500, 550))
+    base.update(X[added], y[added], keys=added)
+    before = single.breakpoints_total
+    single_updates(single, X, y, added, [])
+    assert base.last_update.breakpoints < 0.8 * (single.breakpoints_total - before)
+
+
+@pytest.mark.parametrize("window_size,C,gamma", [
+    (400, 1.0, 0.1),
+    (400, 100.0, 1.0),
+    pytest.param(1423, 10.0, 0.1, marks=pytest.mark.slow),  # the paper's window
+])
+def test_fisher_sliding_window_is_exact_at_every_step(shared_data, window_size, C, gamma):
+    directory = shared_data / "fisher-river"
+    if not directory.is_dir():
+        pytest.skip(f"{directory} not found")
+    X, y, names = load_river_flow(directory)
+    window = SlidingWindowSVC(window_size=window_size, step=30, C=C, gamma=gamma)
+    rows = [dict(zip(names, row, strict=True)) for row in X]
+    steps = 0
+    for i, (x, label) in enumerate(zip(rows, y, strict=True)):
+        window.learn_one(x, bool(label > 0), key=i)
+        if window.n_buffered == 0:
+            engine = window._engine
+            assert kkt_violation(engine) < 1e-8 * max(1.0, C), f"after sample {i}"
+            assert sorted(engine.keys) == list(range(max(0, i + 1 - window_size), i + 1))
+            if i >= window_size:
+                steps += 1
+                if steps % 8 == 1:
+                    probes = X[i + 1 : i + 41] if i + 41 <= len(X) else X[:40]
+                    assert_matches_batch(engine, probes)
+    assert steps == (len(X) - window_size) // 30
+    assert_matches_batch(window._engine, X[:40])
