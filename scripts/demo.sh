@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole demo in one command on a fresh machine: sets up .venv like scripts/test.sh, then
+# runs `stream-svm demo` (embedded broker, Bananas replayed into a topic, the daemon until the
+# stream is drained, /metrics served meanwhile, and a summary).
+# Usage: bash scripts/demo.sh [demo options, e.g. --limit 2000 --metrics-port 0]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${STREAM_SVM_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -e ".[test,kafka]"
+exec "$VENV/bin/stream-svm" --log-level WARNING demo "$@"
