@@ -332,7 +332,11 @@ class _IncrementalLSSVM:
 
         if len(remove):
             self._check_removal(
-                gram_hi + gram_lo, new_gram_hi + new_gram_lo, regularization, design, signs
+                np.diag(gram_hi) + np.diag(gram_lo),
+                np.diag(new_gram_hi) + np.diag(new_gram_lo),
+                regularization,
+                design,
+                signs,
             )
         if n_after == 0:
             residue = np.abs(new_gram_hi + new_gram_lo - np.diag(regularization)).max()
@@ -390,8 +394,8 @@ class _IncrementalLSSVM:
 
     def _check_removal(
         self,
-        gram_before: np.ndarray,
-        gram_after: np.ndarray,
+        diagonal_before: np.ndarray,
+        diagonal_after: np.ndarray,
         regularization: np.ndarray,
         design: np.ndarray,
         signs: np.ndarray,
@@ -399,8 +403,8 @@ class _IncrementalLSSVM:
         # Each diagonal entry of Phi Phi^T is a sum of squares over the held samples: it cannot
         # go below zero by more than rounding if the removed samples were really held.
         removed = design[signs < 0]
-        squares_after = np.diag(gram_after) - regularization
-        scale = np.diag(gram_before) - regularization + (removed * removed).sum(axis=0)
+        squares_after = diagonal_after - regularization
+        scale = diagonal_before - regularization + (removed * removed).sum(axis=0)
         bad = squares_after < -_ROUNDING_SLACK * scale - np.finfo(float).tiny
         if bad.any():
             column = int(np.argmax(bad))
