@@ -32,7 +32,15 @@ import time
 import numpy as np
 
 # Run as a script, so benchmarks/ itself is on sys.path.
-from _common import FIGURES_DIR, OUT_DIR, emit, limit_blas_threads, machine_info, markdown_table
+from _common import (
+    FIGURES_DIR,
+    OUT_DIR,
+    ROOT,
+    emit,
+    limit_blas_threads,
+    machine_info,
+    markdown_table,
+)
 from sklearn.svm import SVC
 
 from stream_svm.engine import PathEngine
@@ -177,8 +185,9 @@ def main() -> None:
     suffix = "_quick" if args.quick else ""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / f"multiple{suffix}.json").write_text(json.dumps(curves, indent=1))
-    figure = FIGURES_DIR / f"multiple_breakpoints{suffix}.png"
-    FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+    # Smoke-run plots stay in the git-ignored out/; figures/ holds the full runs' plots.
+    figure = (OUT_DIR if args.quick else FIGURES_DIR) / f"multiple_breakpoints{suffix}.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
     plot(curves, figure)
 
     shown = {1, 2, 5, 10, 15, 20, 25, 30, 40, 50}
@@ -205,7 +214,7 @@ def main() -> None:
     sections.append("### Ratio at the largest k\n\n" + markdown_table(
         ["scenario", "k", "moved points", "MID/SID breakpoints", "sqrt(moved)/moved",
          "measured / theory", "SID/MID seconds"], summary))
-    sections.append(f"Figure: benchmarks/figures/{figure.name}")
+    sections.append(f"Figure: {figure.relative_to(ROOT)}")
     sections.append(machine_info())
     emit(f"multiple{suffix}", "\n\n".join(sections))
 

@@ -33,6 +33,7 @@ import numpy as np
 from _common import (
     FIGURES_DIR,
     OUT_DIR,
+    ROOT,
     emit,
     limit_blas_threads,
     load_fisher,
@@ -208,8 +209,9 @@ def main() -> None:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     (OUT_DIR / f"river_flow{suffix}.json").write_text(json.dumps(results, indent=1))
-    figure = FIGURES_DIR / f"river_flow_seconds{suffix}.png"
-    FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+    # Smoke-run plots stay in the git-ignored out/; figures/ holds the full runs' plots.
+    figure = (OUT_DIR if args.quick else FIGURES_DIR) / f"river_flow_seconds{suffix}.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
     plot(results, figure)
 
     rows = []
@@ -243,7 +245,7 @@ def main() -> None:
         (f"Best CV error {best_cv['cv_error']:.4f} at C={best_cv['C']:g}, "
          f"gamma={best_cv['gamma']:g}." if best_cv else ""),
         "Engine failures (ConvergenceError): " + ("; ".join(failures) or "none") + ".",
-        f"Figure: benchmarks/figures/{figure.name}",
+        f"Figure: {figure.relative_to(ROOT)}",
         machine_info(),
     ])
     emit(f"river_flow{suffix}", text)
