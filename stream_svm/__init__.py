@@ -1,6 +1,7 @@
 """stream-svm: exact online kernel SVMs for streams, as River estimators."""
 
 from stream_svm import datasets
+from stream_svm.alpha_isvm import AlphaISVC
 from stream_svm.classifiers import AutoKey, IncrementalSVC, SlidingWindowSVC
 from stream_svm.engine import ConvergenceError, PathEngine, UpdateStats
 from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
@@ -8,6 +9,7 @@ from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlphaISVC",
     "AutoKey",
     "ConvergenceError",
     "IncrementalLSSVC",

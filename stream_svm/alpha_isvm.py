@@ -1,0 +1,571 @@
+"""alpha-ISVM: incremental SVM with a working, a caching and a backup set, and LRU discarding.
+
+Xiao, Wang & Zhang ("An Approach to Incremental SVM Learning Algorithm", ICTAI 2000, sec 3.3)
+keep three sets of samples between increments:
+
+* the working set W: the support vectors of the latest classifier (boundary samples);
+* the caching set C: samples that were support vectors before, weighted by how often and how
+  recently (vice-boundary samples);
+* the backup set B: everything else (intra-samples), from which a fraction alpha is discarded,
+  least recently used first, after every increment.
+
+Each increment runs an iterative search: validate the current classifier on a test set V, add
+its errors E to the training set T = S(C) + W + E, train, update the sets and the weights, and
+repeat until the validation has no errors. Every training here is one warm-started update of
+the package's exact path-following engine (:class:`stream_svm.engine.PathEngine`): moving from
+one T to the next adds and removes points in one multiple incremental-decremental path.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stream_svm._input import parse_binary_label, parse_binary_labels
+from stream_svm.classifiers import _EngineClassifier
+from stream_svm.engine import MARGIN
+
+__all__ = ["AlphaISVC", "IncrementStats"]
+
+# Codes of the three sets; every kept sample is in exactly one of them.
+WORKING, CACHING, BACKUP = 0, 1, 2
+
+# Slack on y f(x) >= validation_margin when the margin is positive: a sample exactly on the
+# margin (y f = 1 up to round-off) satisfies the KKT conditions and must not count as an error,
+# or the search would move it in and out of T forever.
+_MARGIN_SLACK = 1e-9
+
+
+@dataclass
+class IncrementStats:
+    """What one increment (or the initializing procedure) did.
+
+    ``rounds`` counts the trainings of the iterative search (1 for the initializing
+    procedure); ``errors`` lists |E_j| for every validation, the last one being the final
+    classifier's (0 when the search converged). ``converged`` is False when the search stopped
+    at ``max_rounds`` with errors left. Set sizes are taken after the discard; ``n_training`` is
+    |T|, the samples the final classifier was trained on (those held by the engine).
+    ``breakpoints`` and ``seconds`` sum the engine's path breakpoints and the increment's wall
+    time (search, bookkeeping and discard).
+    """
+
+    initial: bool = False
+    arrived: int = 0
+    rounds: int = 0
+    converged: bool = True
+    errors: list[int] = field(default_factory=list)
+    n_working: int = 0
+    n_caching: int = 0
+    n_backup: int = 0
+    n_training: int = 0
+    discarded: int = 0
+    breakpoints: int = 0
+    seconds: float = 0.0
+
+    @property
+    def n_kept(self) -> int:
+        return self.n_working + self.n_caching + self.n_backup
+
+
+def _check_ratio(name: str, symbol: str, value: object, low: float, high: float,
+                 high_open: bool = False, low_open: bool = False) -> float:
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+          and math.isfinite(float(value)))
+    if ok:
+        v = float(value)
+        ok = (low < v if low_open else low <= v) and (v < high if high_open else v <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} ({symbol}) must be a number in {interval}, got {value!r}")
+    return float(value)
+
+
+class AlphaISVC(_EngineClassifier):
+    """alpha-ISVM (Xiao, Wang & Zhang, 2000) on the exact path-following engine.
+
+    ``learn_many(X, y)`` processes one increment; ``learn_one`` buffers samples and runs an
+    increment every ``batch_size`` of them. The first increment is the paper's initializing
+    procedure: train on it, its support vectors form the working set W (weight Delta d), the
+    rest the backup set B, the caching set C is empty. Every later increment runs the iterative
+    search of sec 3.3 and then discards a fraction alpha of B. Predictions come from the latest
+    classifier (buffered samples are not in it yet).
+
+    One search round j, with V the test set (the new samples in the first round):
+
+    1. validate the current classifier on V: errors E, passed O; stop if E is empty;
+    2. select S(C) from C (see *cache selection* below) and train on T = S(C) + W + E: one
+       warm-started engine update that adds T's new members and removes those that left;
+    3. W <- support vectors of T; C <- (W_old + C_old) - W;
+       eq (3): psi <- gamma psi on C, psi <- psi + Delta d on W;
+       eqs (4-5): samples of C with psi <= delta leave C;
+       eq (6): B <- every other kept sample;
+    4. the next test set is every kept sample outside T (the paper's NS(C) + O + B; a sample
+       being trained on does not validate its own classifier, else a training error would
+       count as a validation error forever).
+
+    The search stops when the validation has no errors, or after ``max_rounds`` trainings with
+    the last classifier (``last_increment.converged`` is then False and ``bound_hits_total``
+    counts it). Then floor(alpha |B|) samples of B are discarded for good, least recently used
+    first. An increment whose first validation has no errors keeps the classifier and puts the
+    new samples in B (they have never been support vectors).
+
+    Choices where the paper is vague:
+
+    * *support vectors* (the working set): the engine's margin and error vectors, i.e. alpha > 0
+      or y f(x) = 1 exactly. A margin vector with alpha = 0 only occurs when T holds one class
+      (or degenerate data); it pins the bias b. Without it, a search whose errors are all of one
+      class would train on them alone, get alpha = 0 and a b that misclassifies the other
+      class, and alternate between the two classes until ``max_rounds``.
+
+    * *cache selection*: S(C) is the ceil(beta |C|) samples of C with the largest weight psi
+      (ties: most recently used first, then newest); beta = 0 trains on W + E only, beta = 1
+      on all of C.
+    * *used*, for LRU: a sample is used when it is a support vector of a trained classifier
+      (when it "affected the classification"); a sample that never was one counts as used
+      when it arrived. A clock ticks once per arrival batch and once per training round, so
+      new samples are more recent than every earlier use and older than this increment's
+      support vectors. Ties: older arrival first.
+    * *error*: with ``validation_margin = 0`` (the paper) a sample is an error when the
+      classifier predicts the wrong label (f(x) > 0 is the positive class). With
+      ``validation_margin = m > 0`` it is an error when y f(x) < m. With m = 1 every error is
+      a KKT violation, the search is Osuna's decomposition (the dual objective strictly
+      improves every round, so it terminates), and with alpha = 0 the final classifier is the
+      exact SVM on every sample seen.
+
+    Parameters
+    ----------
+    discard_ratio
+        alpha in [0, 1]: fraction of the backup set discarded after each increment.
+    cache_ratio
+        beta in [0, 1]: fraction of the caching set selected into the training set.
+    weight_decay
+        gamma in [0.5, 1): factor on the weights of the caching set every round (eq 3).
+    weight_increment
+        Delta d > 0: added to the weight of every working-set sample every round (eq 3), and
+        the initial weight of the first support vectors.
+    weight_threshold
+        delta in (0, Delta d): caching samples whose weight falls to delta or below move to
+        the backup set (eqs 4-5).
+    max_rounds
+        Bound on trainings per increment (>= 1).
+    batch_size
+        Samples ``learn_one`` buffers per increment (>= 1).
+    validation_margin
+        m in [0, 1]: a validation sample is an error when y f(x) < m (m = 0: when it is
+        misclassified, the paper's rule); see above.
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints
+        As in :class:`stream_svm.IncrementalSVC` (``max_breakpoints`` bounds each engine
+        update).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from stream_svm import AlphaISVC
+    >>> X = pd.DataFrame({"a": [0.0, 0.1, 0.2, 0.8, 0.9, 1.0, 0.05, 0.95, 0.15, 0.85]})
+    >>> y = pd.Series([False, False, False, True, True, True, False, True, False, True])
+    >>> model = AlphaISVC(discard_ratio=0.5, C=10.0, gamma=2.0)
+    >>> model.learn_many(X.iloc[:6], y.iloc[:6])      # initializing procedure
+    >>> model.learn_many(X.iloc[6:], y.iloc[6:])      # one increment
+    >>> model.predict_one({"a": 0.97}), model.predict_one({"a": 0.03})
+    (True, False)
+    >>> stats = model.last_increment
+    >>> stats.n_kept == model.n_stored == 10 - stats.discarded
+    True
+    """
+
+    def __init__(
+        self,
+        discard_ratio: float = 0.5,
+        cache_ratio: float = 0.5,
+        weight_decay: float = 0.9,
+        weight_increment: float = 1.0,
+        weight_threshold: float = 0.5,
+        max_rounds: int = 50,
+        batch_size: int = 100,
+        validation_margin: float = 0.0,
+        C: float = 1.0,
+        kernel: str | Any = "rbf",
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 0.0,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+    ) -> None:
+        self.discard_ratio = discard_ratio
+        self.cache_ratio = cache_ratio
+        self.weight_decay = weight_decay
+        self.weight_increment = weight_increment
+        self.weight_threshold = weight_threshold
+        self.max_rounds = max_rounds
+        self.batch_size = batch_size
+        self.validation_margin = validation_margin
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.ridge = ridge
+        self.max_breakpoints = max_breakpoints
+        self._ratio_alpha = _check_ratio("discard_ratio", "alpha", discard_ratio, 0.0, 1.0)
+        self._ratio_beta = _check_ratio("cache_ratio", "beta", cache_ratio, 0.0, 1.0)
+        self._decay = _check_ratio("weight_decay", "gamma", weight_decay, 0.5, 1.0,
+                                     high_open=True)
+        self._increment_w = _check_ratio("weight_increment", "Delta d", weight_increment, 0.0,
+                                     math.inf, low_open=True, high_open=True)
+        self._threshold = _check_ratio("weight_threshold", "delta", weight_threshold, 0.0,
+                                   self._increment_w, low_open=True, high_open=True)
+        self._margin = _check_ratio("validation_margin", "m", validation_margin, 0.0, 1.0)
+        for name, value in (("max_rounds", max_rounds), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self._init_engine()
+        self._reset_sets(0)
+        self._buffer_rows: list[np.ndarray] = []
+        self._buffer_labels: list[float] = []
+        self._clock = 0
+        self._next_id = 0
+        self._initialized = False
+        self.last_increment = IncrementStats()
+        self.increments_total = 0
+        self.discarded_total = 0
+        self.rounds_total = 0
+        self.bound_hits_total = 0
+
+    def _reset_sets(self, width: int) -> None:
+        # Bookkeeping of every kept sample, ordered by id (ids only grow, so the order is the
+        # arrival order and positions are found by binary search).
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._rows = np.zeros((0, width))
+        self._labels = np.zeros(0)
+        self._psi = np.zeros(0)
+        self._used = np.zeros(0, dtype=np.int64)
+        self._set = np.zeros(0, dtype=np.int8)
+        self._in_T = np.zeros(0, dtype=bool)
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        # Exact search without discarding: learn_one and learn_many reach the same SVM.
+        yield {"discard_ratio": 0.0, "validation_margin": 1.0, "batch_size": 1, "C": 1.0,
+               "gamma": 0.1}
+        # The paper's rule with discarding; River's learn_many check feeds batches of 12, so
+        # learn_one with batch_size 12 runs the very same increments.
+        yield {"discard_ratio": 0.9, "batch_size": 12, "kernel": "linear", "C": 10.0}
+
+    # ---------------------------------------------------------------- views
+    @property
+    def n_stored(self) -> int:
+        """Samples kept in all sets (W + C + B); buffered samples are not counted."""
+        return int(self._ids.size)
+
+    @property
+    def n_working(self) -> int:
+        return int(np.count_nonzero(self._set == WORKING))
+
+    @property
+    def n_caching(self) -> int:
+        return int(np.count_nonzero(self._set == CACHING))
+
+    @property
+    def n_backup(self) -> int:
+        return int(np.count_nonzero(self._set == BACKUP))
+
+    @property
+    def n_training(self) -> int:
+        """|T|: samples the current classifier was trained on (held by the engine)."""
+        return self._engine.n
+
+    @property
+    def n_buffered(self) -> int:
+        return len(self._buffer_labels)
+
+    @property
+    def weights(self) -> dict[int, float]:
+        """psi of every kept sample, by sample id (ids count arrivals from 0)."""
+        return dict(zip(self._ids.tolist(), self._psi.tolist(), strict=True))
+
+    @property
+    def last_used(self) -> dict[int, int]:
+        """LRU stamp of every kept sample, by id: the clock when it was last a support vector,
+        or when it arrived if it never was one (larger = more recent)."""
+        return dict(zip(self._ids.tolist(), self._used.tolist(), strict=True))
+
+    def sets(self) -> dict[str, list[int]]:
+        """Ids of the samples in the working, caching and backup sets, and in T."""
+        return {
+            "working": self._ids[self._set == WORKING].tolist(),
+            "caching": self._ids[self._set == CACHING].tolist(),
+            "backup": self._ids[self._set == BACKUP].tolist(),
+            "training": self._ids[self._in_T].tolist(),
+        }
+
+    def stored_keys(self) -> list[Hashable]:
+        """Ids of the kept samples (in arrival order)."""
+        return self._ids.tolist()
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            return False
+        i = int(np.searchsorted(self._ids, int(key)))
+        return i < self._ids.size and self._ids[i] == key
+
+    # ---------------------------------------------------------------- learning
+    def learn_one(self, x: Mapping, y: object) -> None:
+        """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""
+        label = parse_binary_label(y)
+        row, new = self._row(x)
+        if len(self._buffer_labels) + 1 < self.batch_size:
+            self._features.add(new)
+            self._buffer_rows.append(row)
+            self._buffer_labels.append(label)
+            return
+        self._increment([*self._buffer_rows, row], [*self._buffer_labels, label], new)
+
+    def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
+        """Run one increment on the rows of X (and whatever ``learn_one`` buffered)."""
+        if len(y) != len(X):
+            raise ValueError(f"y has {len(y)} labels for {len(X)} rows of X")
+        labels = parse_binary_labels(y)
+        if len(X) == 0:
+            rows, new = np.zeros((0, len(self._features))), []
+        else:
+            rows, new = self._frame(X)
+        if len(X) == 0 and not self._buffer_labels:
+            return
+        self._increment(self._buffer_rows + list(rows), self._buffer_labels + labels.tolist(),
+                        new)
+
+    def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
+                   ) -> None:
+        """One increment, all or nothing: on any error the model is left as it was."""
+        saved = self._save()
+        try:
+            self._run_increment(rows, np.array(labels, dtype=float),
+                                len(self._features) + len(new_features))
+        except BaseException:
+            self._load(saved)
+            raise
+        self._features.add(new_features)
+        self._buffer_rows, self._buffer_labels = [], []
+
+    def _save(self) -> dict[str, Any]:
+        engine = self._engine
+        return {
+            "engine": (engine.get_state(), engine.keys, engine.breakpoints_total,
+                       engine.updates_total, engine.last_update),
+            "arrays": (self._ids, self._rows, self._labels, self._psi.copy(), self._used.copy(),
+                       self._set.copy(), self._in_T.copy()),
+            "scalars": (self._clock, self._next_id, self._initialized, self.last_increment,
+                        self.increments_total, self.discarded_total, self.rounds_total,
+                        self.bound_hits_total),
+        }
+
+    def _load(self, saved: dict[str, Any]) -> None:
+        state, keys, breakpoints, updates, last = saved["engine"]
+        engine = self._engine
+        engine.set_state(state, keys)
+        engine.breakpoints_total, engine.updates_total, engine.last_update = \
+            breakpoints, updates, last
+        (self._ids, self._rows, self._labels, self._psi, self._used, self._set,
+         self._in_T) = saved["arrays"]
+        (self._clock, self._next_id, self._initialized, self.last_increment,
+         self.increments_total, self.discarded_total, self.rounds_total,
+         self.bound_hits_total) = saved["scalars"]
+
+    def _append(self, rows: list[np.ndarray], labels: np.ndarray, width: int) -> np.ndarray:
+        """Store the arrival batch (weight 0, used now, in B until the search places it)."""
+        m = len(rows)
+        block = np.zeros((m, width))
+        for i, row in enumerate(rows):
+            block[i, : row.size] = row
+        if self._rows.shape[1] < width:
+            self._rows = np.hstack([self._rows,
+                                    np.zeros((self._rows.shape[0], width - self._rows.shape[1]))])
+        self._clock += 1
+        ids = np.arange(self._next_id, self._next_id + m, dtype=np.int64)
+        self._next_id += m
+        self._ids = np.concatenate([self._ids, ids])
+        self._rows = np.vstack([self._rows, block])
+        self._labels = np.concatenate([self._labels, labels])
+        self._psi = np.concatenate([self._psi, np.zeros(m)])
+        self._used = np.concatenate([self._used, np.full(m, self._clock, dtype=np.int64)])
+        self._set = np.concatenate([self._set, np.full(m, BACKUP, dtype=np.int8)])
+        self._in_T = np.concatenate([self._in_T, np.zeros(m, dtype=bool)])
+        new = np.zeros(self._ids.size, dtype=bool)
+        new[-m:] = True
+        return new
+
+    def _run_increment(self, rows: list[np.ndarray], labels: np.ndarray, width: int) -> None:
+        started = time.perf_counter()
+        breakpoints_before = self._engine.breakpoints_total
+        self._engine.ensure_dim(width)
+        new = self._append(rows, labels, width)
+        stats = IncrementStats(initial=not self._initialized, arrived=int(new.sum()))
+        if not self._initialized:
+            # Initializing procedure: train on X^0; its SVs are W^0 with weight Delta d.
+            self._train(new)
+            self._place(new, np.zeros_like(new), np.zeros_like(new))
+            stats.rounds = 1
+            self._initialized = True
+        else:
+            self._search(new, stats)
+            stats.discarded = self._discard()
+        stats.n_working, stats.n_caching, stats.n_backup = (
+            self.n_working, self.n_caching, self.n_backup)
+        stats.n_training = self._engine.n
+        stats.breakpoints = self._engine.breakpoints_total - breakpoints_before
+        stats.seconds = time.perf_counter() - started
+        self.last_increment = stats
+        self.increments_total += 1
+        self.discarded_total += stats.discarded
+        self.rounds_total += stats.rounds
+        self.bound_hits_total += not stats.converged
+
+    def _errors(self, test: np.ndarray) -> np.ndarray:
+        """Mask of the samples of ``test`` the current classifier gets wrong."""
+        errors = np.zeros(test.size, dtype=bool)
+        if not test.any():
+            return errors
+        f = self._engine.decision_function(self._rows[test])
+        y = self._labels[test]
+        if self._margin == 0.0:
+            wrong = np.where(y > 0, f <= 0, f > 0)  # predict_one's rule: True when f > 0
+        else:
+            wrong = y * f < self._margin - _MARGIN_SLACK
+        errors[test] = wrong
+        return errors
+
+    def _search(self, test: np.ndarray, stats: IncrementStats) -> None:
+        while True:
+            errors = self._errors(test)
+            stats.errors.append(int(errors.sum()))
+            if not errors.any():
+                return
+            if stats.rounds >= self.max_rounds:
+                stats.converged = False
+                return
+            stats.rounds += 1
+            working = self._set == WORKING
+            caching = self._set == CACHING
+            training = self._select_cache(caching) | working | errors
+            self._train(training)
+            self._place(training, working, caching)
+            test = ~training
+
+    def _select_cache(self, caching: np.ndarray) -> np.ndarray:
+        """S(C): the ceil(beta |C|) heaviest caching samples (ties: recently used, newest)."""
+        members = np.flatnonzero(caching)
+        # round() first so that beta |C| = 3.0000000000000004 selects 3, not 4.
+        count = math.ceil(round(self._ratio_beta * members.size, 9))
+        selected = np.zeros(caching.size, dtype=bool)
+        if count:
+            order = np.lexsort((-self._ids[members], -self._used[members],
+                                -self._psi[members]))
+            selected[members[order[:count]]] = True
+        return selected
+
+    def _train(self, training: np.ndarray) -> None:
+        """Move the engine from the current T to ``training`` in one warm-started update."""
+        add = training & ~self._in_T
+        remove = self._in_T & ~training
+        if add.any() or remove.any():
+            self._engine.update(self._rows[add], self._labels[add], self._ids[add].tolist(),
+                                remove=self._ids[remove].tolist())
+        self._in_T = training.copy()
+
+    def _support(self) -> np.ndarray:
+        """Mask of the support vectors of the current classifier (see the class docstring)."""
+        engine = self._engine
+        support = np.zeros(self._ids.size, dtype=bool)
+        if engine.n:
+            positions = np.searchsorted(self._ids, np.array(engine.keys, dtype=np.int64))
+            support[positions] = (engine.alpha > 0) | (engine.status == MARGIN)
+        return support
+
+    def _place(self, training: np.ndarray, working: np.ndarray, caching: np.ndarray) -> None:
+        """Set transitions and weights after training on T (eqs 3-6)."""
+        self._clock += 1
+        support = self._support() & training
+        cache = (working | caching) & ~support
+        self._psi[cache] *= self._decay
+        self._psi[support] += self._increment_w
+        self._used[support] = self._clock
+        cache &= self._psi > self._threshold
+        self._set = np.where(support, WORKING, np.where(cache, CACHING, BACKUP)).astype(np.int8)
+
+    def _discard(self) -> int:
+        """Forget floor(alpha |B|) backup samples, least recently used (then oldest) first."""
+        backup = np.flatnonzero(self._set == BACKUP)
+        count = math.floor(round(self._ratio_alpha * backup.size, 9))
+        if count == 0:
+            return 0
+        order = np.lexsort((self._ids[backup], self._used[backup]))
+        gone = np.zeros(self._ids.size, dtype=bool)
+        gone[backup[order[:count]]] = True
+        in_engine = gone & self._in_T
+        if in_engine.any():
+            # Backup samples in T are not support vectors (alpha = 0): removing them leaves the
+            # classifier as it is and costs no breakpoint.
+            self._engine.update(remove=self._ids[in_engine].tolist())
+        keep = ~gone
+        self._ids, self._rows, self._labels = self._ids[keep], self._rows[keep], self._labels[keep]
+        self._psi, self._used, self._set = self._psi[keep], self._used[keep], self._set[keep]
+        self._in_T = self._in_T[keep]
+        return count
+
+    # ---------------------------------------------------------------- persistence
+    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The classifier, the three sets with their rows and weights, and the buffer.
+
+        >>> model = AlphaISVC(batch_size=2, C=1.0)
+        >>> model.learn_one({"a": 0.0}, False)
+        >>> model.learn_one({"a": 1.0}, True)
+        >>> arrays, meta = model.to_checkpoint()
+        >>> restored = AlphaISVC.from_checkpoint(arrays, meta)
+        >>> restored.n_stored, restored.decision_function_one({"a": 1.0}) == \\
+        ...     model.decision_function_one({"a": 1.0})
+        (2, True)
+        """
+        arrays, meta = super().to_checkpoint()
+        arrays.update({
+            "aisvc_ids": self._ids.copy(), "aisvc_rows": self._rows.copy(),
+            "aisvc_labels": self._labels.copy(), "aisvc_psi": self._psi.copy(),
+            "aisvc_used": self._used.copy(), "aisvc_set": self._set.copy(),
+            "aisvc_in_T": self._in_T.copy(),
+        })
+        return arrays, meta
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {
+            "clock": self._clock, "next_id": self._next_id, "initialized": self._initialized,
+            "increments_total": self.increments_total, "discarded_total": self.discarded_total,
+            "rounds_total": self.rounds_total, "bound_hits_total": self.bound_hits_total,
+            "last_increment": asdict(self.last_increment),
+            "buffer_rows": [row.tolist() for row in self._buffer_rows],
+            "buffer_labels": list(self._buffer_labels),
+        }
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self._ids = np.asarray(arrays["aisvc_ids"], dtype=np.int64)
+        self._rows = np.asarray(arrays["aisvc_rows"], dtype=float)
+        self._labels = np.asarray(arrays["aisvc_labels"], dtype=float)
+        self._psi = np.asarray(arrays["aisvc_psi"], dtype=float)
+        self._used = np.asarray(arrays["aisvc_used"], dtype=np.int64)
+        self._set = np.asarray(arrays["aisvc_set"], dtype=np.int8)
+        self._in_T = np.asarray(arrays["aisvc_in_T"], dtype=bool)
+        self._clock = int(extra["clock"])
+        self._next_id = int(extra["next_id"])
+        self._initialized = bool(extra["initialized"])
+        self.increments_total = int(extra["increments_total"])
+        self.discarded_total = int(extra["discarded_total"])
+        self.rounds_total = int(extra["rounds_total"])
+        self.bound_hits_total = int(extra["bound_hits_total"])
+        self.last_increment = IncrementStats(**extra["last_increment"])
+        self._buffer_rows = [np.array(row, dtype=float) for row in extra["buffer_rows"]]
+        self._buffer_labels = [float(v) for v in extra["buffer_labels"]]
