@@ -76,17 +76,18 @@ def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
     """Upper Cholesky factor of P with row and column j removed, from the factor R of P.
 
     Removing column j of R leaves an upper Hessenberg tail; Givens rotations restore the
-    triangle. (R' R stays P minus row/column j because rotations are orthogonal.)
+    triangle (R' R stays P minus row/column j because rotations are orthogonal). R is kept in
+    C order so that each rotation runs over two contiguous rows.
     """
     k = R.shape[0]
-    H = np.asfortranarray(np.delete(R, j, axis=1))
+    H = np.delete(R, j, axis=1)
     for i in range(j, k - 1):
         c, s = drotg(H[i, i], H[i + 1, i])
         row_i, row_next = drot(H[i, i:], H[i + 1, i:], c, s)
         H[i, i:] = row_i
         H[i + 1, i:] = row_next
         H[i + 1, i] = 0.0
-    return np.asfortranarray(H[: k - 1])
+    return H[: k - 1]
 
 
 class PathEngine:
@@ -285,17 +286,18 @@ class PathEngine:
             pivot2 = diag + self._t
             if pivot2 <= 0:
                 return False
-            R = np.array([[np.sqrt(pivot2)]], order="F")
+            R = np.array([[np.sqrt(pivot2)]])
         else:
             p_vec = column[self._margin] + self._t
-            # LAPACK directly: the scipy wrappers cost more than the solve at these sizes.
-            r_vec, info = dtrtrs(self._R, p_vec, lower=0, trans=1)
+            # LAPACK directly (the scipy wrappers cost more than the solve at these sizes), on
+            # R' as a lower factor in Fortran order: the transpose of C-ordered R, no copy.
+            r_vec, info = dtrtrs(self._R.T, p_vec, lower=1, trans=0)
             if info != 0:
                 return False
             pivot2 = diag + self._t - r_vec @ r_vec
             if pivot2 <= self.degeneracy_tol * (diag + self._t):
                 return False
-            R = np.zeros((k + 1, k + 1), order="F")
+            R = np.zeros((k + 1, k + 1))
             R[:k, :k] = self._R
             R[:k, k] = r_vec
             R[k, k] = np.sqrt(pivot2)
@@ -324,9 +326,9 @@ class PathEngine:
     def _solve(self, r: np.ndarray, s: float) -> tuple[np.ndarray, float]:
         """Solve K_SS beta + db 1 = r, 1' beta = s through the factor of K_SS + t 11'."""
         if self._u is None:
-            self._u = dpotrs(self._R, np.ones(self._margin.size), lower=0)[0]
+            self._u = dpotrs(self._R.T, np.ones(self._margin.size), lower=1)[0]
         u = self._u
-        v = dpotrs(self._R, r, lower=0)[0]
+        v = dpotrs(self._R.T, r, lower=1)[0]
         shifted_db = (v.sum() - s) / u.sum()
         return v - u * shifted_db, shifted_db + self._t * s
 
@@ -342,7 +344,9 @@ class PathEngine:
             K_SS = self._KS[margin, :k]
             self._t = float(np.mean(np.diag(K_SS)))
             self._t = max(self._t, np.finfo(float).tiny)
-            self._R = np.asfortranarray(cholesky(K_SS + self._t, lower=False, check_finite=False))
+            self._R = np.ascontiguousarray(
+                cholesky(K_SS + self._t, lower=False, check_finite=False)
+            )
             self._u = None
             error = np.flatnonzero(self._status[:n] == ERROR)
             a_S, b = self._solve(
@@ -400,7 +404,7 @@ class PathEngine:
             "pos": dict(self._pos),
             "next_seq": self._next_seq,
             "margin": self._margin.copy(),
-            "R": self._R.copy(order="F"),
+            "R": self._R.copy(),
             "t": self._t,
             "KS": self._KS[:n, :k].copy(),
             "diag_scale": self._diag_scale,
@@ -852,7 +856,7 @@ class PathEngine:
             fresh._slot[margin] = np.arange(margin.size)
             K_SS = fresh._KS[margin, : margin.size]
             fresh._t = max(float(np.mean(np.diag(K_SS))), np.finfo(float).tiny)
-            fresh._R = np.asfortranarray(
+            fresh._R = np.ascontiguousarray(
                 cholesky(K_SS + fresh._t, lower=False, check_finite=False)
             )
         fresh._refresh_g()
