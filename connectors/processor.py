@@ -41,6 +41,7 @@ from connectors.messages import (
     parse_message,
 )
 from connectors.metrics import Metrics
+from stream_svm import proba_from_decision
 
 __all__ = ["BatchResult", "Processor", "Record"]
 
@@ -123,8 +124,6 @@ class Processor:
         self.offsets: dict[str, int] = {}
         #: id -> (features, Kafka timestamp ms, prediction) of unlabelled points, oldest first
         self.cache: OrderedDict[Id, tuple[dict[str, float], int, bool]] = OrderedDict()
-        #: id -> features of every learned point, for relabel
-        self.learned: dict[Id, dict[str, float]] = {}
         self.updates = 0
         self.scored = 0
         self.correct = 0
@@ -134,11 +133,9 @@ class Processor:
 
     def state(self) -> dict[str, Any]:
         """The JSON-serializable state to checkpoint with the model."""
-        self._prune_learned()
         return {
             "offsets": dict(self.offsets),
             "cache": [[key, x, ts, pred] for key, (x, ts, pred) in self.cache.items()],
-            "learned": [[key, x] for key, x in self.learned.items()],
             "updates": self.updates,
             "scored": self.scored,
             "correct": self.correct,
@@ -150,7 +147,6 @@ class Processor:
         self.cache = OrderedDict(
             (key, (dict(x), int(ts), bool(pred))) for key, x, ts, pred in state.get("cache", [])
         )
-        self.learned = {key: dict(x) for key, x in state.get("learned", [])}
         self.updates = int(state.get("updates", 0))
         self.scored = int(state.get("scored", 0))
         self.correct = int(state.get("correct", 0))
@@ -188,8 +184,6 @@ class Processor:
         self._predict([e for e in entries if isinstance(e.op, Observe)])
         self._apply(entries)
         self._expire_cache()
-        if self.sliding and len(self.learned) > 2 * int(self.model.window_size):
-            self._prune_learned()
 
         for entry in entries:
             if entry.error is not None:
@@ -218,8 +212,9 @@ class Processor:
         frame = pd.DataFrame.from_records([e.op.x for e in entries])  # type: ignore[union-attr]
         started = time.perf_counter()
         scores = np.asarray(self.model.decision_function_many(frame), dtype=float)
-        # The model's probability is a monotone squashing of the decision value.
-        probas = np.asarray(self.model.predict_proba_many(frame)[True], dtype=float)
+        # The model's probability is a monotone squashing of the decision value: one kernel
+        # evaluation serves both.
+        probas = np.asarray(proba_from_decision(scores), dtype=float)
         if self.metrics is not None:
             self.metrics.predict_seconds.observe(time.perf_counter() - started)
         for entry, score, proba in zip(entries, scores, probas, strict=True):
@@ -333,8 +328,6 @@ class Processor:
                 self._learned(entry)
 
     def _learned(self, entry: _Entry) -> None:
-        identifier = entry.op.id  # type: ignore[union-attr]
-        self.learned[identifier] = entry.x  # type: ignore[assignment]
         self.updates += 1
         if entry.output is not None and "learned" in entry.output:
             entry.output["learned"] = True
@@ -349,25 +342,23 @@ class Processor:
         except KeyError:
             self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
-        self.learned.pop(op.id, None)
         self.updates += 1
         entry.output = {"id": op.id, "op": "forget", "ok": True}
         self._count("forgotten")
 
     def _relabel(self, entry: _Entry, op: Relabel) -> None:
-        x = self.learned.get(op.id)
-        if op.id not in self.model or x is None:
+        if op.id not in self.model:
             self._reject(entry, f"relabel of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
+        # The model keeps the point's features: relabel is its exact forget + learn.
+        x, _ = self.model.stored_point(op.id)
         self._timed(lambda: self.model.forget_one(key=op.id))
-        self.learned.pop(op.id, None)
         self.updates += 1
         try:
             self._timed(lambda: self.model.learn_one(x, op.y, key=op.id))
         except Exception as exc:  # pragma: no cover - x was learned before
             self._reject(entry, f"the model refused the relabelled point: {exc}", "refused")
             return
-        self.learned[op.id] = x
         self.updates += 1
         entry.output = {"id": op.id, "op": "relabel", "ok": True}
         self._count("relabeled")
@@ -407,10 +398,6 @@ class Processor:
                 break
             # Re-inserted ids move to the end, so the first entry is the oldest one.
             del self.cache[key]
-
-    def _prune_learned(self) -> None:
-        # A window (or a reserve-set limit) drops points by itself: keep only stored ones.
-        self.learned = {k: v for k, v in self.learned.items() if k in self.model}
 
     def _gauges(self) -> None:
         metrics = self.metrics

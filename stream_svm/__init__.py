@@ -2,7 +2,12 @@
 
 from stream_svm import datasets
 from stream_svm.alpha_isvm import AlphaISVC
-from stream_svm.classifiers import AutoKey, IncrementalSVC, SlidingWindowSVC
+from stream_svm.classifiers import (
+    AutoKey,
+    IncrementalSVC,
+    SlidingWindowSVC,
+    proba_from_decision,
+)
 from stream_svm.engine import ConvergenceError, PathEngine, UpdateStats
 from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
 
@@ -19,4 +24,5 @@ __all__ = [
     "SlidingWindowSVC",
     "UpdateStats",
     "datasets",
+    "proba_from_decision",
 ]

@@ -20,7 +20,7 @@ from stream_svm._input import FeatureSpace, parse_binary_label, parse_binary_lab
 from stream_svm.engine import PathEngine, UpdateStats
 from stream_svm.kernels import make_kernel
 
-__all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC"]
+__all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC", "proba_from_decision"]
 
 
 @dataclass(frozen=True, order=True)
@@ -30,8 +30,17 @@ class AutoKey:
     number: int
 
 
-def _sigmoid(score: np.ndarray | float) -> np.ndarray | float:
+def proba_from_decision(score: np.ndarray | float) -> np.ndarray | float:
+    """The probability of the True class that ``predict_proba_*`` reports for a decision value:
+    p = 1 / (1 + exp(-f)), a monotone squashing, not a calibration.
+
+    >>> float(proba_from_decision(0.0))
+    0.5
+    """
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(score, dtype=float)))
+
+
+_sigmoid = proba_from_decision
 
 
 def _check_C(C: object) -> float:
@@ -104,6 +113,35 @@ class _EngineClassifier(base.MiniBatchClassifier):
     def stored_keys(self) -> list[Hashable]:
         """Keys of the stored points (AutoKey for points learned without a key)."""
         return self._engine.keys
+
+    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], bool]:
+        """The features (non-zero ones, as learned) and the label of a stored point.
+
+        Unknown key: KeyError.
+
+        >>> model = IncrementalSVC()
+        >>> model.learn_one({"a": 2.0, "b": 0.0}, True, key="p")
+        >>> model.stored_point("p")
+        ({'a': 2.0}, True)
+        """
+        if key not in self._engine:
+            raise KeyError(f"no stored point has key {key!r}")
+        position = self._engine.position(key)
+        row = self._engine.X[position]
+        names = self._features.names
+        x = {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}
+        return x, bool(self._engine.y[position] > 0)
+
+    def relabel_one(self, key: Hashable, y: object) -> None:
+        """Give a stored point a new label: exact forget, then exact learn under the same key.
+
+        Unknown key: KeyError; a bad label: ValueError; the model is unchanged in both cases.
+        In a :class:`SlidingWindowSVC` the point comes back as the newest arrival.
+        """
+        label = parse_binary_label(y)
+        x, _ = self.stored_point(key)
+        self.forget_one(key=key)
+        self.learn_one(x, label > 0, key=key)
 
     # ---------------------------------------------------------------- input plumbing
     def _row(self, x: Mapping) -> tuple[np.ndarray, list[Hashable]]:
@@ -552,6 +590,15 @@ class SlidingWindowSVC(_EngineClassifier):
 
     def __contains__(self, key: object) -> bool:
         return key in self._engine or key in self._buffer_keys
+
+    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], bool]:
+        """The features and label of a point in the window or waiting in the buffer."""
+        if key in self._buffer_keys:
+            index = self._buffer_keys.index(key)
+            row, names = self._buffer_rows[index], self._features.names
+            x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
+            return x, bool(self._buffer_labels[index] > 0)
+        return super().stored_point(key)
 
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Buffer one point; slide the window when ``step`` points are buffered."""

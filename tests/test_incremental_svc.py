@@ -352,3 +352,27 @@ def test_sliding_window_keeps_latest_points_exactly():
                                single.decision_function_many(probes), atol=1e-8)
     assert_matches_batch(window._engine, probes.to_numpy())
     assert window.last_update.removed == 7 and window.last_update.added == 7
+
+
+def test_stored_point_and_relabel_one():
+    stream = ring_stream(60, seed=14)
+    model = IncrementalSVC(C=10.0, gamma=0.5)
+    for i, (x, y) in enumerate(stream):
+        model.learn_one(x, y, key=i)
+    x, label = model.stored_point(7)
+    assert x == {k: v for k, v in stream[7][0].items() if v != 0} and label == stream[7][1]
+    reference = IncrementalSVC(C=10.0, gamma=0.5)
+    for i, (x_i, y_i) in enumerate(stream):
+        reference.learn_one(x_i, (not y_i) if i == 7 else y_i, key=i)
+    model.relabel_one(7, not stream[7][1])
+    assert model.stored_point(7)[1] == (not stream[7][1])
+    probes = pd.DataFrame([x_i for x_i, _ in stream])
+    np.testing.assert_allclose(model.decision_function_many(probes),
+                               reference.decision_function_many(probes), atol=1e-8)
+    with pytest.raises(KeyError, match="no stored point has key 99"):
+        model.stored_point(99)
+    with pytest.raises(ValueError, match="label 5"):
+        model.relabel_one(7, 5)
+    window = SlidingWindowSVC(window_size=10, step=4)
+    window.learn_one({"a": 1.5}, True, key="buffered")
+    assert window.stored_point("buffered") == ({"a": 1.5}, True)
