@@ -302,15 +302,18 @@ class Processor:
             return
         batch = list(pending)
         pending.clear()
-        # A window slides by a whole run of labelled points in one multiple update; a run
-        # shorter than the model's step goes to its buffer (learn_one), so that a trickle of
-        # labels slides the window every `step` arrivals rather than at every message.
-        if self.sliding and len(batch) >= max(2, int(getattr(self.model, "step", 1))):
+        # A run of labelled points is learned in one multiple update (Karasuyama & Takeuchi):
+        # the exact solution does not depend on the order within the run, so the model equals
+        # learning them one by one, along a shorter path. A window's run shorter than its step
+        # goes to its buffer (learn_one), so that a trickle of labels slides the window every
+        # `step` arrivals rather than at every message.
+        minimum = max(2, int(getattr(self.model, "step", 1))) if self.sliding else 2
+        if len(batch) >= minimum and hasattr(self.model, "learn_many"):
             keys = [e.op.id for e in batch]  # type: ignore[union-attr]
-            frame = pd.DataFrame.from_records([e.x for e in batch], index=keys)
-            labels = pd.Series([e.y for e in batch], index=keys)
+            frame = pd.DataFrame.from_records([e.x for e in batch])
+            labels = pd.Series([e.y for e in batch])
             try:
-                self._timed(lambda: self.model.learn_many(frame, labels))
+                self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
             except Exception as exc:  # the model is unchanged: learn point by point instead
                 log.warning("multiple update refused (%s); learning the batch point by point", exc)
             else:
