@@ -136,7 +136,7 @@ class AlphaISVC(_EngineClassifier):
       classifier predicts the wrong label (f(x) > 0 is the positive class). With
       ``validation_margin = m > 0`` it is an error when y f(x) < m. With m = 1 every error is
       a KKT violation, the search is Osuna's decomposition (the dual objective strictly
-      improves every round, so it terminates), and with alpha = 0 the final classifier is the
+      improves every round, so it cannot cycle), and with alpha = 0 the final classifier is the
       exact SVM on every sample seen.
 
     Parameters
