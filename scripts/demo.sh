@@ -5,10 +5,5 @@
 # Usage: bash scripts/demo.sh [demo options, e.g. --limit 2000 --metrics-port 0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${STREAM_SVM_VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[test,kafka]"
+source scripts/_venv.sh
 exec "$VENV/bin/stream-svm" --log-level WARNING demo "$@"
