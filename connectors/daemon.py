@@ -125,8 +125,11 @@ class Daemon:
     """Runs the consume-predict-learn-produce loop until stopped.
 
     ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers``) finishes the current batch,
-    flushes, checkpoints, commits and returns. ``until_drained`` stops once every partition has
-    been read up to its high watermark and a poll came back empty (demo, tests, batch jobs).
+    flushes, checkpoints, commits and returns. While the broker is unreachable, flushing waits
+    for it; a second ``stop()`` gives the undelivered outputs up instead: then nothing more is
+    checkpointed or committed, the exit code is 1 and the restart repeats the stream from the
+    last checkpoint. ``until_drained`` stops once every partition has been read up to its high
+    watermark and a poll came back empty (demo, tests, batch jobs).
     """
 
     def __init__(
@@ -157,12 +160,22 @@ class Daemon:
         self._last_commit = 0.0
         self._committed: dict[str, int] = {}
         self._started = time.monotonic()
+        self._stop_requests = 0
+        # Set when a second stop gave undelivered outputs up: the processor's state then runs
+        # ahead of the outputs, so it must be neither checkpointed nor committed.
+        self._undelivered = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def stop(self, *_: object) -> None:
-        if not self.stop_event.is_set():
+        self._stop_requests += 1
+        if self._stop_requests == 1:
             log.info("stopping: finishing the batch, flushing, checkpointing, committing")
+        elif self._stop_requests == 2:
+            log.warning(
+                "stop requested again: outputs that cannot be delivered now are given up "
+                "(not checkpointed: they are repeated from the last checkpoint on restart)"
+            )
         self.stop_event.set()
 
     def run(self) -> int:
@@ -259,7 +272,16 @@ class Daemon:
             retry.initial_backoff_seconds, retry.max_backoff_seconds, retry.max_attempts
         )
         client = kafka_client_settings(config)
+        # kafka-python 3 blocks each client's construction for its own bootstrap_timeout_ms
+        # (default 30 s, whatever request_timeout_ms says), reconnecting with its own backoff
+        # up to 30 s: the retry.* settings, the retry log lines and a SIGTERM all waited for
+        # that. One attempt now lasts request_timeout_ms, and no client backoff exceeds ours.
+        client.update(
+            bootstrap_timeout_ms=config.kafka.request_timeout_ms,
+            reconnect_backoff_max_ms=max(50, int(retry.max_backoff_seconds * 1000)),
+        )
         servers = ",".join(client["bootstrap_servers"])
+        log.info("connecting to %s", servers)
         while not self.stop_event.is_set():
             try:
                 if config.kafka.create_topics:
@@ -388,7 +410,8 @@ class Daemon:
         sends = [
             (kafka.output_topic, key, encode(value)) for key, value in result.outputs
         ] + [(kafka.dead_letter_topic, key, encode(value)) for key, value in result.dead_letters]
-        self._deliver(sends)
+        if not self._deliver(sends):
+            return  # given up on a second stop: this batch must not be checkpointed/committed
         now_ms = time.time() * 1000
         for timestamp in result.input_timestamps:
             if timestamp > 0:
@@ -408,14 +431,25 @@ class Daemon:
         if time.monotonic() - self._last_commit >= 1.0:
             self._commit()
 
-    def _deliver(self, sends: list[tuple[str, bytes | None, bytes]]) -> None:
+    def _deliver(self, sends: list[tuple[str, bytes | None, bytes]]) -> bool:
         """Send and flush, retrying failed sends until every one is acknowledged (or stop is
-        requested twice: outputs are then repeated from the last checkpoint on restart)."""
+        requested twice: outputs are then repeated from the last checkpoint on restart);
+        returns whether every output was delivered."""
         from kafka.errors import KafkaError
 
         retry = self.config.retry
         backoff = _Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds, 0)
         while sends:
+            # Without this, a broker that stays away kept the daemon retrying forever, deaf
+            # to any number of SIGTERMs (the documented second stop was never honoured).
+            if backoff.failures and self._stop_requests >= 2:
+                self._undelivered = True
+                log.error(
+                    "gave up delivering %d outputs on the second stop request: the last "
+                    "checkpoint stays, the stream is repeated from it on restart",
+                    len(sends),
+                )
+                return False
             futures = []
             try:
                 for topic, key, value in sends:
@@ -435,6 +469,7 @@ class Daemon:
                     f"could not deliver {len(sends)} outputs",
                     RuntimeError("not acknowledged"),
                 )
+        return True
 
     def _update_lag(self) -> None:
         for tp in self._consumer.assignment():
@@ -507,10 +542,13 @@ class Daemon:
         )
 
     def _shutdown(self) -> None:
-        if self.processor is not None and self._store is not None and self._since_checkpoint:
+        if self._undelivered:
+            self.summary.exit_code = 1  # an unclean stop: outputs are repeated on restart
+        elif self.processor is not None and self._store is not None and self._since_checkpoint:
             self.checkpoint()
         if self._consumer is not None:
-            self._commit()
+            if not self._undelivered:
+                self._commit()
             with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)
         if self._producer is not None:
