@@ -282,7 +282,9 @@ class PathEngine:
         k = self._margin.size
         diag = column[position]
         if k == 0:
-            self._t = max(float(diag), 1e-12 * self._diag_scale, np.finfo(float).tiny)
+            # Any t > 0 gives the same solution, but t must be on the kernel's scale: from a
+            # point near the origin (linear kernel: K(x, x) ~ 0) the factor is rank-deficient.
+            self._t = max(float(diag), self._diag_scale)
             pivot2 = diag + self._t
             if pivot2 <= 0:
                 return False
@@ -342,8 +344,7 @@ class PathEngine:
         if k:
             margin = self._margin
             K_SS = self._KS[margin, :k]
-            self._t = float(np.mean(np.diag(K_SS)))
-            self._t = max(self._t, np.finfo(float).tiny)
+            self._t = max(float(np.max(np.diag(K_SS))), self._diag_scale)
             self._R = np.ascontiguousarray(
                 cholesky(K_SS + self._t, lower=False, check_finite=False)
             )
@@ -610,6 +611,10 @@ class PathEngine:
         beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
         driven_effect = K_D @ beta_D  # sum_j K(x_i, x_j) beta_j over the driven points
         fresh_since = 0
+        # What is left of the driven moves once it is round-off of the moves this update started
+        # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
+        # of an empty margin set).
+        arrived = 1e3 * eps * max(float(np.abs(beta_D).sum()), C)
 
         while active.any():
             if stats.steps >= limit:
@@ -623,9 +628,17 @@ class PathEngine:
                 fresh_since = 0
             beta_sum = float(beta_D.sum())
             beta_scale = float(np.abs(beta_D).sum())
+            if beta_scale <= arrived:
+                moving = D[active]
+                alpha[moving] = np.where(adding[active], C, 0.0)
+                break
             margin = self._margin
             k = margin.size
             bias_only = False
+            if abs(beta_sum) <= arrived:
+                # An imbalance at the equality's round-off (which grows with C) is no imbalance,
+                # here as with an empty margin set; honouring it would push margin points out.
+                beta_sum = 0.0
             if k:
                 beta_S, db = self._solve(-driven_effect[margin], -beta_sum)
                 change = self._KS[:n, :k] @ beta_S
@@ -653,6 +666,10 @@ class PathEngine:
                 # is its actual round-off, larger than eps * scale when K_SS is ill-conditioned.
                 tol_g = max(tol_g, 10.0 * float(np.abs(gamma[margin]).max()))
             tol_a = 1e3 * eps * (beta_S_scale + beta_scale)
+            if k:
+                # Likewise for the coefficients: the solve's miss on sum(beta_S) = -sum(beta_D)
+                # is the round-off in beta_S (with one margin point, beta_S is that miss).
+                tol_a = max(tol_a, 10.0 * abs(beta_S.sum() + beta_sum))
 
             eta = np.full(n, np.inf)
             sensitivity = np.abs(gamma)
@@ -704,6 +721,8 @@ class PathEngine:
             if state == MARGIN:
                 slot = int(self._slot[chosen])
                 column = self._margin_remove(slot)
+                # A point refused entry was in the span of S; with S smaller it may not be.
+                blocked[:] = False
                 if d_alpha_S[slot] > 0:
                     alpha[chosen] = C
                     status[chosen] = ERROR
@@ -844,7 +863,7 @@ class PathEngine:
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
         if n:
-            fresh._diag_scale = max(1.0, float(np.max(np.abs(self.kernel(X[:1], X[:1])))))
+            fresh._diag_scale = max(1.0, float(np.max(np.abs(self.kernel.diagonal(X)))))
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
@@ -855,7 +874,7 @@ class PathEngine:
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
             K_SS = fresh._KS[margin, : margin.size]
-            fresh._t = max(float(np.mean(np.diag(K_SS))), np.finfo(float).tiny)
+            fresh._t = max(float(np.max(np.diag(K_SS))), fresh._diag_scale)
             fresh._R = np.ascontiguousarray(
                 cholesky(K_SS + fresh._t, lower=False, check_finite=False)
             )

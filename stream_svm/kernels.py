@@ -52,6 +52,10 @@ class Kernel:
             )
         return block
 
+    def diagonal(self, A: np.ndarray) -> np.ndarray:
+        """K(A_i, A_i) for every row of A (built-in kernels: without forming the block)."""
+        return np.array([self(row[None, :], row[None, :])[0, 0] for row in A])
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -61,6 +65,9 @@ class LinearKernel(Kernel):
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         return A @ B.T
+
+    def diagonal(self, A: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,ij->i", A, A)
 
 
 class RBFKernel(Kernel):
@@ -73,6 +80,9 @@ class RBFKernel(Kernel):
         # cdist subtracts coordinates directly: no cancellation from ||a||^2 + ||b||^2 - 2ab.
         return np.exp(-self.gamma * cdist(A, B, "sqeuclidean"))
 
+    def diagonal(self, A: np.ndarray) -> np.ndarray:
+        return np.ones(A.shape[0])
+
 
 class PolynomialKernel(Kernel):
     name = "poly"
@@ -82,6 +92,9 @@ class PolynomialKernel(Kernel):
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         return (self.gamma * (A @ B.T) + self.coef0) ** self.degree
+
+    def diagonal(self, A: np.ndarray) -> np.ndarray:
+        return (self.gamma * np.einsum("ij,ij->i", A, A) + self.coef0) ** self.degree
 
 
 class CallableKernel(Kernel):
