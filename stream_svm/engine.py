@@ -47,7 +47,8 @@ _STATUS_NAMES = {MARGIN: "margin", ERROR: "error", RESERVE: "reserve", ADDING: "
 
 
 class ConvergenceError(RuntimeError):
-    """An update needed more breakpoints than allowed; the model was left as it was before."""
+    """An update could not be completed exactly (too many breakpoints, or a path that round-off
+    derailed on a numerically singular kernel); the model was left as it was before."""
 
 
 @dataclass
@@ -57,6 +58,8 @@ class UpdateStats:
     ``breakpoints`` counts the set changes on the path (each one costs a new direction);
     ``steps`` counts the linear solves, including the final segment that ends at eta = 1.
     ``migrations`` maps transitions such as ``"reserve->margin"`` to their counts.
+    ``retried`` tells that the KKT check after the multiple path failed (round-off on a
+    numerically singular kernel) and the update was redone one point at a time.
     """
 
     added: int = 0
@@ -66,6 +69,7 @@ class UpdateStats:
     migrations: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     refactorized: bool = False
+    retried: bool = False
 
     def count(self, migration: str, times: int = 1) -> None:
         if times:
@@ -116,6 +120,7 @@ class PathEngine:
         max_breakpoints: int | None = None,
         degeneracy_tol: float = 1e-11,
         residual_tol: float = 1e-9,
+        kkt_tol: float = 1e-7,
     ) -> None:
         self.kernel = kernel
         self.C = float(C)
@@ -123,6 +128,7 @@ class PathEngine:
         self.max_breakpoints = max_breakpoints
         self.degeneracy_tol = degeneracy_tol
         self.residual_tol = residual_tol
+        self.kkt_tol = kkt_tol
         self.n = 0
         self.dim = 0
         self.b = 0.0
@@ -453,9 +459,16 @@ class PathEngine:
         started = time.perf_counter()
         X_add, y_add, keys = self._check_update(X_add, y_add, keys, remove)
         snapshot = self._snapshot()
+        remove = list(remove)
         try:
             self.ensure_dim(X_add.shape[1])
-            stats = self._run_update(X_add, y_add, keys, list(remove))
+            stats = self._run_update(X_add, y_add, keys, remove)
+            if self.kkt_violation() > self.kkt_tol * max(1.0, self.C):
+                # Round-off derailed the path (numerically singular kernels): go again from the
+                # snapshot one point at a time, the single-point path of the same engine.
+                self._restore(snapshot)
+                self.ensure_dim(X_add.shape[1])
+                stats = self._one_at_a_time(X_add, y_add, keys, remove)
         except BaseException:
             self._restore(snapshot)
             raise
@@ -464,6 +477,37 @@ class PathEngine:
         self.breakpoints_total += stats.breakpoints
         self.updates_total += 1
         return stats
+
+    def _one_at_a_time(self, X_add, y_add, keys, remove) -> UpdateStats:
+        total = UpdateStats(added=len(keys), removed=len(remove), retried=True)
+        steps = [([], [], [], [key]) for key in remove]
+        steps += [(X_add[i : i + 1], y_add[i : i + 1], [key], []) for i, key in enumerate(keys)]
+        for X_one, y_one, key_one, remove_one in steps:
+            if len(key_one):
+                stats = self._run_update(X_one, y_one, key_one, remove_one)
+            else:
+                stats = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], remove_one)
+            total.breakpoints += stats.breakpoints
+            total.steps += stats.steps
+            total.refactorized |= stats.refactorized
+            for name, count in stats.migrations.items():
+                total.count(name, count)
+            violation = self.kkt_violation()
+            if violation > self.kkt_tol * max(1.0, self.C):
+                raise ConvergenceError(
+                    f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
+                    "matrix is numerically singular: try a larger gamma or a ridge); the model "
+                    "is unchanged"
+                )
+        return total
+
+    def kkt_violation(self) -> float:
+        """Largest violation of the KKT conditions by the maintained margin values g."""
+        n = self.n
+        g, status = self._g[:n], self._status[:n]
+        worst = float(np.abs(g[self._margin]).max()) if self._margin.size else 0.0
+        worst = max(worst, float(np.max(g, where=status == ERROR, initial=0.0)))
+        return max(worst, float(-np.min(g, where=status == RESERVE, initial=0.0)))
 
     def _check_update(self, X_add, y_add, keys, remove):
         if X_add is None:
@@ -614,7 +658,7 @@ class PathEngine:
         # What is left of the driven moves once it is round-off of the moves this update started
         # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
         # of an empty margin set).
-        arrived = 1e3 * eps * max(float(np.abs(beta_D).sum()), C)
+        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), C)
 
         while active.any():
             if stats.steps >= limit:
@@ -847,7 +891,7 @@ class PathEngine:
         if not margin_ok or np.count_nonzero(status == MARGIN) != margin.size:
             raise ValueError("the state's margin order does not match its statuses")
         fresh = PathEngine(self.kernel, self.C, self.ridge, self.max_breakpoints,
-                           self.degeneracy_tol, self.residual_tol)
+                           self.degeneracy_tol, self.residual_tol, self.kkt_tol)
         fresh.dim = X.shape[1]
         fresh._X = np.zeros((0, fresh.dim))
         fresh._reserve_rows(n)
