@@ -418,24 +418,26 @@ class PathEngine:
         }
 
     def _restore(self, snap: dict) -> None:
+        # Copies, so that the snapshot survives whatever is done after restoring it (an update
+        # retried from it, or several leave-one-out runs).
         self.n = snap["n"]
         self.dim = snap["dim"]
         self.b = snap["b"]
-        self._X = snap["X"]
-        self._y = snap["y"]
-        self._alpha = snap["alpha"]
-        self._g = snap["g"]
-        self._h = snap["h"]
-        self._status = snap["status"]
-        self._seq = snap["seq"]
-        self._slot = snap["slot"]
-        self._keys = snap["keys"]
-        self._pos = snap["pos"]
+        self._X = snap["X"].copy()
+        self._y = snap["y"].copy()
+        self._alpha = snap["alpha"].copy()
+        self._g = snap["g"].copy()
+        self._h = snap["h"].copy()
+        self._status = snap["status"].copy()
+        self._seq = snap["seq"].copy()
+        self._slot = snap["slot"].copy()
+        self._keys = list(snap["keys"])
+        self._pos = dict(snap["pos"])
         self._next_seq = snap["next_seq"]
-        self._margin = snap["margin"]
-        self._R = snap["R"]
+        self._margin = snap["margin"].copy()
+        self._R = snap["R"].copy()
         self._t = snap["t"]
-        self._KS = snap["KS"]
+        self._KS = snap["KS"].copy()
         self._diag_scale = snap["diag_scale"]
         self._u = None
         self._sv_cache = None
