@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_svm.engine import PathEngine
+from stream_svm.engine import ConvergenceError, PathEngine
 from stream_svm.kernels import make_kernel
 from tests.oracle import kkt_violation
 
@@ -38,25 +38,31 @@ def random_scenario(seed: int):
     return rng, kernel, C, X, y
 
 
-@pytest.mark.parametrize("seed", FORMERLY_FAILING)
-def test_random_degenerate_scenarios_stay_exact(seed):
-    rng, kernel, C, X, y = random_scenario(seed)
-    engine = PathEngine(kernel, C)
+def random_updates(rng, engine: PathEngine, X, y, calls: int = 60):
+    """Arguments of ``calls`` random updates: remove up to 10 stored points or add up to 11
+    (removed points may come back later)."""
     pending = list(range(len(y)))
     rng.shuffle(pending)
-    for _ in range(60):
+    for _ in range(calls):
         stored = engine.keys
         if len(stored) > 3 and (not pending or rng.random() < 0.4):
             count = int(rng.integers(1, min(10, len(stored)) + 1))
-            chosen = rng.choice(len(stored), count, replace=False)
-            removed = [stored[i] for i in chosen]
-            engine.update(remove=removed)
+            removed = [stored[i] for i in rng.choice(len(stored), count, replace=False)]
             pending += removed
+            yield {"remove": removed}
         else:
             count = int(rng.integers(1, 12))
             taken, pending = pending[:count], pending[count:]
             if taken:
-                engine.update(X[taken], y[taken], keys=taken)
+                yield {"X_add": X[taken], "y_add": y[taken], "keys": taken}
+
+
+@pytest.mark.parametrize("seed", FORMERLY_FAILING)
+def test_random_degenerate_scenarios_stay_exact(seed):
+    rng, kernel, C, X, y = random_scenario(seed)
+    engine = PathEngine(kernel, C)
+    for arguments in random_updates(rng, engine, X, y):
+        engine.update(**arguments)
         assert kkt_violation(engine) < 1e-7 * max(1.0, C)
 
 
@@ -69,27 +75,12 @@ def test_numerically_singular_updates_are_exact_or_refused_unchanged(seed):
     working precision. Every update must either stay exact or raise ConvergenceError and leave
     the engine exactly as it was (checked after the multiple path and its single-point retry),
     never return a wrong solution."""
-    from stream_svm.engine import ConvergenceError
-
     rng, kernel, C, X, y = random_scenario(seed)
     engine = PathEngine(kernel, C)
-    pending = list(range(len(y)))
-    rng.shuffle(pending)
-    for _ in range(60):
-        stored = engine.keys
+    for arguments in random_updates(rng, engine, X, y):
         before = engine.get_state()
         try:
-            if len(stored) > 3 and (not pending or rng.random() < 0.4):
-                count = int(rng.integers(1, min(10, len(stored)) + 1))
-                chosen = rng.choice(len(stored), count, replace=False)
-                removed = [stored[i] for i in chosen]
-                engine.update(remove=removed)
-                pending += removed
-            else:
-                count = int(rng.integers(1, 12))
-                taken, pending = pending[:count], pending[count:]
-                if taken:
-                    engine.update(X[taken], y[taken], keys=taken)
+            engine.update(**arguments)
         except ConvergenceError:
             after = engine.get_state()
             for name in before:
