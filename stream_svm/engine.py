@@ -24,6 +24,12 @@ bordered system is nonsingular (for any t > 0), so the same factor serves linear
 same x under the opposite label, a linear kernel with |S| > d + 1) is refused entry to S. Points
 leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
 re-solves the margin system from a fresh factorization when round-off has accumulated.
+
+Empty margin set (Karasuyama sec 3.3). With sum(y dalpha_D) != 0 the driven points cannot move
+alone: b moves to the end of its feasible interval from which a point can enter S and absorb the
+imbalance (a "bias-only" step). With sum(y dalpha_D) = 0 the driven points move with b fixed
+until a point reaches the margin; b stays feasible because every crossing is an event. (The
+paper traces both bounds of the bias interval instead; both paths end at the same optimum.)
 """
 
 from __future__ import annotations

@@ -376,3 +376,23 @@ def test_stored_point_and_relabel_one():
     window = SlidingWindowSVC(window_size=10, step=4)
     window.learn_one({"a": 1.5}, True, key="buffered")
     assert window.stored_point("buffered") == ({"a": 1.5}, True)
+
+
+def my_rbf(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    squared = (A**2).sum(1)[:, None] + (B**2).sum(1)[None, :] - 2 * A @ B.T
+    return np.exp(-0.5 * np.maximum(squared, 0.0))
+
+
+def test_user_callable_kernel_matches_builtin():
+    stream = ring_stream(80, seed=15)
+    builtin = IncrementalSVC(C=10.0, kernel="rbf", gamma=0.5)
+    custom = IncrementalSVC(C=10.0, kernel=my_rbf)
+    for x, y in stream[:60]:
+        builtin.learn_one(x, y)
+        custom.learn_one(x, y)
+    probes = pd.DataFrame([x for x, _ in stream[60:]])
+    np.testing.assert_allclose(custom.decision_function_many(probes),
+                               builtin.decision_function_many(probes), atol=1e-8)
+    assert_matches_batch(custom._engine, custom._engine.X + 0.1)
+    with pytest.raises(ValueError, match="returned shape"):
+        IncrementalSVC(kernel=lambda A, B: np.ones(3)).learn_one({"a": 1.0}, True)
