@@ -470,10 +470,17 @@ class PathEngine:
         remove = list(remove)
         try:
             self.ensure_dim(X_add.shape[1])
-            stats = self._run_update(X_add, y_add, keys, remove)
-            if self.kkt_violation() > self.kkt_tol * max(1.0, self.C):
-                # Round-off derailed the path (numerically singular kernels): go again from the
-                # snapshot one point at a time, the single-point path of the same engine.
+            try:
+                stats = self._run_update(X_add, y_add, keys, remove)
+                derailed = self.kkt_violation() > self.kkt_tol * max(1.0, self.C)
+            except ConvergenceError:
+                if len(keys) + len(remove) <= 1:
+                    raise
+                derailed = True
+            if derailed:
+                # Round-off derailed the path (numerically singular kernels, degenerate data):
+                # go again from the snapshot one point at a time, the single-point path of the
+                # same engine.
                 self._restore(snapshot)
                 self.ensure_dim(X_add.shape[1])
                 stats = self._one_at_a_time(X_add, y_add, keys, remove)
