@@ -2,12 +2,17 @@
 offset of every partition, the cache of unlabelled features, counters), in one file written
 atomically.
 
-Format: a ``.npz`` archive (numpy arrays only, read back with ``allow_pickle=False``) whose
-member ``__meta__`` holds UTF-8 JSON, and whose other members are the model's arrays. Nothing is
-ever unpickled. Files are written to a temporary name, fsynced, renamed into place and the
-directory fsynced, so that a crash leaves either the old or the new checkpoint, never half of
-one. The last ``keep`` checkpoints are kept; loading falls back to an older one when the newest
-is corrupt.
+Format: a ``.npz`` archive of plain numpy arrays (numbers and text only) whose member
+``__meta__`` holds UTF-8 JSON: the model's metadata, the daemon's state, and a manifest of the
+other members with their dtypes and shapes. The model's arrays are members under their own
+names, the unlabelled cache's under ``cache.<name>``. Nothing is ever unpickled, and a member is
+read only after its header was checked: an allowed dtype, the shape of the manifest, and exactly
+as many bytes as the archive stores (so a crafted header cannot make the reader allocate more
+than the file holds); only the members asked for are read. Files are written with mode 0600
+(they hold raw training data) to a temporary name, fsynced, renamed into place and the directory
+fsynced, so that a crash leaves either the old or the new checkpoint, never half of one. The
+last ``keep`` checkpoints are kept; loading falls back to an older one when the newest is
+unusable.
 
 >>> import numpy as np, tempfile
 >>> store = CheckpointStore(tempfile.mkdtemp())
@@ -19,44 +24,60 @@ is corrupt.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
+import math
 import os
 import re
 import time
 import zipfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatch", "CheckpointStore"]
 
 log = logging.getLogger(__name__)
 
 FORMAT = "stream-svm-checkpoint"
-VERSION = 1
+VERSION = 2
+#: Version 1 kept the unlabelled cache in the JSON metadata and had no manifest.
+READABLE_VERSIONS = (1, 2)
 _META = "__meta__"
+CACHE_PREFIX = "cache."
 _NAME = re.compile(r"^checkpoint-(\d{12})\.npz$")
+#: Array kinds a checkpoint may hold: booleans, integers, floats and text.
+_KINDS = "biufU"
+
+#: ``check(name, dtype, shape)`` raises CheckpointError for a member the model cannot hold.
+MemberCheck = Callable[[str, np.dtype, tuple[int, ...]], None]
 
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint although checkpoint files exist, or one could not be written."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """A readable checkpoint that belongs to another configuration: nothing was touched."""
+
+
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the model's ``(arrays, model_meta)`` and the daemon's ``state``."""
+    """A loaded checkpoint: the model's ``(arrays, model_meta)``, the daemon's ``state`` and the
+    unlabelled cache's arrays (None for format 1, which kept the cache in ``state``)."""
 
     path: Path
     sequence: int
     arrays: dict[str, np.ndarray]
     model_meta: dict[str, Any]
     state: dict[str, Any]
+    cache_arrays: dict[str, np.ndarray] | None = None
+    version: int = VERSION
     restored: Any = None
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -70,15 +91,54 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _read_member(
+    archive: zipfile.ZipFile,
+    name: str,
+    declared: tuple[str, tuple[int, ...]] | None,
+    check: MemberCheck | None,
+) -> np.ndarray:
+    """One ``.npy`` member, read only after its header proved sane (raises ValueError)."""
+    info = archive.getinfo(f"{name}.npy")
+    with archive.open(info) as handle:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+        else:
+            raise ValueError(f"unsupported .npy format version {version}")
+        if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields is not None:
+            raise ValueError(f"dtype {dtype} is not a plain number or text type")
+        shape = tuple(int(d) for d in shape)
+        if declared is not None and (np.dtype(declared[0]) != dtype or tuple(declared[1]) != shape):
+            raise ValueError(
+                f"header says {dtype} {shape}, the manifest {declared[0]} {tuple(declared[1])}"
+            )
+        count = math.prod(shape)
+        stored = info.file_size - handle.tell()
+        if count * dtype.itemsize != stored:
+            raise ValueError(
+                f"header declares {count * dtype.itemsize} bytes of data, the archive holds "
+                f"{stored}"
+            )
+        if check is not None:
+            check(name, dtype, shape)
+        array = np.empty(count, dtype=dtype)
+        if count and handle.readinto(array.view(np.uint8)) != stored:
+            raise ValueError("member ends early")
+        handle.read(1)  # reaching the end makes zipfile verify the member's CRC
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
 class CheckpointStore:
-    """The checkpoints of one daemon, in one directory (created if missing)."""
+    """The checkpoints of one daemon, in one directory (created with mode 0700 if missing)."""
 
     def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def paths(self) -> list[tuple[int, Path]]:
         """Existing checkpoint files, newest first."""
@@ -94,13 +154,21 @@ class CheckpointStore:
         arrays: Mapping[str, np.ndarray],
         model_meta: Mapping[str, Any],
         state: Mapping[str, Any],
+        cache_arrays: Mapping[str, np.ndarray] | None = None,
     ) -> Path:
-        """Write a new checkpoint atomically and prune old ones; returns its path."""
-        if _META in arrays:
-            raise CheckpointError(f"the model's arrays may not use the reserved name {_META!r}")
+        """Write a new checkpoint atomically (mode 0600) and prune old ones; returns its path."""
+        members: dict[str, np.ndarray] = {}
         for name, array in arrays.items():
-            if np.asarray(array).dtype == object:
+            if name == _META or name.startswith(CACHE_PREFIX):
+                raise CheckpointError(f"the model's arrays may not use the reserved name {name!r}")
+            members[name] = np.asarray(array)
+        for name, array in (cache_arrays or {}).items():
+            members[CACHE_PREFIX + name] = np.asarray(array)
+        for name, array in members.items():
+            if array.dtype == object:
                 raise CheckpointError(f"array {name!r} has dtype object, which needs pickle")
+            if array.dtype.kind not in _KINDS:
+                raise CheckpointError(f"array {name!r} has dtype {array.dtype}, not plain")
         existing = self.paths()
         sequence = existing[0][0] + 1 if existing else 1
         document = {
@@ -109,6 +177,7 @@ class CheckpointStore:
             "sequence": sequence,
             "model": dict(model_meta),
             "state": dict(state),
+            "arrays": {name: [a.dtype.str, list(a.shape)] for name, a in members.items()},
         }
         try:
             meta = json.dumps(document, allow_nan=False, separators=(",", ":")).encode("utf-8")
@@ -116,10 +185,12 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint metadata is not JSON-serializable: {exc}") from None
         final = self.directory / f"checkpoint-{sequence:012d}.npz"
         temporary = self.directory / f".{final.name}.{os.getpid()}.tmp"
-        members = {name: np.asarray(array) for name, array in arrays.items()}
         members[_META] = np.frombuffer(meta, dtype=np.uint8)
         try:
-            with open(temporary, "wb") as handle:
+            descriptor = os.open(
+                temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+            )
+            with os.fdopen(descriptor, "wb") as handle:
                 np.savez(handle, **members)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -132,76 +203,178 @@ class CheckpointStore:
             old.unlink(missing_ok=True)
         return final
 
-    def read(self, path: Path) -> Checkpoint:
+    def read(
+        self,
+        path: Path,
+        members: Collection[str] | None = None,
+        check: MemberCheck | None = None,
+        accept: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    ) -> Checkpoint:
         """Read and check one checkpoint file; raises :class:`CheckpointError` naming the
-        problem."""
+        problem. ``members`` names the model arrays to read (default: all of them); ``check``
+        may refuse a member by its dtype and shape before it is read; ``accept(model_meta,
+        state)`` may refuse the checkpoint (e.g. :class:`CheckpointMismatch`) before any array
+        is read."""
         match = _NAME.match(path.name)
         if not match:
             raise CheckpointError(f"{path} is not named like a checkpoint")
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                # Reading every member checks every CRC of the archive.
-                members = {name: archive[name] for name in archive.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-            raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from None
-        if _META not in members:
-            raise CheckpointError(f"checkpoint {path} has no {_META} member")
-        try:
-            document = json.loads(members.pop(_META).tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {path} has corrupt metadata: {exc}") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
-        if document.get("version") != VERSION:
+            with zipfile.ZipFile(path) as archive:
+                stored = {
+                    info.filename[: -len(".npy")]
+                    for info in archive.infolist()
+                    if info.filename.endswith(".npy")
+                }
+                if _META not in stored:
+                    raise CheckpointError(f"checkpoint {path} has no {_META} member")
+                raw = _read_member(archive, _META, None, None)
+                if raw.dtype != np.uint8 or raw.ndim != 1:
+                    raise CheckpointError(f"checkpoint {path} has a malformed {_META} member")
+                try:
+                    document = json.loads(raw.tobytes().decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise CheckpointError(
+                        f"checkpoint {path} has corrupt metadata: {exc}"
+                    ) from None
+                version = document.get("version") if isinstance(document, dict) else None
+                if not isinstance(document, dict) or document.get("format") != FORMAT:
+                    raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
+                if version not in READABLE_VERSIONS:
+                    raise CheckpointError(
+                        f"checkpoint {path} has format version {version!r}; this stream-svm "
+                        f"reads versions {', '.join(map(str, READABLE_VERSIONS))}"
+                    )
+                if not isinstance(document.get("model", {}), dict) or not isinstance(
+                    document.get("state", {}), dict
+                ):
+                    raise CheckpointError(f"checkpoint {path} has malformed metadata")
+                if accept is not None:
+                    accept(document.get("model", {}), document.get("state", {}))
+                manifest = document.get("arrays", {}) if version >= 2 else {
+                    name: None for name in stored - {_META}
+                }
+                if not isinstance(manifest, dict):
+                    raise CheckpointError(f"checkpoint {path} has a malformed manifest")
+                missing = set(manifest) - stored
+                if missing:
+                    raise CheckpointError(
+                        f"checkpoint {path} lacks the members {sorted(missing)} it lists"
+                    )
+                model_names = [n for n in manifest if not n.startswith(CACHE_PREFIX)]
+                if members is not None:
+                    absent = set(members) - set(model_names)
+                    if absent:
+                        raise CheckpointError(
+                            f"checkpoint {path} has no member(s) {sorted(absent)}"
+                        )
+                    model_names = [n for n in model_names if n in set(members)]
+                arrays = {}
+                for name in model_names:
+                    arrays[name] = self._member(archive, path, name, manifest[name], check)
+                cache = None
+                if version >= 2:
+                    cache = {
+                        name[len(CACHE_PREFIX):]: self._member(
+                            archive, path, name, manifest[name], check
+                        )
+                        for name in manifest
+                        if name.startswith(CACHE_PREFIX)
+                    }
+        except CheckpointError:
+            raise
+        except Exception as exc:  # a torn, truncated or crafted file; MemoryError included
             raise CheckpointError(
-                f"checkpoint {path} has format version {document.get('version')!r}; "
-                f"this stream-svm reads version {VERSION}"
-            )
+                f"checkpoint {path} is unreadable: {type(exc).__name__}: {exc}"
+            ) from None
         return Checkpoint(
             path=path,
             sequence=int(match.group(1)),
-            arrays=members,
+            arrays=arrays,
             model_meta=document.get("model", {}),
             state=document.get("state", {}),
+            cache_arrays=cache,
+            version=version,
+            manifest=manifest,
         )
 
-    def load_latest(self, restore: Callable[[Checkpoint], Any] | None = None) -> Checkpoint | None:
+    @staticmethod
+    def _member(
+        archive: zipfile.ZipFile,
+        path: Path,
+        name: str,
+        declared: Any,
+        check: MemberCheck | None,
+    ) -> np.ndarray:
+        if declared is not None and not (
+            isinstance(declared, list) and len(declared) == 2 and isinstance(declared[0], str)
+            and isinstance(declared[1], list)
+            and all(isinstance(d, int) and d >= 0 for d in declared[1])
+        ):
+            raise CheckpointError(f"checkpoint {path}: malformed manifest entry for {name!r}")
+        try:
+            return _read_member(archive, name, declared, check)
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint {path}: member {name!r} is unusable: {type(exc).__name__}: {exc}"
+            ) from None
+
+    def set_aside_paths(self) -> list[Path]:
+        """Checkpoint files set aside earlier as unusable (``*.unusable-<time>``)."""
+        return sorted(p for p in self.directory.iterdir() if ".npz.unusable-" in p.name)
+
+    def set_aside(self, path: Path, problem: str) -> Path:
+        """Rename an unusable checkpoint out of the way (kept for inspection, and no longer
+        counted among the ``keep`` newest, so that pruning never deletes a good one instead)."""
+        aside = path.with_name(f"{path.name}.unusable-{int(time.time())}")
+        os.replace(path, aside)
+        log.error("%s; set aside as %s", problem, aside.name)
+        return aside
+
+    def load_latest(self, restore: Callable[[Checkpoint], Any] | None = None,
+                    read: Callable[[Path], Checkpoint] | None = None) -> Checkpoint | None:
         """The newest usable checkpoint; None when there is none at all.
 
-        A checkpoint is usable when it reads back and ``restore(checkpoint)`` (e.g. rebuilding
-        the model) does not raise; the result of ``restore`` is stored in ``checkpoint.restored``.
-        An unusable one is logged as an error and the previous one is tried; when checkpoint
-        files exist but none is usable, raises :class:`CheckpointError` rather than silently
-        start from scratch."""
-        candidates = self.paths()
-        problems = []
-        for _, path in candidates:
+        A checkpoint is usable when it reads back (``read``, default :meth:`read`) and
+        ``restore(checkpoint)`` (e.g. rebuilding the model) does not raise; the result of
+        ``restore`` is stored in ``checkpoint.restored``. When an older checkpoint is usable,
+        the newer unusable ones are set aside (and logged). When checkpoint files exist but none
+        is usable, raises :class:`CheckpointError` naming every problem and touches nothing,
+        rather than let a new model start silently. A :class:`CheckpointMismatch` raised by
+        ``read`` or ``restore`` (a checkpoint of another configuration) is raised at once, with
+        nothing touched either."""
+        read = read or self.read
+        problems: list[tuple[Path, str]] = []
+        for _, path in self.paths():
             try:
-                checkpoint = self.read(path)
+                checkpoint = read(path)
                 if restore is not None:
                     try:
                         checkpoint.restored = restore(checkpoint)
+                    except CheckpointError:
+                        raise
                     except Exception as exc:
                         raise CheckpointError(
                             f"checkpoint {path} could not be restored: "
                             f"{type(exc).__name__}: {exc}"
                         ) from exc
+            except CheckpointMismatch:
+                raise
             except CheckpointError as exc:
-                problems.append(str(exc))
-                # Set aside (kept for inspection), so that pruning never counts it as one of
-                # the checkpoints to keep and deletes a good one instead.
-                aside = path.with_name(f"{path.name}.unusable-{int(time.time())}")
-                with contextlib.suppress(OSError):
-                    os.replace(path, aside)
-                log.error("%s; set aside as %s, trying the previous checkpoint", exc, aside.name)
+                problems.append((path, str(exc)))
                 continue
+            for bad, problem in problems:
+                try:
+                    self.set_aside(bad, problem)
+                except OSError as exc:
+                    log.error("%s; could not set it aside: %s", problem, exc)
             if problems:
                 log.warning("restored the older checkpoint %s", path)
             return checkpoint
         if problems:
             raise CheckpointError(
-                "no usable checkpoint in "
-                f"{self.directory}: {'; '.join(problems)}. Move the directory away to start "
-                "a new model from the committed offsets."
+                f"no usable checkpoint in {self.directory}: "
+                + "; ".join(problem for _, problem in problems)
             )
         return None

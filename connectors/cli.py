@@ -79,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the daemon")
     _add_settings(serve)
     serve.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="when no checkpoint can be restored, start a new, empty model instead of stopping "
+        "(sets checkpoint.start_fresh; a usable checkpoint is always restored)",
+    )
+    serve.add_argument(
+        "--on-partition-reset",
+        choices=["stop", "earliest", "latest", "resume"],
+        help="what to do when a partition no longer holds the offsets the model resumes from "
+        "(sets kafka.on_partition_reset; default stop)",
+    )
+    serve.add_argument(
         "--until-drained",
         action="store_true",
         help="stop once every partition is read to its end (batch jobs, tests)",
@@ -121,6 +133,10 @@ def _config(args: argparse.Namespace) -> Any:
         value = getattr(args, flag, None)
         if value is not None:
             overrides[name] = value
+    if getattr(args, "start_fresh", False):
+        overrides["checkpoint.start_fresh"] = True
+    if getattr(args, "on_partition_reset", None):
+        overrides["kafka.on_partition_reset"] = args.on_partition_reset
     overrides.update(dict(getattr(args, "settings", []) or []))
     return load_config(getattr(args, "config", None), overrides)
 

@@ -98,6 +98,9 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "max_batch": Setting(int, 500, _positive),
         "max_message_bytes": Setting(int, 1_000_000, _positive),
         "linger_ms": Setting(int, 2, _non_negative),
+        "on_partition_reset": Setting(
+            str, "stop", _one_of("stop", "earliest", "latest", "resume")
+        ),
     },
     "model": {
         "type": Setting(str, "IncrementalSVC", _one_of("IncrementalSVC", "SlidingWindowSVC")),
@@ -111,6 +114,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     },
     "cache": {
         "max_size": Setting(int, 100_000, _non_negative),
+        "max_bytes": Setting(int, 256 * 2**20, _non_negative),
         "max_age_seconds": Setting(float, 3600.0, _positive),
     },
     "checkpoint": {
@@ -118,6 +122,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "every_messages": Setting(int, 5000, _positive),
         "every_seconds": Setting(float, 30.0, _positive),
         "keep": Setting(int, 3, _positive),
+        "start_fresh": Setting(bool, False),
     },
     "metrics": {
         "enabled": Setting(bool, True),

@@ -10,6 +10,15 @@ Guarantees
     - One daemon owns a model and reads every partition of its topics (partitions are assigned,
       not balanced in a consumer group: several daemons on one group would split the stream
       between several models). The checkpoint directory is locked against a second daemon.
+    - Nothing resets the model silently: a checkpoint made with other model settings, checkpoints
+      that cannot be restored, a consumer group that served a model whose checkpoints are gone,
+      and a partition that no longer holds the offsets the model resumes from (a recreated
+      topic, a broker that lost its data) each stop the daemon with a message saying what to
+      do, unless the operator chose a policy (``checkpoint.start_fresh``,
+      ``kafka.on_partition_reset``).
+    - Every message gets an output or a dead letter; a failure while handling one message
+      dead-letters it. A batch that fails as a whole (a bug) stops the daemon without
+      checkpointing or committing anything of that batch.
 
 >>> from connectors.config import load_config
 >>> config = load_config("configs/default.toml")        # doctest: +SKIP
@@ -33,20 +42,29 @@ from pathlib import Path
 from typing import Any
 
 from connectors.broker import EmbeddedBroker
-from connectors.checkpoint import Checkpoint, CheckpointError, CheckpointStore
+from connectors.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointMismatch,
+    CheckpointStore,
+)
 from connectors.config import Config, kafka_client_settings
-from connectors.messages import encode
 from connectors.metrics import Metrics
-from connectors.models import build_model, model_settings, restore_model
+from connectors.models import build_model, checkpoint_bounds, model_settings, restore_model
 from connectors.processor import Processor
 
-__all__ = ["Daemon", "DaemonError", "RunSummary", "ensure_topics"]
+__all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
 
 log = logging.getLogger(__name__)
 
 
 class DaemonError(RuntimeError):
     """The daemon cannot start (e.g. the checkpoint directory is used by another daemon)."""
+
+
+class StartRefused(DaemonError):
+    """Starting would reset or skip part of the model without the operator's say: the message
+    says what happened and which setting decides (no retry helps)."""
 
 
 @dataclass
@@ -86,17 +104,40 @@ class _Backoff:
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as handle:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / ".lock"
+    try:
+        # O_NOFOLLOW: a symbolic link planted as .lock must not make the daemon open (and
+        # write its pid into) whatever file it points to.
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if path.is_symlink():
+            raise DaemonError(
+                f"the lock file {path} is a symbolic link; refusing to follow it (remove it)"
+            ) from None
+        raise DaemonError(f"cannot open the lock file {path}: {exc}") from None
+    with os.fdopen(descriptor, "r+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DaemonError(
                 f"checkpoint directory {directory} is in use by another daemon"
             ) from None
+        handle.truncate(0)
         handle.write(str(os.getpid()))
         handle.flush()
         yield
+
+
+def _topic_id(consumer: Any, topic: str) -> str | None:
+    """The topic's id from the consumer's cluster metadata (Kafka >= 2.8 and Tansu have ids),
+    or None. kafka-python exposes it only on its client's cluster object."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    try:
+        found = cluster.topic_id(topic) if cluster is not None else None
+    except Exception:  # pragma: no cover - another kafka-python
+        return None
+    return None if found is None else str(found)
 
 
 def ensure_topics(client: dict[str, Any], topics: list[str], partitions: int = 1) -> list[str]:
@@ -161,9 +202,15 @@ class Daemon:
         self._committed: dict[str, int] = {}
         self._started = time.monotonic()
         self._stop_requests = 0
-        # Set when a second stop gave undelivered outputs up: the processor's state then runs
-        # ahead of the outputs, so it must be neither checkpointed nor committed.
+        # Set when the processor's state runs ahead of what was delivered (a second stop gave
+        # undelivered outputs up, or a batch failed half-way): it must then be neither
+        # checkpointed nor committed.
         self._undelivered = False
+        self._restored = False  # whether the model came from a checkpoint
+        self._connected: bool | None = None
+        self._connection_metric: Any = None
+        self._last_topic_check = 0.0
+        self._resumed: set[str] = set()  # partitions resumed in spite of a reset
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -218,44 +265,86 @@ class Daemon:
 
     # -- start -----------------------------------------------------------------------------
 
-    def _restore(self) -> Processor:
+    def _new_processor(self, model: Any) -> Processor:
         config = self.config
-        assert self._store is not None
-        settings = model_settings(config)
-
-        def restore(checkpoint: Checkpoint) -> Any:
-            saved = checkpoint.state.get("model_settings")
-            if saved != settings:
-                raise DaemonError(
-                    f"it was made with model settings {saved}, but the configuration says "
-                    f"{settings}; use another checkpoint.dir for a different model"
-                )
-            return restore_model(config, checkpoint.arrays, checkpoint.model_meta)
-
-        try:
-            checkpoint = self._store.load_latest(restore)
-        except CheckpointError as exc:
-            raise DaemonError(str(exc)) from exc
-        model = checkpoint.restored if checkpoint is not None else build_model(config)
-        processor = Processor(
+        return Processor(
             model,
             label_topic=config.kafka.label_topic,
             cache_max_size=config.cache.max_size,
+            cache_max_bytes=config.cache.max_bytes,
             cache_max_age_seconds=config.cache.max_age_seconds,
             max_message_bytes=config.kafka.max_message_bytes,
             metrics=self.metrics,
         )
+
+    def _restore(self) -> Processor:
+        config = self.config
+        store = self._store
+        assert store is not None
+        settings = model_settings(config)
+        # Only the arrays this model restores from are read, each within the model's bounds.
+        needed = set(build_model(config).to_checkpoint()[0])
+        bounds = checkpoint_bounds(config)
+
+        def accept(model_meta: dict[str, Any], state: dict[str, Any]) -> None:
+            saved = state.get("model_settings")
+            if saved != settings:
+                changed = ", ".join(
+                    f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
+                    for name in sorted(set(settings) | set(saved or {}))
+                    if (saved or {}).get(name) != settings.get(name)
+                ) if isinstance(saved, dict) else f"{saved!r} -> {settings!r}"
+                raise CheckpointMismatch(
+                    f"the checkpoints in {config.checkpoint.dir} hold a model made with other "
+                    f"settings ({changed}). Nothing was changed. Start with the settings the "
+                    "model was made with, or use another checkpoint.dir for a new model."
+                )
+
+        def read(path: Path) -> Checkpoint:
+            return store.read(path, members=needed, check=bounds, accept=accept)
+
+        def restore(checkpoint: Checkpoint) -> Processor:
+            model = restore_model(config, checkpoint.arrays, checkpoint.model_meta)
+            processor = self._new_processor(model)
+            processor.load_state(checkpoint.state["processor"], checkpoint.cache_arrays)
+            return processor
+
+        start_fresh = config.checkpoint.start_fresh
+        try:
+            checkpoint = store.load_latest(restore, read=read)
+        except CheckpointMismatch as exc:
+            raise StartRefused(str(exc)) from None
+        except CheckpointError as exc:
+            if not start_fresh:
+                raise StartRefused(
+                    f"{exc}. Nothing was changed. To start a new, empty model anyway (the "
+                    "unusable checkpoints are then set aside), run with --start-fresh "
+                    "(checkpoint.start_fresh = true)."
+                ) from None
+            for _, path in store.paths():
+                store.set_aside(path, f"start_fresh: checkpoint {path} is not restored")
+            checkpoint = None
         if checkpoint is not None:
-            processor.load_state(checkpoint.state["processor"])
+            processor = checkpoint.restored
+            self._restored = True
             log.info(
                 "restored checkpoint %s: %d model updates, next offsets %s",
                 checkpoint.path,
                 processor.updates,
                 processor.offsets,
             )
-        else:
-            log.info("no checkpoint in %s: starting a new %s", config.checkpoint.dir, settings)
-        return processor
+            return processor
+        aside = store.set_aside_paths()
+        if aside and not start_fresh:
+            raise StartRefused(
+                f"{config.checkpoint.dir} holds no checkpoint, but {len(aside)} were set aside "
+                f"as unusable ({', '.join(p.name for p in aside[:3])}"
+                f"{', ...' if len(aside) > 3 else ''}): a new model would silently replace the "
+                "one they held. Nothing was changed. Restore a usable checkpoint, or run with "
+                "--start-fresh (checkpoint.start_fresh = true) to start a new, empty model."
+            )
+        log.info("no checkpoint in %s: starting a new %s", config.checkpoint.dir, settings)
+        return self._new_processor(build_model(config))
 
     def _topics(self) -> list[str]:
         kafka = self.config.kafka
@@ -290,13 +379,16 @@ class Daemon:
                     **client,
                     group_id=config.kafka.group_id,
                     enable_auto_commit=False,
-                    auto_offset_reset="earliest",
+                    # Every position is set explicitly (_seek); an offset out of range must
+                    # raise rather than be reset silently (kafka.on_partition_reset decides).
+                    auto_offset_reset="none",
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
                     fetch_max_wait_ms=min(100, max(1, config.kafka.poll_timeout_ms)),
                 )
                 partitions = self._partitions(consumer)
                 consumer.assign(partitions)
                 self._seek(consumer, partitions)
+                self._check_topic_ids(consumer)
                 producer = KafkaProducer(
                     **client,
                     acks="all",
@@ -305,14 +397,20 @@ class Daemon:
                     retries=2_147_483_647,
                     max_in_flight_requests_per_connection=1,
                 )
+            except StartRefused:
+                with contextlib.suppress(Exception):
+                    consumer.close()  # type: ignore[possibly-undefined]
+                raise
             except (KafkaError, OSError, DaemonError) as exc:
-                if self.metrics is not None:
-                    self.metrics.broker_errors.inc()
+                self.metrics.broker_errors.inc()
+                self.metrics.connected.set(0)
                 with contextlib.suppress(Exception):
                     consumer.close()  # type: ignore[possibly-undefined]
                 backoff.wait(self.stop_event, f"broker at {servers} unreachable", exc)
                 continue
             self._consumer, self._producer = consumer, producer
+            self._connected = True
+            self.metrics.connected.set(1)
             log.info(
                 "connected to %s: reading %s, writing %s and %s",
                 servers,
@@ -352,29 +450,148 @@ class Daemon:
 
     def _seek(self, consumer: Any, partitions: list[Any]) -> None:
         assert self.processor is not None
+        fresh: list[str] = []
         for tp in partitions:
             name = f"{tp.topic}:{tp.partition}"
             if name in self.processor.offsets:
                 consumer.seek(tp, self.processor.offsets[name])
                 continue
             committed = consumer.committed(tp)
-            if committed is not None and self._store is not None and not self._store.paths():
-                # Outputs up to a committed offset are flushed; without a checkpoint the model
-                # starts empty from there (a fresh model for an already-served stream).
-                log.warning(
-                    "no checkpoint but %s has the committed offset %d: the new model starts there",
-                    name,
-                    committed,
-                )
+            if committed is not None and not self._restored:
+                # The group committed offsets: a model served this stream, and its checkpoints
+                # are gone (or were never written here).
+                if not self.config.checkpoint.start_fresh:
+                    raise StartRefused(
+                        f"{self.config.checkpoint.dir} holds no checkpoint, but the consumer "
+                        f"group {self.config.kafka.group_id!r} has committed offset {committed} "
+                        f"for {name}: a model served this stream before, and a new one would "
+                        "silently replace it. Nothing was changed. Restore the checkpoint "
+                        "directory, or run with --start-fresh (checkpoint.start_fresh = true) "
+                        "to start a new, empty model from the committed offsets."
+                    )
+                fresh.append(f"{name}@{committed}")
                 consumer.seek(tp, committed)
                 self.processor.offsets[name] = committed
             else:
                 consumer.seek_to_beginning(tp)
+        if fresh:
+            log.warning(
+                "start_fresh: a new, empty model starts at the committed offsets %s",
+                ", ".join(fresh),
+            )
+
+    # -- partitions that lost the offsets the model resumes from ---------------------------
+
+    def _check_topic_ids(self, consumer: Any) -> None:
+        """Compare the topics' ids with those the checkpoint recorded: a new id means the topic
+        was deleted and recreated, so the offsets the model resumes from mean nothing there."""
+        assert self.processor is not None
+        for topic in self._topics():
+            current = _topic_id(consumer, topic)
+            saved = self.processor.topic_ids.get(topic)
+            if current is None:
+                continue
+            if saved is not None and saved != current:
+                for tp in consumer.assignment():
+                    if tp.topic == topic:
+                        self._partition_reset(
+                            consumer, tp, "topic_recreated",
+                            f"topic {topic} has the id {current}, the model read {saved}",
+                        )
+            self.processor.topic_ids[topic] = current
+
+    def _check_positions(self) -> None:
+        """A position beyond the high watermark cannot happen while the partition keeps its
+        data: it lost the offsets the model resumes from (the broker restarted empty, or the
+        topic was recreated and holds fewer messages)."""
+        consumer = self._consumer
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            position = consumer.position(tp)
+            name = f"{tp.topic}:{tp.partition}"
+            if position is not None and position > high and name not in self._resumed:
+                self._partition_reset(
+                    consumer, tp, "beyond_end",
+                    f"the model resumes at offset {position}, the partition ends at {high}",
+                )
+        if time.monotonic() - self._last_topic_check >= 10.0:
+            self._last_topic_check = time.monotonic()
+            self._check_topic_ids(consumer)
+
+    def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
+        assert self.processor is not None
+        name = f"{tp.topic}:{tp.partition}"
+        policy = self.config.kafka.on_partition_reset
+        self.metrics.partition_resets.labels(
+            topic=tp.topic, partition=str(tp.partition), cause=cause
+        ).inc()
+        problem = (
+            f"partition {name} no longer holds the offsets this model resumes from ({detail}): "
+            "the topic was deleted and recreated, or the broker lost its data (the embedded "
+            "broker keeps topics in memory only)"
+        )
+        if policy == "resume":
+            # The operator vouches that the partition holds the same messages at the same
+            # offsets (restored from a backup): keep reading at the model's offsets.
+            if name not in self._resumed:
+                self._resumed.add(name)
+                log.warning(
+                    "%s. kafka.on_partition_reset = 'resume': the model keeps reading %s at "
+                    "offset %d", problem, name, self.processor.offsets.get(name, 0),
+                )
+            return
+        if policy == "stop":
+            message = (
+                f"{problem}. kafka.on_partition_reset = 'stop': stopping, nothing of it was "
+                "read. Set it to 'earliest' to keep the model and read the partition from its "
+                "beginning, 'latest' to keep the model and read only new messages, or "
+                "'resume' if the partition was restored with the same messages at the same "
+                "offsets (--on-partition-reset)."
+            )
+            if self._consumer is None:  # still starting: refuse to start
+                raise StartRefused(message)
+            log.error("%s", message)
+            self.summary.exit_code = 1
+            self.stop_event.set()
+            return
+        if policy == "earliest":
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek_to_end(tp)
+        position = consumer.position(tp)
+        self.processor.offsets[name] = position
+        log.warning(
+            "%s. kafka.on_partition_reset = %r: the model is kept and %s is read from offset %d",
+            problem, policy, name, position,
+        )
+
+    def _watch_connection(self) -> None:
+        """Count lost connections and export whether the consumer is connected (kafka-python
+        reconnects by itself and reports neither)."""
+        if self._connection_metric is None:
+            metrics = self._consumer.metrics(raw=True) or {}
+            self._connection_metric = next(
+                (metric for key, metric in metrics.items()
+                 if key.name == "connection-count" and key.group == "consumer-metrics"),
+                False,
+            )
+        if self._connection_metric is False:  # pragma: no cover - another kafka-python
+            return
+        connected = self._connection_metric.value() > 0
+        if self._connected and not connected:
+            self.metrics.broker_errors.inc()
+            log.warning("lost the connection to the broker; reconnecting")
+        elif self._connected is False and connected:
+            log.info("connected to the broker again")
+        self._connected = connected
+        self.metrics.connected.set(int(connected))
 
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaError, OffsetOutOfRangeError
 
         assert self.processor is not None
         config = self.config
@@ -385,16 +602,30 @@ class Daemon:
                 polled = self._consumer.poll(
                     timeout_ms=config.kafka.poll_timeout_ms, max_records=config.kafka.max_batch
                 )
+            except OffsetOutOfRangeError as exc:
+                lost = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+                for tp, offset in lost.items():
+                    self._partition_reset(
+                        self._consumer, tp, "out_of_range",
+                        f"the broker has no offset {offset} there any more",
+                    )
+                if not lost:
+                    self.metrics.broker_errors.inc()
+                    backoff.wait(self.stop_event, "poll failed", exc)
+                continue
             except KafkaError as exc:
                 self.metrics.broker_errors.inc()
                 backoff.wait(self.stop_event, "poll failed", exc)
                 continue
             records = [record for batch in polled.values() for record in batch]
+            self._watch_connection()
             self._update_lag()
+            self._check_positions()
             if not records:
                 if self.until_drained and self._drained():
                     log.info("every partition is read up to its high watermark: stopping")
                     break
+                self.processor.expire_cache()
                 self._maybe_checkpoint()
                 continue
             self._handle(records)
@@ -405,11 +636,25 @@ class Daemon:
     def _handle(self, records: list[Any]) -> None:
         assert self.processor is not None
         started = time.perf_counter()
-        result = self.processor.process(records)
+        try:
+            result = self.processor.process(records)
+        except Exception:
+            # Every message is guarded inside the processor, so this is a bug. Part of the batch
+            # may be in the model without its outcome written: checkpointing or committing now
+            # would lose those messages. Stop; the restart resumes from the last checkpoint.
+            log.exception(
+                "processing a batch of %d messages failed as a whole: stopping without "
+                "checkpointing or committing it (the restart resumes from the last checkpoint)",
+                len(records),
+            )
+            self.metrics.batch_failures.inc()
+            self._undelivered = True
+            self.stop_event.set()
+            return
         kafka = self.config.kafka
-        sends = [
-            (kafka.output_topic, key, encode(value)) for key, value in result.outputs
-        ] + [(kafka.dead_letter_topic, key, encode(value)) for key, value in result.dead_letters]
+        sends = [(kafka.output_topic, o.key, o.value) for o in result.outputs] + [
+            (kafka.dead_letter_topic, d.key, d.value) for d in result.dead_letters
+        ]
         if not self._deliver(sends):
             return  # given up on a second stop: this batch must not be checkpointed/committed
         now_ms = time.time() * 1000
@@ -506,7 +751,7 @@ class Daemon:
             "processor": self.processor.state(),
         }
         try:
-            path = self._store.save(arrays, meta, state)
+            path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
         except CheckpointError as exc:
             self.metrics.checkpoint_failures.inc()
             log.error("%s (the previous checkpoint stays in use)", exc)

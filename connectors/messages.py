@@ -128,11 +128,13 @@ def _id(document: dict[str, Any]) -> Id:
         raise Malformed("missing 'id'")
     value = document["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise Malformed(f"'id' must be a string or an integer, got {value!r}")
+        raise Malformed(f"'id' must be a string or an integer, got {_shown(value)}")
     if isinstance(value, int) and not -MAX_INT_ID <= value <= MAX_INT_ID:
-        raise Malformed(f"integer 'id' {value} does not fit in 64 bits")
-    if isinstance(value, str) and not 0 < len(value) <= MAX_ID_LENGTH:
-        raise Malformed(f"string 'id' must have 1 to {MAX_ID_LENGTH} characters")
+        raise Malformed(f"integer 'id' {_shown(value)} does not fit in 64 bits")
+    if isinstance(value, str):
+        if not 0 < len(value) <= MAX_ID_LENGTH:
+            raise Malformed(f"string 'id' must have 1 to {MAX_ID_LENGTH} characters")
+        _check_text("'id'", value)
     return value
 
 
@@ -140,13 +142,46 @@ def _label(document: dict[str, Any]) -> bool:
     value = document["y"]
     if isinstance(value, bool):
         return value
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        if value == 1:
-            return True
-        if value in (0, -1):
-            return False
+    # Integers are compared as integers: math.isfinite(10**400) raises OverflowError.
+    if isinstance(value, int) and value in (1, 0, -1):
+        return value == 1
+    if isinstance(value, float) and value in (1.0, 0.0, -1.0):
+        return value == 1.0
     raise Malformed(
-        f"label {value!r} is not one of the two classes (true/1 positive, false/0/-1 negative)"
+        f"label {_shown(value)} is not one of the two classes (true/1 positive, "
+        "false/0/-1 negative)"
+    )
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """repr of a value, cut for a dead-letter reason (a 4000-digit integer stays readable)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _check_text(what: str, text: str) -> None:
+    # JSON may spell lone surrogates ("\ud800"): valid JSON, but not Unicode text, so they
+    # could be neither a Kafka key nor a feature name written back as UTF-8.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Malformed(f"{what} {text!r} is not valid Unicode (lone surrogate)") from None
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise Malformed(
+                f"feature {name!r} is too large for a float: {_shown(value)}"
+            ) from None
+    raise Malformed(
+        f"feature {name!r} must be a finite number, got {_shown(value)} ({type(value).__name__})"
     )
 
 
@@ -156,20 +191,13 @@ def _features(document: dict[str, Any]) -> dict[str, float]:
         raise Malformed(f"'x' must be an object of feature: number, got {type(value).__name__}")
     features: dict[str, float] = {}
     for name, number in value.items():
+        _check_text("feature name", name)
         if number is None:  # a missing value, as River reads it
             continue
         if isinstance(number, bool):
             features[name] = float(number)
             continue
-        if not isinstance(number, (int, float)) or not math.isfinite(number):
-            raise Malformed(
-                f"feature {name!r} must be a finite number, got {number!r} "
-                f"({type(number).__name__})"
-            )
-        try:
-            features[name] = float(number)
-        except OverflowError:
-            raise Malformed(f"feature {name!r} is too large: {number}") from None
+        features[name] = _number(name, number)
     return features
 
 
@@ -201,7 +229,7 @@ def parse_message(raw: bytes | None, max_bytes: int) -> Operation:
             if "y" not in document:
                 raise Malformed("a relabel needs 'y'")
             return Relabel(_id(document), _label(document))
-        raise Malformed(f"unknown op {op!r} (known: 'forget', 'relabel')")
+        raise Malformed(f"unknown op {_shown(op)} (known: 'forget', 'relabel')")
     if "x" not in document:
         if "y" in document:
             _check_fields(document, "label")
@@ -233,10 +261,14 @@ def encode_key(identifier: Id | None) -> bytes | None:
     return None if identifier is None else str(identifier).encode("utf-8")
 
 
-def dead_letter(reason: str, raw: bytes | None, source: Source, max_bytes: int) -> dict[str, Any]:
-    """The dead-letter record of a message: the reason, the original bytes (as text when they
-    are UTF-8, otherwise base64; cut to ``max_bytes``) and where it was read."""
-    record: dict[str, Any] = {"error": reason, "source": source.as_dict()}
+def dead_letter(
+    error: str, raw: bytes | None, source: Source, max_bytes: int, reason: str = "malformed"
+) -> dict[str, Any]:
+    """The dead-letter record of a message: what is wrong (``error``, a sentence), the kind of
+    problem (``reason``: malformed, unknown_id, duplicate_id, non_finite, refused, internal),
+    the original bytes (as text when they are UTF-8, otherwise base64; cut to ``max_bytes``,
+    then ``truncated`` is true) and where it was read."""
+    record: dict[str, Any] = {"error": error, "reason": reason, "source": source.as_dict()}
     data = b"" if raw is None else raw
     if len(data) > max_bytes:
         data = data[:max_bytes]

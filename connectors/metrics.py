@@ -26,7 +26,9 @@ __all__ = ["OUTCOMES", "Metrics"]
 log = logging.getLogger(__name__)
 
 #: What became of a message (label values of ``stream_svm_messages_total``).
-OUTCOMES = ("learned", "predicted", "labelled", "forgotten", "relabeled", "dead_lettered")
+OUTCOMES = (
+    "learned", "predicted", "labelled", "forgotten", "relabeled", "dead_lettered", "skipped",
+)
 
 _SECONDS_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -98,6 +100,18 @@ class Metrics:
             "Unlabelled feature vectors waiting for a label",
             registry=r,
         )
+        self.cached_bytes = Gauge(
+            "stream_svm_cached_unlabelled_bytes",
+            "Estimated memory of the unlabelled feature vectors waiting for a label",
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "stream_svm_cache_evictions",
+            "Unlabelled points dropped from the cache before their label came, by the bound "
+            "that dropped them (entries, bytes, age)",
+            ["reason"],
+            registry=r,
+        )
         self.accuracy = Gauge(
             "stream_svm_progressive_accuracy",
             "Accuracy of test-then-train predictions (labels scored against the prediction made "
@@ -142,7 +156,27 @@ class Metrics:
             registry=r,
         )
         self.broker_errors = Counter(
-            "stream_svm_broker_errors", "Failed attempts to reach the broker", registry=r
+            "stream_svm_broker_errors",
+            "Failed attempts to reach the broker and connections to it that were lost",
+            registry=r,
+        )
+        self.connected = Gauge(
+            "stream_svm_connected",
+            "1 while the daemon's consumer holds a connection to the broker, else 0",
+            registry=r,
+        )
+        self.partition_resets = Counter(
+            "stream_svm_partition_resets",
+            "Partitions that no longer hold the offsets the daemon resumes from (the topic was "
+            "recreated, or the broker lost or truncated its data)",
+            ["topic", "partition", "cause"],
+            registry=r,
+        )
+        self.batch_failures = Counter(
+            "stream_svm_batch_failures",
+            "Polled batches whose processing failed as a whole (the daemon then stops without "
+            "checkpointing or committing them)",
+            registry=r,
         )
         self._server: Any = None
 

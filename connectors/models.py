@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from connectors.checkpoint import CheckpointError, MemberCheck
 from connectors.config import Config
 
-__all__ = ["build_model", "model_settings", "restore_model"]
+__all__ = ["build_model", "checkpoint_bounds", "model_settings", "restore_model"]
 
 _COMMON = ("C", "kernel", "gamma", "degree", "coef0")
 _SLIDING = ("window_size", "step")
@@ -47,3 +50,25 @@ def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) 
     """The model of a checkpoint (``to_checkpoint`` output), with the configured class."""
     cls = _model_class(config.model.type)
     return cls.from_checkpoint(arrays, meta)
+
+
+#: Arrays of the engine-backed models with one row per stored point.
+_PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "key_int", "key_str")
+
+
+def checkpoint_bounds(config: Config) -> MemberCheck:
+    """The size bounds a checkpoint of the configured model must respect, checked on each
+    member's header before it is read: a sliding window holds at most ``window_size`` points,
+    and no array of the model holds more than a vector per point (a crafted or foreign file
+    claiming more is refused instead of exhausting memory)."""
+    rows = config.model.window_size if config.model.type == "SlidingWindowSVC" else None
+
+    def check(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        if rows is not None and name in _PER_POINT and shape and shape[0] > rows:
+            raise CheckpointError(
+                f"member {name!r} holds {shape[0]} points, more than model.window_size={rows}"
+            )
+        if name in ("b", "next_sequence") and shape != ():
+            raise CheckpointError(f"member {name!r} must be a scalar, has shape {shape}")
+
+    return check

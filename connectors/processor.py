@@ -5,11 +5,15 @@ It is deterministic given the sequence of records, so the same stream gives the 
 whatever the batching of IncrementalSVC, and its whole state (next offsets, cache, counters)
 goes into checkpoints with the model.
 
+Every message gets exactly one outcome, an output or a dead letter, whatever it holds: a failure
+while handling one message (even an unexpected exception) dead-letters that message and the
+batch goes on, and the next offsets advance only once the batch's outcomes are all known.
+
 >>> from stream_svm import IncrementalSVC                       # doctest: +SKIP
 >>> processor = Processor(IncrementalSVC(C=1.0, gamma=0.5))       # doctest: +SKIP
 >>> record = Record("in", 0, 0, b'{"id": 1, "x": {"a": 1.0}, "y": true}', 0)  # doctest: +SKIP
 >>> result = processor.process([record])                         # doctest: +SKIP
->>> result.outputs[0][1]["learned"]                              # doctest: +SKIP
+>>> result.outputs[0].record["learned"]                          # doctest: +SKIP
 True
 """
 
@@ -18,14 +22,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from connectors.cache import UnlabelledCache
 from connectors.messages import (
     Forget,
     Id,
@@ -36,14 +40,15 @@ from connectors.messages import (
     Relabel,
     Source,
     dead_letter,
+    encode,
     encode_key,
     parse_label,
     parse_message,
 )
 from connectors.metrics import Metrics
-from stream_svm import proba_from_decision
+from stream_svm import ConvergenceError, proba_from_decision
 
-__all__ = ["BatchResult", "Processor", "Record"]
+__all__ = ["BatchResult", "Processor", "Produced", "Record"]
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +64,24 @@ class Record:
     timestamp: int  # milliseconds since the epoch, as Kafka stamps it
 
 
+@dataclass(frozen=True)
+class Produced:
+    """One record to write: its Kafka key, the record, and the record as the compact JSON that
+    is sent (encoded, and so checked, while the batch is processed)."""
+
+    key: bytes | None
+    record: dict[str, Any]
+    value: bytes
+
+
 @dataclass
 class BatchResult:
-    """What a batch produced, in input order: ``(key, record)`` pairs for each topic, and the
-    Kafka timestamps (ms) of the inputs that gave the outputs (for latency)."""
+    """What a batch produced, in input order: outputs and dead letters, and the Kafka
+    timestamps (ms) of the inputs that gave the outputs (for latency). ``skipped`` counts
+    records below the next offsets (already in the model)."""
 
-    outputs: list[tuple[bytes | None, dict[str, Any]]] = field(default_factory=list)
-    dead_letters: list[tuple[bytes | None, dict[str, Any]]] = field(default_factory=list)
+    outputs: list[Produced] = field(default_factory=list)
+    dead_letters: list[Produced] = field(default_factory=list)
     input_timestamps: list[int] = field(default_factory=list)
     skipped: int = 0
 
@@ -89,6 +105,11 @@ class _Entry:
     error_kind: str = ""
 
 
+#: Exceptions by which a model refuses an update and stays as it was (documented by the
+#: library); anything else is an internal error.
+_REFUSALS = (ValueError, KeyError, TypeError, ConvergenceError)
+
+
 def _is_sliding(model: Any) -> bool:
     return hasattr(model, "window_size")
 
@@ -101,6 +122,9 @@ class Processor:
     call before anything of the batch is learned. A sliding-window model learns each run of
     consecutive labelled points of a batch in one multiple update; IncrementalSVC learns them
     one by one, in order.
+
+    The unlabelled cache is bounded by ``cache_max_size`` entries, ``cache_max_bytes`` of
+    estimated memory and ``cache_max_age_seconds`` of processing time (``clock``, seconds).
     """
 
     def __init__(
@@ -109,48 +133,63 @@ class Processor:
         *,
         label_topic: str | None = None,
         cache_max_size: int = 100_000,
+        cache_max_bytes: int = 256 * 2**20,
         cache_max_age_seconds: float = 3600.0,
         max_message_bytes: int = 1_000_000,
         metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.model = model
         self.label_topic = label_topic
-        self.cache_max_size = cache_max_size
-        self.cache_max_age_ms = int(cache_max_age_seconds * 1000)
         self.max_message_bytes = max_message_bytes
         self.metrics = metrics
+        self.clock = clock
         self.sliding = _is_sliding(model)
         #: next offset to process per "topic:partition"
         self.offsets: dict[str, int] = {}
-        #: id -> (features, Kafka timestamp ms, prediction) of unlabelled points, oldest first
-        self.cache: OrderedDict[Id, tuple[dict[str, float], int, bool]] = OrderedDict()
+        #: topic name -> Kafka topic id (UUID text) of the topics read, when the broker has ids
+        self.topic_ids: dict[str, str] = {}
+        self.cache = UnlabelledCache(cache_max_size, cache_max_bytes, cache_max_age_seconds)
+        self._evictions_reported: dict[str, int] = {}
         self.updates = 0
         self.scored = 0
         self.correct = 0
-        self.newest_timestamp = 0
 
     # -- state -----------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """The JSON-serializable state to checkpoint with the model."""
+        """The JSON-serializable state to checkpoint with the model (the cache goes apart, as
+        arrays: :meth:`cache_arrays`)."""
         return {
             "offsets": dict(self.offsets),
-            "cache": [[key, x, ts, pred] for key, (x, ts, pred) in self.cache.items()],
+            "topic_ids": dict(self.topic_ids),
             "updates": self.updates,
             "scored": self.scored,
             "correct": self.correct,
-            "newest_timestamp": self.newest_timestamp,
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def cache_arrays(self) -> dict[str, np.ndarray]:
+        """The unlabelled cache as numpy arrays, for the checkpoint."""
+        return self.cache.to_arrays()
+
+    def load_state(
+        self, state: dict[str, Any], cache_arrays: dict[str, np.ndarray] | None = None
+    ) -> None:
+        """Restore :meth:`state` and :meth:`cache_arrays` output (ValueError when malformed)."""
         self.offsets = {str(k): int(v) for k, v in state.get("offsets", {}).items()}
-        self.cache = OrderedDict(
-            (key, (dict(x), int(ts), bool(pred))) for key, x, ts, pred in state.get("cache", [])
-        )
+        self.topic_ids = {str(k): str(v) for k, v in state.get("topic_ids", {}).items()}
         self.updates = int(state.get("updates", 0))
         self.scored = int(state.get("scored", 0))
         self.correct = int(state.get("correct", 0))
-        self.newest_timestamp = int(state.get("newest_timestamp", 0))
+        now = self.clock()
+        if cache_arrays is not None:
+            self.cache.load_arrays(cache_arrays, now)
+        else:
+            # Checkpoints of format 1 held the cache as JSON, aged by producer timestamps:
+            # their entries start their age again now.
+            for key, x, _, prediction in state.get("cache", []):
+                self.cache.put(key, {str(k): float(v) for k, v in x.items()}, bool(prediction),
+                               now)
 
     @property
     def accuracy(self) -> float:
@@ -162,62 +201,108 @@ class Processor:
         """Process the records of one poll (in order within each partition)."""
         result = BatchResult()
         entries: list[_Entry] = []
+        advanced: dict[str, int] = {}
         for record in records:
             name = f"{record.topic}:{record.partition}"
             if record.offset < self.offsets.get(name, 0):
                 result.skipped += 1  # already in the model: learned before the checkpoint
                 continue
-            self.offsets[name] = record.offset + 1
-            self.newest_timestamp = max(self.newest_timestamp, int(record.timestamp or 0))
+            advanced[name] = record.offset + 1
             entry = _Entry(
                 len(entries), record, Source(record.topic, record.partition, record.offset)
             )
-            try:
-                if record.topic == self.label_topic:
-                    entry.op = parse_label(record.value, self.max_message_bytes)
-                else:
-                    entry.op = parse_message(record.value, self.max_message_bytes)
-            except Malformed as exc:
-                entry.error, entry.error_kind = str(exc), "malformed"
+            self._guarded(entry, self._parse, entry)
             entries.append(entry)
 
         self._predict([e for e in entries if isinstance(e.op, Observe)])
         self._apply(entries)
         self._expire_cache()
-
         for entry in entries:
-            if entry.error is not None:
-                result.dead_letters.append(
-                    (
-                        f"{entry.source.topic}:{entry.source.partition}:{entry.source.offset}"
-                        .encode(),
-                        dead_letter(
-                            entry.error, entry.record.value, entry.source, self.max_message_bytes
-                        ),
-                    )
-                )
-                self._count("dead_lettered")
-                if self.metrics is not None:
-                    self.metrics.dead_letters.labels(reason=entry.error_kind).inc()
-            elif entry.output is not None:
-                result.outputs.append((encode_key(entry.output["id"]), entry.output))
-                result.input_timestamps.append(int(entry.record.timestamp or 0))
+            self._emit(entry, result)
+        self.offsets.update(advanced)
+        if result.skipped:
+            log.warning(
+                "skipped %d messages below the next offsets %s (already in the model)",
+                result.skipped,
+                self.offsets,
+            )
+            self._count("skipped", result.skipped)
         if self.metrics is not None:
             self._gauges()
         return result
 
+    def _guarded(self, entry: _Entry, action: Callable[..., None], *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception as exc:
+            self._internal(entry, exc)
+
+    def _internal(self, entry: _Entry, exc: BaseException) -> None:
+        """Dead-letter a message whose handling failed unexpectedly; the batch goes on."""
+        log.error(
+            "internal error on %s:%d:%d (dead-lettered): %s: %s",
+            entry.source.topic,
+            entry.source.partition,
+            entry.source.offset,
+            type(exc).__name__,
+            exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
+        self._reject(
+            entry,
+            f"internal error while handling the message: {type(exc).__name__}: {exc}",
+            "internal",
+        )
+
+    def _parse(self, entry: _Entry) -> None:
+        try:
+            if entry.record.topic == self.label_topic:
+                entry.op = parse_label(entry.record.value, self.max_message_bytes)
+            else:
+                entry.op = parse_message(entry.record.value, self.max_message_bytes)
+        except Malformed as exc:
+            entry.error, entry.error_kind = str(exc), "malformed"
+
+    def _scores(self, xs: list[dict[str, float]]) -> np.ndarray:
+        frame = pd.DataFrame.from_records(xs)
+        return np.asarray(self.model.decision_function_many(frame), dtype=float).reshape(-1)
+
     def _predict(self, entries: list[_Entry]) -> None:
         if not entries:
             return
-        frame = pd.DataFrame.from_records([e.op.x for e in entries])  # type: ignore[union-attr]
         started = time.perf_counter()
-        scores = np.asarray(self.model.decision_function_many(frame), dtype=float)
+        try:
+            scores = self._scores([e.op.x for e in entries])  # type: ignore[union-attr]
+            if scores.shape != (len(entries),):
+                raise ValueError(f"{scores.shape} scores for {len(entries)} messages")
+        except Exception as exc:
+            # One bad message must not cost the others their prediction: one at a time.
+            log.warning("batch prediction failed (%s: %s); predicting one by one",
+                        type(exc).__name__, exc)
+            scores = np.full(len(entries), np.nan)
+            for i, entry in enumerate(entries):
+                try:
+                    scores[i] = self._scores([entry.op.x])[0]  # type: ignore[union-attr]
+                except Exception as single:
+                    self._internal(entry, single)
         # The model's probability is a monotone squashing of the decision value: one kernel
         # evaluation serves both.
         probas = np.asarray(proba_from_decision(scores), dtype=float)
         if self.metrics is not None:
             self.metrics.predict_seconds.observe(time.perf_counter() - started)
         for entry, score, proba in zip(entries, scores, probas, strict=True):
+            if entry.error is not None:
+                continue
+            if not math.isfinite(score):
+                # Finite features can still overflow the kernel (a polynomial kernel of 1e300):
+                # such a point can be neither answered nor learned.
+                self._reject(
+                    entry,
+                    f"the model's score for these features is {score} (not finite): they are "
+                    "too large for the kernel; the message is neither learned nor cached",
+                    "non_finite",
+                )
+                continue
             entry.score = float(score)
             entry.proba = float(proba)
             entry.prediction = bool(score > 0)
@@ -228,36 +313,22 @@ class Processor:
         pending_ids: set[Id] = set()
         for entry in entries:
             op = entry.op
-            if op is None:
+            if op is None or entry.error is not None:
                 continue
-            if isinstance(op, Observe):
-                self._observe(entry, op, pending, pending_ids)
-            elif isinstance(op, Label):
-                cached = self.cache.get(op.id)
-                if cached is None:
-                    self._reject(
-                        entry,
-                        f"no unlabelled features cached for id {op.id!r} (never seen, expired, "
-                        "or already labelled)",
-                        "unknown_id",
-                    )
-                    continue
-                if op.id in pending_ids or op.id in self.model:
-                    self._reject(entry, self._duplicate(op.id), "duplicate_id")
-                    continue
-                x, _, prediction = self.cache.pop(op.id)
-                entry.x, entry.y, entry.prediction = x, op.y, prediction
-                self._score(prediction, op.y)
-                entry.output = {"id": op.id, "op": "label", "ok": True}
-                pending.append(entry)
-                pending_ids.add(op.id)
-            else:
-                self._learn(pending)
-                pending_ids.clear()
-                if isinstance(op, Forget):
-                    self._forget(entry, op)
+            try:
+                if isinstance(op, Observe):
+                    self._observe(entry, op, pending, pending_ids)
+                elif isinstance(op, Label):
+                    self._label(entry, op, pending, pending_ids)
                 else:
-                    self._relabel(entry, op)
+                    self._learn(pending)
+                    pending_ids.clear()
+                    if isinstance(op, Forget):
+                        self._forget(entry, op)
+                    else:
+                        self._relabel(entry, op)
+            except Exception as exc:
+                self._internal(entry, exc)
         self._learn(pending)
 
     def _observe(
@@ -273,16 +344,37 @@ class Processor:
             "source": entry.source.as_dict(),
         }
         if op.y is None:
-            self.cache.pop(op.id, None)
-            self.cache[op.id] = (op.x, int(entry.record.timestamp or 0), bool(entry.prediction))
+            self.cache.put(op.id, op.x, bool(entry.prediction), self.clock())
             self._count("predicted")
             return
         if op.id in pending_ids or op.id in self.model:
             self._reject(entry, self._duplicate(op.id), "duplicate_id")
             return
-        self.cache.pop(op.id, None)
+        self.cache.pop(op.id)
         entry.x, entry.y = op.x, op.y
         self._score(bool(entry.prediction), op.y)
+        pending.append(entry)
+        pending_ids.add(op.id)
+
+    def _label(
+        self, entry: _Entry, op: Label, pending: list[_Entry], pending_ids: set[Id]
+    ) -> None:
+        if op.id not in self.cache:
+            self._reject(
+                entry,
+                f"no unlabelled features cached for id {op.id!r} (never seen, expired, "
+                "or already labelled)",
+                "unknown_id",
+            )
+            return
+        if op.id in pending_ids or op.id in self.model:
+            self._reject(entry, self._duplicate(op.id), "duplicate_id")
+            return
+        cached = self.cache.pop(op.id)
+        assert cached is not None
+        entry.x, entry.y, entry.prediction = cached.x, op.y, cached.prediction
+        self._score(cached.prediction, op.y)
+        entry.output = {"id": op.id, "op": "label", "ok": True}
         pending.append(entry)
         pending_ids.add(op.id)
 
@@ -297,11 +389,22 @@ class Processor:
         entry.output = None
         entry.error, entry.error_kind = reason, kind
 
-    def _learn(self, pending: list[_Entry]) -> None:
-        if not pending:
+    def _refused(self, entry: _Entry, what: str, exc: BaseException) -> None:
+        """The model refused an update (and is unchanged); unexpected exceptions are internal."""
+        if not isinstance(exc, _REFUSALS):
+            self._internal(entry, exc)
             return
-        batch = list(pending)
+        self._reject(
+            entry,
+            f"the model refused {what} and is unchanged: {type(exc).__name__}: {exc}",
+            "refused",
+        )
+
+    def _learn(self, pending: list[_Entry]) -> None:
+        batch = [entry for entry in pending if entry.error is None]
         pending.clear()
+        if not batch:
+            return
         # A run of labelled points is learned in one multiple update (Karasuyama & Takeuchi):
         # the exact solution does not depend on the order within the run, so the model equals
         # learning them one by one, along a shorter path. A window's run shorter than its step
@@ -309,10 +412,10 @@ class Processor:
         # `step` arrivals rather than at every message.
         minimum = max(2, int(getattr(self.model, "step", 1))) if self.sliding else 2
         if len(batch) >= minimum and hasattr(self.model, "learn_many"):
-            keys = [e.op.id for e in batch]  # type: ignore[union-attr]
-            frame = pd.DataFrame.from_records([e.x for e in batch])
-            labels = pd.Series([e.y for e in batch])
             try:
+                keys = [e.op.id for e in batch]  # type: ignore[union-attr]
+                frame = pd.DataFrame.from_records([e.x for e in batch])
+                labels = pd.Series([e.y for e in batch])
                 self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
             except Exception as exc:  # the model is unchanged: learn point by point instead
                 log.warning("multiple update refused (%s); learning the batch point by point", exc)
@@ -325,8 +428,12 @@ class Processor:
                 self._timed(
                     lambda e=entry: self.model.learn_one(e.x, e.y, key=e.op.id)  # type: ignore
                 )
-            except Exception as exc:  # bad input leaves the model unchanged
-                self._reject(entry, f"the model refused the point: {exc}", "refused")
+            except Exception as exc:  # a refused point leaves the model unchanged
+                self._refused(entry, "the point", exc)
+                if isinstance(entry.op, Label) and entry.error_kind == "refused":
+                    # Keep its features for a corrected label (they came in another message).
+                    self.cache.put(entry.op.id, entry.x or {}, bool(entry.prediction),
+                                   self.clock())
             else:
                 self._learned(entry)
 
@@ -345,6 +452,9 @@ class Processor:
         except KeyError:
             self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
+        except Exception as exc:
+            self._refused(entry, f"to forget id {op.id!r}", exc)
+            return
         self.updates += 1
         entry.output = {"id": op.id, "op": "forget", "ok": True}
         self._count("forgotten")
@@ -353,18 +463,51 @@ class Processor:
         if op.id not in self.model:
             self._reject(entry, f"relabel of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
-        # The model keeps the point's features: relabel is its exact forget + learn.
-        x, _ = self.model.stored_point(op.id)
-        self._timed(lambda: self.model.forget_one(key=op.id))
-        self.updates += 1
+        # The model keeps the point's features: relabel is its exact forget + learn, all or
+        # nothing (a refused learn puts the point back as it was).
         try:
-            self._timed(lambda: self.model.learn_one(x, op.y, key=op.id))
-        except Exception as exc:  # pragma: no cover - x was learned before
-            self._reject(entry, f"the model refused the relabelled point: {exc}", "refused")
+            self._timed(lambda: self.model.relabel_one(op.id, op.y))
+        except Exception as exc:
+            self._refused(entry, f"to relabel id {op.id!r}", exc)
             return
-        self.updates += 1
+        self.updates += 2
         entry.output = {"id": op.id, "op": "relabel", "ok": True}
         self._count("relabeled")
+
+    def _emit(self, entry: _Entry, result: BatchResult) -> None:
+        """Encode the message's outcome into ``result``: its output, or else a dead letter."""
+        if entry.error is None and entry.output is None:
+            entry.error, entry.error_kind = "internal error: the message got no outcome", (
+                "internal"
+            )
+        if entry.error is None:
+            try:
+                output = entry.output
+                assert output is not None
+                result.outputs.append(
+                    Produced(encode_key(output["id"]), output, encode(output))
+                )
+            except Exception as exc:
+                self._internal(entry, exc)
+            else:
+                result.input_timestamps.append(int(entry.record.timestamp or 0))
+                return
+        source = entry.source
+        key = f"{source.topic}:{source.partition}:{source.offset}".encode()
+        record = dead_letter(
+            entry.error or "", entry.record.value, source, self.max_message_bytes,
+            reason=entry.error_kind,
+        )
+        try:
+            value = encode(record)
+        except Exception as exc:  # pragma: no cover - dead letters hold text and integers
+            record = {"error": f"internal error: {type(exc).__name__}", "reason": "internal",
+                      "source": source.as_dict()}
+            value = encode(record)
+        result.dead_letters.append(Produced(key, record, value))
+        self._count("dead_lettered")
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(reason=entry.error_kind).inc()
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -389,18 +532,27 @@ class Processor:
             self.metrics.scored.labels(correct=str(correct).lower()).inc()
             self.metrics.accuracy.set(self.accuracy)
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: str, times: int = 1) -> None:
         if self.metrics is not None:
-            self.metrics.messages.labels(outcome=outcome).inc()
+            self.metrics.messages.labels(outcome=outcome).inc(times)
+
+    def expire_cache(self) -> None:
+        """Drop cached unlabelled points over the cache's bounds (and count them)."""
+        self._expire_cache()
+        if self.metrics is not None:
+            self._gauges()
 
     def _expire_cache(self) -> None:
-        horizon = self.newest_timestamp - self.cache_max_age_ms
-        while self.cache:
-            key, (_, timestamp, _) = next(iter(self.cache.items()))
-            if timestamp >= horizon and len(self.cache) <= self.cache_max_size:
-                break
-            # Re-inserted ids move to the end, so the first entry is the oldest one.
-            del self.cache[key]
+        self.cache.expire(self.clock())
+        if self.metrics is None:
+            return
+        # The cache also evicts while points are put (entry and byte bounds): report every
+        # eviction since the last report.
+        for reason, count in self.cache.evictions.items():
+            new = count - self._evictions_reported.get(reason, 0)
+            if new:
+                self.metrics.cache_evictions.labels(reason=reason).inc(new)
+        self._evictions_reported = dict(self.cache.evictions)
 
     def _gauges(self) -> None:
         metrics = self.metrics
@@ -419,3 +571,4 @@ class Processor:
         if window is not None:
             metrics.window.set(window)
         metrics.cached.set(len(self.cache))
+        metrics.cached_bytes.set(self.cache.bytes)

@@ -207,7 +207,7 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
     state = checkpoint.state["processor"]
     assert state["offsets"] == {f"{kafka.input_topic}:0": len(stream),
                                 f"{kafka.label_topic}:0": len(late)}
-    assert [entry[0] for entry in state["cache"]] == ["u6", "u7"]
+    assert checkpoint.cache_arrays["id_str"].tolist() == ["u6", "u7"]
 
     # -- metrics moved between two scrapes during the run
     learned = 'stream_svm_messages_total{outcome="learned"}'

@@ -506,15 +506,21 @@ def test_broker_lost_mid_stream(tmp_path):
             assert "gave up delivering" in text and '"exit_code": 1' in text
             assert store.paths()[-1] == last_checkpoint, "checkpointed undelivered outputs"
 
-        # The same stream on a new broker at the same address: the restart answers the
-        # inputs from the checkpoint on (the given-up batch included), each once.
+        # The same stream on a new broker at the same address. The recreated topic is
+        # noticed (its id changed) and the daemon refuses to resume there on its own; told that
+        # it holds the same messages at the same offsets, the restart answers the inputs from
+        # the checkpoint on (the given-up batch included), each once.
         embedded.stop()
         embedded = EmbeddedBroker(port=int(servers.rpartition(":")[2]), start_timeout=20)
         embedded.start()
         ensure_topics({"bootstrap_servers": servers}, list(topics.values()))
         produce(servers, topics["input"], messages)
+        with Serve(config, tmp_path / "serve-refused.log", "--until-drained") as serve:
+            assert serve.process.wait(timeout=60) == 1, serve.tail()
+        assert "no longer holds the offsets this model resumes from" in serve.text()
+        assert _output_offsets(servers, topics["output"]) == []
         with Serve(config, tmp_path / "serve-drain.log", "--until-drained",
-                   "--set", "kafka.max_batch=200") as serve:
+                   "--on-partition-reset", "resume", "--set", "kafka.max_batch=200") as serve:
             assert serve.process.wait(timeout=90) == 0, serve.tail()
         answered = _output_offsets(servers, topics["output"])
         assert answered == list(range(resumes_at, len(messages)))

@@ -127,8 +127,10 @@ def test_size_limit_and_dead_letter_records():
         parse_message(raw, len(raw) - 1)
     source = Source("t", 3, 42)
     text = dead_letter("why", raw, source, 1000)
-    assert text == {"error": "why", "raw": raw.decode(), "raw_encoding": "utf-8",
+    assert text == {"error": "why", "reason": "malformed", "raw": raw.decode(),
+                    "raw_encoding": "utf-8",
                     "source": {"topic": "t", "partition": 3, "offset": 42}}
+    assert dead_letter("why", raw, source, 1000, reason="internal")["reason"] == "internal"
     binary = dead_letter("why", b"\xff\x00", source, 1000)
     assert base64.b64decode(binary["raw"]) == b"\xff\x00" and binary["raw_encoding"] == "base64"
     cut = dead_letter("big", b"a" * 50, source, 10)
@@ -204,7 +206,9 @@ def test_metrics_endpoint_serves_prometheus_names():
 def test_processor_cache_limits_and_offsets():
     from stream_svm import IncrementalSVC
 
-    processor = Processor(IncrementalSVC(), cache_max_size=2, cache_max_age_seconds=10)
+    now = [1_000.0]
+    processor = Processor(IncrementalSVC(), cache_max_size=2, cache_max_age_seconds=10,
+                          clock=lambda: now[0])
 
     def rec(offset, doc, ts):
         return Record("in", 0, offset, json.dumps(doc).encode(), ts)
@@ -213,15 +217,22 @@ def test_processor_cache_limits_and_offsets():
                        rec(1, {"id": "b", "x": {"f": 2}}, 2_000),
                        rec(2, {"id": "c", "x": {"f": 3}}, 3_000)])
     assert list(processor.cache) == ["b", "c"]  # size limit drops the oldest
-    processor.process([rec(3, {"id": "d", "x": {"f": 4}}, 12_500)])
-    assert list(processor.cache) == ["c", "d"]  # "b" is older than 10 s of message time
+    now[0] += 5
+    # A producer timestamp ten years ahead is no reason to evict anything: age is the
+    # daemon's processing time.
+    processor.process([rec(3, {"id": "d", "x": {"f": 4}}, 10**12 + 3_650 * 86_400_000)])
+    assert list(processor.cache) == ["c", "d"]  # "b" made room for "d", not for its age
+    now[0] += 6  # "c" was cached 11 s ago, "d" 6 s ago
     result = processor.process([rec(4, {"id": "a", "y": True}, 13_000),
-                                rec(5, {"id": "c", "y": True}, 13_000)])
-    assert "no unlabelled features cached for id 'a'" in result.dead_letters[0][1]["error"]
-    assert result.outputs[0][1] == {"id": "c", "op": "label", "ok": True}
-    assert "c" in processor.model and processor.offsets == {"in:0": 6}
+                                rec(5, {"id": "d", "y": True}, 13_000)])
+    assert "no unlabelled features cached for id 'a'" in result.dead_letters[0].record["error"]
+    assert result.dead_letters[0].record["reason"] == "unknown_id"
+    assert result.outputs[0].record == {"id": "d", "op": "label", "ok": True}
+    assert json.loads(result.outputs[0].value) == result.outputs[0].record
+    assert "d" in processor.model and processor.offsets == {"in:0": 6}
+    assert list(processor.cache) == [] and processor.cache.evictions == {"entries": 2, "age": 1}
     # Already processed offsets are skipped (the model never learns a message twice).
-    again = processor.process([rec(5, {"id": "c", "y": True}, 13_000)])
+    again = processor.process([rec(5, {"id": "d", "y": True}, 13_000)])
     assert again.skipped == 1 and not again.outputs and not again.dead_letters
 
 

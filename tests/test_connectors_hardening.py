@@ -1,0 +1,471 @@
+"""Hardening of the daemon without a broker: poison messages, the parser under random input,
+the processor's one-outcome-per-message rule, the bounded unlabelled cache, the checkpoint
+loader against crafted files, the lock, and the refusals to start a new model silently.
+
+The same failures through a real daemon on the embedded broker are in
+test_connectors_hardening_broker.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connectors.cache import UnlabelledCache
+from connectors.checkpoint import CheckpointError, CheckpointStore
+from connectors.config import load_config
+from connectors.daemon import Daemon, DaemonError, StartRefused, _locked
+from connectors.messages import (
+    Forget,
+    Label,
+    Malformed,
+    Observe,
+    Relabel,
+    encode_key,
+    parse_label,
+    parse_message,
+)
+from connectors.metrics import Metrics
+from connectors.models import build_model
+from connectors.processor import Processor, Record
+from stream_svm import ConvergenceError, IncrementalSVC
+
+HUGE = "1" + "0" * 400  # an integer literal no float can hold
+
+
+def _record(offset: int, value: bytes | dict, topic: str = "in") -> Record:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return Record(topic, 0, offset, raw, 1_000 + offset)
+
+
+def _strict_json(data: bytes) -> Any:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"non-finite number {name} written")
+
+    return json.loads(data.decode("utf-8"), parse_constant=refuse)
+
+
+def _trained(kernel: str = "rbf") -> IncrementalSVC:
+    model = IncrementalSVC(C=1.0, kernel=kernel, gamma=0.5)
+    model.learn_one({"a": 1.0}, True, key="s1")
+    model.learn_one({"a": -1.0}, False, key="s2")
+    return model
+
+
+# -- the parser under random input ------------------------------------------------------------
+
+_surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1,
+                      max_size=3)
+_texts = st.one_of(st.text(max_size=12), _surrogates, st.builds(lambda a, b: a + b,
+                                                                 st.text(max_size=4), _surrogates))
+_numbers = st.one_of(
+    st.integers(), st.integers(min_value=10**300, max_value=10**400).map(lambda v: v * -1
+                                                                         if v % 2 else v),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1, -1, 1.0, 0.0, 2]),
+)
+_scalars = st.one_of(st.none(), st.booleans(), _numbers, _texts)
+_json = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(_texts, inner, max_size=4)), max_leaves=12)
+_messages = st.dictionaries(
+    st.sampled_from(["id", "x", "y", "op", "extra"]),
+    st.one_of(_json, st.dictionaries(_texts, _scalars, max_size=6),
+              st.sampled_from(["forget", "relabel", "observe"])),
+    max_size=5,
+)
+
+
+def _check_operation(operation: Any) -> None:
+    """What the processor relies on in a parsed message."""
+    assert isinstance(operation, (Observe, Label, Forget, Relabel))
+    encode_key(operation.id)  # the id becomes a UTF-8 Kafka key
+    if isinstance(operation, Observe):
+        for name, value in operation.x.items():
+            name.encode("utf-8")
+            assert type(value) is float and math.isfinite(value)
+        assert operation.y is None or type(operation.y) is bool
+    if isinstance(operation, (Label, Relabel)):
+        assert type(operation.y) is bool
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=200), _messages.map(lambda d: json.dumps(d).encode()),
+                 _json.map(lambda d: json.dumps(d).encode())))
+def test_the_parser_returns_a_message_or_raises_malformed_only(raw):
+    for parse in (parse_message, parse_label):
+        try:
+            operation = parse(raw, 10_000)
+        except Malformed as exc:
+            assert str(exc)  # the dead-letter reason
+        else:
+            _check_operation(operation)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (f'{{"id": 6, "x": {{"a": {HUGE}}}}}', "too large for a float"),
+        (f'{{"id": 6, "x": {{"a": -{HUGE}}}, "y": true}}', "too large for a float"),
+        (f'{{"id": 7, "x": {{"a": 1.0}}, "y": {HUGE}}}', "not one of the two classes"),
+        (f'{{"id": 7, "y": {HUGE}}}', "not one of the two classes"),
+        (f'{{"op": "relabel", "id": 7, "y": {HUGE}}}', "not one of the two classes"),
+        ('{"id": "\\ud800", "x": {"a": 1.0}}', "not valid Unicode"),
+        ('{"op": "forget", "id": "a\\udfff"}', "not valid Unicode"),
+        ('{"id": 1, "x": {"\\ud83d": 1.0}}', "not valid Unicode"),
+    ],
+)
+def test_poison_values_are_malformed_with_a_readable_reason(raw, reason):
+    with pytest.raises(Malformed, match=reason) as caught:
+        parse_message(raw.encode(), 10_000)
+    assert len(str(caught.value)) < 300  # a 400-digit literal is cut, not copied
+
+
+# -- the processor: one outcome per message, whatever happens ---------------------------------
+
+
+def _outcomes(result) -> int:
+    return len(result.outputs) + len(result.dead_letters)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+    st.binary(max_size=60),
+    _messages.map(lambda d: json.dumps(d).encode()),
+    st.builds(lambda i, a, y: json.dumps({"id": i, "x": {"a": a}, "y": y}).encode(),
+              st.integers(0, 8), st.floats(-3, 3), st.booleans()),
+    st.builds(lambda i: json.dumps({"op": "forget", "id": i}).encode(), st.integers(0, 8)),
+    st.builds(lambda i, y: json.dumps({"op": "relabel", "id": i, "y": y}).encode(),
+              st.integers(0, 8), st.booleans()),
+    st.builds(lambda i, y: json.dumps({"id": i, "y": y}).encode(), st.integers(0, 8),
+              st.booleans()),
+), min_size=1, max_size=25))
+def test_every_record_gets_exactly_one_encoded_outcome(values):
+    processor = Processor(_trained("poly"), metrics=Metrics())
+    result = processor.process([_record(i, raw) for i, raw in enumerate(values)])
+    assert _outcomes(result) == len(values)
+    for produced in result.outputs + result.dead_letters:
+        assert _strict_json(produced.value) == produced.record
+    assert processor.offsets == {"in:0": len(values)}
+
+
+def test_a_finite_input_whose_score_is_not_finite_is_dead_lettered():
+    processor = Processor(_trained("poly"))
+    before = processor.model.n_stored
+    result = processor.process([
+        _record(0, {"id": 1, "x": {"a": 0.5}, "y": True}),
+        _record(1, b'{"id": 9, "x": {"a": 1e300}, "y": true}'),
+        _record(2, b'{"id": 10, "x": {"a": 1e300}}'),
+        _record(3, {"id": 2, "x": {"a": -0.5}, "y": False}),
+    ])
+    assert [o.record["id"] for o in result.outputs] == [1, 2]
+    assert [d.record["reason"] for d in result.dead_letters] == ["non_finite", "non_finite"]
+    assert "not finite" in result.dead_letters[0].record["error"]
+    for produced in result.outputs + result.dead_letters:
+        _strict_json(produced.value)
+    assert processor.model.n_stored == before + 2 and 9 not in processor.model
+    assert 10 not in processor.cache
+
+
+def test_forget_and_relabel_refused_by_the_model_are_dead_letters(monkeypatch):
+    processor = Processor(_trained())
+    processor.process([_record(0, {"id": "p", "x": {"a": 0.3}, "y": True})])
+
+    def refuse(*args, **kwargs):
+        raise ConvergenceError("update stopped after 5 steps; the model is unchanged")
+
+    monkeypatch.setattr(processor.model, "forget_one", refuse)
+    monkeypatch.setattr(processor.model, "relabel_one", refuse)
+    result = processor.process([
+        _record(1, {"op": "forget", "id": "p"}),
+        _record(2, {"op": "relabel", "id": "p", "y": False}),
+        _record(3, {"id": "q", "x": {"a": 0.9}, "y": True}),
+    ])
+    assert [d.record["reason"] for d in result.dead_letters] == ["refused", "refused"]
+    assert "ConvergenceError" in result.dead_letters[0].record["error"]
+    assert [o.record["id"] for o in result.outputs] == ["q"]
+    assert "p" in processor.model and "q" in processor.model
+    assert processor.offsets == {"in:0": 4}
+    assert processor.model.stored_point("p") == ({"a": 0.3}, True)
+
+
+def test_an_unexpected_exception_dead_letters_only_its_message(monkeypatch):
+    processor = Processor(_trained(), metrics=Metrics())
+    learn_one = processor.model.learn_one
+
+    def broken(x, y, key=None):
+        if key == "bad":
+            raise ZeroDivisionError("a bug in the model")
+        return learn_one(x, y, key=key)
+
+    monkeypatch.setattr(processor.model, "learn_one", broken)
+    monkeypatch.setattr(processor.model, "learn_many", None)  # one point at a time
+    result = processor.process([
+        _record(0, {"id": "ok1", "x": {"a": 0.1}, "y": True}),
+        _record(1, {"id": "bad", "x": {"a": 0.2}, "y": True}),
+        _record(2, {"id": "ok2", "x": {"a": 0.3}, "y": False}),
+    ])
+    assert [o.record["id"] for o in result.outputs] == ["ok1", "ok2"]
+    (letter,) = result.dead_letters
+    assert letter.record["reason"] == "internal"
+    assert "ZeroDivisionError: a bug in the model" in letter.record["error"]
+    assert "bad" not in processor.model and "ok2" in processor.model
+    assert b'reason="internal"' in processor.metrics.render()
+
+
+def test_a_refused_late_label_keeps_the_features_cached(monkeypatch):
+    processor = Processor(_trained())
+    processor.process([_record(0, {"id": "u", "x": {"a": 0.4}})])
+
+    def refuse(x, y, key=None):
+        raise ValueError("too many features")
+
+    monkeypatch.setattr(processor.model, "learn_one", refuse)
+    result = processor.process([_record(1, {"id": "u", "y": True})])
+    assert result.dead_letters[0].record["reason"] == "refused"
+    assert processor.cache.get("u").x == {"a": 0.4}  # a corrected label can come again
+
+
+# -- the unlabelled cache ----------------------------------------------------------------------
+
+
+def test_cache_bounds_in_entries_bytes_and_processing_time_oldest_first():
+    cache = UnlabelledCache(max_entries=8, max_bytes=10_000, max_age_seconds=60)
+    for i in range(10):
+        cache.put(i, {"f": float(i), "g": 1.0}, prediction=bool(i % 2), now=float(i))
+    assert list(cache) == list(range(2, 10)) and cache.evictions == {"entries": 2}
+    cache.put(3, {"f": 3.5}, prediction=True, now=10.0)  # a re-put moves to the end
+    assert list(cache) == [2, 4, 5, 6, 7, 8, 9, 3]
+
+    cache = UnlabelledCache(max_entries=100, max_bytes=11_000, max_age_seconds=60)
+    for i in range(10):
+        cache.put(i, {"f": float(i), "g": 1.0}, prediction=bool(i % 2), now=float(i))
+    # Wide points push the oldest ones out by the byte bound, never the newest.
+    for j in range(4):
+        cache.put(f"wide{j}", {f"w{j}_{i}": 1.0 for i in range(20)}, prediction=False,
+                  now=11.0 + j)
+        assert cache.bytes <= 11_000 and f"wide{j}" in cache
+    assert cache.evictions["bytes"] >= 1 and set(cache.evictions) == {"bytes"}
+    small = [i for i in cache if isinstance(i, int)]
+    assert small and small == list(range(10 - len(small), 10))  # the oldest went first
+    assert cache.expire(now=70.0) == {"age": len(small)}  # cached before t = 10
+    assert list(cache) == [f"wide{j}" for j in range(4)]
+    assert cache.pop("nope") is None and cache.pop("wide3").x["w3_0"] == 1.0
+    # A stream of ever new feature names stays within the byte bound (dropped names go too).
+    for j in range(300):
+        cache.put(f"n{j}", {f"name{j}_{i}": 1.0 for i in range(5)}, prediction=True,
+                  now=80.0)
+        assert cache.bytes <= 11_000 and f"n{j}" in cache
+    assert len(cache._names) < 2 * 11_000 / 100  # reclaimed, not only uncounted
+
+
+def test_cache_arrays_round_trip_through_a_checkpoint(tmp_path):
+    cache = UnlabelledCache(1000, 1 << 20, 3600)
+    cache.put(1, {"a": 1.0, "b": -2.0}, True, 5.0)
+    cache.put("s", {"é": 3.0}, False, 6.0)
+    cache.put(2, {}, True, 7.0)
+    cache.pop(1)
+    store = CheckpointStore(tmp_path)
+    store.save({"w": np.zeros(2)}, {}, {}, cache.to_arrays())
+    loaded = store.load_latest()
+    again = UnlabelledCache(1000, 1 << 20, 3600)
+    again.load_arrays(loaded.cache_arrays, now=8.0)
+    assert list(again) == ["s", 2]
+    assert again.get("s") == cache.get("s") and again.get(2).x == {}
+    with pytest.raises(ValueError, match="inconsistent"):
+        broken = dict(loaded.cache_arrays)
+        broken["indptr"] = broken["indptr"][:-1]
+        again.load_arrays(broken, now=8.0)
+
+
+def test_a_large_cache_is_many_times_smaller_in_a_checkpoint_than_json(tmp_path):
+    """The cache no longer goes through JSON: its arrays are a small, fixed cost per feature
+    (no wall-clock assertion: the size of what a checkpoint writes)."""
+    cache = UnlabelledCache(100_000, 1 << 30, 3600)
+    rng = np.random.default_rng(0)
+    for i in range(20_000):
+        cache.put(i, {f"feature_{j}": float(v) for j, v in enumerate(rng.normal(size=10))},
+                  True, 0.0)
+    arrays = cache.to_arrays()
+    as_json = len(json.dumps([[i, cache.get(i).x, 0, True] for i in range(20_000)]))
+    assert sum(a.nbytes for a in arrays.values()) < as_json / 2
+
+
+# -- checkpoint files ----------------------------------------------------------------------
+
+
+def _npy(header: dict[str, Any], data: bytes) -> bytes:
+    text = repr(header).encode("latin1")
+    text += b" " * ((64 - (10 + len(text) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data
+
+
+def _crafted(path: Path, members: dict[str, bytes], manifest: dict | None) -> Path:
+    document = {"format": "stream-svm-checkpoint", "version": 2 if manifest is not None else 1,
+                "sequence": 1, "model": {}, "state": {}}
+    if manifest is not None:
+        document["arrays"] = manifest
+    meta = json.dumps(document).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("__meta__.npy", _npy(
+            {"descr": "|u1", "fortran_order": False, "shape": (len(meta),)}, meta))
+        for name, data in members.items():
+            archive.writestr(f"{name}.npy", data)
+    return path
+
+
+@pytest.mark.parametrize("with_manifest", [True, False])
+def test_a_header_claiming_a_huge_shape_is_refused_before_allocating(tmp_path, with_manifest):
+    huge = 10**12
+    member = _npy({"descr": "<f8", "fortran_order": False, "shape": (huge,)}, b"\x00" * 8)
+    manifest = {"X": ["<f8", [huge]]} if with_manifest else None
+    path = _crafted(tmp_path / "checkpoint-000000000001.npz", {"X": member}, manifest)
+    with pytest.raises(CheckpointError, match="declares 8000000000000 bytes") as caught:
+        CheckpointStore(tmp_path).read(path)
+    assert "allow_pickle" not in str(caught.value)
+
+
+def test_object_members_are_refused_without_mentioning_pickle(tmp_path):
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    path = _crafted(tmp_path / "checkpoint-000000000001.npz", {"o": buffer.getvalue()},
+                    {"o": ["|O", [1]]})
+    with pytest.raises(CheckpointError, match="not a plain number or text type") as caught:
+        CheckpointStore(tmp_path).read(path)
+    assert "pickle" not in str(caught.value)
+
+
+def test_only_the_members_asked_for_are_read_within_the_bounds(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.save({"alpha": np.ones(3), "X": np.zeros((3, 2))}, {}, {})
+    ((_, path),) = store.paths()
+    # A foreign member is never read, even when it would be unreadable.
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("junk.npy", b"\x93NUMPY garbage")
+    read: list[str] = []
+
+    def check(name, dtype, shape):
+        read.append(name)
+        if name == "X" and shape[0] > 2:
+            raise CheckpointError(f"member {name!r} holds {shape[0]} points, more than 2")
+
+    assert store.read(path, members={"alpha"}, check=check).arrays.keys() == {"alpha"}
+    assert read == ["alpha"]
+    with pytest.raises(CheckpointError, match="more than 2"):
+        store.read(path, check=check)
+    with pytest.raises(CheckpointError, match="no member"):
+        store.read(path, members={"beta"})
+
+
+def test_checkpoints_are_private_files_in_a_private_directory(tmp_path):
+    directory = tmp_path / "new"
+    store = CheckpointStore(directory)
+    path = store.save({"X": np.ones((2, 2))}, {}, {})
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+
+
+def test_when_no_checkpoint_is_usable_nothing_is_renamed(tmp_path):
+    store = CheckpointStore(tmp_path)
+    for i in range(2):
+        store.save({"w": np.arange(i + 1.0)}, {}, {})
+    for _, path in store.paths():
+        path.write_bytes(path.read_bytes()[:100])
+    before = sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir())
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        store.load_latest()
+    assert sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir()) == before
+
+
+def test_format_1_checkpoints_still_restore_with_their_json_cache(tmp_path):
+    model = _trained()
+    arrays, meta = model.to_checkpoint()
+    state = {"model_settings": {}, "processor": {
+        "offsets": {"in:0": 5}, "cache": [["u", {"a": 2.0}, 123, True]], "updates": 2}}
+    document = {"format": "stream-svm-checkpoint", "version": 1, "sequence": 4, "model": meta,
+                "state": state}
+    path = tmp_path / "checkpoint-000000000004.npz"
+    np.savez(path, **arrays, __meta__=np.frombuffer(json.dumps(document).encode(), np.uint8))
+    loaded = CheckpointStore(tmp_path).load_latest()
+    assert loaded.version == 1 and loaded.cache_arrays is None
+    processor = Processor(IncrementalSVC.from_checkpoint(loaded.arrays, loaded.model_meta))
+    processor.load_state(loaded.state["processor"], loaded.cache_arrays)
+    assert processor.offsets == {"in:0": 5} and processor.cache.get("u").x == {"a": 2.0}
+
+
+def test_a_symlinked_lock_is_not_followed(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    (directory / ".lock").symlink_to(target)
+    with pytest.raises(DaemonError, match="symbolic link"), _locked(directory):
+        pass
+    assert target.read_text() == "keep me"
+
+
+# -- no new model without the operator's say -------------------------------------------------
+
+
+def _settings(tmp_path: Path, **extra: Any):
+    return load_config(None, {
+        "kafka.bootstrap_servers": "127.0.0.1:9",  # never reached: the refusals come first
+        "checkpoint.dir": str(tmp_path / "checkpoints"),
+        "metrics.enabled": False,
+        "retry.max_attempts": 1,
+        "kafka.request_timeout_ms": 200,
+        **extra,
+    }, environ={})
+
+
+def _checkpoint_a_model(config) -> Path:
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                              for i in range(12)])
+    daemon._since_checkpoint = 12
+    daemon.checkpoint()
+    return Path(config.checkpoint.dir)
+
+
+def _files(directory: Path) -> list[tuple[str, bytes]]:
+    return sorted((p.name, p.read_bytes()) for p in directory.iterdir() if p.name != ".lock")
+
+
+def test_a_changed_model_setting_stops_and_touches_nothing(tmp_path):
+    directory = _checkpoint_a_model(_settings(tmp_path, **{"model.C": 1.0}))
+    before = _files(directory)
+    with pytest.raises(StartRefused, match=r"model\.C|C 1\.0 -> 2\.0") as caught:
+        Daemon(_settings(tmp_path, **{"model.C": 2.0})).run()
+    assert "Nothing was changed" in str(caught.value)
+    assert _files(directory) == before
+    # The original settings restore it (and only then is the broker needed).
+    with pytest.raises(DaemonError, match=r"unreachable|giving up"):
+        Daemon(_settings(tmp_path, **{"model.C": 1.0})).run()
+    assert _files(directory) == before
+
+
+def test_unusable_checkpoints_stop_the_daemon_until_the_operator_starts_fresh(tmp_path):
+    directory = _checkpoint_a_model(_settings(tmp_path))
+    (path,) = directory.glob("checkpoint-*.npz")
+    path.write_bytes(path.read_bytes()[:200])
+    before = _files(directory)
+    for _ in range(2):  # the second start finds the same, not an empty directory
+        with pytest.raises(StartRefused, match="--start-fresh"):
+            Daemon(_settings(tmp_path)).run()
+        assert _files(directory) == before
+    with pytest.raises(DaemonError, match=r"unreachable|giving up"):
+        Daemon(_settings(tmp_path, **{"checkpoint.start_fresh": True})).run()
+    assert not list(directory.glob("checkpoint-*.npz"))
+    assert len(list(directory.glob("*.unusable-*"))) == 1
+    # Set aside earlier (e.g. by an older version): still no silent new model.
+    with pytest.raises(StartRefused, match="set aside as unusable"):
+        Daemon(_settings(tmp_path)).run()
