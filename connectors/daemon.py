@@ -396,6 +396,11 @@ class Daemon:
                     max_request_size=max(1_048_576, 2 * config.kafka.max_message_bytes),
                     retries=2_147_483_647,
                     max_in_flight_requests_per_connection=1,
+                    # Outputs are at-least-once (a restart may repeat some) and one request in
+                    # flight keeps them in order; an idempotent producer adds nothing to that,
+                    # and its producer id does not survive a broker that lost its state (a
+                    # restarted embedded broker): every later send then failed for good.
+                    enable_idempotence=False,
                 )
             except StartRefused:
                 with contextlib.suppress(Exception):

@@ -1,0 +1,304 @@
+"""Hardening through a real daemon on the embedded broker: every poison message gets its dead
+letter while the messages around it (in the same poll) get their outputs and are learned, and
+offsets are committed for all of them; a restart never starts a new model or skips a partition
+without the operator's say, whether the checkpoints are gone or the (memory-only) broker
+restarted empty, before the daemon started or under it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from connectors.broker import EmbeddedBroker, free_loopback_port
+from connectors.checkpoint import CheckpointStore
+from connectors.config import load_config
+from connectors.daemon import Daemon, StartRefused, ensure_topics
+from stream_svm import ConvergenceError, IncrementalSVC
+from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.broker
+
+HUGE = "1" + "0" * 400
+MODEL = {"C": 2.0, "gamma": 0.7}
+
+
+def _config(servers: str, tmp_path, **extra: Any):
+    names = {k: unique(f"hard-{k}") for k in ("input", "output", "dead")}
+    settings = {
+        "kafka.bootstrap_servers": servers,
+        "kafka.input_topic": names["input"],
+        "kafka.output_topic": names["output"],
+        "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": unique("hard-group"),
+        "kafka.request_timeout_ms": 5000,
+        "model.C": MODEL["C"],
+        "model.gamma": MODEL["gamma"],
+        "checkpoint.dir": str(tmp_path / "checkpoints"),
+        "metrics.enabled": False,
+        "retry.initial_backoff_seconds": 0.1,
+        "retry.max_backoff_seconds": 0.5,
+        **extra,
+    }
+    return load_config(None, settings, environ={})
+
+
+def _valid(i: int) -> dict[str, Any]:
+    rng = np.random.default_rng(i)
+    a, b = rng.uniform(-2, 2, size=2)
+    return {"id": f"v{i}", "x": {"a": float(a), "b": float(b)}, "y": bool(a * b > 0)}
+
+
+def _committed(servers: str, group: str, topic: str) -> int | None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, group_id=group, enable_auto_commit=False)
+    try:
+        return consumer.committed(TopicPartition(topic, 0))
+    finally:
+        consumer.close()
+
+
+def _strict(value: Any) -> Any:
+    """Every record written must be JSON without NaN or Infinity."""
+    json.loads(json.dumps(value), parse_constant=lambda name: pytest.fail(f"{name} written"))
+    return value
+
+
+# -- poison messages --------------------------------------------------------------------------
+
+POISON = {
+    "integer feature too large for a float": (
+        f'{{"id": "p", "x": {{"a": {HUGE}}}, "y": true}}'.encode(), ("malformed",),
+        "too large for a float", {}),
+    "integer label too large": (
+        f'{{"id": "p", "x": {{"a": 1.0}}, "y": {HUGE}}}'.encode(), ("malformed",),
+        "not one of the two classes", {}),
+    "string id with a lone surrogate": (
+        b'{"id": "\\ud800", "x": {"a": 1.0}, "y": true}', ("malformed",), "not valid Unicode",
+        {}),
+    # Scored by a model that has points, it is refused at prediction (non_finite); an empty
+    # model scores everything with its bias, and the engine refuses the point (refused).
+    "finite input whose score is not finite": (
+        b'{"id": "p", "x": {"a": 1e300}, "y": true}', ("non_finite", "refused"), "not finite",
+        {"model.kernel": "poly", "model.gamma": 1.0, "model.coef0": 1.0}),
+}
+
+
+def _run(config, stream: list[Any]) -> tuple[Daemon, list[Any], list[Any]]:
+    servers = config.kafka.bootstrap_servers
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(servers, kafka.input_topic, stream)  # all of it before the daemon: one poll
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    outputs = read_all(servers, kafka.output_topic, daemon.summary.outputs)
+    dead = read_all(servers, kafka.dead_letter_topic, daemon.summary.dead_letters)
+    return daemon, outputs, dead
+
+
+def _assert_the_rest_went_on(config, daemon: Daemon, outputs, stream, valid_ids) -> None:
+    assert daemon.summary.messages == len(stream) and daemon.summary.batches == 1
+    assert [o["id"] for o in outputs if "prediction" in o] == valid_ids
+    for output in outputs:
+        _strict(output)
+    model = daemon.processor.model
+    reference = IncrementalSVC(**MODEL, kernel=config.model.kernel, coef0=config.model.coef0)
+    for message in stream:
+        if isinstance(message, dict) and "x" in message and message["id"] in valid_ids:
+            reference.learn_one(message["x"], message["y"], key=message["id"])
+    assert sorted(model.stored_keys()) == sorted(valid_ids)
+    grid = pd.DataFrame([_valid(100 + i)["x"] for i in range(30)])
+    np.testing.assert_allclose(model.decision_function_many(grid),
+                               reference.decision_function_many(grid), atol=1e-9)
+    input_topic = config.kafka.input_topic
+    servers = config.kafka.bootstrap_servers
+    assert _committed(servers, config.kafka.group_id, input_topic) == len(stream)
+    checkpoint = CheckpointStore(config.checkpoint.dir).load_latest()
+    assert checkpoint.state["processor"]["offsets"] == {f"{input_topic}:0": len(stream)}
+
+
+@pytest.mark.parametrize("case", list(POISON))
+def test_a_poison_message_is_dead_lettered_and_the_stream_goes_on(broker, tmp_path,  # noqa: F811
+                                                                   case):
+    raw, reason, text, model = POISON[case]
+    config = _config(broker.bootstrap_servers, tmp_path, **model)
+    stream = [_valid(0), _valid(1), raw, _valid(2), _valid(3)]
+    daemon, outputs, dead = _run(config, stream)
+    (letter,) = dead
+    assert _strict(letter)["reason"] in reason and text in letter["error"]
+    assert letter["source"]["offset"] == 2
+    _assert_the_rest_went_on(config, daemon, outputs, stream, ["v0", "v1", "v2", "v3"])
+
+
+@pytest.mark.parametrize("op", ["forget", "relabel"])
+def test_a_refused_forget_or_relabel_changes_nothing(broker, tmp_path, monkeypatch,  # noqa: F811
+                                                     op):
+    """The model refuses the update (ConvergenceError, as on a numerically singular kernel):
+    the point stays as it was, with its label; a relabel is all or nothing."""
+    if op == "forget":
+        def refuse(self, x=None, y=None, key=None):
+            raise ConvergenceError("update stopped after 9 steps; the model is unchanged")
+
+        monkeypatch.setattr(IncrementalSVC, "forget_one", refuse)
+    else:  # the forget half of the relabel goes through, its learn half is refused
+        learn_one = IncrementalSVC.learn_one
+
+        def refuse_new_label(self, x, y, key=None):
+            if key == "v1" and y is not True:
+                raise ConvergenceError("update stopped after 9 steps; the model is unchanged")
+            return learn_one(self, x, y, key=key)
+
+        monkeypatch.setattr(IncrementalSVC, "learn_one", refuse_new_label)
+    config = _config(broker.bootstrap_servers, tmp_path)
+    first = _valid(1)
+    first["y"] = True
+    stream = [_valid(0), first, _valid(2), {"op": op, "id": "v1", "y": False}, _valid(3)]
+    if op == "forget":
+        del stream[3]["y"]
+    daemon, outputs, dead = _run(config, stream)
+    (letter,) = dead
+    assert letter["reason"] == "refused" and "ConvergenceError" in letter["error"]
+    assert daemon.processor.model.stored_point("v1") == (first["x"], True)
+    _assert_the_rest_went_on(config, daemon, outputs, stream, ["v0", "v1", "v2", "v3"])
+
+
+def test_an_unexpected_exception_is_an_internal_dead_letter(broker, tmp_path,  # noqa: F811
+                                                           monkeypatch):
+    learn_one, learn_many = IncrementalSVC.learn_one, IncrementalSVC.learn_many
+
+    def broken_one(self, x, y, key=None):
+        if key == "v2":
+            raise ZeroDivisionError("division by zero in a bug")
+        return learn_one(self, x, y, key=key)
+
+    def broken_many(self, X, y, keys=None):
+        if "v2" in list(keys or []):
+            raise ZeroDivisionError("division by zero in a bug")
+        return learn_many(self, X, y, keys=keys)
+
+    monkeypatch.setattr(IncrementalSVC, "learn_one", broken_one)
+    monkeypatch.setattr(IncrementalSVC, "learn_many", broken_many)
+    config = _config(broker.bootstrap_servers, tmp_path)
+    stream = [_valid(i) for i in range(5)]
+    daemon, outputs, dead = _run(config, stream)
+    (letter,) = dead
+    assert letter["reason"] == "internal"
+    assert "ZeroDivisionError: division by zero in a bug" in letter["error"]
+    _assert_the_rest_went_on(config, daemon, outputs, stream, ["v0", "v1", "v3", "v4"])
+
+
+# -- restarts -------------------------------------------------------------------------------
+
+
+def test_committed_offsets_without_checkpoints_need_start_fresh(broker, tmp_path):  # noqa: F811
+    config = _config(broker.bootstrap_servers, tmp_path)
+    _run(config, [_valid(i) for i in range(6)])
+    gone = tmp_path / "checkpoints"
+    for path in gone.iterdir():
+        path.unlink()
+    produce(broker.bootstrap_servers, config.kafka.input_topic, [_valid(i) for i in range(6, 9)])
+    with pytest.raises(StartRefused, match="committed offset 6") as caught:
+        Daemon(config, until_drained=True).run()
+    assert "--start-fresh" in str(caught.value)
+    assert not list(gone.glob("checkpoint-*"))
+    fresh = load_config(None, {**{f"{s}.{k}": v for s, t in config.as_dict().items()
+                                  for k, v in t.items() if v is not None},
+                               "checkpoint.start_fresh": True}, environ={})
+    daemon = Daemon(fresh, until_drained=True)
+    assert daemon.run() == 0
+    # A new model, from the committed offsets on: only the messages after them.
+    assert sorted(daemon.processor.model.stored_keys()) == ["v6", "v7", "v8"]
+
+
+def _restart(embedded: EmbeddedBroker) -> EmbeddedBroker:
+    """The memory-only broker again, on the same port: every topic and offset is gone."""
+    port = int(embedded.bootstrap_servers.rpartition(":")[2])
+    embedded.stop()
+    return EmbeddedBroker(port=port, start_timeout=20).start()
+
+
+@pytest.mark.slow
+def test_a_broker_restarted_empty_before_the_daemon_is_not_resumed_silently(tmp_path):
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path)
+        _run(config, [_valid(i) for i in range(20)])
+        embedded = _restart(embedded)
+        topic = config.kafka.input_topic
+        # The recreated topic holds 5 new messages at offsets 0-4; the checkpoint resumes at 20.
+        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers},
+                      [topic, config.kafka.output_topic, config.kafka.dead_letter_topic])
+        produce(embedded.bootstrap_servers, topic, [_valid(i) for i in range(20, 25)])
+        daemon = Daemon(config, until_drained=True)
+        with pytest.raises(StartRefused, match=rf"partition {topic}:0 no longer holds"):
+            daemon.run()
+        assert re.search(r'stream_svm_partition_resets_total\{cause="topic_recreated",'
+                         r'partition="0",topic="[^"]+"\} 1\.0', daemon.metrics.render().decode())
+        assert read_all(embedded.bootstrap_servers, config.kafka.output_topic, idle=0.5) == []
+        told = _config(embedded.bootstrap_servers, tmp_path,
+                       **{"kafka.on_partition_reset": "earliest"})
+        for section in ("input_topic", "output_topic", "dead_letter_topic", "group_id"):
+            setattr(told.kafka, section, getattr(config.kafka, section))
+        daemon = Daemon(told, until_drained=True)
+        assert daemon.run() == 0
+        # The model is kept, and the new topic is read from its beginning.
+        assert sorted(daemon.processor.model.stored_keys()) == sorted(
+            f"v{i}" for i in range(25))
+        outputs = read_all(embedded.bootstrap_servers, config.kafka.output_topic, 5)
+        assert sorted(o["id"] for o in outputs) == [f"v{i}" for i in range(20, 25)]
+    finally:
+        embedded.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["stop", "earliest"])
+def test_a_broker_restarted_under_the_daemon(tmp_path, policy):
+    """The broker restarts empty while the daemon runs. Its lost connection is counted and
+    shown, and the partition that now ends below the daemon's position is noticed: the daemon
+    stops (exit 1), or with 'earliest' keeps its model and reads the new messages."""
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    daemon = None
+    thread = None
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path,
+                         **{"kafka.on_partition_reset": policy, "kafka.poll_timeout_ms": 50})
+        kafka = config.kafka
+        topics = [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic]
+        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, topics)
+        produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20)])
+        daemon = Daemon(config)
+        thread = threading.Thread(target=daemon.run, daemon=True)
+        thread.start()
+        assert wait_for(lambda: daemon.summary.messages == 20, 30)
+        embedded = _restart(embedded)
+        assert wait_for(lambda: b"stream_svm_connected 0.0" in daemon.metrics.render(), 20)
+        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, topics)
+        produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20, 25)])
+        text = daemon.metrics.render().decode()
+        if policy == "stop":
+            thread.join(timeout=60)
+            assert not thread.is_alive() and daemon.summary.exit_code == 1
+            assert daemon.summary.messages == 20
+        else:
+            assert wait_for(lambda: daemon.summary.messages == 25, 60)
+            assert wait_for(lambda: b"stream_svm_connected 1.0" in daemon.metrics.render(), 20)
+            assert sorted(daemon.processor.model.stored_keys()) == sorted(
+                f"v{i}" for i in range(25))
+        text = daemon.metrics.render().decode()
+        assert re.search(r"stream_svm_partition_resets_total\{cause=\"(beyond_end|"
+                         r"topic_recreated)\",partition=\"0\"", text), text
+        errors = float(re.search(r"^stream_svm_broker_errors_total (\S+)$", text, re.M)[1])
+        assert errors >= 1.0
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        embedded.stop()
