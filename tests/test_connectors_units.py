@@ -13,7 +13,7 @@ import pytest
 
 from connectors.checkpoint import CheckpointError, CheckpointStore
 from connectors.cli import build_parser, main
-from connectors.config import ConfigError, kafka_client_settings, load_config
+from connectors.config import SCHEMA, ConfigError, kafka_client_settings, load_config
 from connectors.messages import (
     Forget,
     Label,
@@ -71,6 +71,8 @@ def test_bundled_configs_are_valid():
         "SlidingWindowSVC", 1423, 30)
     default = load_config(configs / "default.toml", environ={})
     assert default.as_dict() == load_config(None, environ={}).as_dict()  # documents every default
+    written = {name for name, source in default.sources.items() if source != "default"}
+    assert written == {f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys}  # and every one
     load_config(configs / "bananas.toml", environ={})
 
 
