@@ -302,3 +302,40 @@ def test_a_broker_restarted_under_the_daemon(tmp_path, policy):
         if thread is not None:
             thread.join(timeout=60)
         embedded.stop()
+
+
+def test_a_batch_that_fails_as_a_whole_commits_and_checkpoints_nothing_of_it(
+        broker, tmp_path, monkeypatch):  # noqa: F811
+    """A failure outside the per-message guards (a bug): the daemon stops with exit 1 and
+    neither checkpoints nor commits the batch, some of which may be in the model without its
+    output; the restart answers every message of it."""
+    from connectors.processor import Processor
+
+    config = _config(broker.bootstrap_servers, tmp_path, **{"kafka.max_batch": 4})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(broker.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(4)])
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0  # a first batch, checkpointed and committed
+    produce(broker.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(4, 8)])
+    emit = Processor._emit
+
+    def broken(self, entry, result):
+        if entry.source.offset == 6:
+            raise MemoryError("out of memory while encoding")
+        return emit(self, entry, result)
+
+    monkeypatch.setattr(Processor, "_emit", broken)
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 1
+    assert b"stream_svm_batch_failures_total 1.0" in daemon.metrics.render()
+    assert _committed(broker.bootstrap_servers, kafka.group_id, kafka.input_topic) == 4
+    checkpoint = CheckpointStore(config.checkpoint.dir).load_latest()
+    assert checkpoint.state["processor"]["offsets"] == {f"{kafka.input_topic}:0": 4}
+    monkeypatch.undo()
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    outputs = read_all(broker.bootstrap_servers, kafka.output_topic, 8)
+    assert sorted(o["id"] for o in outputs) == [f"v{i}" for i in range(8)]
+    assert sorted(daemon.processor.model.stored_keys()) == [f"v{i}" for i in range(8)]
