@@ -85,3 +85,14 @@ def wait_for(condition, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return bool(condition())
+
+
+def committed(servers: str, group: str, topic: str, partition: int = 0) -> int | None:
+    """The offset ``group`` committed for ``topic[partition]`` (None: never committed)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, group_id=group, enable_auto_commit=False)
+    try:
+        return consumer.committed(TopicPartition(topic, partition))
+    finally:
+        consumer.close()

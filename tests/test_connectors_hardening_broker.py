@@ -20,7 +20,14 @@ from connectors.checkpoint import CheckpointStore
 from connectors.config import load_config
 from connectors.daemon import Daemon, StartRefused, ensure_topics
 from stream_svm import ConvergenceError, IncrementalSVC
-from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
+from tests.connectors_helpers import (  # noqa: F401
+    broker,
+    committed,
+    produce,
+    read_all,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -52,16 +59,6 @@ def _valid(i: int) -> dict[str, Any]:
     rng = np.random.default_rng(i)
     a, b = rng.uniform(-2, 2, size=2)
     return {"id": f"v{i}", "x": {"a": float(a), "b": float(b)}, "y": bool(a * b > 0)}
-
-
-def _committed(servers: str, group: str, topic: str) -> int | None:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=servers, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(TopicPartition(topic, 0))
-    finally:
-        consumer.close()
 
 
 def _strict(value: Any) -> Any:
@@ -119,7 +116,7 @@ def _assert_the_rest_went_on(config, daemon: Daemon, outputs, stream, valid_ids)
                                reference.decision_function_many(grid), atol=1e-9)
     input_topic = config.kafka.input_topic
     servers = config.kafka.bootstrap_servers
-    assert _committed(servers, config.kafka.group_id, input_topic) == len(stream)
+    assert committed(servers, config.kafka.group_id, input_topic) == len(stream)
     checkpoint = CheckpointStore(config.checkpoint.dir).load_latest()
     assert checkpoint.state["processor"]["offsets"] == {f"{input_topic}:0": len(stream)}
 
@@ -330,7 +327,7 @@ def test_a_batch_that_fails_as_a_whole_commits_and_checkpoints_nothing_of_it(
     daemon = Daemon(config, until_drained=True)
     assert daemon.run() == 1
     assert b"stream_svm_batch_failures_total 1.0" in daemon.metrics.render()
-    assert _committed(broker.bootstrap_servers, kafka.group_id, kafka.input_topic) == 4
+    assert committed(broker.bootstrap_servers, kafka.group_id, kafka.input_topic) == 4
     checkpoint = CheckpointStore(config.checkpoint.dir).load_latest()
     assert checkpoint.state["processor"]["offsets"] == {f"{kafka.input_topic}:0": 4}
     monkeypatch.undo()

@@ -27,7 +27,14 @@ from connectors.broker import EmbeddedBroker, free_loopback_port
 from connectors.checkpoint import CheckpointStore
 from connectors.daemon import ensure_topics
 from stream_svm import IncrementalSVC
-from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
+from tests.connectors_helpers import (  # noqa: F401
+    broker,
+    committed,
+    produce,
+    read_all,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -307,16 +314,6 @@ def _next_offset(checkpoints: Path, topic: str) -> int:
     return int(checkpoint.state["processor"]["offsets"][f"{topic}:0"])
 
 
-def _committed(servers: str, group: str, topic: str) -> int | None:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=servers, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(TopicPartition(topic, 0))
-    finally:
-        consumer.close()
-
-
 def _assert_model_learned_each_once(checkpoints: Path, messages: list[dict[str, Any]]) -> None:
     """The restored model holds every labelled id exactly once: a message learned twice
     would either be a second stored point or (same id) a dead letter, checked elsewhere."""
@@ -370,7 +367,7 @@ def test_sigterm_and_sigint_mid_stream_stop_cleanly_and_resume(broker, tmp_path)
             # Exactly the inputs below the checkpointed offset are answered, none twice and
             # none beyond it: the batch was finished and flushed, and nothing else read.
             assert _output_offsets(servers, topics["output"]) == list(range(stopped_at))
-            assert _committed(servers, group, topics["input"]) == stopped_at
+            assert committed(servers, group, topics["input"]) == stopped_at
             answered = stopped_at
         sent = feeder.finish()
         assert sent > answered
