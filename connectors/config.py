@@ -96,6 +96,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "request_timeout_ms": Setting(int, 30000, _positive),
         "poll_timeout_ms": Setting(int, 100, _non_negative),
         "max_batch": Setting(int, 500, _positive),
+        "predict_per_poll": Setting(bool, False),
         "max_message_bytes": Setting(int, 1_000_000, _positive),
         "linger_ms": Setting(int, 2, _non_negative),
         "on_partition_reset": Setting(

@@ -274,6 +274,7 @@ class Daemon:
             cache_max_bytes=config.cache.max_bytes,
             cache_max_age_seconds=config.cache.max_age_seconds,
             max_message_bytes=config.kafka.max_message_bytes,
+            predict_per_poll=config.kafka.predict_per_poll,
             metrics=self.metrics,
         )
 

@@ -192,11 +192,8 @@ def _features(document: dict[str, Any]) -> dict[str, float]:
     features: dict[str, float] = {}
     for name, number in value.items():
         _check_text("feature name", name)
-        if number is None:  # a missing value, as River reads it
-            continue
-        if isinstance(number, bool):
-            features[name] = float(number)
-            continue
+        # Only JSON numbers: true/false/null are refused rather than read as 1/0/missing, so
+        # that a producer's encoding slip is seen in the dead letters instead of being learned.
         features[name] = _number(name, number)
     return features
 

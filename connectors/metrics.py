@@ -90,11 +90,12 @@ class Metrics:
         self.margin = Gauge("stream_svm_margin_vectors", "Points in the margin set", registry=r)
         self.error = Gauge("stream_svm_error_vectors", "Points in the error set", registry=r)
         self.reserve = Gauge("stream_svm_reserve_vectors", "Points in the reserve set", registry=r)
-        self.window = Gauge(
-            "stream_svm_window_points",
-            "Points the model holds (the window of a sliding-window model)",
+        self.stored = Gauge(
+            "stream_svm_stored_points",
+            "Points the model holds (learned and not forgotten, discarded or slid out)",
             registry=r,
         )
+        self._window: Gauge | None = None
         self.cached = Gauge(
             "stream_svm_cached_unlabelled",
             "Unlabelled feature vectors waiting for a label",
@@ -188,6 +189,19 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text, as ``/metrics`` serves it."""
         return generate_latest(self.registry)
+
+    @property
+    def window(self) -> Gauge:
+        """``stream_svm_window_points``, registered on first use: only a sliding-window model
+        has a window."""
+        if self._window is None:
+            self._window = Gauge(
+                "stream_svm_window_points",
+                "Points in the sliding window's current solution (arrivals waiting for the "
+                "next slide not included)",
+                registry=self.registry,
+            )
+        return self._window
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port

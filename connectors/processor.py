@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,25 @@ class _Entry:
 _REFUSALS = (ValueError, KeyError, TypeError, ConvergenceError)
 
 
+#: Fewer feature dicts than this are predicted or learned one by one: a DataFrame's round trip
+#: (built here, turned back into dicts by the model) costs ~1.5 ms, some 40 single predictions.
+_TABLE_MIN_ROWS = 32
+
+
+def _tabular(xs: list[dict[str, float]]) -> bool:
+    """Whether feature dicts are worth one DataFrame: enough of them, and its dense table at
+    most 4 times their values (one wide message among narrow ones would otherwise make a table
+    of rows x every name, e.g. 500 x 60,000)."""
+    if len(xs) < _TABLE_MIN_ROWS:
+        return False
+    names: set[str] = set()
+    values = 0
+    for x in xs:
+        names.update(x)
+        values += len(x)
+    return len(xs) * len(names) <= 4 * max(values, 1)
+
+
 def _is_sliding(model: Any) -> bool:
     return hasattr(model, "window_size")
 
@@ -118,10 +137,16 @@ class Processor:
     """Applies batches of input and label records to a model.
 
     ``label_topic`` names the topic whose messages are late labels (``{"id", "y"}``); every
-    other topic is read as the input topic. Predictions of a batch are made with one vectorized
-    call before anything of the batch is learned. A sliding-window model learns each run of
-    consecutive labelled points of a batch in one multiple update; IncrementalSVC learns them
-    one by one, in order.
+    other topic is read as the input topic.
+
+    Every prediction comes from the model that has learned every earlier message of the stream
+    (River's progressive validation, as ``stream-svm evaluate`` computes it): the messages up to
+    the next one that changes the model are predicted with one vectorized call. A sliding
+    window changes only when it slides, so the ``step`` arrivals of a slide are predicted
+    together and learned in one multiple update. With ``predict_per_poll`` a whole poll is
+    predicted before any of it is learned and each run of labelled points is learned in one
+    multiple update: faster on a backlog, but a prediction then ignores its poll's earlier
+    points and the accuracy is not River's progressive validation.
 
     The unlabelled cache is bounded by ``cache_max_size`` entries, ``cache_max_bytes`` of
     estimated memory and ``cache_max_age_seconds`` of processing time (``clock``, seconds).
@@ -136,10 +161,12 @@ class Processor:
         cache_max_bytes: int = 256 * 2**20,
         cache_max_age_seconds: float = 3600.0,
         max_message_bytes: int = 1_000_000,
+        predict_per_poll: bool = False,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.model = model
+        self.predict_per_poll = predict_per_poll
         self.label_topic = label_topic
         self.max_message_bytes = max_message_bytes
         self.metrics = metrics
@@ -214,8 +241,9 @@ class Processor:
             self._guarded(entry, self._parse, entry)
             entries.append(entry)
 
-        self._predict([e for e in entries if isinstance(e.op, Observe)])
-        self._apply(entries)
+        for segment in self._segments(entries):
+            self._predict([e for e in segment if isinstance(e.op, Observe) and e.error is None])
+            self._apply(segment)
         self._expire_cache()
         for entry in entries:
             self._emit(entry, result)
@@ -230,6 +258,35 @@ class Processor:
         if self.metrics is not None:
             self._gauges()
         return result
+
+    def _segments(self, entries: list[_Entry]) -> Iterator[list[_Entry]]:
+        """Cut the batch after every message that may change the model (lazily: a window's
+        next slide depends on its buffer once the previous segment is learned)."""
+        if self.predict_per_poll:
+            yield entries
+            return
+        segment: list[_Entry] = []
+        labelled = 0
+        for entry in entries:
+            segment.append(entry)
+            op = entry.op
+            if op is None or entry.error is not None:
+                continue
+            if isinstance(op, (Forget, Relabel)):
+                changes = True
+            elif isinstance(op, Label) or (isinstance(op, Observe) and op.y is not None):
+                labelled += 1
+                # A window learns when its buffer reaches `step`; any other model at once.
+                step = int(getattr(self.model, "step", 1)) if self.sliding else 1
+                buffered = int(getattr(self.model, "n_buffered", 0)) if self.sliding else 0
+                changes = labelled + buffered >= step
+            else:
+                changes = False
+            if changes:
+                yield segment
+                segment, labelled = [], 0
+        if segment:
+            yield segment
 
     def _guarded(self, entry: _Entry, action: Callable[..., None], *args: Any) -> None:
         try:
@@ -264,6 +321,8 @@ class Processor:
             entry.error, entry.error_kind = str(exc), "malformed"
 
     def _scores(self, xs: list[dict[str, float]]) -> np.ndarray:
+        if not _tabular(xs):
+            return np.array([self.model.decision_function_one(x) for x in xs], dtype=float)
         frame = pd.DataFrame.from_records(xs)
         return np.asarray(self.model.decision_function_many(frame), dtype=float).reshape(-1)
 
@@ -409,12 +468,14 @@ class Processor:
         # the exact solution does not depend on the order within the run, so the model equals
         # learning them one by one, along a shorter path. A window's run shorter than its step
         # goes to its buffer (learn_one), so that a trickle of labels slides the window every
-        # `step` arrivals rather than at every message.
+        # `step` arrivals rather than at every message (learning a slide's arrivals one by one
+        # makes the same single update: the last of them slides the window).
         minimum = max(2, int(getattr(self.model, "step", 1))) if self.sliding else 2
-        if len(batch) >= minimum and hasattr(self.model, "learn_many"):
+        xs = [entry.x or {} for entry in batch]
+        if len(batch) >= minimum and hasattr(self.model, "learn_many") and _tabular(xs):
             try:
                 keys = [e.op.id for e in batch]  # type: ignore[union-attr]
-                frame = pd.DataFrame.from_records([e.x for e in batch])
+                frame = pd.DataFrame.from_records(xs)
                 labels = pd.Series([e.y for e in batch])
                 self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
             except Exception as exc:  # the model is unchanged: learn point by point instead
@@ -565,10 +626,10 @@ class Processor:
             value = getattr(self.model, attribute, None)
             if value is not None:
                 gauge.set(value)
-        window = getattr(self.model, "n_window", None)
-        if window is None:
-            window = getattr(self.model, "n_stored", None)
-        if window is not None:
-            metrics.window.set(window)
+        stored = getattr(self.model, "n_stored", None)
+        if stored is not None:
+            metrics.stored.set(stored)
+        if self.sliding:
+            metrics.window.set(self.model.n_window)
         metrics.cached.set(len(self.cache))
         metrics.cached_bytes.set(self.cache.bytes)

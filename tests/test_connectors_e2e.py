@@ -224,7 +224,8 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
     assert second["stream_svm_margin_vectors"] + second["stream_svm_error_vectors"] + second[
         "stream_svm_reserve_vectors"
     ] == 44
-    assert second["stream_svm_window_points"] == 44
+    assert second["stream_svm_stored_points"] == 44
+    assert "stream_svm_window_points" not in second  # an IncrementalSVC has no window
     assert second["stream_svm_cached_unlabelled"] == 2
     assert f'stream_svm_consumer_lag{{partition="0",topic="{kafka.input_topic}"}}' in second
     assert "stream_svm_seconds_since_checkpoint" in second

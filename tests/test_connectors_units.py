@@ -96,8 +96,8 @@ def test_kafka_settings_pass_through_with_credentials_from_the_environment():
 
 
 def test_parse_every_kind():
-    assert parse_message(b'{"id": "a", "x": {"f": 1, "g": null, "h": true}, "y": 0}', 100) == (
-        Observe("a", {"f": 1.0, "h": 1.0}, False))
+    assert parse_message(b'{"id": "a", "x": {"f": 1, "h": 2.5}, "y": 0}', 100) == (
+        Observe("a", {"f": 1.0, "h": 2.5}, False))
     assert parse_message(b'{"id": 2, "x": {}}', 100) == Observe(2, {}, None)
     assert parse_message(b'{"id": 2, "y": -1}', 100) == Label(2, False)
     assert parse_message(b'{"op": "forget", "id": 2}', 100) == Forget(2)
@@ -112,6 +112,8 @@ def test_parse_every_kind():
         b'{"id": 1.0, "x": {}}', b'{"id": "", "x": {}}', b'{"id": 1, "x": [1]}',
         b'{"id": 1, "x": {"a": NaN}}', b'{"id": 1, "x": {"a": -Infinity}}',
         b'{"id": 1, "x": {"a": 1e400}}', b'{"id": 1, "x": {"a": "1"}}',
+        b'{"id": 1, "x": {"a": true}}', b'{"id": 1, "x": {"a": false}}',
+        b'{"id": 1, "x": {"a": null}}',
         b'{"id": 1, "x": {"a": 1}, "y": 2}', b'{"id": 1, "x": {"a": 1}, "y": "true"}',
         b'{"id": 1, "x": {}, "z": 1}', b'{"op": "x", "id": 1}',
         b'{"op": "relabel", "id": 1}', b'{"id": 99999999999999999999, "x": {}}', b'{"id": 1}',
@@ -198,11 +200,31 @@ def test_metrics_endpoint_serves_prometheus_names():
     for name in ("stream_svm_breakpoints_total", "stream_svm_update_seconds_bucket",
                  "stream_svm_predict_seconds_bucket", "stream_svm_update_breakpoints_bucket",
                  "stream_svm_progressive_accuracy", "stream_svm_seconds_since_checkpoint",
-                 "stream_svm_margin_vectors", "stream_svm_window_points",
+                 "stream_svm_margin_vectors", "stream_svm_stored_points",
                  'stream_svm_consumer_lag{partition="0",topic="t"} 5.0'):
         assert name in text
     with socket.socket() as probe:  # the server is closed
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("sliding", [False, True])
+def test_only_a_sliding_window_exports_window_points(sliding):
+    from prometheus_client import generate_latest
+
+    from stream_svm import IncrementalSVC, SlidingWindowSVC
+
+    model = SlidingWindowSVC(window_size=3, step=2) if sliding else IncrementalSVC()
+    metrics = Metrics()
+    processor = Processor(model, metrics=metrics)
+    records = [Record("in", 0, i, json.dumps({"id": i, "x": {"a": float(i)}, "y": i % 2 == 0})
+                      .encode(), 0) for i in range(5)]
+    processor.process(records)
+    text = generate_latest(metrics.registry).decode()
+    assert f"stream_svm_stored_points {3.0 if sliding else 5.0}" in text
+    if sliding:
+        assert "stream_svm_window_points 3.0" in text  # the fifth arrival waits in the buffer
+    else:
+        assert "stream_svm_window_points" not in text
 
 
 def test_processor_cache_limits_and_offsets():
