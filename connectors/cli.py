@@ -51,10 +51,11 @@ def _setting(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
-def _add_settings(parser: argparse.ArgumentParser) -> None:
+def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
     parser.add_argument("--config", help="TOML settings file (see configs/default.toml)")
     for flag, name in SETTING_FLAGS.items():
-        parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, help=f"sets {name}")
+        if flags is None or flag in flags:
+            parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, help=f"sets {name}")
     parser.add_argument(
         "--set",
         dest="settings",
@@ -66,17 +67,32 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stream-svm")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stream-svm",
         description="Exact online kernel SVMs on Kafka streams.",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--log-level", default="INFO", choices=_LOG_LEVELS)
+    # Every command accepts --log-level too (after its name); SUPPRESS keeps the value given
+    # before the command when it is not repeated.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, choices=_LOG_LEVELS)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the daemon")
+    serve = commands.add_parser("serve", help="run the daemon", parents=[common])
     _add_settings(serve)
     serve.add_argument(
         "--start-fresh",
@@ -97,16 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser(
-        "demo", help="embedded broker + Bananas replay + daemon + summary, in one command"
+        "demo", help="embedded broker + Bananas replay + daemon + summary, in one command",
+        parents=[common],
     )
     demo.add_argument("--dataset", default="bananas", help="data source (default: bananas)")
+    demo.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
+    demo.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
+                      help="keep the daemon and its metrics serving this long after the "
+                      "stream is drained (Ctrl-C ends it sooner)")
     demo.add_argument("--limit", type=int, default=None, help="replay only the first N points")
     demo.add_argument("--config", help="model settings (default: configs/bananas.toml values)")
     demo.add_argument("--metrics-port", type=int, default=9464, help="0 picks a free port")
     demo.add_argument("--unlabelled-every", type=int, default=10,
                       help="every Nth point is sent without its label (predict only), 0: none")
 
-    replay = commands.add_parser("replay", help="produce a data set into a topic")
+    replay = commands.add_parser("replay", help="produce a data set into a topic",
+                                 parents=[common])
     replay.add_argument("source", help="bananas, phishing, river-flow:DIR, FILE.csv or FILE.jsonl")
     replay.add_argument("--topic", default="stream-svm.input")
     replay.add_argument("--bootstrap-servers", required=True)
@@ -118,12 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--no-progress", action="store_true")
 
     evaluate = commands.add_parser(
-        "evaluate", help="progressive validation of the configured model on a data set"
+        "evaluate", help="progressive validation of the configured model on a data set",
+        parents=[common],
     )
-    _add_settings(evaluate)
+    _add_settings(evaluate, flags=["model_type"])
     evaluate.add_argument("--dataset", required=True, help="as for replay")
-    evaluate.add_argument("--target", default="y")
+    evaluate.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
     evaluate.add_argument("--limit", type=int, default=None)
+    evaluate.add_argument("--plot", metavar="FILE.png",
+                          help="also draw accuracy over time and breakpoints per update "
+                          "(needs matplotlib)")
+    evaluate.add_argument("--no-progress", action="store_true")
     return parser
 
 
@@ -139,6 +166,14 @@ def _config(args: argparse.Namespace) -> Any:
         overrides["kafka.on_partition_reset"] = args.on_partition_reset
     overrides.update(dict(getattr(args, "settings", []) or []))
     return load_config(getattr(args, "config", None), overrides)
+
+
+#: How long ``replay`` tries to reach the broker before giving up.
+REPLAY_CONNECT_SECONDS = 5
+
+
+class CommandError(RuntimeError):
+    """A command could not run (the message says why); exit code 1, no traceback."""
 
 
 class Progress:
@@ -188,13 +223,22 @@ def replay(
     """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id);
     returns how many were sent."""
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
     from connectors.messages import encode
     from connectors.sources import count_source, iter_source
 
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers.split(","), acks="all", linger_ms=5
-    )
+    try:
+        # A replay is interactive: an unreachable broker should fail in seconds, not 30.
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers.split(","), acks="all", linger_ms=5,
+            bootstrap_timeout_ms=REPLAY_CONNECT_SECONDS * 1000,
+        )
+    except KafkaError as exc:
+        raise CommandError(
+            f"cannot reach Kafka at {bootstrap_servers} within {REPLAY_CONNECT_SECONDS} s "
+            f"({type(exc).__name__})"
+        ) from None
     bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
     sent = 0
     try:
@@ -213,28 +257,86 @@ def replay(
     return sent
 
 
-def evaluate(config: Any, dataset: str, target: str = "y", limit: int | None = None) -> dict:
+def evaluate(
+    config: Any,
+    dataset: str,
+    target: str = "y",
+    limit: int | None = None,
+    *,
+    progress: bool = False,
+    plot: str | None = None,
+) -> dict:
     """Progressive validation (predict, then learn, each point in order) of the configured
-    model; no Kafka involved."""
+    model; no Kafka involved. ``plot`` names a PNG file for accuracy over time and breakpoints
+    per update. ``accuracy`` is None when the source is empty."""
     from connectors.models import build_model
-    from connectors.sources import iter_source
+    from connectors.sources import count_source, iter_source
 
+    if plot is not None:
+        _check_matplotlib()
     model = build_model(config)
     correct = seen = 0
+    accuracy_curve: list[float] = []
+    breakpoints_per_point: list[int] = []
+    bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()
-    for index, (x, y) in enumerate(iter_source(dataset, target, limit)):
-        correct += int(model.predict_one(x) == y)
-        seen += 1
-        model.learn_one(x, y, key=index)
+    try:
+        for index, (x, y) in enumerate(iter_source(dataset, target, limit)):
+            correct += int(model.predict_one(x) == y)
+            seen += 1
+            before = int(model.breakpoints_total)
+            model.learn_one(x, y, key=index)
+            accuracy_curve.append(correct / seen)
+            breakpoints_per_point.append(int(model.breakpoints_total) - before)
+            bar.update()
+    finally:
+        bar.close()
     seconds = time.perf_counter() - started
-    return {
+    summary = {
         "model": config.model.type,
         "points": seen,
-        "accuracy": correct / seen if seen else math.nan,
+        "accuracy": correct / seen if seen else None,
         "breakpoints": int(model.breakpoints_total),
         "seconds": seconds,
-        "points_per_second": seen / seconds if seconds else math.nan,
+        "points_per_second": seen / seconds if seconds else None,
     }
+    if plot is not None:
+        _plot_evaluation(plot, dataset, summary, accuracy_curve, breakpoints_per_point)
+        summary["plot"] = plot
+    return summary
+
+
+def _check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        raise ValueError("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def _plot_evaluation(path: str, dataset: str, summary: dict, accuracy: list[float],
+                     breakpoints: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    points = range(1, len(accuracy) + 1)
+    top.plot(points, accuracy)
+    top.set_ylabel("progressive accuracy")
+    top.set_title(f"{summary['model']} on {dataset}")
+    top.grid(alpha=0.3)
+    # A learn_one of a sliding window buffers (0 breakpoints) until its step is reached: plot
+    # only the points that made an update.
+    updates = [(i, b) for i, b in zip(points, breakpoints, strict=True) if b]
+    if updates:
+        bottom.plot(*zip(*updates, strict=True), ".", markersize=2)
+    bottom.set_ylabel("breakpoints per update")
+    bottom.set_xlabel("points seen")
+    bottom.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -278,6 +380,10 @@ def demo(args: argparse.Namespace) -> int:
         # The daemon runs while the data set is replayed, so that latencies are those of a
         # live stream rather than of a backlog.
         daemon = Daemon(config)
+        if config.metrics.enabled:
+            # Served here rather than in the daemon's thread: a taken port is then one line.
+            daemon.metrics_port = daemon.metrics.serve(config.metrics.host, config.metrics.port)
+            print(f"metrics at http://{config.metrics.host}:{daemon.metrics_port}/metrics")
         thread = threading.Thread(target=daemon.run, name="stream-svm-daemon", daemon=True)
         thread.start()
         try:
@@ -285,11 +391,10 @@ def demo(args: argparse.Namespace) -> int:
                 args.dataset,
                 kafka.input_topic,
                 broker.bootstrap_servers,
+                target=args.target,
                 limit=args.limit,
                 unlabelled_every=args.unlabelled_every,
             )
-            if daemon.metrics_port:
-                print(f"metrics at http://{config.metrics.host}:{daemon.metrics_port}/metrics")
             print(f"replayed {sent} messages of {args.dataset}; waiting for the daemon ...")
             deadline = time.monotonic() + 600
             while daemon.summary.messages < sent and thread.is_alive():
@@ -297,6 +402,9 @@ def demo(args: argparse.Namespace) -> int:
                     print("the daemon did not drain the stream within 10 minutes", file=sys.stderr)
                     break
                 time.sleep(0.1)
+            if args.hold > 0 and thread.is_alive():
+                print(f"drained; serving for {args.hold:g} s more (Ctrl-C ends it)")
+                thread.join(timeout=args.hold)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
         finally:
@@ -304,12 +412,15 @@ def demo(args: argparse.Namespace) -> int:
             thread.join(timeout=60)
         summary = daemon.summary
         busy = summary.seconds
+        accuracy = summary.accuracy
         result = {
             "model": model_settings(config),
             "messages": summary.messages,
             "outputs": summary.outputs,
             "dead_letters": summary.dead_letters,
-            "progressive_accuracy": round(summary.accuracy, 4),
+            # Predictions of labelled messages, each by the model that had learned every
+            # earlier message (as `stream-svm evaluate` computes it); null when none was scored.
+            "progressive_accuracy": round(accuracy, 4) if math.isfinite(accuracy) else None,
             "breakpoints": summary.breakpoints,
             "seconds": round(busy, 2),
             "messages_per_second": round(summary.messages / max(busy, 1e-9), 1),
@@ -332,7 +443,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, getattr(logging, args.log_level)))
+    level = getattr(logging, args.log_level)
+    # kafka-python logs every failed connection attempt; the daemon reports connection trouble
+    # itself (log and metrics) and replay fails with one line, so its own log is for debugging.
+    quiet = logging.ERROR if args.command == "serve" else logging.CRITICAL
+    logging.getLogger("kafka").setLevel(level if level <= logging.DEBUG else quiet)
     try:
         if args.command == "serve":
             from connectors.daemon import Daemon, DaemonError
@@ -359,8 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sent {sent} messages to {args.topic}")
             return 0
         if args.command == "evaluate":
-            print(json.dumps(evaluate(_config(args), args.dataset, args.target, args.limit),
-                             indent=2))
+            summary = evaluate(_config(args), args.dataset, args.target, args.limit,
+                               progress=not args.no_progress, plot=args.plot)
+            print(json.dumps(summary, indent=2))
             return 0
         if args.command == "demo":
             return demo(args)
@@ -370,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # e.g. a data source that cannot be read
         print(f"stream-svm {args.command}: {exc}", file=sys.stderr)
         return 2
+    except (CommandError, OSError) as exc:  # e.g. an unreachable broker, a taken port
+        print(f"stream-svm {args.command}: {exc}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in _KAFKA_EXTRA_MODULES:
             print(f"stream-svm {args.command}: needs the kafka extra (missing module "

@@ -206,7 +206,13 @@ class Metrics:
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port
         (useful with port 0)."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise OSError(
+                f"cannot serve metrics at {host}:{port}: {exc.strerror or exc} (set metrics.port "
+                "or --metrics-port; 0 picks a free port)"
+            ) from None
         self._server = (server, thread)
         bound = int(server.server_address[1])
         log.info("serving metrics at http://%s:%d/metrics", host, bound)

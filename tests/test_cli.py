@@ -1,0 +1,88 @@
+"""The ``stream-svm`` command as a new user meets it: version, help, one-line failures for an
+unreachable broker and a taken metrics port, progress and plots of ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connectors.cli import build_parser, main
+
+COMMAND = [sys.executable, "-m", "connectors.cli"]
+
+
+def _run(*arguments: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *arguments], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_version_and_log_level_after_the_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("stream-svm ")
+    args = build_parser().parse_args(["evaluate", "--log-level", "ERROR", "--dataset", "x"])
+    assert args.log_level == "ERROR"
+    args = build_parser().parse_args(["--log-level", "DEBUG", "replay", "x",
+                                      "--bootstrap-servers", "h:1"])
+    assert args.log_level == "DEBUG"  # not reset by the command's own default
+
+
+def test_evaluate_help_lists_only_what_applies(capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--config", "--model-type", "--set", "--dataset", "--target", "--plot"):
+        assert flag in text
+    for flag in ("--bootstrap-servers", "--input-topic", "--checkpoint-dir", "--metrics-port"):
+        assert flag not in text
+
+
+def test_evaluate_writes_a_plot_and_valid_json_for_an_empty_source(tmp_path, capsys):
+    figure = tmp_path / "evaluation.png"
+    assert main(["evaluate", "--dataset", "bananas", "--limit", "150", "--set",
+                 "model.type=SlidingWindowSVC", "--set", "model.step=5", "--set",
+                 "model.window_size=50", "--plot", str(figure), "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["plot"] == str(figure)
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["evaluate", "--dataset", str(empty), "--no-progress"]) == 0
+    output = capsys.readouterr().out
+    assert json.loads(output)["accuracy"] is None and "NaN" not in output
+
+
+def test_replay_to_an_unreachable_broker_fails_with_one_line():
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _run("replay", "bananas", "--bootstrap-servers", f"127.0.0.1:{port}", "--limit", "5")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach Kafka" in lines[0], done.stderr
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("command", ["serve", "demo"])
+def test_a_taken_metrics_port_is_one_line_and_exit_1(tmp_path, command):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        if command == "serve":
+            arguments = ["serve", "--bootstrap-servers", "127.0.0.1:1", "--checkpoint-dir",
+                         str(tmp_path / "checkpoints"), "--metrics-port", port]
+        else:
+            arguments = ["demo", "--limit", "5", "--metrics-port", port]
+        done = _run("--log-level", "WARNING", *arguments)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "cannot serve metrics" in last and port in last, done.stderr
+    assert not Path(tmp_path / "checkpoints").exists() or command == "demo"
