@@ -25,6 +25,13 @@ same x under the opposite label, a linear kernel with |S| > d + 1) is refused en
 leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
 re-solves the margin system from a fresh factorization when round-off has accumulated.
 
+Scale. Every tolerance is relative to the quantity it guards, never absolute: kernel values to
+the largest K(x, x) seen, coefficients to C and to the coefficients themselves, g (dimensionless)
+to the magnitude of the terms summed into it (``g_scale``). Learning is therefore invariant to
+a common rescaling: features times s with C / s^2 under a linear kernel (or gamma / s^2 under
+RBF and polynomial kernels, the same Gram matrix) follows the same path. Kernel values that are
+not finite are refused with ValueError.
+
 Empty margin set (Karasuyama sec 3.3). With sum(y dalpha_D) != 0 the driven points cannot move
 alone: b moves to the end of its feasible interval from which a point can enter S and absorb the
 imbalance (a "bias-only" step). With sum(y dalpha_D) = 0 the driven points move with b fixed
@@ -126,7 +133,7 @@ class PathEngine:
         max_breakpoints: int | None = None,
         degeneracy_tol: float = 1e-11,
         residual_tol: float = 1e-9,
-        kkt_tol: float = 1e-7,
+        kkt_tol: float = 1e-8,
     ) -> None:
         self.kernel = kernel
         self.C = float(C)
@@ -155,7 +162,9 @@ class PathEngine:
         self._u: np.ndarray | None = None  # P^-1 1, cached until S changes
         self._t = 1.0
         self._KS = np.zeros((0, 0))  # kernel columns of S: K(x_i, x_s) for all stored i
-        self._diag_scale = 1.0
+        # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
+        # with the data (features times s and C / s^2 is the same problem for a linear kernel).
+        self._diag_scale = 0.0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
@@ -283,7 +292,15 @@ class PathEngine:
     def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
         n = self.n
-        columns = self.kernel(self._X[:n], self._X[positions])
+        with np.errstate(over="ignore", invalid="ignore"):
+            columns = self.kernel(self._X[:n], self._X[positions])
+        if not np.all(np.isfinite(columns)):
+            # inf or nan would propagate silently into f, g and the factor (a nan compares
+            # False with every threshold): refuse the points instead.
+            raise ValueError(
+                "a kernel value of a new or stored point is not finite (features too large for "
+                "this kernel); the model is unchanged"
+            )
         if self.ridge:
             columns[positions, np.arange(positions.size)] += self.ridge
         return columns
@@ -296,7 +313,7 @@ class PathEngine:
         if k == 0:
             # Any t > 0 gives the same solution, but t must be on the kernel's scale: from a
             # point near the origin (linear kernel: K(x, x) ~ 0) the factor is rank-deficient.
-            self._t = max(float(diag), self._diag_scale)
+            self._t = self._shift(float(diag))
             pivot2 = diag + self._t
             if pivot2 <= 0:
                 return False
@@ -323,6 +340,21 @@ class PathEngine:
         self._margin = np.append(self._margin, position)
         self._status[position] = MARGIN
         return True
+
+    def _shift(self, diag_max: float) -> float:
+        """The t of P = K_SS + t 11': on the scale of the kernel values, never 0."""
+        t = max(diag_max, self._diag_scale)
+        # Only a kernel that is 0 on every point seen (linear, all points at the origin) has no
+        # scale; then K_SS = 0 and any t factors P exactly.
+        return t if t > 0 else 1.0
+
+    def _factorize(self) -> None:
+        """Factor P = K_SS + t 11' afresh from S's cached kernel columns."""
+        k = self._margin.size
+        K_SS = self._KS[self._margin, :k]
+        self._t = self._shift(float(np.max(np.diag(K_SS))))
+        self._R = np.ascontiguousarray(cholesky(K_SS + self._t, lower=False, check_finite=False))
+        self._u = None
 
     def _margin_remove(self, slot: int) -> np.ndarray:
         """Remove S's member at ``slot``; returns its kernel column."""
@@ -355,12 +387,7 @@ class PathEngine:
         n, k = self.n, self._margin.size
         if k:
             margin = self._margin
-            K_SS = self._KS[margin, :k]
-            self._t = max(float(np.max(np.diag(K_SS))), self._diag_scale)
-            self._R = np.ascontiguousarray(
-                cholesky(K_SS + self._t, lower=False, check_finite=False)
-            )
-            self._u = None
+            self._factorize()
             error = np.flatnonzero(self._status[:n] == ERROR)
             a_S, b = self._solve(
                 self._y[margin] - self._h[margin], -self.C * self._y[error].sum()
@@ -389,13 +416,24 @@ class PathEngine:
             self._h[:n] += self._kernel_columns(chunk) @ (self.C * self._y[chunk])
         self.refactorize()
 
+    def g_scale(self) -> float:
+        """A bound on the magnitude of the terms summed into any g_i = y_i f(x_i) - 1:
+        1 + |b| + max K(x, x) * sum(alpha), since |K(x_i, x_j)| <= max K(x, x) for a PSD kernel.
+
+        g is dimensionless, but its round-off is eps times this (invariant when features scale
+        by s and C by 1/s^2): with overlapping classes at a large C the terms of f are huge and
+        cancel, and no absolute bound on g is attainable.
+        """
+        n = self.n
+        return 1.0 + abs(self.b) + self._diag_scale * float(self._alpha[:n].sum())
+
     def residual(self) -> float:
-        """Largest violation of S's equalities (|g_S| and |sum y alpha| / C)."""
+        """Largest violation of S's equalities, relative: |g_S| / g_scale and |sum y alpha| / C."""
         n = self.n
         margin = self._margin
         worst = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
         if margin.size:
-            worst = max(worst, float(np.abs(self._g[margin]).max()))
+            worst = max(worst, float(np.abs(self._g[margin]).max()) / self.g_scale())
         return worst
 
     # ------------------------------------------------------------------ snapshots
@@ -472,7 +510,7 @@ class PathEngine:
             self.ensure_dim(X_add.shape[1])
             try:
                 stats = self._run_update(X_add, y_add, keys, remove)
-                derailed = self.kkt_violation() > self.kkt_tol * max(1.0, self.C)
+                derailed = not self._kkt_holds()
             except ConvergenceError:
                 if len(keys) + len(remove) <= 1:
                     raise
@@ -507,14 +545,22 @@ class PathEngine:
             total.refactorized |= stats.refactorized
             for name, count in stats.migrations.items():
                 total.count(name, count)
-            violation = self.kkt_violation()
-            if violation > self.kkt_tol * max(1.0, self.C):
+            if not self._kkt_holds():
+                violation = self.kkt_violation()
                 raise ConvergenceError(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
                     "matrix is numerically singular: try a larger gamma or a ridge); the model "
                     "is unchanged"
                 )
         return total
+
+    def _kkt_holds(self) -> bool:
+        """The maintained solution satisfies the KKT conditions to kkt_tol relative to g_scale
+        (False for anything non-finite)."""
+        n = self.n
+        if not (np.isfinite(self.b) and np.all(np.isfinite(self._g[:n]))):
+            return False
+        return bool(self.kkt_violation() <= self.kkt_tol * self.g_scale())
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -590,6 +636,17 @@ class PathEngine:
             n = self.n
             K_new = self._kernel_columns(new)
             self._diag_scale = max(self._diag_scale, float(K_new[new, np.arange(new.size)].max()))
+            if self._margin.size and self._t < self._diag_scale / 16:
+                # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
+                # lose the kernel's information to the shift's round-off (or the shift to the
+                # kernel's). Refactor on the new scale; the solution does not depend on t.
+                saved = (self._R, self._t)
+                try:
+                    self._factorize()
+                except np.linalg.LinAlgError:
+                    # K_SS is singular to working precision on the new scale: the old factor
+                    # still represents it exactly enough to go on.
+                    self._R, self._t = saved
             k = self._margin.size
             margin = self._margin
             self._KS[new, :k] = K_new[margin].T
@@ -718,7 +775,14 @@ class PathEngine:
             d_alpha_S = y[margin] * beta_S
 
             beta_S_scale = float(np.abs(beta_S).sum())
-            scale = self._diag_scale * (beta_S_scale + beta_scale) + abs(db)
+            # The magnitude of the terms summed into ``change``, which bounds its round-off:
+            # kernel values times coefficients, plus db. A bias-only step has no kernel term
+            # (change = db = +-1 exactly): scaling its tolerance by K * beta_D, which grows with
+            # the data's scale, hid every point from an empty margin set.
+            if bias_only:
+                scale = abs(db)
+            else:
+                scale = self._diag_scale * (beta_S_scale + beta_scale) + abs(db)
             tol_g = 1e3 * eps * scale
             if k:
                 # Margin points' sensitivities are 0 by construction: what the solve left there
@@ -772,8 +836,17 @@ class PathEngine:
                 driven_effect *= 1.0 - step
                 fresh_since += 1
 
-            # Deterministic choice among ties: largest sensitivity, then lowest position.
-            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, 1.0))
+            # Deterministic choice among ties: largest sensitivity, then lowest position. Ties are
+            # judged on eta's own scale: a bias step moves g by eta, but a driven step moves
+            # coefficients by eta * beta_D, and with C far above the solution's coefficients
+            # (large C * K, e.g. large features under a linear kernel) every breakpoint lies at
+            # eta ~ alpha / C; an absolute window there merged distinct events.
+            eta_unit = 1.0
+            if not bias_only:
+                coefficient_scale = float(alpha.max(initial=0.0))
+                if coefficient_scale > 0:
+                    eta_unit = min(1.0, coefficient_scale / beta_scale)
+            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, eta_unit))
             chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
             stats.breakpoints += 1
             state = status[chosen]
@@ -922,7 +995,10 @@ class PathEngine:
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
         if n:
-            fresh._diag_scale = max(1.0, float(np.max(np.abs(self.kernel.diagonal(X)))))
+            diagonal = np.abs(self.kernel.diagonal(X))
+            if not np.all(np.isfinite(diagonal)):
+                raise ValueError("a kernel value of the state's points is not finite")
+            fresh._diag_scale = float(np.max(diagonal))
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
@@ -932,10 +1008,6 @@ class PathEngine:
             fresh._KS[:n, : margin.size] = fresh._kernel_columns(margin)
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
-            K_SS = fresh._KS[margin, : margin.size]
-            fresh._t = max(float(np.max(np.diag(K_SS))), fresh._diag_scale)
-            fresh._R = np.ascontiguousarray(
-                cholesky(K_SS + fresh._t, lower=False, check_finite=False)
-            )
+            fresh._factorize()
         fresh._refresh_g()
         self.__dict__.update(fresh.__dict__)
