@@ -165,6 +165,9 @@ class PathEngine:
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
+        # How many error columns (C y_j K(., x_j), each at most C * diag_scale) were added to or
+        # subtracted from h since it was last computed afresh: h's round-off is eps times this.
+        self._h_churn = 0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
@@ -241,7 +244,10 @@ class PathEngine:
             support = np.hstack([support, padding])
         elif X.shape[1] < support.shape[1]:
             X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
-        return self.kernel(X, support) @ coef + self.b
+        # Features too large for the kernel give inf or nan here; callers check the values, so
+        # numpy's overflow warnings would only be noise on every prediction.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.kernel(X, support) @ coef + self.b
 
     def dual_objective(self) -> float:
         """1/2 a'Ka - sum(alpha) with a = y * alpha (the quantity the SVM dual minimizes)."""
@@ -414,7 +420,22 @@ class PathEngine:
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
             self._h[:n] += self._kernel_columns(chunk) @ (self.C * self._y[chunk])
+        self._h_churn = 0
         self.refactorize()
+
+    def _h_is_stale(self) -> bool:
+        """Whether h's accumulated round-off may matter next to g's own (see g_scale).
+
+        Every error point that joins or leaves E adds or subtracts a column of size up to
+        C * diag_scale; with overlapping classes at a large C * K these are huge next to f, and
+        after they cancel (E emptied, say) their round-off remains in h and in every g.
+        """
+        if not self._h_churn:
+            return False
+        if not np.any(self._status[: self.n] == ERROR):
+            return True  # h is exactly 0 then: recomputing it costs nothing
+        drift = np.finfo(float).eps * self._h_churn * self.C * self._diag_scale
+        return drift > 1e-4 * self.kkt_tol * self.g_scale()
 
     def g_scale(self) -> float:
         """A bound on the magnitude of the terms summed into any g_i = y_i f(x_i) - 1:
@@ -459,6 +480,7 @@ class PathEngine:
             "t": self._t,
             "KS": self._KS[:n, :k].copy(),
             "diag_scale": self._diag_scale,
+            "h_churn": self._h_churn,
         }
 
     def _restore(self, snap: dict) -> None:
@@ -483,6 +505,7 @@ class PathEngine:
         self._t = snap["t"]
         self._KS = snap["KS"].copy()
         self._diag_scale = snap["diag_scale"]
+        self._h_churn = snap["h_churn"]
         self._u = None
         self._sv_cache = None
 
@@ -687,6 +710,7 @@ class PathEngine:
             positions = np.array(error_removed)
             columns = self._kernel_columns(positions)
             self._h[:n] -= columns @ (C * self._y[positions])
+            self._h_churn += positions.size
             driven.extend(error_removed)
             driven_columns.extend(columns.T)
 
@@ -697,7 +721,10 @@ class PathEngine:
         self._delete_positions(settled_removals + unlearned)
 
         self._refresh_g()
-        if self.residual() > self.residual_tol:
+        if self._h_is_stale():
+            self.recompute_error_contributions()
+            stats.refactorized = True
+        elif self.residual() > self.residual_tol:
             self.refactorize()
             stats.refactorized = True
         self._sv_cache = None
@@ -729,8 +756,10 @@ class PathEngine:
         fresh_since = 0
         # What is left of the driven moves once it is round-off of the moves this update started
         # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
-        # of an empty margin set).
-        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), C)
+        # of an empty margin set). The equality sum(y alpha) = 0 holds to the round-off of the
+        # coefficients' sum, which is not C's: with C * K large the solution's coefficients are
+        # far below C, and a C-sized threshold dropped whole moves (removals of such points).
+        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
 
         while active.any():
             if stats.steps >= limit:
@@ -841,11 +870,14 @@ class PathEngine:
             # coefficients by eta * beta_D, and with C far above the solution's coefficients
             # (large C * K, e.g. large features under a linear kernel) every breakpoint lies at
             # eta ~ alpha / C; an absolute window there merged distinct events.
+            # The unit is the eta that moves some g by 1 or the coefficients by their own size.
             eta_unit = 1.0
+            if event.any():
+                eta_unit = min(eta_unit, 1.0 / float(sensitivity[event].max()))
             if not bias_only:
                 coefficient_scale = float(alpha.max(initial=0.0))
                 if coefficient_scale > 0:
-                    eta_unit = min(1.0, coefficient_scale / beta_scale)
+                    eta_unit = min(eta_unit, coefficient_scale / beta_scale)
             ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, eta_unit))
             chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
             stats.breakpoints += 1
@@ -859,6 +891,7 @@ class PathEngine:
                     alpha[chosen] = C
                     status[chosen] = ERROR
                     self._h[:n] += C * y[chosen] * column
+                    self._h_churn += 1
                     stats.count("margin->error")
                 else:
                     alpha[chosen] = 0.0
@@ -881,6 +914,7 @@ class PathEngine:
                     g[chosen] = 0.0
                     if state == ERROR:
                         self._h[:n] -= C * y[chosen] * column
+                        self._h_churn += 1
                     stats.count(f"{_STATUS_NAMES[int(state)]}->margin")
                 else:
                     blocked[chosen] = True
@@ -892,6 +926,7 @@ class PathEngine:
             status[finished_adding] = ERROR
             alpha[finished_adding] = C
             self._h[:n] += K_D[:, finishing] @ (C * y[finished_adding])
+            self._h_churn += int(finished_adding.size)
             stats.count("added->error", int(finished_adding.size))
 
     def _delete_positions(self, positions: list[int]) -> None:
