@@ -12,7 +12,7 @@ import pytest
 from stream_svm import IncrementalSVC
 from stream_svm.engine import RESERVE, PathEngine
 from stream_svm.kernels import make_kernel
-from tests.oracle import BatchOptimum, dual_objective, gram, relative_kkt_violation
+from tests.oracle import BatchOptimum, dual_objective, relative_kkt_violation
 
 SCALES = [1e-6, 1e-3, 1.0, 1e3, 1e6]
 
@@ -187,17 +187,14 @@ def test_model_discards_reserve_points_beyond_its_epsilon_only():
     X, y = stream(150, 2, seed=9, overlap=0.1)
     epsilon = 0.5
     model = IncrementalSVC(C=1.0, gamma=0.5, reserve_epsilon=epsilon)
-    reference = IncrementalSVC(C=1.0, gamma=0.5)
+    kept_between = 0
     for x, label in zip(X, y > 0, strict=True):
-        row = {"a": x[0], "b": x[1]}
-        model.learn_one(row, bool(label))
-        reference.learn_one(row, bool(label))
+        model.learn_one({"a": x[0], "b": x[1]}, bool(label))
         engine = model._engine
-        # after every discard nothing at or beyond epsilon is left in the reserve
-        assert not np.any((engine.status == RESERVE) & (engine.g >= epsilon))
+        reserve = engine.status == RESERVE
+        # after every discard nothing at or beyond epsilon is left in the reserve ...
+        assert not np.any(reserve & (engine.g >= epsilon))
+        # ... and what lies in [epsilon / 2, epsilon) is kept
+        kept_between = max(kept_between, int(np.sum(reserve & (engine.g >= epsilon / 2))))
     assert model.reserve_discarded > 0
-    # points kept in the reserve below epsilon (down to epsilon / 2 at least) are still there
-    kept = model._engine
-    near = (kept.status == RESERVE) & (kept.g >= epsilon / 2)
-    assert np.any(near)
-    assert gram(kept, kept.X[:1], kept.X[:1]).shape == (1, 1)
+    assert kept_between > 0
