@@ -27,7 +27,8 @@ re-solves the margin system from a fresh factorization when round-off has accumu
 
 Scale. Every tolerance is relative to the quantity it guards, never absolute: kernel values to
 the largest K(x, x) seen, coefficients to C and to the coefficients themselves, g (dimensionless)
-to the magnitude of the terms summed into it (``g_scale``). Learning is therefore invariant to
+to the magnitude of the terms summed into it, point by point (``g_terms``). Learning is
+therefore invariant to
 a common rescaling: features times s with C / s^2 under a linear kernel (or gamma / s^2 under
 RBF and polynomial kernels, the same Gram matrix) follows the same path. Kernel values that are
 not finite are refused with ValueError.
@@ -151,6 +152,11 @@ class PathEngine:
         self._g = np.zeros(0)
         # E's contribution to f at every stored point: sum_{j in E} C y_j K(x_i, x_j).
         self._h = np.zeros(0)
+        # The size of h's terms, sum_{j in E} C |K(x_i, x_j)|, and a bound on its accumulated
+        # round-off over eps: the size of every error column added to or subtracted from h since
+        # it was computed afresh (columns that cancel leave their round-off behind).
+        self._h_abs = np.zeros(0)
+        self._h_drift = np.zeros(0)
         self._status = np.zeros(0, dtype=np.int8)
         self._seq = np.zeros(0, dtype=np.int64)
         self._slot = np.zeros(0, dtype=np.int64)  # column of the point in S, or -1
@@ -165,9 +171,6 @@ class PathEngine:
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
-        # How many error columns (C y_j K(., x_j), each at most C * diag_scale) were added to or
-        # subtracted from h since it was last computed afresh: h's round-off is eps times this.
-        self._h_churn = 0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
@@ -281,6 +284,8 @@ class PathEngine:
         self._alpha = grow(self._alpha)
         self._g = grow(self._g)
         self._h = grow(self._h)
+        self._h_abs = grow(self._h_abs)
+        self._h_drift = grow(self._h_drift)
         self._status = grow(self._status)
         self._seq = grow(self._seq)
         self._slot = grow(self._slot, -1)
@@ -417,44 +422,62 @@ class PathEngine:
         n = self.n
         error = np.flatnonzero(self._status[:n] == ERROR)
         self._h[:n] = 0.0
+        self._h_abs[:n] = 0.0
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
-            self._h[:n] += self._kernel_columns(chunk) @ (self.C * self._y[chunk])
-        self._h_churn = 0
+            columns = self._kernel_columns(chunk)
+            self._h[:n] += columns @ (self.C * self._y[chunk])
+            self._h_abs[:n] += np.abs(columns).sum(axis=1) * self.C
+        self._h_drift[:n] = 0.0
         self.refactorize()
 
-    def _h_is_stale(self) -> bool:
-        """Whether h's accumulated round-off may matter next to g's own (see g_scale).
-
-        Every error point that joins or leaves E adds or subtracts a column of size up to
-        C * diag_scale; with overlapping classes at a large C * K these are huge next to f, and
-        after they cancel (E emptied, say) their round-off remains in h and in every g.
-        """
-        if not self._h_churn:
-            return False
-        if not np.any(self._status[: self.n] == ERROR):
-            return True  # h is exactly 0 then: recomputing it costs nothing
-        drift = np.finfo(float).eps * self._h_churn * self.C * self._diag_scale
-        return drift > 1e-4 * self.kkt_tol * self.g_scale()
-
-    def g_scale(self) -> float:
-        """A bound on the magnitude of the terms summed into any g_i = y_i f(x_i) - 1:
-        1 + |b| + max K(x, x) * sum(alpha), since |K(x_i, x_j)| <= max K(x, x) for a PSD kernel.
-
-        g is dimensionless, but its round-off is eps times this (invariant when features scale
-        by s and C by 1/s^2): with overlapping classes at a large C the terms of f are huge and
-        cancel, and no absolute bound on g is attainable.
-        """
+    def _move_error_columns(self, columns: np.ndarray, labels: np.ndarray, joining: bool) -> None:
+        """Add (points joining E) or subtract (points leaving E) their contributions
+        C y_j K(., x_j) to h, keeping h's size and its round-off bound up to date."""
         n = self.n
-        return 1.0 + abs(self.b) + self._diag_scale * float(self._alpha[:n].sum())
+        columns = columns.reshape(n, -1)
+        sizes = np.abs(columns).sum(axis=1) * self.C
+        if joining:
+            self._h[:n] += columns @ (self.C * labels)
+            self._h_abs[:n] += sizes
+        else:
+            self._h[:n] -= columns @ (self.C * labels)
+            np.maximum(self._h_abs[:n] - sizes, 0.0, out=self._h_abs[:n])
+        self._h_drift[:n] += sizes
+
+    def g_terms(self) -> np.ndarray:
+        """For each stored point, the magnitude of the terms summed into g_i = y_i f(x_i) - 1:
+        1 + |b| + sum_j alpha_j |K(x_i, x_j)|.
+
+        g is dimensionless, but computing it loses eps times this (invariant when features scale
+        by s and C by 1/s^2): with overlapping classes at a large C * K the terms of f are huge
+        and cancel, and no absolute bound on g is attainable. Tolerances on g are relative to it.
+        """
+        n, k = self.n, self._margin.size
+        terms = 1.0 + abs(self.b) + self._h_abs[:n]
+        if k:
+            terms = terms + np.abs(self._KS[:n, :k]) @ self._alpha[self._margin]
+        return terms
+
+    def _h_is_stale(self, terms: np.ndarray) -> bool:
+        """Whether h's accumulated round-off may matter next to the KKT tolerance of a point."""
+        n = self.n
+        if not np.any(self._h_drift[:n]):
+            return False
+        if not np.any(self._status[:n] == ERROR):
+            return True  # h is exactly 0 then: recomputing it costs nothing
+        drift = np.finfo(float).eps * self._h_drift[:n]
+        return bool(np.any(drift > 1e-2 * self.kkt_tol * terms))
 
     def residual(self) -> float:
-        """Largest violation of S's equalities, relative: |g_S| / g_scale and |sum y alpha| / C."""
+        """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``) and
+        |sum y alpha| to C."""
         n = self.n
         margin = self._margin
         worst = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
         if margin.size:
-            worst = max(worst, float(np.abs(self._g[margin]).max()) / self.g_scale())
+            relative = np.abs(self._g[margin]) / self.g_terms()[margin]
+            worst = max(worst, float(relative.max()))
         return worst
 
     # ------------------------------------------------------------------ snapshots
@@ -469,6 +492,8 @@ class PathEngine:
             "alpha": self._alpha[:n].copy(),
             "g": self._g[:n].copy(),
             "h": self._h[:n].copy(),
+            "h_abs": self._h_abs[:n].copy(),
+            "h_drift": self._h_drift[:n].copy(),
             "status": self._status[:n].copy(),
             "seq": self._seq[:n].copy(),
             "slot": self._slot[:n].copy(),
@@ -480,7 +505,6 @@ class PathEngine:
             "t": self._t,
             "KS": self._KS[:n, :k].copy(),
             "diag_scale": self._diag_scale,
-            "h_churn": self._h_churn,
         }
 
     def _restore(self, snap: dict) -> None:
@@ -494,6 +518,8 @@ class PathEngine:
         self._alpha = snap["alpha"].copy()
         self._g = snap["g"].copy()
         self._h = snap["h"].copy()
+        self._h_abs = snap["h_abs"].copy()
+        self._h_drift = snap["h_drift"].copy()
         self._status = snap["status"].copy()
         self._seq = snap["seq"].copy()
         self._slot = snap["slot"].copy()
@@ -505,7 +531,6 @@ class PathEngine:
         self._t = snap["t"]
         self._KS = snap["KS"].copy()
         self._diag_scale = snap["diag_scale"]
-        self._h_churn = snap["h_churn"]
         self._u = None
         self._sv_cache = None
 
@@ -535,15 +560,16 @@ class PathEngine:
                 stats = self._run_update(X_add, y_add, keys, remove)
                 derailed = not self._kkt_holds()
             except ConvergenceError:
-                if len(keys) + len(remove) <= 1:
-                    raise
                 derailed = True
             if derailed:
                 # Round-off derailed the path (numerically singular kernels, degenerate data):
-                # go again from the snapshot one point at a time, the single-point path of the
-                # same engine.
+                # go again from the snapshot, its error contributions and factor computed
+                # afresh (their accumulated round-off may be what derailed it), one point at a
+                # time: the single-point path of the same engine.
                 self._restore(snapshot)
                 self.ensure_dim(X_add.shape[1])
+                if self.n:
+                    self.recompute_error_contributions()
                 stats = self._one_at_a_time(X_add, y_add, keys, remove)
         except BaseException:
             self._restore(snapshot)
@@ -578,12 +604,18 @@ class PathEngine:
         return total
 
     def _kkt_holds(self) -> bool:
-        """The maintained solution satisfies the KKT conditions to kkt_tol relative to g_scale
-        (False for anything non-finite)."""
+        """The maintained solution satisfies the KKT conditions to kkt_tol, each point's relative
+        to the size of its own terms (``g_terms``), and sum(y alpha) = 0 to kkt_tol * C (False
+        for anything non-finite)."""
         n = self.n
-        if not (np.isfinite(self.b) and np.all(np.isfinite(self._g[:n]))):
+        g, status = self._g[:n], self._status[:n]
+        if not (np.isfinite(self.b) and np.all(np.isfinite(g))):
             return False
-        return bool(self.kkt_violation() <= self.kkt_tol * self.g_scale())
+        if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
+            return False
+        violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
+        violation[self._margin] = np.abs(g[self._margin])
+        return bool(np.all(violation <= self.kkt_tol * self.g_terms()))
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -675,6 +707,8 @@ class PathEngine:
             self._KS[new, :k] = K_new[margin].T
             error = np.flatnonzero(self._status[:n] == ERROR)
             self._h[new] = K_new[error].T @ (C * self._y[error])
+            self._h_abs[new] = np.abs(K_new[error]).sum(axis=0) * C
+            self._h_drift[new] = 0.0
             f_new = self._h[new] + self.b
             if k:
                 f_new += self._KS[new, :k] @ (self._y[margin] * self._alpha[margin])
@@ -709,8 +743,7 @@ class PathEngine:
         if error_removed:
             positions = np.array(error_removed)
             columns = self._kernel_columns(positions)
-            self._h[:n] -= columns @ (C * self._y[positions])
-            self._h_churn += positions.size
+            self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
             driven_columns.extend(columns.T)
 
@@ -721,7 +754,7 @@ class PathEngine:
         self._delete_positions(settled_removals + unlearned)
 
         self._refresh_g()
-        if self._h_is_stale():
+        if self._h_is_stale(self.g_terms()):
             self.recompute_error_contributions()
             stats.refactorized = True
         elif self.residual() > self.residual_tol:
@@ -890,8 +923,7 @@ class PathEngine:
                 if d_alpha_S[slot] > 0:
                     alpha[chosen] = C
                     status[chosen] = ERROR
-                    self._h[:n] += C * y[chosen] * column
-                    self._h_churn += 1
+                    self._move_error_columns(column, y[chosen : chosen + 1], joining=True)
                     stats.count("margin->error")
                 else:
                     alpha[chosen] = 0.0
@@ -913,8 +945,8 @@ class PathEngine:
                 if self._margin_add(chosen, column):
                     g[chosen] = 0.0
                     if state == ERROR:
-                        self._h[:n] -= C * y[chosen] * column
-                        self._h_churn += 1
+                        self._move_error_columns(column, y[chosen : chosen + 1],
+                                                 joining=False)
                     stats.count(f"{_STATUS_NAMES[int(state)]}->margin")
                 else:
                     blocked[chosen] = True
@@ -925,8 +957,7 @@ class PathEngine:
         if finished_adding.size:
             status[finished_adding] = ERROR
             alpha[finished_adding] = C
-            self._h[:n] += K_D[:, finishing] @ (C * y[finished_adding])
-            self._h_churn += int(finished_adding.size)
+            self._move_error_columns(K_D[:, finishing], y[finished_adding], joining=True)
             stats.count("added->error", int(finished_adding.size))
 
     def _delete_positions(self, positions: list[int]) -> None:
@@ -939,8 +970,8 @@ class PathEngine:
                 moved_key = self._keys[last]
                 self._keys[position] = moved_key
                 self._pos[moved_key] = position
-                for array in (self._X, self._y, self._alpha, self._g, self._h, self._status,
-                              self._seq, self._slot, self._KS):
+                for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
+                              self._h_drift, self._status, self._seq, self._slot, self._KS):
                     array[position] = array[last]
                 slot = self._slot[position]
                 if slot >= 0:
@@ -1037,7 +1068,9 @@ class PathEngine:
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
-            fresh._h[:n] += fresh._kernel_columns(chunk) @ (fresh.C * fresh._y[chunk])
+            columns = fresh._kernel_columns(chunk)
+            fresh._h[:n] += columns @ (fresh.C * fresh._y[chunk])
+            fresh._h_abs[:n] += np.abs(columns).sum(axis=1) * fresh.C
         if margin.size:
             fresh._reserve_margin_columns(margin.size)
             fresh._KS[:n, : margin.size] = fresh._kernel_columns(margin)

@@ -98,11 +98,12 @@ def test_numerically_singular_updates_are_exact_or_refused_unchanged(seed):
 # x under both labels, one-class streams. CI runs STREAM_SVM_ADVERSARIAL_SCENARIOS of them (40 by
 # default); ``python -m tests.test_engine_degenerate N`` runs N by hand and prints the rate.
 ADVERSARIAL_SCENARIOS = int(os.environ.get("STREAM_SVM_ADVERSARIAL_SCENARIOS", "40"))
-# Refusals (ConvergenceError) per update: 4.2 % of 58,401 updates before the engine's
-# tolerances were made relative to the data's scale. The goal is 0.1 %; not met yet: the 40 CI
-# scenarios refuse 5 of 1,879 updates (0.27 %, all in seed 28: a 5-D linear kernel at C * K ~
-# 1e15 with the same x under both labels, removals of many error points derail the path).
-MAX_REFUSAL_RATE = 5e-3
+# Refusals (ConvergenceError) per update: 4.2 % of 58,401 updates with absolute tolerances; with
+# relative ones, 0.10 % over 4,000 scenarios run by hand (~196,000 updates), all at C * K >= 1e4,
+# nearly all linear kernels at C * K ~ 1e11..1e22 (a hard margin on overlapping data, where g is
+# resolved only to 1e-16 of terms ~1e17). The 40 CI scenarios refuse 3 of 1,931 (0.16 %): the
+# bound leaves room for that small sample.
+MAX_REFUSAL_RATE = 3e-3
 
 
 def adversarial_scenario(seed: int):
@@ -111,10 +112,11 @@ def adversarial_scenario(seed: int):
     C = float(10 ** rng.uniform(-3, 6))
     scale = float(10 ** rng.uniform(-8, 8))
     d = int(rng.integers(1, 6))
-    # Mostly a gamma on the features' scale (an ordinary kernel), sometimes one that ignores it
-    # (an RBF kernel that is nearly the identity or nearly all ones).
+    # Mostly a gamma on the features' scale (an ordinary kernel), sometimes, for RBF, one that
+    # ignores it (a kernel that is nearly the identity or nearly all ones). A polynomial kernel
+    # off the features' scale would reach (1e16)^3: beyond what float64 can solve.
     gamma = float(10 ** rng.uniform(-2, 1))
-    if rng.random() < 0.8:
+    if name != "rbf" or rng.random() < 0.8:
         gamma /= d * scale**2
     kernel = make_kernel(name, gamma=gamma, degree=int(rng.integers(1, 4)), coef0=1.0)
     n = int(rng.integers(20, 120))
