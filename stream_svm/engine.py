@@ -25,6 +25,14 @@ same x under the opposite label, a linear kernel with |S| > d + 1) is refused en
 leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
 re-solves the margin system from a fresh factorization when round-off has accumulated.
 
+Scale. Every tolerance is relative to the quantity it guards, never absolute: kernel values to
+the largest K(x, x) seen, coefficients to C and to the coefficients themselves, g (dimensionless)
+to the magnitude of the terms summed into it, point by point (``g_terms``). Learning is
+therefore invariant to
+a common rescaling: features times s with C / s^2 under a linear kernel (or gamma / s^2 under
+RBF and polynomial kernels, the same Gram matrix) follows the same path. Kernel values that are
+not finite are refused with ValueError.
+
 Empty margin set (Karasuyama sec 3.3). With sum(y dalpha_D) != 0 the driven points cannot move
 alone: b moves to the end of its feasible interval from which a point can enter S and absorb the
 imbalance (a "bias-only" step). With sum(y dalpha_D) = 0 the driven points move with b fixed
@@ -126,7 +134,7 @@ class PathEngine:
         max_breakpoints: int | None = None,
         degeneracy_tol: float = 1e-11,
         residual_tol: float = 1e-9,
-        kkt_tol: float = 1e-7,
+        kkt_tol: float = 1e-8,
     ) -> None:
         self.kernel = kernel
         self.C = float(C)
@@ -144,6 +152,11 @@ class PathEngine:
         self._g = np.zeros(0)
         # E's contribution to f at every stored point: sum_{j in E} C y_j K(x_i, x_j).
         self._h = np.zeros(0)
+        # The size of h's terms, sum_{j in E} C |K(x_i, x_j)|, and a bound on its accumulated
+        # round-off over eps: the size of every error column added to or subtracted from h since
+        # it was computed afresh (columns that cancel leave their round-off behind).
+        self._h_abs = np.zeros(0)
+        self._h_drift = np.zeros(0)
         self._status = np.zeros(0, dtype=np.int8)
         self._seq = np.zeros(0, dtype=np.int64)
         self._slot = np.zeros(0, dtype=np.int64)  # column of the point in S, or -1
@@ -155,7 +168,9 @@ class PathEngine:
         self._u: np.ndarray | None = None  # P^-1 1, cached until S changes
         self._t = 1.0
         self._KS = np.zeros((0, 0))  # kernel columns of S: K(x_i, x_s) for all stored i
-        self._diag_scale = 1.0
+        # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
+        # with the data (features times s and C / s^2 is the same problem for a linear kernel).
+        self._diag_scale = 0.0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
@@ -232,7 +247,10 @@ class PathEngine:
             support = np.hstack([support, padding])
         elif X.shape[1] < support.shape[1]:
             X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
-        return self.kernel(X, support) @ coef + self.b
+        # Features too large for the kernel give inf or nan here; callers check the values, so
+        # numpy's overflow warnings would only be noise on every prediction.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.kernel(X, support) @ coef + self.b
 
     def dual_objective(self) -> float:
         """1/2 a'Ka - sum(alpha) with a = y * alpha (the quantity the SVM dual minimizes)."""
@@ -266,6 +284,8 @@ class PathEngine:
         self._alpha = grow(self._alpha)
         self._g = grow(self._g)
         self._h = grow(self._h)
+        self._h_abs = grow(self._h_abs)
+        self._h_drift = grow(self._h_drift)
         self._status = grow(self._status)
         self._seq = grow(self._seq)
         self._slot = grow(self._slot, -1)
@@ -283,7 +303,15 @@ class PathEngine:
     def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
         n = self.n
-        columns = self.kernel(self._X[:n], self._X[positions])
+        with np.errstate(over="ignore", invalid="ignore"):
+            columns = self.kernel(self._X[:n], self._X[positions])
+        if not np.all(np.isfinite(columns)):
+            # inf or nan would propagate silently into f, g and the factor (a nan compares
+            # False with every threshold): refuse the points instead.
+            raise ValueError(
+                "a kernel value of a new or stored point is not finite (features too large for "
+                "this kernel); the model is unchanged"
+            )
         if self.ridge:
             columns[positions, np.arange(positions.size)] += self.ridge
         return columns
@@ -296,7 +324,7 @@ class PathEngine:
         if k == 0:
             # Any t > 0 gives the same solution, but t must be on the kernel's scale: from a
             # point near the origin (linear kernel: K(x, x) ~ 0) the factor is rank-deficient.
-            self._t = max(float(diag), self._diag_scale)
+            self._t = self._shift(float(diag))
             pivot2 = diag + self._t
             if pivot2 <= 0:
                 return False
@@ -323,6 +351,21 @@ class PathEngine:
         self._margin = np.append(self._margin, position)
         self._status[position] = MARGIN
         return True
+
+    def _shift(self, diag_max: float) -> float:
+        """The t of P = K_SS + t 11': on the scale of the kernel values, never 0."""
+        t = max(diag_max, self._diag_scale)
+        # Only a kernel that is 0 on every point seen (linear, all points at the origin) has no
+        # scale; then K_SS = 0 and any t factors P exactly.
+        return t if t > 0 else 1.0
+
+    def _factorize(self) -> None:
+        """Factor P = K_SS + t 11' afresh from S's cached kernel columns."""
+        k = self._margin.size
+        K_SS = self._KS[self._margin, :k]
+        self._t = self._shift(float(np.max(np.diag(K_SS))))
+        self._R = np.ascontiguousarray(cholesky(K_SS + self._t, lower=False, check_finite=False))
+        self._u = None
 
     def _margin_remove(self, slot: int) -> np.ndarray:
         """Remove S's member at ``slot``; returns its kernel column."""
@@ -355,12 +398,7 @@ class PathEngine:
         n, k = self.n, self._margin.size
         if k:
             margin = self._margin
-            K_SS = self._KS[margin, :k]
-            self._t = max(float(np.max(np.diag(K_SS))), self._diag_scale)
-            self._R = np.ascontiguousarray(
-                cholesky(K_SS + self._t, lower=False, check_finite=False)
-            )
-            self._u = None
+            self._factorize()
             error = np.flatnonzero(self._status[:n] == ERROR)
             a_S, b = self._solve(
                 self._y[margin] - self._h[margin], -self.C * self._y[error].sum()
@@ -384,18 +422,62 @@ class PathEngine:
         n = self.n
         error = np.flatnonzero(self._status[:n] == ERROR)
         self._h[:n] = 0.0
+        self._h_abs[:n] = 0.0
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
-            self._h[:n] += self._kernel_columns(chunk) @ (self.C * self._y[chunk])
+            columns = self._kernel_columns(chunk)
+            self._h[:n] += columns @ (self.C * self._y[chunk])
+            self._h_abs[:n] += np.abs(columns).sum(axis=1) * self.C
+        self._h_drift[:n] = 0.0
         self.refactorize()
 
+    def _move_error_columns(self, columns: np.ndarray, labels: np.ndarray, joining: bool) -> None:
+        """Add (points joining E) or subtract (points leaving E) their contributions
+        C y_j K(., x_j) to h, keeping h's size and its round-off bound up to date."""
+        n = self.n
+        columns = columns.reshape(n, -1)
+        sizes = np.abs(columns).sum(axis=1) * self.C
+        if joining:
+            self._h[:n] += columns @ (self.C * labels)
+            self._h_abs[:n] += sizes
+        else:
+            self._h[:n] -= columns @ (self.C * labels)
+            np.maximum(self._h_abs[:n] - sizes, 0.0, out=self._h_abs[:n])
+        self._h_drift[:n] += sizes
+
+    def g_terms(self) -> np.ndarray:
+        """For each stored point, the magnitude of the terms summed into g_i = y_i f(x_i) - 1:
+        1 + |b| + sum_j alpha_j |K(x_i, x_j)|.
+
+        g is dimensionless, but computing it loses eps times this (invariant when features scale
+        by s and C by 1/s^2): with overlapping classes at a large C * K the terms of f are huge
+        and cancel, and no absolute bound on g is attainable. Tolerances on g are relative to it.
+        """
+        n, k = self.n, self._margin.size
+        terms = 1.0 + abs(self.b) + self._h_abs[:n]
+        if k:
+            terms = terms + np.abs(self._KS[:n, :k]) @ self._alpha[self._margin]
+        return terms
+
+    def _h_is_stale(self, terms: np.ndarray) -> bool:
+        """Whether h's accumulated round-off may matter next to the KKT tolerance of a point."""
+        n = self.n
+        if not np.any(self._h_drift[:n]):
+            return False
+        if not np.any(self._status[:n] == ERROR):
+            return True  # h is exactly 0 then: recomputing it costs nothing
+        drift = np.finfo(float).eps * self._h_drift[:n]
+        return bool(np.any(drift > 1e-2 * self.kkt_tol * terms))
+
     def residual(self) -> float:
-        """Largest violation of S's equalities (|g_S| and |sum y alpha| / C)."""
+        """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``) and
+        |sum y alpha| to C."""
         n = self.n
         margin = self._margin
         worst = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
         if margin.size:
-            worst = max(worst, float(np.abs(self._g[margin]).max()))
+            relative = np.abs(self._g[margin]) / self.g_terms()[margin]
+            worst = max(worst, float(relative.max()))
         return worst
 
     # ------------------------------------------------------------------ snapshots
@@ -410,6 +492,8 @@ class PathEngine:
             "alpha": self._alpha[:n].copy(),
             "g": self._g[:n].copy(),
             "h": self._h[:n].copy(),
+            "h_abs": self._h_abs[:n].copy(),
+            "h_drift": self._h_drift[:n].copy(),
             "status": self._status[:n].copy(),
             "seq": self._seq[:n].copy(),
             "slot": self._slot[:n].copy(),
@@ -434,6 +518,8 @@ class PathEngine:
         self._alpha = snap["alpha"].copy()
         self._g = snap["g"].copy()
         self._h = snap["h"].copy()
+        self._h_abs = snap["h_abs"].copy()
+        self._h_drift = snap["h_drift"].copy()
         self._status = snap["status"].copy()
         self._seq = snap["seq"].copy()
         self._slot = snap["slot"].copy()
@@ -472,17 +558,18 @@ class PathEngine:
             self.ensure_dim(X_add.shape[1])
             try:
                 stats = self._run_update(X_add, y_add, keys, remove)
-                derailed = self.kkt_violation() > self.kkt_tol * max(1.0, self.C)
+                derailed = not self._kkt_holds()
             except ConvergenceError:
-                if len(keys) + len(remove) <= 1:
-                    raise
                 derailed = True
             if derailed:
                 # Round-off derailed the path (numerically singular kernels, degenerate data):
-                # go again from the snapshot one point at a time, the single-point path of the
-                # same engine.
+                # go again from the snapshot, its error contributions and factor computed
+                # afresh (their accumulated round-off may be what derailed it), one point at a
+                # time: the single-point path of the same engine.
                 self._restore(snapshot)
                 self.ensure_dim(X_add.shape[1])
+                if self.n:
+                    self.recompute_error_contributions()
                 stats = self._one_at_a_time(X_add, y_add, keys, remove)
         except BaseException:
             self._restore(snapshot)
@@ -507,14 +594,28 @@ class PathEngine:
             total.refactorized |= stats.refactorized
             for name, count in stats.migrations.items():
                 total.count(name, count)
-            violation = self.kkt_violation()
-            if violation > self.kkt_tol * max(1.0, self.C):
+            if not self._kkt_holds():
+                violation = self.kkt_violation()
                 raise ConvergenceError(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
                     "matrix is numerically singular: try a larger gamma or a ridge); the model "
                     "is unchanged"
                 )
         return total
+
+    def _kkt_holds(self) -> bool:
+        """The maintained solution satisfies the KKT conditions to kkt_tol, each point's relative
+        to the size of its own terms (``g_terms``), and sum(y alpha) = 0 to kkt_tol * C (False
+        for anything non-finite)."""
+        n = self.n
+        g, status = self._g[:n], self._status[:n]
+        if not (np.isfinite(self.b) and np.all(np.isfinite(g))):
+            return False
+        if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
+            return False
+        violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
+        violation[self._margin] = np.abs(g[self._margin])
+        return bool(np.all(violation <= self.kkt_tol * self.g_terms()))
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -590,11 +691,24 @@ class PathEngine:
             n = self.n
             K_new = self._kernel_columns(new)
             self._diag_scale = max(self._diag_scale, float(K_new[new, np.arange(new.size)].max()))
+            if self._margin.size and self._t < self._diag_scale / 16:
+                # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
+                # lose the kernel's information to the shift's round-off (or the shift to the
+                # kernel's). Refactor on the new scale; the solution does not depend on t.
+                saved = (self._R, self._t)
+                try:
+                    self._factorize()
+                except np.linalg.LinAlgError:
+                    # K_SS is singular to working precision on the new scale: the old factor
+                    # still represents it exactly enough to go on.
+                    self._R, self._t = saved
             k = self._margin.size
             margin = self._margin
             self._KS[new, :k] = K_new[margin].T
             error = np.flatnonzero(self._status[:n] == ERROR)
             self._h[new] = K_new[error].T @ (C * self._y[error])
+            self._h_abs[new] = np.abs(K_new[error]).sum(axis=0) * C
+            self._h_drift[new] = 0.0
             f_new = self._h[new] + self.b
             if k:
                 f_new += self._KS[new, :k] @ (self._y[margin] * self._alpha[margin])
@@ -629,7 +743,7 @@ class PathEngine:
         if error_removed:
             positions = np.array(error_removed)
             columns = self._kernel_columns(positions)
-            self._h[:n] -= columns @ (C * self._y[positions])
+            self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
             driven_columns.extend(columns.T)
 
@@ -640,7 +754,10 @@ class PathEngine:
         self._delete_positions(settled_removals + unlearned)
 
         self._refresh_g()
-        if self.residual() > self.residual_tol:
+        if self._h_is_stale(self.g_terms()):
+            self.recompute_error_contributions()
+            stats.refactorized = True
+        elif self.residual() > self.residual_tol:
             self.refactorize()
             stats.refactorized = True
         self._sv_cache = None
@@ -672,8 +789,10 @@ class PathEngine:
         fresh_since = 0
         # What is left of the driven moves once it is round-off of the moves this update started
         # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
-        # of an empty margin set).
-        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), C)
+        # of an empty margin set). The equality sum(y alpha) = 0 holds to the round-off of the
+        # coefficients' sum, which is not C's: with C * K large the solution's coefficients are
+        # far below C, and a C-sized threshold dropped whole moves (removals of such points).
+        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
 
         while active.any():
             if stats.steps >= limit:
@@ -718,7 +837,14 @@ class PathEngine:
             d_alpha_S = y[margin] * beta_S
 
             beta_S_scale = float(np.abs(beta_S).sum())
-            scale = self._diag_scale * (beta_S_scale + beta_scale) + abs(db)
+            # The magnitude of the terms summed into ``change``, which bounds its round-off:
+            # kernel values times coefficients, plus db. A bias-only step has no kernel term
+            # (change = db = +-1 exactly): scaling its tolerance by K * beta_D, which grows with
+            # the data's scale, hid every point from an empty margin set.
+            if bias_only:
+                scale = abs(db)
+            else:
+                scale = self._diag_scale * (beta_S_scale + beta_scale) + abs(db)
             tol_g = 1e3 * eps * scale
             if k:
                 # Margin points' sensitivities are 0 by construction: what the solve left there
@@ -772,8 +898,20 @@ class PathEngine:
                 driven_effect *= 1.0 - step
                 fresh_since += 1
 
-            # Deterministic choice among ties: largest sensitivity, then lowest position.
-            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, 1.0))
+            # Deterministic choice among ties: largest sensitivity, then lowest position. Ties are
+            # judged on eta's own scale: a bias step moves g by eta, but a driven step moves
+            # coefficients by eta * beta_D, and with C far above the solution's coefficients
+            # (large C * K, e.g. large features under a linear kernel) every breakpoint lies at
+            # eta ~ alpha / C; an absolute window there merged distinct events.
+            # The unit is the eta that moves some g by 1 or the coefficients by their own size.
+            eta_unit = 1.0
+            if event.any():
+                eta_unit = min(eta_unit, 1.0 / float(sensitivity[event].max()))
+            if not bias_only:
+                coefficient_scale = float(alpha.max(initial=0.0))
+                if coefficient_scale > 0:
+                    eta_unit = min(eta_unit, coefficient_scale / beta_scale)
+            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, eta_unit))
             chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
             stats.breakpoints += 1
             state = status[chosen]
@@ -785,7 +923,7 @@ class PathEngine:
                 if d_alpha_S[slot] > 0:
                     alpha[chosen] = C
                     status[chosen] = ERROR
-                    self._h[:n] += C * y[chosen] * column
+                    self._move_error_columns(column, y[chosen : chosen + 1], joining=True)
                     stats.count("margin->error")
                 else:
                     alpha[chosen] = 0.0
@@ -807,7 +945,8 @@ class PathEngine:
                 if self._margin_add(chosen, column):
                     g[chosen] = 0.0
                     if state == ERROR:
-                        self._h[:n] -= C * y[chosen] * column
+                        self._move_error_columns(column, y[chosen : chosen + 1],
+                                                 joining=False)
                     stats.count(f"{_STATUS_NAMES[int(state)]}->margin")
                 else:
                     blocked[chosen] = True
@@ -818,7 +957,7 @@ class PathEngine:
         if finished_adding.size:
             status[finished_adding] = ERROR
             alpha[finished_adding] = C
-            self._h[:n] += K_D[:, finishing] @ (C * y[finished_adding])
+            self._move_error_columns(K_D[:, finishing], y[finished_adding], joining=True)
             stats.count("added->error", int(finished_adding.size))
 
     def _delete_positions(self, positions: list[int]) -> None:
@@ -831,8 +970,8 @@ class PathEngine:
                 moved_key = self._keys[last]
                 self._keys[position] = moved_key
                 self._pos[moved_key] = position
-                for array in (self._X, self._y, self._alpha, self._g, self._h, self._status,
-                              self._seq, self._slot, self._KS):
+                for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
+                              self._h_drift, self._status, self._seq, self._slot, self._KS):
                     array[position] = array[last]
                 slot = self._slot[position]
                 if slot >= 0:
@@ -922,20 +1061,21 @@ class PathEngine:
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
         if n:
-            fresh._diag_scale = max(1.0, float(np.max(np.abs(self.kernel.diagonal(X)))))
+            diagonal = np.abs(self.kernel.diagonal(X))
+            if not np.all(np.isfinite(diagonal)):
+                raise ValueError("a kernel value of the state's points is not finite")
+            fresh._diag_scale = float(np.max(diagonal))
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
-            fresh._h[:n] += fresh._kernel_columns(chunk) @ (fresh.C * fresh._y[chunk])
+            columns = fresh._kernel_columns(chunk)
+            fresh._h[:n] += columns @ (fresh.C * fresh._y[chunk])
+            fresh._h_abs[:n] += np.abs(columns).sum(axis=1) * fresh.C
         if margin.size:
             fresh._reserve_margin_columns(margin.size)
             fresh._KS[:n, : margin.size] = fresh._kernel_columns(margin)
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
-            K_SS = fresh._KS[margin, : margin.size]
-            fresh._t = max(float(np.max(np.diag(K_SS))), fresh._diag_scale)
-            fresh._R = np.ascontiguousarray(
-                cholesky(K_SS + fresh._t, lower=False, check_finite=False)
-            )
+            fresh._factorize()
         fresh._refresh_g()
         self.__dict__.update(fresh.__dict__)

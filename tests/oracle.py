@@ -131,3 +131,32 @@ def assert_matches_batch(engine: PathEngine, probes: np.ndarray, tol: float = 1e
     assert np.abs(ours - theirs).max() <= tol * scale, np.abs(ours - theirs).max()
     our_objective = dual_objective(oracle.K, engine.y, engine.alpha)
     assert abs(our_objective - oracle.objective()) <= 1e-7 * max(1.0, abs(oracle.objective()))
+
+
+def relative_kkt_violation(engine: PathEngine) -> float:
+    """Largest KKT violation from a freshly computed kernel, each condition relative to its
+    natural scale, so that it is invariant to a common rescaling (features times s, C / s^2):
+
+    - g_i = y_i f(x_i) - 1 is dimensionless, but its round-off is eps times the terms summed
+      into it, 1 + |b| + sum_j alpha_j |K_ij| (large and cancelling with overlapping classes at
+      a large C * K); each point's violation is divided by its own sum, which is at least 1;
+    - sum(y alpha) and the box 0 <= alpha <= C relative to C.
+    """
+    if engine.n == 0:
+        return 0.0
+    X, y, alpha, status = engine.X, engine.y, engine.alpha, engine.status
+    K = gram(engine, X, X) + engine.ridge * np.eye(engine.n)
+    assert np.all(np.isfinite(K))
+    g = y * (K @ (alpha * y) + engine.b) - 1.0
+    terms = 1.0 + abs(engine.b) + np.abs(K) @ alpha
+    C = engine.C
+    worst = abs(float(alpha @ y)) / C
+    worst = max(worst, float(np.max(-alpha, initial=0.0)) / C, float(np.max(alpha - C)) / C)
+    margin, error, reserve = status == MARGIN, status == ERROR, status == RESERVE
+    assert np.all(margin | error | reserve), "a point is left in a transient state"
+    assert np.all(alpha[error] == C) and np.all(alpha[reserve] == 0.0)
+    violation = np.where(margin, np.abs(g), np.where(error, np.maximum(g, 0.0),
+                                                     np.maximum(-g, 0.0)))
+    if not np.all(np.isfinite(violation)):
+        return np.inf
+    return max(worst, float(np.max(violation / terms)))

@@ -9,12 +9,14 @@ left a KKT violation) before the engine's noise-aware thresholds.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from stream_svm.engine import ConvergenceError, PathEngine
 from stream_svm.kernels import make_kernel
-from tests.oracle import kkt_violation
+from tests.oracle import kkt_violation, relative_kkt_violation
 
 FORMERLY_FAILING = [827702593, 27559113, 804443189, 549593687, 160652008, 882692652,
                     406542397, 378101240, 780121198, 476936658, 83555117, 409199136,
@@ -53,6 +55,8 @@ def random_updates(rng, engine: PathEngine, X, y, calls: int = 60):
         else:
             count = int(rng.integers(1, 12))
             taken, pending = pending[:count], pending[count:]
+            # A refused removal left its points stored although they were queued again.
+            taken = [index for index in dict.fromkeys(taken) if index not in engine]
             if taken:
                 yield {"X_add": X[taken], "y_add": y[taken], "keys": taken}
 
@@ -87,3 +91,104 @@ def test_numerically_singular_updates_are_exact_or_refused_unchanged(seed):
                 np.testing.assert_array_equal(before[name], after[name])
             return
         assert kkt_violation(engine) < 1e-7 * max(1.0, C)
+
+
+# ---------------------------------------------------------------------------- adversarial
+# Scenarios at any scale: C from 1e-3 to 1e6, features from 1e-8 to 1e8, duplicates and the same
+# x under both labels, one-class streams. CI runs STREAM_SVM_ADVERSARIAL_SCENARIOS of them (40 by
+# default); ``python -m tests.test_engine_degenerate N`` runs N by hand and prints the rate.
+ADVERSARIAL_SCENARIOS = int(os.environ.get("STREAM_SVM_ADVERSARIAL_SCENARIOS", "40"))
+# Refusals (ConvergenceError) per update: 4.2 % of 58,401 updates with absolute tolerances; with
+# relative ones, 0.10 % over 4,000 scenarios run by hand (~196,000 updates), all at C * K >= 1e4,
+# nearly all linear kernels at C * K ~ 1e11..1e22 (a hard margin on overlapping data, where g is
+# resolved only to 1e-16 of terms ~1e17). The 40 CI scenarios refuse 3 of 1,931 (0.16 %): the
+# bound leaves room for that small sample.
+MAX_REFUSAL_RATE = 3e-3
+
+
+def adversarial_scenario(seed: int):
+    rng = np.random.default_rng(seed)
+    name = str(rng.choice(["rbf", "linear", "poly"]))
+    C = float(10 ** rng.uniform(-3, 6))
+    scale = float(10 ** rng.uniform(-8, 8))
+    d = int(rng.integers(1, 6))
+    # Mostly a gamma on the features' scale (an ordinary kernel), sometimes, for RBF, one that
+    # ignores it (a kernel that is nearly the identity or nearly all ones). A polynomial kernel
+    # off the features' scale would reach (1e16)^3: beyond what float64 can solve.
+    gamma = float(10 ** rng.uniform(-2, 1))
+    if name != "rbf" or rng.random() < 0.8:
+        gamma /= d * scale**2
+    kernel = make_kernel(name, gamma=gamma, degree=int(rng.integers(1, 4)), coef0=1.0)
+    n = int(rng.integers(20, 120))
+    X = rng.standard_normal((n, d))
+    if rng.random() < 0.3:
+        X = np.round(X, 1)
+    y = np.where(X[:, 0] + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    if rng.random() < 0.5:
+        y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    # A quarter of the points repeat another point, under its label or the opposite one.
+    copies = rng.random(n) < 0.25
+    sources = rng.integers(0, n, size=n)
+    X[copies] = X[sources[copies]]
+    flip = rng.random(n) < 0.5
+    y[copies] = np.where(flip[copies], -y[sources[copies]], y[sources[copies]])
+    if rng.random() < 0.1:
+        y[:] = 1.0 if rng.random() < 0.5 else -1.0
+    return rng, kernel, C, X * scale, y
+
+
+def run_adversarial(seed: int) -> tuple[int, int, float]:
+    """(updates, refusals, worst relative KKT violation of an accepted update) of one scenario;
+    asserts an unchanged engine after every refusal."""
+    rng, kernel, C, X, y = adversarial_scenario(seed)
+    engine = PathEngine(kernel, C)
+    operations = refusals = 0
+    worst = 0.0
+    for arguments in random_updates(rng, engine, X, y, calls=int(rng.integers(20, 80))):
+        before = engine._snapshot()
+        operations += 1
+        try:
+            engine.update(**arguments)
+        except ConvergenceError:
+            refusals += 1
+            after = engine._snapshot()
+            assert after.keys() == before.keys()
+            for name, value in before.items():
+                if isinstance(value, np.ndarray):
+                    np.testing.assert_array_equal(after[name], value, err_msg=f"seed {seed}")
+                else:
+                    assert after[name] == value, f"seed {seed}: {name} changed"
+            continue
+        worst = max(worst, relative_kkt_violation(engine))
+    return operations, refusals, worst
+
+
+def test_adversarial_scenarios_are_exact_and_rarely_refused():
+    operations = refusals = 0
+    for seed in range(ADVERSARIAL_SCENARIOS):
+        done, refused, worst = run_adversarial(seed)
+        assert worst < 1e-8, f"seed {seed}: relative KKT violation {worst:.3g}"
+        operations += done
+        refusals += refused
+    assert refusals <= MAX_REFUSAL_RATE * operations, (refusals, operations)
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    first = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    started = time.perf_counter()
+    operations = refusals = inexact = 0
+    for seed in range(first, first + count):
+        done, refused, worst = run_adversarial(seed)
+        operations += done
+        refusals += refused
+        inexact += worst >= 1e-8
+        if refused or worst >= 1e-8:
+            print(f"seed {seed}: {refused} of {done} updates refused, worst relative KKT "
+                  f"violation {worst:.3g}", flush=True)
+    print(f"{count} scenarios, {operations} updates, {refusals} refused "
+          f"({100 * refusals / max(operations, 1):.3f} %), {inexact} scenarios with a relative "
+          f"KKT violation >= 1e-8, {time.perf_counter() - started:.0f} s")

@@ -1,0 +1,200 @@
+"""Learning at any scale: the engine's tolerances are relative, so a common rescaling of the data
+changes nothing but the units, and kernel values that are not finite are refused."""
+
+from __future__ import annotations
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+from stream_svm import IncrementalSVC
+from stream_svm.engine import RESERVE, PathEngine
+from stream_svm.kernels import make_kernel
+from tests.oracle import BatchOptimum, dual_objective, relative_kkt_violation
+
+SCALES = [1e-6, 1e-3, 1.0, 1e3, 1e6]
+
+
+def stream(n: int, d: int, seed: int, overlap: float = 0.3):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.where(X[:, 0] + overlap * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def learn(engine: PathEngine, X, y, seed: int) -> PathEngine:
+    """Single additions, then multiple additions and removals: both paths of the engine."""
+    rng = np.random.default_rng(seed)
+    half = len(y) // 2
+    for i in range(half):
+        engine.update(X[i : i + 1], y[i : i + 1], [i])
+    for start in range(half, len(y), 5):
+        stop = min(start + 5, len(y))
+        removed = [int(k) for k in rng.choice(engine.keys, 3, replace=False)]
+        engine.update(X[start:stop], y[start:stop], list(range(start, stop)), remove=removed)
+    return engine
+
+
+def by_key(engine: PathEngine, values: np.ndarray) -> dict:
+    return dict(zip(engine.keys, values, strict=True))
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e7, 1e8, 1e-8])
+def test_reproducer_learns_one_large_or_small_point(scale):
+    # This raised ConvergenceError ("the margin set is empty and no point can enter it") at
+    # 1e7 and 1e8: the bias-only step's tolerance grew with K * C although it moves only b.
+    model = IncrementalSVC(C=1.0, kernel="linear")
+    model.learn_one({"f0": scale}, True)
+    model.learn_one({"f0": -scale}, False)
+    assert model.n_stored == 2
+    assert relative_kkt_violation(model._engine) < 1e-8
+    if scale >= 1:
+        # (at 1e-8, C * K = 1e-16: both alphas sit at C, and b may be anywhere in (-1, 1))
+        assert model.predict_one({"f0": 2 * scale}) is True
+        assert model.predict_one({"f0": -2 * scale}) is False
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e7, 1e8, 1e-8])
+def test_stream_at_any_feature_scale_is_learned_exactly(scale):
+    """A separable stream at C = 1: every point is learned, and the solution is the batch
+    optimum of the same problem in unit features with C * s^2 (decisions equal, alpha scaled by
+    1/s^2, dual objective by 1/s^2). Separable, because at 1e8 C * K is 1e16 (overlapping
+    classes there are beyond float64 and beyond the oracle; the adversarial scenarios cover
+    them for exactness and refusals)."""
+    X, y = stream(200, 2, seed=3, overlap=0.0)
+    X, y = X[np.abs(X[:, 0]) > 0.2][:120], y[np.abs(X[:, 0]) > 0.2][:120]
+    model = IncrementalSVC(C=1.0, kernel="linear")
+    for x, label in zip(X * scale, y > 0, strict=True):
+        model.learn_one({"a": x[0], "b": x[1]}, bool(label))
+    engine = model._engine
+    assert engine.n == len(y)
+    assert relative_kkt_violation(engine) < 1e-8
+    # The oracle on unit features (libsvm copes with C = 1e16 there, not with K = 1e16).
+    unit = types.SimpleNamespace(X=engine.X / scale, y=engine.y, C=scale**2, ridge=0.0,
+                                 kernel=engine.kernel)
+    oracle = BatchOptimum(unit)
+    probes = np.random.default_rng(4).standard_normal((50, 2))
+    ours = engine.decision_function(probes * scale)
+    theirs = oracle.decision(probes)
+    if engine.n_margin == 0 or not oracle.b_unique:
+        ours, theirs = ours - engine.b, theirs - oracle.b  # b is not unique then
+    assert np.abs(ours - theirs).max() <= 1e-6 * (1.0 + np.abs(theirs).max())
+    ours_objective = dual_objective(oracle.K, engine.y, engine.alpha * scale**2)
+    assert abs(ours_objective - oracle.objective()) <= 1e-7 * max(1.0, abs(oracle.objective()))
+
+
+def scaled_kernels(name: str, scale: float):
+    if name == "linear":
+        return make_kernel("linear"), 1.0 / scale**2
+    if name == "rbf":
+        return make_kernel("rbf", gamma=0.7 / scale**2), 1.0
+    return make_kernel("poly", gamma=0.4 / scale**2, degree=3, coef0=1.0), 1.0
+
+
+@pytest.mark.parametrize("name", ["linear", "rbf", "poly"])
+def test_rescaled_problem_follows_the_same_path(name):
+    """X * s under C / s^2 (linear) or gamma / s^2 (RBF, poly: the same Gram matrix) gives the
+    same decisions, the same sets and alpha scaled by the C factor, for s from 1e-6 to 1e6."""
+    X, y = stream(100, 3, seed=11)
+    probes = np.random.default_rng(12).standard_normal((40, 3))
+    C = 10.0
+    kernel, _ = scaled_kernels(name, 1.0)
+    reference = learn(PathEngine(kernel, C), X, y, seed=13)
+    f_reference = reference.decision_function(probes)
+    for scale in SCALES:
+        kernel, c_factor = scaled_kernels(name, scale)
+        engine = learn(PathEngine(kernel, C * c_factor), X * scale, y, seed=13)
+        assert by_key(engine, engine.status) == by_key(reference, reference.status), scale
+        f = engine.decision_function(probes * scale)
+        assert np.abs(f - f_reference).max() <= 1e-9 * (1.0 + np.abs(f_reference).max()), scale
+        alpha = by_key(engine, engine.alpha / c_factor)
+        for key, value in by_key(reference, reference.alpha).items():
+            assert alpha[key] == pytest.approx(value, rel=1e-8, abs=1e-10 * C), scale
+        assert engine.breakpoints_total == reference.breakpoints_total, scale
+        assert relative_kkt_violation(engine) < 1e-8
+
+
+def test_non_finite_kernel_values_are_refused_and_leave_the_engine_unchanged():
+    engine = PathEngine(make_kernel("poly", gamma=1.0, degree=3, coef0=1.0), C=1.0)
+    X, y = stream(30, 2, seed=5)
+    engine.update(X, y, list(range(30)))
+    before = engine._snapshot()
+    decisions = engine.decision_function(X)
+    with pytest.raises(ValueError, match="not finite"):
+        engine.update(np.array([[1e300, 0.0]]), np.array([1.0]), ["huge"])
+    with pytest.raises(ValueError, match="not finite"):
+        # several points at once, one of them overflowing only against the stored points
+        engine.update(np.array([[0.5, 0.5], [1e120, 1.0]]), np.array([1.0, -1.0]), ["a", "b"])
+    after = engine._snapshot()
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[name], value, err_msg=name)
+        else:
+            assert after[name] == value, name
+    np.testing.assert_array_equal(engine.decision_function(X), decisions)
+    engine.update(np.array([[0.5, 0.5]]), np.array([1.0]), ["a"])  # still usable
+    assert engine.n == 31
+
+
+def test_model_passes_the_refusal_through_unchanged():
+    model = IncrementalSVC(C=1.0, kernel="poly", degree=3)
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": -1.0}, False)
+    with pytest.raises(ValueError, match="not finite"):
+        model.learn_one({"a": 1e300}, True)
+    assert model.n_stored == 2
+
+
+def test_decisions_that_overflow_are_returned_without_warnings():
+    engine = PathEngine(make_kernel("poly", gamma=1.0, degree=3, coef0=1.0), C=1.0)
+    X, y = stream(20, 2, seed=6)
+    engine.update(X, y, list(range(20)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = engine.decision_function(np.array([[1e300, 1e300], [0.1, 0.2]]))
+    assert not np.isfinite(f[0])
+    assert np.isfinite(f[1])
+
+
+# ---------------------------------------------------------------------------- reserve truncation
+def test_discard_reserve_forgets_exactly_the_points_at_or_beyond_epsilon():
+    X, y = stream(200, 2, seed=8, overlap=0.1)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    for i in range(len(y)):
+        engine.update(X[i : i + 1], y[i : i + 1], [i])
+    g, status, keys = engine.g.copy(), engine.status.copy(), engine.keys
+    reserve_g = np.sort(g[status == RESERVE])
+    # epsilon between two reserve values, with some reserve points in [epsilon / 2, epsilon):
+    # an engine that discarded at g >= epsilon / 2 (or at g > epsilon) is caught.
+    epsilon = float(np.median(reserve_g))
+    epsilon = float(reserve_g[reserve_g >= epsilon][0])  # one point exactly at epsilon
+    assert np.any((reserve_g >= epsilon / 2) & (reserve_g < epsilon))
+    expected = {key for key, gi, si in zip(keys, g, status, strict=True)
+                if si == RESERVE and gi >= epsilon}
+    assert epsilon in reserve_g and expected
+    grid = np.stack(np.meshgrid(np.linspace(-3, 3, 25), np.linspace(-3, 3, 25)), -1).reshape(-1, 2)
+    f_before = engine.decision_function(grid)
+    assert engine.discard_reserve(epsilon) == len(expected)
+    assert set(keys) - set(engine.keys) == expected
+    np.testing.assert_allclose(engine.decision_function(grid), f_before, rtol=0, atol=1e-12)
+    assert relative_kkt_violation(engine) < 1e-8
+
+
+def test_model_discards_reserve_points_beyond_its_epsilon_only():
+    X, y = stream(150, 2, seed=9, overlap=0.1)
+    epsilon = 0.5
+    model = IncrementalSVC(C=1.0, gamma=0.5, reserve_epsilon=epsilon)
+    kept_between = 0
+    for x, label in zip(X, y > 0, strict=True):
+        model.learn_one({"a": x[0], "b": x[1]}, bool(label))
+        engine = model._engine
+        reserve = engine.status == RESERVE
+        # after every discard nothing at or beyond epsilon is left in the reserve ...
+        assert not np.any(reserve & (engine.g >= epsilon))
+        # ... and what lies in [epsilon / 2, epsilon) is kept
+        kept_between = max(kept_between, int(np.sum(reserve & (engine.g >= epsilon / 2))))
+    assert model.reserve_discarded > 0
+    assert kept_between > 0
