@@ -6,6 +6,8 @@ keys; all learning and unlearning is :class:`stream_svm.engine.PathEngine`'s.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import numbers
 from collections.abc import Hashable, Iterable, Iterator, Mapping
@@ -137,11 +139,31 @@ class _EngineClassifier(base.MiniBatchClassifier):
 
         Unknown key: KeyError; a bad label: ValueError; the model is unchanged in both cases.
         In a :class:`SlidingWindowSVC` the point comes back as the newest arrival.
+
+        All or nothing: if the learn is refused (e.g. ``ConvergenceError``) after the forget, the
+        point is put back and the model is exactly as before.
         """
         label = parse_binary_label(y)
         x, _ = self.stored_point(key)
-        self.forget_one(key=key)
-        self.learn_one(x, label > 0, key=key)
+        with self._all_or_nothing():
+            self.forget_one(key=key)
+            self.learn_one(x, label > 0, key=key)
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """Run several updates as one: on any exception the model returns to its state before
+        them (the engine from its snapshot, everything else from a deep copy), then re-raises."""
+        engine = self._engine
+        snapshot = engine._snapshot()
+        counters = (engine.last_update, engine.breakpoints_total, engine.updates_total)
+        rest = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_engine"})
+        try:
+            yield
+        except BaseException:
+            engine._restore(snapshot)
+            engine.last_update, engine.breakpoints_total, engine.updates_total = counters
+            self.__dict__.update(rest)
+            raise
 
     # ---------------------------------------------------------------- input plumbing
     def _row(self, x: Mapping) -> tuple[np.ndarray, list[Hashable]]:

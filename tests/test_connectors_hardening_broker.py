@@ -106,7 +106,9 @@ def _assert_the_rest_went_on(config, daemon: Daemon, outputs, stream, valid_ids)
     for output in outputs:
         _strict(output)
     model = daemon.processor.model
-    reference = IncrementalSVC(**MODEL, kernel=config.model.kernel, coef0=config.model.coef0)
+    settings = config.model
+    reference = IncrementalSVC(C=settings.C, kernel=settings.kernel, gamma=settings.gamma,
+                               degree=settings.degree, coef0=settings.coef0)
     for message in stream:
         if isinstance(message, dict) and "x" in message and message["id"] in valid_ids:
             reference.learn_one(message["x"], message["y"], key=message["id"])

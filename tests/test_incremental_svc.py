@@ -396,3 +396,46 @@ def test_user_callable_kernel_matches_builtin():
     assert_matches_batch(custom._engine, custom._engine.X + 0.1)
     with pytest.raises(ValueError, match="returned shape"):
         IncrementalSVC(kernel=lambda A, B: np.ones(3)).learn_one({"a": 1.0}, True)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: IncrementalSVC(C=10.0, gamma=0.5),
+    lambda: IncrementalSVC(C=10.0, gamma=0.5, reserve_epsilon=0.5),
+    lambda: SlidingWindowSVC(window_size=40, step=3, C=10.0, gamma=0.5),
+])
+def test_a_relabel_whose_learn_is_refused_changes_nothing(make, monkeypatch):
+    """relabel_one forgets, then learns: if the learn fails, the forgotten point comes back and
+    the whole model (engine, keys, buffer, counters) is exactly as before."""
+    from stream_svm.engine import ConvergenceError, PathEngine
+
+    stream = ring_stream(60, seed=21)
+    model = make()
+    for i, (x, y) in enumerate(stream):
+        model.learn_one(x, y, key=i)
+    key = model.stored_keys()[5]
+    before_arrays, before_meta = model.to_checkpoint()
+    probes = pd.DataFrame([x for x, _ in stream])
+    before = model.decision_function_many(probes)
+    update = PathEngine.update
+
+    def refuse_learning(engine, X_add=None, y_add=None, keys=None, remove=()):
+        if keys:
+            raise ConvergenceError("refused for the test; the model is unchanged")
+        return update(engine, X_add, y_add, keys, remove)
+
+    monkeypatch.setattr(PathEngine, "update", refuse_learning)
+    label = model.stored_point(key)[1]
+    if isinstance(model, SlidingWindowSVC):
+        # The relabelled point returns as the newest arrival; fill the buffer so it slides.
+        model.learn_one({"a": 0.1, "b": 0.2}, True, key="a")
+        model.learn_one({"a": 0.3, "b": 0.2}, False, key="b")
+        before_arrays, before_meta = model.to_checkpoint()
+    with pytest.raises(ConvergenceError):
+        model.relabel_one(key, not label)
+    monkeypatch.setattr(PathEngine, "update", update)
+    after_arrays, after_meta = model.to_checkpoint()
+    assert after_meta == before_meta
+    for name, array in before_arrays.items():
+        np.testing.assert_array_equal(after_arrays[name], array, err_msg=name)
+    assert model.stored_point(key)[1] == label
+    np.testing.assert_array_equal(model.decision_function_many(probes), before)
