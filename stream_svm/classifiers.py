@@ -107,7 +107,50 @@ class _EngineClassifier(base.MiniBatchClassifier):
 
     @property
     def intercept(self) -> float:
+        """The bias b of f(x) = sum_i dual_coef_i K(x_i, x) + b."""
         return self._engine.b
+
+    def _support_positions(self) -> np.ndarray:
+        engine = self._engine
+        support = np.flatnonzero(engine.alpha > 0)
+        return support[np.argsort(engine.sequence[support], kind="stable")]
+
+    def support_vectors(self) -> pd.DataFrame:
+        """The support vectors (stored points with alpha > 0, oldest first) as a DataFrame
+        indexed by key, one column per feature name.
+
+        >>> model = IncrementalSVC(C=1.0, kernel="linear")
+        >>> model.learn_one({"a": 1.0}, True, key="p")
+        >>> model.learn_one({"a": -1.0}, False, key="n")
+        >>> model.support_vectors()
+             a
+        p  1.0
+        n -1.0
+        """
+        positions = self._support_positions()
+        names = self._features.names
+        keys = self._engine.keys
+        rows = self._engine.X[positions][:, : len(names)]
+        return pd.DataFrame(rows, index=pd.Index([keys[i] for i in positions], dtype=object),
+                            columns=list(names))
+
+    def dual_coef(self) -> pd.Series:
+        """alpha_i y_i of each support vector, indexed by key as in :meth:`support_vectors`:
+        f(x) = sum_i dual_coef_i K(x_i, x) + intercept. Margin vectors have
+        0 < alpha_i < C, error vectors alpha_i = C.
+
+        >>> model = IncrementalSVC(C=1.0, kernel="linear")
+        >>> model.learn_one({"a": 1.0}, True, key="p")
+        >>> model.learn_one({"a": -1.0}, False, key="n")
+        >>> model.dual_coef().round(6).to_dict()
+        {'p': 0.5, 'n': -0.5}
+        """
+        positions = self._support_positions()
+        engine = self._engine
+        keys = engine.keys
+        values = engine.alpha[positions] * engine.y[positions]
+        return pd.Series(values, index=pd.Index([keys[i] for i in positions], dtype=object),
+                         name="dual_coef")
 
     def __contains__(self, key: object) -> bool:
         return key in self._engine

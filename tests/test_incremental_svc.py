@@ -439,3 +439,26 @@ def test_a_relabel_whose_learn_is_refused_changes_nothing(make, monkeypatch):
         np.testing.assert_array_equal(after_arrays[name], array, err_msg=name)
     assert model.stored_point(key)[1] == label
     np.testing.assert_array_equal(model.decision_function_many(probes), before)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "linear", "poly"])
+def test_support_vectors_and_dual_coef_reproduce_the_decision_function(kernel):
+    stream = ring_stream(80, seed=31)
+    model = IncrementalSVC(C=5.0, kernel=kernel, gamma=0.5)
+    for i, (x, y) in enumerate(stream):
+        model.learn_one(x, y, key=f"k{i}")
+    model.forget_one(key="k3")
+    support = model.support_vectors()
+    coef = model.dual_coef()
+    assert list(support.index) == list(coef.index) and len(coef) == model.n_margin + model.n_error
+    assert "k3" not in coef.index and all(abs(c) <= 5.0 for c in coef)
+    assert sum(abs(coef) == 5.0) == model.n_error
+    for key in coef.index:  # each row is the stored point, each sign its label
+        x, label = model.stored_point(key)
+        assert {k: v for k, v in support.loc[key].items() if v != 0} == x
+        assert (coef[key] > 0) == label
+    probes = pd.DataFrame([x for x, _ in ring_stream(20, seed=32)])[support.columns]
+    gram = model._engine.kernel(probes.to_numpy(), support.to_numpy())
+    np.testing.assert_allclose(gram @ coef.to_numpy() + model.intercept,
+                               model.decision_function_many(probes), rtol=1e-12, atol=1e-12)
+    assert model.n_error > 0 and model.n_margin > 0  # both kinds of support vector are checked
