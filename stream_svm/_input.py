@@ -45,6 +45,14 @@ def parse_binary_labels(ys: Iterable[object]) -> np.ndarray:
 
 
 def _feature_value(name: Hashable, value: object) -> float:
+    if type(value) is float:  # the common case, without the abstract-class checks below
+        if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+            return value
+        if value != value:
+            return 0.0
+        raise ValueError(
+            f"feature {name!r} is infinite ({value!r}); only finite values are allowed"
+        )
     if value is None:
         return 0.0
     if isinstance(value, (bool, np.bool_)):
@@ -93,6 +101,17 @@ class FeatureSpace:
             if name not in self.index:
                 self.index[name] = len(self.names)
                 self.names.append(name)
+
+    def keep(self, columns: Iterable[int]) -> None:
+        """Keep only the names at the given (increasing) positions, in that order."""
+        self.names = [self.names[i] for i in columns]
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    def truncate(self, count: int) -> None:
+        """Forget the names added after the first ``count`` (undoes :meth:`add`)."""
+        for name in self.names[count:]:
+            del self.index[name]
+        del self.names[count:]
 
     def vectorize(self, x: Mapping[Hashable, object]) -> tuple[np.ndarray, list[Hashable]]:
         """Validate ``x`` and return its row over known + new features, and the new names.

@@ -160,7 +160,7 @@ class AlphaISVC(_EngineClassifier):
     validation_margin
         m in [0, 1]: a validation sample is an error when y f(x) < m (m = 0: when it is
         misclassified, the paper's rule); see above.
-    C, kernel, gamma, degree, coef0, ridge, max_breakpoints
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features
         As in :class:`stream_svm.IncrementalSVC` (``max_breakpoints`` bounds each engine
         update).
 
@@ -197,6 +197,8 @@ class AlphaISVC(_EngineClassifier):
         coef0: float = 0.0,
         ridge: float = 0.0,
         max_breakpoints: int | None = None,
+        max_features: int | None = 10_000,
+        max_new_features: int | None = None,
     ) -> None:
         self.discard_ratio = discard_ratio
         self.cache_ratio = cache_ratio
@@ -213,6 +215,8 @@ class AlphaISVC(_EngineClassifier):
         self.coef0 = coef0
         self.ridge = ridge
         self.max_breakpoints = max_breakpoints
+        self.max_features = max_features
+        self.max_new_features = max_new_features
         self._ratio_alpha = _check_ratio("discard_ratio", "alpha", discard_ratio, 0.0, 1.0)
         self._ratio_beta = _check_ratio("cache_ratio", "beta", cache_ratio, 0.0, 1.0)
         self._decay = _check_ratio("weight_decay", "gamma", weight_decay, 0.5, 1.0,
@@ -319,7 +323,7 @@ class AlphaISVC(_EngineClassifier):
     def learn_one(self, x: Mapping, y: object) -> None:
         """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""
         label = parse_binary_label(y)
-        row, new = self._row(x)
+        row, new = self._admitted(lambda: self._row(x))
         if len(self._buffer_labels) + 1 < self.batch_size:
             self._features.add(new)
             self._buffer_rows.append(row)
@@ -335,7 +339,7 @@ class AlphaISVC(_EngineClassifier):
         if len(X) == 0:
             rows, new = np.zeros((0, len(self._features))), []
         else:
-            rows, new = self._frame(X)
+            rows, new = self._admitted(lambda: self._frame(X))
         if len(X) == 0 and not self._buffer_labels:
             return
         self._increment(self._buffer_rows + list(rows), self._buffer_labels + labels.tolist(),
@@ -353,6 +357,14 @@ class AlphaISVC(_EngineClassifier):
             raise
         self._features.add(new_features)
         self._buffer_rows, self._buffer_labels = [], []
+        self._maybe_compact()
+
+    def _extra_rows(self) -> list[np.ndarray]:
+        return [self._rows, *self._buffer_rows]
+
+    def _keep_extra_columns(self, columns: np.ndarray) -> None:
+        self._rows = self._rows[:, columns[columns < self._rows.shape[1]]]
+        self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
 
     def _save(self) -> dict[str, Any]:
         engine = self._engine

@@ -10,7 +10,7 @@ import contextlib
 import copy
 import math
 import numbers
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,17 @@ def proba_from_decision(score: np.ndarray | float) -> np.ndarray | float:
 _sigmoid = proba_from_decision
 
 
+def _check_feature_limit(name: str, value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
+    ):
+        raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
+
+
+#: Feature names may grow to twice those in use (plus this) before unused ones are dropped.
+_COMPACTION_SLACK = 64
+
+
 def _check_C(C: object) -> float:
     if isinstance(C, bool) or not isinstance(C, numbers.Real) or not math.isfinite(float(C)):
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
@@ -65,11 +76,14 @@ class _EngineClassifier(base.MiniBatchClassifier):
         ):
             raise ValueError(f"max_breakpoints must be None or an integer >= 1, "
                              f"got {self.max_breakpoints!r}")
+        _check_feature_limit("max_features", self.max_features)
+        _check_feature_limit("max_new_features", self.max_new_features)
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
         self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
                                   max_breakpoints=self.max_breakpoints)
         self._features = FeatureSpace()
         self._auto_keys = 0
+        self._compacted_at = 0  # feature names after the latest drop of unused ones
 
     @property
     def _multiclass(self) -> bool:
@@ -237,8 +251,91 @@ class _EngineClassifier(base.MiniBatchClassifier):
         if used:
             self._auto_keys = max(self._auto_keys, max(used))
 
-    def _grow(self, new_features: list[Hashable]) -> None:
-        self._engine.ensure_dim(len(self._features) + len(new_features))
+    # ---------------------------------------------------------------- bounded features
+    @property
+    def n_features(self) -> int:
+        """Feature names the model holds columns for (those of its stored points, and unused
+        ones not dropped yet)."""
+        return len(self._features)
+
+    def _admitted(
+        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]]
+    ) -> tuple[np.ndarray, list[Hashable]]:
+        """Vectorize input to learn, within ``max_new_features`` and ``max_features``
+        (ValueError naming the limit, model unchanged); unused names are dropped first when
+        that makes room, and the input vectorized again on the new columns."""
+        rows, new = vectorize()
+        if self.max_new_features is not None and len(new) > self.max_new_features:
+            raise ValueError(
+                f"the input brings {len(new)} features the model does not know; "
+                f"max_new_features={self.max_new_features}"
+            )
+        limit = self.max_features
+        if limit is None or len(self._features) + len(new) <= limit:
+            return rows, new
+        used = int(self._used_columns().sum())
+        if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
+            raise ValueError(
+                f"learning the input would give the model {used + len(new)} features ({used} "
+                f"used by its stored points and {len(new)} new); max_features={limit}"
+            )
+        self._compact_features()
+        return vectorize()
+
+    def _extra_rows(self) -> list[np.ndarray]:
+        """Feature rows the model holds besides the engine's (buffers, kept samples)."""
+        return []
+
+    def _keep_extra_columns(self, columns: np.ndarray) -> None:
+        """Keep only the given feature columns in :meth:`_extra_rows`' rows."""
+
+    def _used_columns(self) -> np.ndarray:
+        """Which feature names some stored or buffered point has a non-zero value for."""
+        width = len(self._features)
+        used = np.zeros(width, dtype=bool)
+        for block in [self._engine.X, *self._extra_rows()]:
+            block = np.atleast_2d(block)
+            span = min(width, block.shape[1])
+            if block.shape[0] and span:
+                used[:span] |= np.any(block[:, :span] != 0, axis=0)
+        return used
+
+    def _compact_features(self) -> None:
+        """Drop the feature names no stored or buffered point uses (decisions unchanged)."""
+        if not self._engine.kernel.folds_absent_features:
+            return  # a user's kernel may depend on all-zero columns
+        used = self._used_columns()
+        if not used.all():
+            columns = np.flatnonzero(used)
+            self._engine.keep_columns(columns[columns < self._engine.dim])
+            self._keep_extra_columns(columns)
+            self._features.keep(columns)
+        self._compacted_at = len(self._features)
+
+    def _maybe_compact(self) -> None:
+        """Amortized :meth:`_compact_features`: when the names have doubled since the last."""
+        if len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK:
+            self._compact_features()
+
+    def _fold(self, rows: np.ndarray) -> np.ndarray:
+        """Query rows with the features no stored point has folded into one column of their
+        norm: the same kernel values (see Kernel.folds_absent_features) at O(known) cost."""
+        known = self._engine.dim
+        if rows.shape[1] <= known + 1 or not self._engine.kernel.folds_absent_features:
+            return rows
+        absent = np.sqrt(np.einsum("ij,ij->i", rows[:, known:], rows[:, known:]))
+        return np.hstack([rows[:, :known], absent[:, None]])
+
+    def _check_kernel_values(self, rows: np.ndarray) -> None:
+        """ValueError (nothing changed) when K(x, x) is not finite for a row to be buffered: such
+        a point could never be learned, and would block every later slide."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            diagonal = self._engine.kernel.diagonal(np.atleast_2d(rows))
+        if not np.all(np.isfinite(diagonal)):
+            raise ValueError(
+                "the kernel value K(x, x) of the input is not finite (features too large for "
+                "this kernel); the model is unchanged"
+            )
 
     def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
                        ) -> Hashable:
@@ -263,14 +360,14 @@ class _EngineClassifier(base.MiniBatchClassifier):
     def decision_function_one(self, x: Mapping) -> float:
         """f(x) = sum_i alpha_i y_i K(x_i, x) + b (positive means the True class)."""
         row, _ = self._row(x)
-        return float(self._engine.decision_function(row[None, :])[0])
+        return float(self._engine.decision_function(self._fold(row[None, :]))[0])
 
     def decision_function_many(self, X: pd.DataFrame) -> np.ndarray:
         """f(x) for every row of X."""
         if len(X) == 0:
             return np.zeros(0)
         rows, _ = self._frame(X)
-        return self._engine.decision_function(rows)
+        return self._engine.decision_function(self._fold(rows))
 
     def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[bool, float]:
         """``{False: 1 - p, True: p}`` with p = 1 / (1 + exp(-f(x))).
@@ -360,6 +457,7 @@ class _EngineClassifier(base.MiniBatchClassifier):
                         else str(text))
         model._engine.set_state(dict(arrays), keys)
         model._features = FeatureSpace(meta["features"])
+        model._compacted_at = len(model._features)
         model._auto_keys = int(meta["auto_keys"])
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
@@ -397,6 +495,15 @@ class IncrementalSVC(_EngineClassifier):
     max_breakpoints
         Bound on path steps per update (default 1000 + 10 (n + m)); beyond it the update
         raises :class:`stream_svm.engine.ConvergenceError` and the model stays as it was.
+    max_features
+        Bound on the feature names the model holds (None: no bound). Points are stored as
+        dense rows over them, so a stream of ever-new names would grow every row: a learn that
+        would exceed the bound raises ValueError and changes nothing. Names that no stored
+        point uses any more (forgotten, discarded or slid out) are dropped along the way.
+        Predictions accept any number of unknown names.
+    max_new_features
+        Bound on the names one learn call may add (None: no bound), e.g. against one message
+        with 40,000 keys.
 
     Labels: True/1 are positive, False/0/-1 negative. ``predict_proba_one`` squashes the
     decision value with a sigmoid (not calibrated).
@@ -427,6 +534,8 @@ class IncrementalSVC(_EngineClassifier):
         reserve_epsilon: float | None = None,
         ridge: float = 0.0,
         max_breakpoints: int | None = None,
+        max_features: int | None = 10_000,
+        max_new_features: int | None = None,
     ) -> None:
         self.C = C
         self.kernel = kernel
@@ -436,6 +545,8 @@ class IncrementalSVC(_EngineClassifier):
         self.reserve_epsilon = reserve_epsilon
         self.ridge = ridge
         self.max_breakpoints = max_breakpoints
+        self.max_features = max_features
+        self.max_new_features = max_new_features
         if reserve_epsilon is not None and (
             isinstance(reserve_epsilon, bool)
             or not isinstance(reserve_epsilon, numbers.Real)
@@ -461,13 +572,13 @@ class IncrementalSVC(_EngineClassifier):
     def _after_update(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._engine.discard_reserve(self.reserve_epsilon)
+        self._maybe_compact()
 
     # ---------------------------------------------------------------- learning
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""
         label = parse_binary_label(y)
-        row, new = self._row(x)
-        self._grow(new)
+        row, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._engine.update(row[None, :], np.array([label]), [point_key])
         self._features.add(new)
@@ -541,14 +652,13 @@ class IncrementalSVC(_EngineClassifier):
             if y_add is None or len(y_add) != len(X_add):
                 raise ValueError("y_add must have one label per row of X_add")
             labels = parse_binary_labels(y_add)
-            rows, new = self._frame(X_add)
+            rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)
         else:
             labels, rows, new, add_keys = np.zeros(0), np.zeros((0, 0)), [], []
         for key in forget_keys:
             if key not in self._engine:
                 raise KeyError(f"no stored point has key {key!r}")
-        self._grow(new)
         if rows.shape[0] == 0:
             rows = np.zeros((0, self._engine.dim))
         self._engine.update(rows, labels, add_keys, remove=forget_keys)
@@ -590,7 +700,7 @@ class SlidingWindowSVC(_EngineClassifier):
         Arrivals per slide (>= 1).
     strategy
         ``"multiple"`` or ``"single"``.
-    C, kernel, gamma, degree, coef0, ridge, max_breakpoints
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features
         As in :class:`IncrementalSVC`.
 
     Examples
@@ -617,6 +727,8 @@ class SlidingWindowSVC(_EngineClassifier):
         coef0: float = 0.0,
         ridge: float = 0.0,
         max_breakpoints: int | None = None,
+        max_features: int | None = 10_000,
+        max_new_features: int | None = None,
     ) -> None:
         self.window_size = window_size
         self.step = step
@@ -628,6 +740,8 @@ class SlidingWindowSVC(_EngineClassifier):
         self.coef0 = coef0
         self.ridge = ridge
         self.max_breakpoints = max_breakpoints
+        self.max_features = max_features
+        self.max_new_features = max_new_features
         for name, value in (("window_size", window_size), ("step", step)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -666,19 +780,17 @@ class SlidingWindowSVC(_EngineClassifier):
         return super().stored_point(key)
 
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
-        """Buffer one point; slide the window when ``step`` points are buffered."""
+        """Buffer one point; slide the window when ``step`` points are buffered.
+
+        All or nothing: a point refused by the slide's update is not buffered either."""
         label = parse_binary_label(y)
-        row, new = self._row(x)
+        row, new = self._admitted(lambda: self._row(x))
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        self._check_kernel_values(row)
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
-        self._features.add(new)
-        self._commit_keys([point_key])
-        self._buffer_rows.append(row)
-        self._buffer_labels.append(label)
-        self._buffer_keys.append(point_key)
-        if len(self._buffer_keys) >= self.step:
-            self._slide()
+        self._buffer([row], [label], [point_key], new, slide=len(self._buffer_keys) + 1
+                     >= self.step)
 
     def learn_many(
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
@@ -689,19 +801,35 @@ class SlidingWindowSVC(_EngineClassifier):
         if len(y) != len(X):
             raise ValueError("y must have one label per row of X")
         labels = parse_binary_labels(y)
-        rows, new = self._frame(X)
+        rows, new = self._admitted(lambda: self._frame(X))
         batch_keys = self._keys_for(X, keys)
         if len(set(batch_keys)) != len(batch_keys):
             raise KeyError("keys repeat within the batch")
         for key in batch_keys:
             if key in self:
                 raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        self._check_kernel_values(rows)
+        self._buffer(list(rows), labels.tolist(), batch_keys, new, slide=True)
+
+    def _buffer(self, rows: list[np.ndarray], labels: list[float], keys: list[Hashable],
+                new: list[Hashable], slide: bool) -> None:
+        """Buffer arrivals (and slide), all or nothing."""
+        names, auto_keys, buffered = len(self._features), self._auto_keys, len(self._buffer_keys)
         self._features.add(new)
-        self._commit_keys(batch_keys)
+        self._commit_keys(keys)
         self._buffer_rows.extend(rows)
-        self._buffer_labels.extend(labels.tolist())
-        self._buffer_keys.extend(batch_keys)
-        self._slide()
+        self._buffer_labels.extend(labels)
+        self._buffer_keys.extend(keys)
+        if slide:
+            try:
+                self._slide()  # the engine is unchanged when its update fails
+            except BaseException:
+                del self._buffer_rows[buffered:], self._buffer_labels[buffered:]
+                del self._buffer_keys[buffered:]
+                self._features.truncate(names)
+                self._auto_keys = auto_keys
+                raise
+            self._maybe_compact()
 
     def forget_one(
         self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
@@ -718,13 +846,13 @@ class SlidingWindowSVC(_EngineClassifier):
         if key not in self._engine:
             raise KeyError(f"no point in the window has key {key!r}")
         self._engine.update(remove=[key])
+        self._maybe_compact()
 
     def _slide(self) -> None:
         if not self._buffer_keys:
             return
-        width = len(self._features)
-        self._engine.ensure_dim(width)
-        rows = np.zeros((len(self._buffer_rows), self._engine.dim))
+        # As wide as the names known (the engine widens itself inside its all-or-nothing update).
+        rows = np.zeros((len(self._buffer_rows), max(len(self._features), self._engine.dim)))
         for i, row in enumerate(self._buffer_rows):
             rows[i, : row.size] = row
         labels = np.array(self._buffer_labels)
@@ -768,6 +896,12 @@ class SlidingWindowSVC(_EngineClassifier):
             added=len(keys), removed=len(oldest), breakpoints=engine.breakpoints_total - started,
             steps=steps, migrations=migrations, seconds=seconds,
         )
+
+    def _extra_rows(self) -> list[np.ndarray]:
+        return list(self._buffer_rows)
+
+    def _keep_extra_columns(self, columns: np.ndarray) -> None:
+        self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
 
     def _checkpoint_extra(self) -> dict[str, Any]:
         return {"buffer_labels": list(self._buffer_labels),

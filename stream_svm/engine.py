@@ -267,6 +267,23 @@ class PathEngine:
             self.dim = dim
             self._sv_cache = None
 
+    def keep_columns(self, columns: np.ndarray) -> None:
+        """Keep only the given (increasing) feature columns of the stored points.
+
+        The columns dropped must be 0 in every stored point (ValueError otherwise, engine
+        unchanged): a kernel that depends on its arguments only through dot products and
+        distances (every built-in one) then gives the same values, so the solution stands.
+        """
+        columns = np.asarray(columns, dtype=np.int64)
+        dropped = np.setdiff1d(np.arange(self.dim), columns)
+        if columns.size and (columns.min() < 0 or columns.max() >= self.dim):
+            raise ValueError(f"columns must lie in [0, {self.dim})")
+        if dropped.size and np.any(self._X[: self.n, dropped]):
+            raise ValueError("only columns that are 0 in every stored point can be dropped")
+        self._X = np.ascontiguousarray(self._X[:, columns])
+        self.dim = int(columns.size)
+        self._sv_cache = None
+
     def _reserve_rows(self, rows: int) -> None:
         capacity = self._X.shape[0]
         if rows <= capacity:

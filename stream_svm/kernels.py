@@ -39,6 +39,10 @@ class Kernel:
     """
 
     name = "kernel"
+    #: Whether K(a, b) depends on features where b is 0 only through their Euclidean norm in a
+    #: (true of dot products and distances): such features can be folded into one column of a
+    #: query, and features 0 in every stored point dropped. Unknown for a user's callable.
+    folds_absent_features = True
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -98,6 +102,8 @@ class PolynomialKernel(Kernel):
 
 
 class CallableKernel(Kernel):
+    folds_absent_features = False
+
     def __init__(self, function: KernelCallable) -> None:
         self.function = function
         self.name = getattr(function, "__name__", type(function).__name__)
