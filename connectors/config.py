@@ -112,6 +112,8 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "coef0": Setting(float, 0.0),
         "window_size": Setting(int, 1000, _positive),
         "step": Setting(int, 1, _positive),
+        "max_features": Setting(int, 10_000, _non_negative),
+        "max_new_features": Setting(int, 1000, _non_negative),
     },
     "cache": {
         "max_size": Setting(int, 100_000, _non_negative),

@@ -469,3 +469,53 @@ def test_unusable_checkpoints_stop_the_daemon_until_the_operator_starts_fresh(tm
     # Set aside earlier (e.g. by an older version): still no silent new model.
     with pytest.raises(StartRefused, match="set aside as unusable"):
         Daemon(_settings(tmp_path)).run()
+
+
+# -- bounded features -------------------------------------------------------------------------
+
+
+def _wide(offset: int, names: int, label: bool | None) -> Record:
+    message: dict[str, Any] = {"id": f"w{offset}", "x": {f"f{i}": 1.0 for i in range(names)}}
+    if label is not None:
+        message["y"] = label
+    return _record(offset, message)
+
+
+def test_a_message_over_the_feature_limits_is_refused_and_the_stream_goes_on():
+    config = load_config(None, {"model.max_features": "50", "model.max_new_features": "20"},
+                         environ={})
+    processor = Processor(build_model(config))
+    records = [_record(0, {"id": "a", "x": {"a": 1.0}, "y": True}),
+               _wide(1, 30, True),   # 30 new names in one message
+               _wide(2, 15, True),   # fits
+               _wide(3, 40, None),   # predicted only: any number of unknown names
+               _record(4, {"id": "b", "x": {"a": -1.0}, "y": False})]
+    result = processor.process(records)
+    (letter,) = result.dead_letters
+    assert letter.record["reason"] == "refused" and letter.record["source"]["offset"] == 1
+    assert "max_new_features=20" in letter.record["error"]
+    assert [o.record["id"] for o in result.outputs] == ["a", "w2", "w3", "b"]
+    assert sorted(processor.model.stored_keys()) == ["a", "b", "w2"]
+    assert processor.model.n_features == 16
+
+
+def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_path):
+    from connectors.models import checkpoint_bounds, model_settings, restore_model
+
+    first = load_config(None, {"model.max_features": "100"}, environ={})
+    model = build_model(first)
+    for i in range(5):
+        model.learn_one({f"f{i}": 1.0, "a": float(i)}, bool(i % 2), key=i)
+    arrays, meta = model.to_checkpoint()
+    second = load_config(None, {"model.max_features": "0", "model.max_new_features": "3"},
+                         environ={})
+    assert model_settings(first) == model_settings(second)  # not a settings mismatch
+    restored = restore_model(second, arrays, meta)
+    assert (restored.max_features, restored.max_new_features) == (None, 3)
+    store = CheckpointStore(tmp_path)
+    store.save(arrays, meta, {})
+    ((_, path),) = store.paths()
+    narrow = load_config(None, {"model.max_features": "4"}, environ={})
+    with pytest.raises(CheckpointError, match=r"6 features, more than model\.max_features=4"):
+        store.read(path, check=checkpoint_bounds(narrow))
+    assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
