@@ -4,7 +4,10 @@ consume-parse-produce loop measured in the same run (the transport's ceiling).
     python benchmarks/bench_daemon.py [--messages 5000] [--rate 300] [--seconds 5]
 
 Throughput: N labelled Bananas messages are in the input topic before the consumer starts;
-messages per second from the first poll to the last flush. Latency: messages produced at a fixed
+messages per second from the first poll to the last flush. Each model runs in both prediction
+modes: progressive (each message predicted by the model that learned every earlier one, the
+default) and per poll (``kafka.predict_per_poll``: one prediction per poll, runs learned in one
+multiple update). Latency: messages produced at a fixed
 rate while the consumer runs; from each input's Kafka timestamp to the flush of its output.
 """
 
@@ -89,7 +92,7 @@ def bare_loop(servers: str, source: str, target: str, n: int, max_batch: int) ->
 
 
 def daemon_run(servers: str, source: str, target: str, n: int, model: dict[str, Any],
-               max_batch: int) -> dict[str, Any]:
+               max_batch: int, per_poll: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         config = load_config(None, {
             "kafka.bootstrap_servers": servers,
@@ -97,6 +100,7 @@ def daemon_run(servers: str, source: str, target: str, n: int, model: dict[str, 
             "kafka.output_topic": target,
             "kafka.dead_letter_topic": source.replace("-in-", "-dead-"),
             "kafka.max_batch": max_batch,
+            "kafka.predict_per_poll": per_poll,
             "checkpoint.dir": directory,
             "checkpoint.every_messages": 100_000,
             "checkpoint.every_seconds": 3600,
@@ -167,9 +171,11 @@ def main() -> None:
         bare = measure(lambda s, t, n: bare_loop(servers, s, t, n, args.max_batch))
         rows.append(_row("bare kafka-python loop (consume, parse, produce)", *bare))
         for name, model in setups.items():
-            result = measure(lambda s, t, n, m=model: daemon_run(servers, s, t, n, m,
-                                                                 args.max_batch))
-            rows.append(_row(f"daemon, {name}", *result))
+            for per_poll in (False, True):
+                result = measure(lambda s, t, n, m=model, pp=per_poll: daemon_run(
+                    servers, s, t, n, m, args.max_batch, pp))
+                mode = "per poll" if per_poll else "progressive"
+                rows.append(_row(f"daemon, {name}, {mode}", *result))
     ceiling = rows[0]["msg_per_s"]
     print(f"{args.messages} messages for throughput; {args.rate:g} msg/s for "
           f"{args.seconds:g} s for latency; max_batch {args.max_batch}\n")

@@ -157,6 +157,7 @@ class PathEngine:
         # it was computed afresh (columns that cancel leave their round-off behind).
         self._h_abs = np.zeros(0)
         self._h_drift = np.zeros(0)
+        self._terms_cache: np.ndarray | None = None  # g_terms at the end of the last update
         self._status = np.zeros(0, dtype=np.int8)
         self._seq = np.zeros(0, dtype=np.int64)
         self._slot = np.zeros(0, dtype=np.int64)  # column of the point in S, or -1
@@ -412,6 +413,7 @@ class PathEngine:
         The margin coefficients follow from S's equations given alpha_E = C; recomputing them
         removes whatever round-off the incremental updates accumulated.
         """
+        self._terms_cache = None
         n, k = self.n, self._margin.size
         if k:
             margin = self._margin
@@ -486,14 +488,15 @@ class PathEngine:
         drift = np.finfo(float).eps * self._h_drift[:n]
         return bool(np.any(drift > 1e-2 * self.kkt_tol * terms))
 
-    def residual(self) -> float:
-        """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``) and
-        |sum y alpha| to C."""
+    def residual(self, terms: np.ndarray | None = None) -> float:
+        """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
+        the ``terms`` given) and |sum y alpha| to C."""
         n = self.n
         margin = self._margin
         worst = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
         if margin.size:
-            relative = np.abs(self._g[margin]) / self.g_terms()[margin]
+            terms = self.g_terms() if terms is None else terms
+            relative = np.abs(self._g[margin]) / terms[margin]
             worst = max(worst, float(relative.max()))
         return worst
 
@@ -550,6 +553,7 @@ class PathEngine:
         self._diag_scale = snap["diag_scale"]
         self._u = None
         self._sv_cache = None
+        self._terms_cache = None
 
     # ------------------------------------------------------------------ updates
     def update(
@@ -632,7 +636,8 @@ class PathEngine:
             return False
         violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
         violation[self._margin] = np.abs(g[self._margin])
-        return bool(np.all(violation <= self.kkt_tol * self.g_terms()))
+        terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
+        return bool(np.all(violation <= self.kkt_tol * terms))
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -695,6 +700,7 @@ class PathEngine:
         return positions
 
     def _run_update(self, X_add, y_add, keys, remove) -> UpdateStats:
+        self._terms_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))
         self._sv_cache = None
         C = self.C
@@ -771,12 +777,16 @@ class PathEngine:
         self._delete_positions(settled_removals + unlearned)
 
         self._refresh_g()
-        if self._h_is_stale(self.g_terms()):
+        terms = self.g_terms()
+        if self._h_is_stale(terms):
             self.recompute_error_contributions()
             stats.refactorized = True
-        elif self.residual() > self.residual_tol:
+        elif self.residual(terms) > self.residual_tol:
             self.refactorize()
             stats.refactorized = True
+        else:
+            # Nothing moved since: the KKT check that follows every update reuses them.
+            self._terms_cache = terms
         self._sv_cache = None
         return stats
 
@@ -921,14 +931,18 @@ class PathEngine:
             # (large C * K, e.g. large features under a linear kernel) every breakpoint lies at
             # eta ~ alpha / C; an absolute window there merged distinct events.
             # The unit is the eta that moves some g by 1 or the coefficients by their own size.
-            eta_unit = 1.0
-            if event.any():
-                eta_unit = min(eta_unit, 1.0 / float(sensitivity[event].max()))
-            if not bias_only:
-                coefficient_scale = float(alpha.max(initial=0.0))
-                if coefficient_scale > 0:
-                    eta_unit = min(eta_unit, coefficient_scale / beta_scale)
-            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, eta_unit))
+            # The unit is at most 1: the window it gives lies within the one of unit 1, which
+            # holds a single event almost always, and then no unit is needed.
+            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, 1.0))
+            if ties.size > 1:
+                eta_unit = 1.0
+                if event.any():
+                    eta_unit = min(eta_unit, 1.0 / float(sensitivity[event].max()))
+                if not bias_only:
+                    coefficient_scale = float(alpha.max(initial=0.0))
+                    if coefficient_scale > 0:
+                        eta_unit = min(eta_unit, coefficient_scale / beta_scale)
+                ties = ties[eta[ties] <= eta_min + 1e-13 * max(eta_min, eta_unit)]
             chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
             stats.breakpoints += 1
             state = status[chosen]
