@@ -20,7 +20,7 @@ features: milliseconds instead of the ~0.9 s of JSON encoding it took on the dae
 >>> list(cache), cache.evictions
 (['b', 'c'], {'entries': 1})
 >>> cache.pop("b")
-CachedPoint(x={'f': 2.0, 'g': 3.0}, prediction=False, cached_at=1.0)
+CachedPoint(x={'f': 2.0, 'g': 3.0}, prediction=0.0, cached_at=1.0)
 >>> cache.expire(now=100.0)                                    # "c" is older than 60 s
 {'age': 1}
 """
@@ -52,7 +52,7 @@ class CachedPoint:
     (daemon wall-clock seconds)."""
 
     x: dict[str, float]
-    prediction: bool
+    prediction: float  # a classifier's 1.0 / 0.0 (positive or not), a regressor's value
     cached_at: float
 
 
@@ -83,7 +83,7 @@ class UnlabelledCache:
         self._id_int = array("q")
         self._id_text: list[str] = []
         self._times = array("d")
-        self._predictions = array("b")
+        self._predictions = array("d")
         self._alive = bytearray()
         self._starts = array("q")
         # Per stored feature, all slots end to end.
@@ -129,7 +129,7 @@ class UnlabelledCache:
                 self._feature_names[start:stop], self._feature_values[start:stop], strict=True
             )
         }
-        return CachedPoint(x, bool(self._predictions[slot]), self._times[slot])
+        return CachedPoint(x, self._predictions[slot], self._times[slot])
 
     def get(self, identifier: Id) -> CachedPoint | None:
         slot = self._slot_of.get(identifier)
@@ -150,7 +150,8 @@ class UnlabelledCache:
         self._name_uses[index] += 1
         return index
 
-    def put(self, identifier: Id, x: Mapping[str, float], prediction: bool, now: float) -> None:
+    def put(self, identifier: Id, x: Mapping[str, float], prediction: float, now: float
+            ) -> None:
         """Cache ``x`` under ``identifier`` (replacing an older entry of the same id) and apply
         the entry and byte bounds."""
         self._kill(identifier)
@@ -160,7 +161,7 @@ class UnlabelledCache:
         self._id_int.append(identifier if is_int else 0)  # type: ignore[arg-type]
         self._id_text.append("" if is_int else identifier)  # type: ignore[arg-type]
         self._times.append(now)
-        self._predictions.append(bool(prediction))
+        self._predictions.append(float(prediction))
         self._alive.append(1)
         self._starts.append(len(self._feature_values))
         self._feature_names.extend(map(self._use_name, x))
@@ -253,7 +254,7 @@ class UnlabelledCache:
             "id_int": np.frombuffer(self._id_int, dtype=np.int64)[slots],
             "id_str": id_str,
             "cached_at": np.frombuffer(self._times, dtype=np.float64)[slots],
-            "prediction": np.frombuffer(self._predictions, dtype=np.int8)[slots].astype(bool),
+            "prediction": np.frombuffer(self._predictions, dtype=np.float64)[slots],
             "indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             "feature": features[picked],
             "value": values[picked],
@@ -274,7 +275,8 @@ class UnlabelledCache:
         id_int = np.asarray(arrays["id_int"], dtype=np.int64)
         id_str = np.asarray(arrays["id_str"])
         cached_at = np.asarray(arrays["cached_at"], dtype=np.float64)
-        prediction = np.asarray(arrays["prediction"], dtype=bool)
+        # Checkpoints before regressors held booleans: they read as 1.0 / 0.0.
+        prediction = np.asarray(arrays["prediction"], dtype=np.float64)
         indptr = np.asarray(arrays["indptr"], dtype=np.int64)
         feature = np.asarray(arrays["feature"], dtype=np.int64)
         value = np.asarray(arrays["value"], dtype=np.float64)
@@ -286,7 +288,8 @@ class UnlabelledCache:
             raise ValueError("cache arrays have inconsistent lengths")
         if feature.size and (feature.min() < 0 or feature.max() >= names.size):
             raise ValueError("cache arrays name features that are not in the name table")
-        if not np.all(np.isfinite(value)) or not np.all(np.isfinite(cached_at)):
+        if not (np.all(np.isfinite(value)) and np.all(np.isfinite(cached_at))
+                and np.all(np.isfinite(prediction))):
             raise ValueError("cache arrays hold non-finite numbers")
         if drop_unused_names:
             used, feature = np.unique(feature, return_inverse=True)
@@ -316,7 +319,7 @@ class UnlabelledCache:
             texts, is_int.tolist(), strict=True)]
         self._alive = bytearray(b"\x01" * n)
         self._times = array("d", cached_at.tolist())
-        self._predictions = array("b", prediction.astype(np.int8).tolist())
+        self._predictions = array("d", prediction.tolist())
         self._starts = array("q", indptr[:-1].tolist())
         self._feature_names = array("i", feature.astype(np.int32).tolist())
         self._feature_values = array("d", value.tolist())

@@ -13,6 +13,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import math
@@ -267,41 +268,61 @@ def evaluate(
     plot: str | None = None,
 ) -> dict:
     """Progressive validation (predict, then learn, each point in order) of the configured
-    model; no Kafka involved. ``plot`` names a PNG file for accuracy over time and breakpoints
-    per update. ``accuracy`` is None when the source is empty."""
+    model; no Kafka involved. ``plot`` names a PNG file for the progressive figure over time
+    and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
+    ``rmse``; each is None when the source is empty."""
+    from river import base as river_base
+
     from connectors.models import build_model
-    from connectors.sources import count_source, iter_source
+    from connectors.sources import count_source, iter_source, target_reader
 
     if plot is not None:
         _check_matplotlib()
     model = build_model(config)
+    regression = isinstance(model, river_base.Regressor)
+    read = target_reader(regression, config.model.classes if not regression else None)
+    # Models that keep their points by key learn under the row number, as the daemon does.
+    keyed = "key" in inspect.signature(model.learn_one).parameters
     correct = seen = 0
-    accuracy_curve: list[float] = []
+    absolute = squared = 0.0
+    curve: list[float] = []
     breakpoints_per_point: list[int] = []
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()
     try:
-        for index, (x, y) in enumerate(iter_source(dataset, target, limit)):
-            correct += int(model.predict_one(x) == y)
+        for index, (x, y) in enumerate(iter_source(dataset, target, limit, read)):
+            prediction = model.predict_one(x)
             seen += 1
-            before = int(model.breakpoints_total)
-            model.learn_one(x, y, key=index)
-            accuracy_curve.append(correct / seen)
-            breakpoints_per_point.append(int(model.breakpoints_total) - before)
+            if regression:
+                absolute += abs(y - prediction)
+                squared += (y - prediction) ** 2
+                curve.append(absolute / seen)
+            else:
+                correct += int(prediction == y)
+                curve.append(correct / seen)
+            before = int(getattr(model, "breakpoints_total", 0))
+            if keyed:
+                model.learn_one(x, y, key=index)
+            else:
+                model.learn_one(x, y)
+            breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)
             bar.update()
     finally:
         bar.close()
     seconds = time.perf_counter() - started
-    summary = {
-        "model": config.model.type,
-        "points": seen,
-        "accuracy": correct / seen if seen else None,
-        "breakpoints": int(model.breakpoints_total),
+    summary: dict[str, Any] = {"model": config.model.type, "points": seen}
+    if regression:
+        summary["mae"] = absolute / seen if seen else None
+        summary["rmse"] = math.sqrt(squared / seen) if seen else None
+    else:
+        summary["accuracy"] = correct / seen if seen else None
+    summary.update({
+        "breakpoints": int(getattr(model, "breakpoints_total", 0)),
         "seconds": seconds,
         "points_per_second": seen / seconds if seconds else None,
-    }
+    })
     if plot is not None:
-        _plot_evaluation(plot, dataset, summary, accuracy_curve, breakpoints_per_point)
+        _plot_evaluation(plot, dataset, summary, curve, breakpoints_per_point)
         summary["plot"] = plot
     return summary
 
@@ -323,7 +344,7 @@ def _plot_evaluation(path: str, dataset: str, summary: dict, accuracy: list[floa
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     points = range(1, len(accuracy) + 1)
     top.plot(points, accuracy)
-    top.set_ylabel("progressive accuracy")
+    top.set_ylabel("progressive MAE" if "mae" in summary else "progressive accuracy")
     top.set_title(f"{summary['model']} on {dataset}")
     top.grid(alpha=0.3)
     # A learn_one of a sliding window buffers (0 breakpoints) until its step is reached: plot
@@ -421,6 +442,8 @@ def demo(args: argparse.Namespace) -> int:
             # Predictions of labelled messages, each by the model that had learned every
             # earlier message (as `stream-svm evaluate` computes it); null when none was scored.
             "progressive_accuracy": round(accuracy, 4) if math.isfinite(accuracy) else None,
+            **({"progressive_mae": round(summary.mae, 6), "progressive_rmse":
+                round(summary.rmse, 6)} if math.isfinite(summary.mae) else {}),
             "breakpoints": summary.breakpoints,
             "seconds": round(busy, 2),
             "messages_per_second": round(summary.messages / max(busy, 1e-9), 1),

@@ -12,6 +12,7 @@ invalid setting fails at start with a message naming it and where it came from.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -60,6 +61,33 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _between(low: float, high: float, *, high_open: bool = False
+             ) -> Callable[[float], str | None]:
+    def check(value: float) -> str | None:
+        inside = low <= value < high if high_open else low <= value <= high
+        return None if inside else f"must be in [{low}, {high}{')' if high_open else ']'}"
+
+    return check
+
+
+def _two_classes(value: list) -> str | None:
+    if len(value) != 2:
+        return "must be two labels [negative, positive]"
+    for label in value:
+        if isinstance(label, float) and not math.isfinite(label):
+            return "must hold finite labels"
+        if not isinstance(label, (str, int, float, bool)):
+            return "must hold strings, numbers or booleans"
+    if value[0] == value[1] and type(value[0]) is type(value[1]):
+        return "must be two distinct labels"
+    return None
+
+
+#: The estimators the daemon serves (``model.type``).
+MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
+               "IncrementalLSSVR")
+
+
 def _port(value: int) -> str | None:
     return None if 0 <= value <= 65535 else "must be a TCP port (0-65535; 0 picks a free one)"
 
@@ -103,16 +131,38 @@ SCHEMA: dict[str, dict[str, Setting]] = {
             str, "stop", _one_of("stop", "earliest", "latest", "resume")
         ),
     },
+    # Each setting applies to the model types whose constructor has a parameter of its name
+    # (connectors.models); setting one that does not apply to model.type is an error.
     "model": {
-        "type": Setting(str, "IncrementalSVC", _one_of("IncrementalSVC", "SlidingWindowSVC")),
+        "type": Setting(str, "IncrementalSVC", _one_of(*MODEL_TYPES)),
         "C": Setting(float, 1.0, _positive),
         "kernel": Setting(str, "rbf", _one_of("rbf", "linear", "poly")),
         "gamma": Setting(float, 1.0, _positive),
         "degree": Setting(int, 3, _positive),
         "coef0": Setting(float, 0.0),
+        "reserve_epsilon": Setting(float, None, _non_negative, optional=True),
+        "ridge": Setting(float, 0.0, _non_negative),
+        "max_breakpoints": Setting(int, None, _positive, optional=True),
+        "classes": Setting(list, None, _two_classes, optional=True),
         "window_size": Setting(int, 1000, _positive),
         "step": Setting(int, 1, _positive),
-        "max_features": Setting(int, 10_000, _non_negative),
+        "strategy": Setting(str, "multiple", _one_of("multiple", "single")),
+        "discard_ratio": Setting(float, 0.5, _between(0.0, 1.0)),
+        "cache_ratio": Setting(float, 0.5, _between(0.0, 1.0)),
+        "weight_decay": Setting(float, 0.9, _between(0.5, 1.0, high_open=True)),
+        "weight_increment": Setting(float, 1.0, _positive),
+        "weight_threshold": Setting(float, 0.5, _positive),
+        "max_rounds": Setting(int, 50, _positive),
+        "batch_size": Setting(int, 100, _positive),
+        "validation_margin": Setting(float, 0.0, _between(0.0, 1.0)),
+        "rho": Setting(float, 1.0, _positive),
+        "features": Setting(str, "linear", _one_of("linear", "rff")),
+        "n_components": Setting(int, 100, _positive),
+        "fit_intercept": Setting(bool, True),
+        "seed": Setting(int, None, optional=True),
+        # Unset: the model's own default (10,000 for the SVMs, 1,000 for the LS-SVMs, whose
+        # state is a matrix over the features); 0: no bound.
+        "max_features": Setting(int, None, _non_negative, optional=True),
         "max_new_features": Setting(int, 1000, _non_negative),
     },
     "cache": {
@@ -153,6 +203,8 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     if setting.optional and (raw is None or raw == ""):
         return None
     kind = setting.type
+    if kind is list:
+        return _convert_list(where, setting, raw)
     if isinstance(raw, str) and kind is not str:
         text = raw.strip()
         try:
@@ -176,11 +228,32 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
         raise ConfigError(f"{where}: {raw!r} is not a {kind.__name__}")
     if kind is float and not math.isfinite(raw):
         raise ConfigError(f"{where}: {raw!r} is not finite")
+    return _checked(where, setting, raw)
+
+
+def _checked(where: str, setting: Setting, value: Any) -> Any:
     if setting.check is not None:
-        problem = setting.check(raw)
+        problem = setting.check(value)
         if problem:
-            raise ConfigError(f"{where}: {problem}, got {raw!r}")
-    return raw
+            raise ConfigError(f"{where}: {problem}, got {value!r}")
+    return value
+
+
+def _convert_list(where: str, setting: Setting, raw: Any) -> list:
+    """A TOML array, or from a flag or the environment its JSON text (``["ham", "spam"]``) or
+    comma-separated strings (``ham,spam``)."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith("["):
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                raise ConfigError(f"{where}: {raw!r} is not a JSON array") from None
+        else:
+            raw = [part.strip() for part in text.split(",")]
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: {raw!r} is not a list")
+    return _checked(where, setting, raw)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -272,6 +345,9 @@ def _cross_checks(config: Config) -> None:
         raise ConfigError(
             "setting retry.max_backoff_seconds must be >= retry.initial_backoff_seconds"
         )
+    from connectors.models import check_model_config  # models imports this module
+
+    check_model_config(config)
 
 
 def kafka_client_settings(

@@ -50,7 +50,13 @@ from connectors.checkpoint import (
 )
 from connectors.config import Config, kafka_client_settings
 from connectors.metrics import Metrics
-from connectors.models import build_model, checkpoint_bounds, model_settings, restore_model
+from connectors.models import (
+    build_model,
+    checkpoint_bounds,
+    default_model_settings,
+    model_settings,
+    restore_model,
+)
 from connectors.processor import Processor
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
@@ -79,6 +85,8 @@ class RunSummary:
     checkpoints: int = 0
     seconds: float = 0.0
     accuracy: float = float("nan")
+    mae: float = float("nan")  # regressors
+    rmse: float = float("nan")
     breakpoints: int = 0
     exit_code: int = 0
 
@@ -289,6 +297,12 @@ class Daemon:
 
         def accept(model_meta: dict[str, Any], state: dict[str, Any]) -> None:
             saved = state.get("model_settings")
+            if isinstance(saved, dict) and isinstance(saved.get("type"), str):
+                # A setting added after the checkpoint was written had its default then.
+                try:
+                    saved = {**default_model_settings(saved["type"]), **saved}
+                except ImportError:
+                    pass  # an unknown type: reported as a mismatch below
             if saved != settings:
                 changed = ", ".join(
                     f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
@@ -808,5 +822,7 @@ class Daemon:
         self.summary.seconds = time.monotonic() - self._started
         if self.processor is not None:
             self.summary.accuracy = self.processor.accuracy
+            self.summary.mae = self.processor.mae
+            self.summary.rmse = self.processor.rmse
             self.summary.breakpoints = int(getattr(self.processor.model, "breakpoints_total", 0))
         log.info("stopped: %s", json.dumps(self.summary.__dict__, default=str))

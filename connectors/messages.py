@@ -31,6 +31,7 @@ __all__ = [
     "Observe",
     "Relabel",
     "Source",
+    "Targets",
     "dead_letter",
     "encode",
     "parse_label",
@@ -42,6 +43,8 @@ MAX_INT_ID = 2**63 - 1
 MAX_ID_LENGTH = 1024
 
 Id = str | int
+#: A parsed label: True/False (positive/negative class) or, for a regressor, a float.
+Target = bool | float
 
 
 class Malformed(ValueError):
@@ -66,7 +69,7 @@ class Observe:
 
     id: Id
     x: dict[str, float]
-    y: bool | None = None
+    y: Target | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class Label:
     """A label that arrives after its features (joined by id to the cache)."""
 
     id: Id
-    y: bool
+    y: Target
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Relabel:
     """Forget the point learned under ``id`` and learn it again with label ``y``."""
 
     id: Id
-    y: bool
+    y: Target
 
 
 Operation = Observe | Label | Forget | Relabel
@@ -138,19 +141,73 @@ def _id(document: dict[str, Any]) -> Id:
     return value
 
 
-def _label(document: dict[str, Any]) -> bool:
-    value = document["y"]
-    if isinstance(value, bool):
-        return value
-    # Integers are compared as integers: math.isfinite(10**400) raises OverflowError.
-    if isinstance(value, int) and value in (1, 0, -1):
-        return value == 1
-    if isinstance(value, float) and value in (1.0, 0.0, -1.0):
-        return value == 1.0
-    raise Malformed(
-        f"label {_shown(value)} is not one of the two classes (true/1 positive, "
-        "false/0/-1 negative)"
-    )
+@dataclass(frozen=True)
+class Targets:
+    """What a message's ``y`` may be, and how it maps to and from the model's labels.
+
+    ``Targets()``: two classes, true/1 positive and false/0/-1 negative. ``Targets(classes=
+    ("ham", "spam"))``: exactly those two JSON values (negative, positive), which the model
+    learns and the outputs carry. ``Targets(regression=True)``: any finite number.
+    Parsed labels are True/False (positive or not) or floats.
+
+    >>> Targets(classes=("ham", "spam")).parse("spam"), Targets(regression=True).parse(2)
+    (True, 2.0)
+    """
+
+    classes: tuple[Any, Any] | None = None
+    regression: bool = False
+
+    def parse(self, value: object) -> Target:
+        """The label of a message's ``y``; :class:`Malformed` when it is not one."""
+        if self.regression:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise Malformed(f"target {_shown(value)} is not a number")
+            try:
+                number = float(value)
+            except OverflowError:
+                raise Malformed(f"target {_shown(value)} is too large for a float") from None
+            if not math.isfinite(number):
+                raise Malformed(f"target {_shown(value)} is not finite")
+            return number
+        if self.classes is not None:
+            negative, positive = self.classes
+            # Same JSON type and value: "1" is not 1, and true is not 1.
+            if type(value) is type(positive) and value == positive:
+                return True
+            if type(value) is type(negative) and value == negative:
+                return False
+            raise Malformed(
+                f"label {_shown(value)} is not one of the classes {list(self.classes)!r} "
+                "(model.classes: negative, positive)"
+            )
+        if isinstance(value, bool):
+            return value
+        # Integers are compared as integers: math.isfinite(10**400) raises OverflowError.
+        if isinstance(value, int) and value in (1, 0, -1):
+            return value == 1
+        if isinstance(value, float) and value in (1.0, 0.0, -1.0):
+            return value == 1.0
+        raise Malformed(
+            f"label {_shown(value)} is not one of the two classes (true/1 positive, "
+            "false/0/-1 negative)"
+        )
+
+    def model_label(self, y: Target) -> Any:
+        """What the model learns for a parsed label: the class value, or the number."""
+        if self.regression:
+            return float(y)
+        return bool(y) if self.classes is None else self.classes[int(bool(y))]
+
+    def shown(self, y: Target) -> Any:
+        """A parsed label or prediction as the outputs write it."""
+        return self.model_label(y)
+
+
+_BINARY = Targets()
+
+
+def _label(document: dict[str, Any], targets: Targets = _BINARY) -> Target:
+    return targets.parse(document["y"])
 
 
 def _shown(value: object, limit: int = 80) -> str:
@@ -212,9 +269,10 @@ def _check_fields(document: dict[str, Any], kind: str) -> None:
         raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in a {kind}")
 
 
-def parse_message(raw: bytes | None, max_bytes: int) -> Operation:
+def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY) -> Operation:
     """Parse one message of the input topic: features (with or without a label), a late
-    label (``{"id", "y"}``), or an ``op`` (``forget`` / ``relabel``). Raises :class:`Malformed`."""
+    label (``{"id", "y"}``), or an ``op`` (``forget`` / ``relabel``); labels as ``targets``
+    reads them. Raises :class:`Malformed`."""
     document = _decode(raw, max_bytes)
     if "op" in document:
         op = document["op"]
@@ -225,27 +283,28 @@ def parse_message(raw: bytes | None, max_bytes: int) -> Operation:
             _check_fields(document, "relabel")
             if "y" not in document:
                 raise Malformed("a relabel needs 'y'")
-            return Relabel(_id(document), _label(document))
+            return Relabel(_id(document), _label(document, targets))
         raise Malformed(f"unknown op {_shown(op)} (known: 'forget', 'relabel')")
     if "x" not in document:
         if "y" in document:
             _check_fields(document, "label")
-            return Label(_id(document), _label(document))
+            return Label(_id(document), _label(document, targets))
         raise Malformed("missing 'x' (features) and 'op'")
     _check_fields(document, "observe")
     identifier = _id(document)
     features = _features(document)
-    label = _label(document) if "y" in document and document["y"] is not None else None
+    label = (_label(document, targets) if "y" in document and document["y"] is not None
+             else None)
     return Observe(identifier, features, label)
 
 
-def parse_label(raw: bytes | None, max_bytes: int) -> Label:
+def parse_label(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY) -> Label:
     """Parse one message of the label topic (``{"id": ..., "y": ...}``)."""
     document = _decode(raw, max_bytes)
     _check_fields(document, "label")
     if "y" not in document:
         raise Malformed("a label message needs 'y'")
-    return Label(_id(document), _label(document))
+    return Label(_id(document), _label(document, targets))
 
 
 def encode(record: dict[str, Any]) -> bytes:

@@ -96,6 +96,7 @@ class Metrics:
             registry=r,
         )
         self._window: Gauge | None = None
+        self._errors: tuple[Gauge, Gauge] | None = None
         self.cached = Gauge(
             "stream_svm_cached_unlabelled",
             "Unlabelled feature vectors waiting for a label",
@@ -202,6 +203,21 @@ class Metrics:
                 registry=self.registry,
             )
         return self._window
+
+    @property
+    def regression_errors(self) -> tuple[Gauge, Gauge]:
+        """``stream_svm_progressive_mae`` and ``stream_svm_progressive_rmse``, registered on
+        first use: only a regressor has them (a classifier has the accuracy)."""
+        if self._errors is None:
+            self._errors = (
+                Gauge("stream_svm_progressive_mae",
+                      "Mean absolute error of test-then-train predictions (each target against "
+                      "the prediction made before learning it)", registry=self.registry),
+                Gauge("stream_svm_progressive_rmse",
+                      "Root mean squared error of test-then-train predictions",
+                      registry=self.registry),
+            )
+        return self._errors
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port

@@ -8,29 +8,22 @@ public API only.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 
 from connectors.checkpoint import CheckpointError, MemberCheck
-from connectors.config import Config
+from connectors.config import SCHEMA, Config, ConfigError
 
 __all__ = [
-    "build_model", "checkpoint_bounds", "limit_settings", "model_settings", "restore_model",
+    "applicable_settings", "build_model", "check_model_config", "checkpoint_bounds",
+    "default_model_settings", "limit_settings", "model_settings", "restore_model",
 ]
 
-_COMMON = ("C", "kernel", "gamma", "degree", "coef0")
-_SLIDING = ("window_size", "step")
 #: Bounds on the input that do not change what the model learns from the points it accepts:
 #: applied to new and restored models alike, and free to change between restarts.
 _LIMITS = ("max_features", "max_new_features")
-
-
-def model_settings(config: Config) -> dict[str, Any]:
-    """The settings that define the model (stored in checkpoints, compared on restore)."""
-    model = config.model
-    names = _COMMON + (_SLIDING if model.type == "SlidingWindowSVC" else ())
-    return {"type": model.type, **{name: getattr(model, name) for name in names}}
 
 
 def _model_class(name: str) -> type:
@@ -44,9 +37,46 @@ def _model_class(name: str) -> type:
         ) from None
 
 
+def _parameters(model_type: str) -> dict[str, inspect.Parameter]:
+    parameters = inspect.signature(_model_class(model_type).__init__).parameters
+    return {name: p for name, p in parameters.items() if name != "self"}
+
+
+def applicable_settings(model_type: str) -> list[str]:
+    """The ``model.*`` settings that apply to a model type: those naming a parameter of its
+    constructor.
+
+    >>> applicable_settings("IncrementalLSSVR")
+    ['gamma', 'rho', 'features', 'n_components', 'fit_intercept', 'seed', 'max_features', \
+'max_new_features']
+    """
+    parameters = _parameters(model_type)
+    return [name for name in SCHEMA["model"] if name in parameters]
+
+
+def model_settings(config: Config) -> dict[str, Any]:
+    """The settings that define the model (stored in checkpoints, compared on restore)."""
+    model = config.model
+    names = [n for n in applicable_settings(model.type) if n not in _LIMITS]
+    return {"type": model.type, **{name: getattr(model, name) for name in names}}
+
+
+def default_model_settings(model_type: str) -> dict[str, Any]:
+    """:func:`model_settings` of a configuration that sets nothing but ``model.type``: what a
+    checkpoint written before a setting existed was made with."""
+    names = [n for n in applicable_settings(model_type) if n not in _LIMITS]
+    return {"type": model_type, **{name: SCHEMA["model"][name].default for name in names}}
+
+
 def limit_settings(config: Config) -> dict[str, int | None]:
-    """``max_features`` and ``max_new_features`` as the library takes them (0: no cap)."""
-    return {name: getattr(config.model, name) or None for name in _LIMITS}
+    """``max_features`` and ``max_new_features`` as the library takes them: 0 is no cap (None),
+    an unset ``max_features`` the model type's own default."""
+    parameters = _parameters(config.model.type)
+    limits: dict[str, int | None] = {}
+    for name in _LIMITS:
+        value = getattr(config.model, name)
+        limits[name] = parameters[name].default if value is None else value or None
+    return limits
 
 
 def build_model(config: Config) -> Any:
@@ -54,6 +84,24 @@ def build_model(config: Config) -> Any:
     settings = model_settings(config)
     cls = _model_class(settings.pop("type"))
     return cls(**settings, **limit_settings(config))
+
+
+def check_model_config(config: Config) -> None:
+    """ConfigError for a ``model.*`` setting given for a type it does not apply to, or for
+    settings the model's constructor refuses (e.g. weight_threshold >= weight_increment)."""
+    model_type = config.model.type
+    applicable = set(applicable_settings(model_type))
+    for name in SCHEMA["model"]:
+        source = config.sources.get(f"model.{name}", "default")
+        if name != "type" and name not in applicable and source != "default":
+            raise ConfigError(
+                f"setting model.{name} (from {source}) does not apply to model.type "
+                f"{model_type}; its settings are: {', '.join(sorted(applicable))}"
+            )
+    try:
+        build_model(config)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"model settings refused by {model_type}: {exc}") from None
 
 
 def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) -> Any:
@@ -73,21 +121,38 @@ _PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "ke
 def checkpoint_bounds(config: Config) -> MemberCheck:
     """The size bounds a checkpoint of the configured model must respect, checked on each
     member's header before it is read: a sliding window holds at most ``window_size`` points,
-    and no array of the model holds more than a vector per point (a crafted or foreign file
-    claiming more is refused instead of exhausting memory)."""
-    rows = config.model.window_size if config.model.type == "SlidingWindowSVC" else None
-    columns = config.model.max_features or None
+    no array of the model holds more than a vector per point over ``max_features`` features,
+    and an LS-SVM's matrices are at most that wide (a crafted or foreign file claiming more is
+    refused instead of exhausting memory)."""
+    model = config.model
+    rows = model.window_size if model.type == "SlidingWindowSVC" else None
+    columns = limit_settings(config)["max_features"]
+    width = None
+    if model.type in ("IncrementalLSSVC", "IncrementalLSSVR"):
+        inputs = model.n_components if model.features == "rff" else columns
+        width = None if inputs is None else inputs + 1
 
     def check(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
         if rows is not None and name in _PER_POINT and shape and shape[0] > rows:
             raise CheckpointError(
                 f"member {name!r} holds {shape[0]} points, more than model.window_size={rows}"
             )
-        if columns is not None and name == "X" and len(shape) == 2 and shape[1] > columns:
+        if columns is not None and name in ("X", "aisvc_rows", "omega") and len(shape) == 2:
+            features = shape[0] if name == "omega" else shape[1]
+            if features > columns:
+                raise CheckpointError(
+                    f"member {name!r} holds {features} features, more than "
+                    f"model.max_features={columns}"
+                )
+        if width is not None and name in _LSSVM_STATE and any(n > width for n in shape):
             raise CheckpointError(
-                f"member 'X' holds {shape[1]} features, more than model.max_features={columns}"
+                f"member {name!r} has shape {shape}, wider than the model's {width} columns"
             )
         if name in ("b", "next_sequence") and shape != ():
             raise CheckpointError(f"member {name!r} must be a scalar, has shape {shape}")
 
     return check
+
+
+#: An LS-SVM's state: square matrices and vectors over its columns (bias + features).
+_LSSVM_STATE = ("gram_hi", "gram_lo", "rhs_hi", "rhs_lo", "solution")

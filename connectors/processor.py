@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from river import base as river_base
 
 from connectors.cache import UnlabelledCache
 from connectors.messages import (
@@ -39,6 +41,7 @@ from connectors.messages import (
     Operation,
     Relabel,
     Source,
+    Targets,
     dead_letter,
     encode,
     encode_key,
@@ -98,7 +101,7 @@ class _Entry:
     y: bool | None = None
     score: float | None = None
     proba: float | None = None
-    prediction: bool | None = None
+    prediction: bool | float | None = None
     updates_before: int = 0
     output: dict[str, Any] | None = None
     error: str | None = None
@@ -131,6 +134,32 @@ def _tabular(xs: list[dict[str, float]]) -> bool:
 
 def _is_sliding(model: Any) -> bool:
     return hasattr(model, "window_size")
+
+
+def targets_of(model: Any) -> Targets:
+    """How the messages' labels read for this model: numbers for a River regressor, else two
+    classes (the model's ``classes`` when it has them)."""
+    if isinstance(model, river_base.Regressor):
+        return Targets(regression=True)
+    classes = getattr(model, "classes", None)
+    return Targets(classes=tuple(classes) if classes is not None else None)
+
+
+def _keeps_points_by_key(model: Any) -> bool:
+    """Whether the model learns under a key and can forget and relabel by it."""
+    try:
+        learns_by_key = "key" in inspect.signature(model.learn_one).parameters
+    except (TypeError, ValueError):
+        return False
+    return learns_by_key and hasattr(model, "relabel_one") and hasattr(model, "forget_one")
+
+
+def _learn_many_is_exact(model: Any) -> bool:
+    """Whether one ``learn_many`` of a run gives the model that learning it point by point
+    gives: true of the exact models (the solution depends on the set of points only), not of
+    alpha-ISVM, whose increments are its own batches (``batch_size``), so that its model does
+    not depend on how the daemon's polls cut the stream."""
+    return _keeps_points_by_key(model)
 
 
 class Processor:
@@ -172,6 +201,13 @@ class Processor:
         self.metrics = metrics
         self.clock = clock
         self.sliding = _is_sliding(model)
+        self.targets = targets_of(model)
+        self.regression = self.targets.regression
+        self.keyed = _keeps_points_by_key(model)
+        self.batch_exact = _learn_many_is_exact(model)
+        # Probabilities as the model's predict_proba_one computes them from a decision value.
+        self._to_proba: Callable[[np.ndarray], np.ndarray] = getattr(
+            model, "decision_to_proba", proba_from_decision)
         #: next offset to process per "topic:partition"
         self.offsets: dict[str, int] = {}
         #: topic name -> Kafka topic id (UUID text) of the topics read, when the broker has ids
@@ -181,6 +217,8 @@ class Processor:
         self.updates = 0
         self.scored = 0
         self.correct = 0
+        self.absolute_error = 0.0  # regressors: sums over the scored predictions
+        self.squared_error = 0.0
 
     # -- state -----------------------------------------------------------------------------
 
@@ -193,6 +231,8 @@ class Processor:
             "updates": self.updates,
             "scored": self.scored,
             "correct": self.correct,
+            "absolute_error": self.absolute_error,
+            "squared_error": self.squared_error,
         }
 
     def cache_arrays(self) -> dict[str, np.ndarray]:
@@ -208,6 +248,8 @@ class Processor:
         self.updates = int(state.get("updates", 0))
         self.scored = int(state.get("scored", 0))
         self.correct = int(state.get("correct", 0))
+        self.absolute_error = float(state.get("absolute_error", 0.0))
+        self.squared_error = float(state.get("squared_error", 0.0))
         now = self.clock()
         if cache_arrays is not None:
             self.cache.load_arrays(cache_arrays, now)
@@ -220,7 +262,24 @@ class Processor:
 
     @property
     def accuracy(self) -> float:
-        return self.correct / self.scored if self.scored else math.nan
+        """Progressive accuracy of a classifier (NaN before any label, and for a regressor)."""
+        if self.regression or not self.scored:
+            return math.nan
+        return self.correct / self.scored
+
+    @property
+    def mae(self) -> float:
+        """Progressive mean absolute error of a regressor (NaN otherwise)."""
+        if not self.regression or not self.scored:
+            return math.nan
+        return self.absolute_error / self.scored
+
+    @property
+    def rmse(self) -> float:
+        """Progressive root mean squared error of a regressor (NaN otherwise)."""
+        if not self.regression or not self.scored:
+            return math.nan
+        return math.sqrt(self.squared_error / self.scored)
 
     # -- one batch -------------------------------------------------------------------------
 
@@ -314,9 +373,10 @@ class Processor:
     def _parse(self, entry: _Entry) -> None:
         try:
             if entry.record.topic == self.label_topic:
-                entry.op = parse_label(entry.record.value, self.max_message_bytes)
+                entry.op = parse_label(entry.record.value, self.max_message_bytes, self.targets)
             else:
-                entry.op = parse_message(entry.record.value, self.max_message_bytes)
+                entry.op = parse_message(entry.record.value, self.max_message_bytes,
+                                         self.targets)
         except Malformed as exc:
             entry.error, entry.error_kind = str(exc), "malformed"
 
@@ -345,8 +405,9 @@ class Processor:
                 except Exception as single:
                     self._internal(entry, single)
         # The model's probability is a monotone squashing of the decision value: one kernel
-        # evaluation serves both.
-        probas = np.asarray(proba_from_decision(scores), dtype=float)
+        # evaluation serves both. A regressor's decision value is its prediction.
+        probas = (np.full(len(entries), np.nan) if self.regression
+                  else np.asarray(self._to_proba(scores), dtype=float))
         if self.metrics is not None:
             self.metrics.predict_seconds.observe(time.perf_counter() - started)
         for entry, score, proba in zip(entries, scores, probas, strict=True):
@@ -363,8 +424,11 @@ class Processor:
                 )
                 continue
             entry.score = float(score)
-            entry.proba = float(proba)
-            entry.prediction = bool(score > 0)
+            if self.regression:
+                entry.prediction = float(score)
+            else:
+                entry.proba = float(proba)
+                entry.prediction = bool(score > 0)
             entry.updates_before = self.updates
 
     def _apply(self, entries: list[_Entry]) -> None:
@@ -393,25 +457,22 @@ class Processor:
     def _observe(
         self, entry: _Entry, op: Observe, pending: list[_Entry], pending_ids: set[Id]
     ) -> None:
-        entry.output = {
-            "id": op.id,
-            "prediction": entry.prediction,
-            "score": entry.score,
-            "proba": entry.proba,
-            "learned": False,
-            "model_updates": entry.updates_before,
-            "source": entry.source.as_dict(),
-        }
+        assert entry.prediction is not None
+        entry.output = {"id": op.id, "prediction": self.targets.shown(entry.prediction)}
+        if not self.regression:
+            entry.output.update(score=entry.score, proba=entry.proba)
+        entry.output.update(learned=False, model_updates=entry.updates_before,
+                            source=entry.source.as_dict())
         if op.y is None:
-            self.cache.put(op.id, op.x, bool(entry.prediction), self.clock())
+            self.cache.put(op.id, op.x, entry.prediction, self.clock())
             self._count("predicted")
             return
-        if op.id in pending_ids or op.id in self.model:
+        if op.id in pending_ids or self._holds(op.id):
             self._reject(entry, self._duplicate(op.id), "duplicate_id")
             return
         self.cache.pop(op.id)
         entry.x, entry.y = op.x, op.y
-        self._score(bool(entry.prediction), op.y)
+        self._score(entry.prediction, op.y)
         pending.append(entry)
         pending_ids.add(op.id)
 
@@ -426,16 +487,23 @@ class Processor:
                 "unknown_id",
             )
             return
-        if op.id in pending_ids or op.id in self.model:
+        if op.id in pending_ids or self._holds(op.id):
             self._reject(entry, self._duplicate(op.id), "duplicate_id")
             return
         cached = self.cache.pop(op.id)
         assert cached is not None
-        entry.x, entry.y, entry.prediction = cached.x, op.y, cached.prediction
-        self._score(cached.prediction, op.y)
+        prediction = (float(cached.prediction) if self.regression
+                      else bool(cached.prediction))
+        entry.x, entry.y, entry.prediction = cached.x, op.y, prediction
+        self._score(prediction, op.y)
         entry.output = {"id": op.id, "op": "label", "ok": True}
         pending.append(entry)
         pending_ids.add(op.id)
+
+    def _holds(self, identifier: Id) -> bool:
+        """Whether the model holds a point learned under this id (a model that keeps no point
+        by id cannot tell: its ids are not checked for repeats)."""
+        return self.keyed and identifier in self.model
 
     @staticmethod
     def _duplicate(identifier: Id) -> str:
@@ -472,11 +540,12 @@ class Processor:
         # makes the same single update: the last of them slides the window).
         minimum = max(2, int(getattr(self.model, "step", 1))) if self.sliding else 2
         xs = [entry.x or {} for entry in batch]
-        if len(batch) >= minimum and hasattr(self.model, "learn_many") and _tabular(xs):
+        label_of = self.targets.model_label
+        if len(batch) >= minimum and self.batch_exact and _tabular(xs):
             try:
                 keys = [e.op.id for e in batch]  # type: ignore[union-attr]
                 frame = pd.DataFrame.from_records(xs)
-                labels = pd.Series([e.y for e in batch])
+                labels = pd.Series([label_of(e.y) for e in batch], dtype=object)  # type: ignore[arg-type]
                 self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
             except Exception as exc:  # the model is unchanged: learn point by point instead
                 log.warning("multiple update refused (%s); learning the batch point by point", exc)
@@ -486,14 +555,17 @@ class Processor:
                 return
         for entry in batch:
             try:
-                self._timed(
-                    lambda e=entry: self.model.learn_one(e.x, e.y, key=e.op.id)  # type: ignore
-                )
+                label = label_of(entry.y)  # type: ignore[arg-type]
+                if self.keyed:
+                    self._timed(lambda e=entry, y=label: self.model.learn_one(
+                        e.x, y, key=e.op.id))  # type: ignore[union-attr]
+                else:
+                    self._timed(lambda e=entry, y=label: self.model.learn_one(e.x, y))
             except Exception as exc:  # a refused point leaves the model unchanged
                 self._refused(entry, "the point", exc)
                 if isinstance(entry.op, Label) and entry.error_kind == "refused":
                     # Keep its features for a corrected label (they came in another message).
-                    self.cache.put(entry.op.id, entry.x or {}, bool(entry.prediction),
+                    self.cache.put(entry.op.id, entry.x or {}, entry.prediction or False,
                                    self.clock())
             else:
                 self._learned(entry)
@@ -504,7 +576,20 @@ class Processor:
             entry.output["learned"] = True
         self._count("labelled" if isinstance(entry.op, Label) else "learned")
 
+    def _unsupported(self, entry: _Entry, what: str) -> bool:
+        if self.keyed:
+            return False
+        self._reject(
+            entry,
+            f"{type(self.model).__name__} keeps no point by id, so it cannot {what}; "
+            "IncrementalSVC, SlidingWindowSVC and the LS-SVMs can",
+            "unsupported",
+        )
+        return True
+
     def _forget(self, entry: _Entry, op: Forget) -> None:
+        if self._unsupported(entry, "forget"):
+            return
         if op.id not in self.model:
             self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
@@ -521,13 +606,16 @@ class Processor:
         self._count("forgotten")
 
     def _relabel(self, entry: _Entry, op: Relabel) -> None:
+        if self._unsupported(entry, "relabel"):
+            return
         if op.id not in self.model:
             self._reject(entry, f"relabel of unknown id {op.id!r} (not in the model)", "unknown_id")
             return
         # The model keeps the point's features: relabel is its exact forget + learn, all or
         # nothing (a refused learn puts the point back as it was).
         try:
-            self._timed(lambda: self.model.relabel_one(op.id, op.y))
+            label = self.targets.model_label(op.y)
+            self._timed(lambda: self.model.relabel_one(op.id, label))
         except Exception as exc:
             self._refused(entry, f"to relabel id {op.id!r}", exc)
             return
@@ -585,8 +673,18 @@ class Processor:
         self.metrics.breakpoints.inc(breakpoints)
         self.metrics.update_breakpoints.observe(breakpoints)
 
-    def _score(self, prediction: bool, label: bool) -> None:
+    def _score(self, prediction: bool | float, label: bool | float) -> None:
         self.scored += 1
+        if self.regression:
+            error = float(label) - float(prediction)
+            self.absolute_error += abs(error)
+            self.squared_error += error * error
+            if self.metrics is not None:
+                self.metrics.scored.labels(correct="na").inc()
+                mae, rmse = self.metrics.regression_errors
+                mae.set(self.mae)
+                rmse.set(self.rmse)
+            return
         correct = prediction == label
         self.correct += int(correct)
         if self.metrics is not None:

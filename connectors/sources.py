@@ -13,7 +13,7 @@ import csv
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,31 @@ def _label(value: Any, where: str) -> bool:
     raise SourceError(f"{where}: label {value!r} is not binary (true/1 or false/0/-1)")
 
 
+def target_reader(regression: bool = False, classes: Sequence[Any] | None = None
+                  ) -> Callable[[Any, str], Any]:
+    """How a source's labels read for a model: binary (True/False), one of two named classes
+    (a CSV's text matches a class by its text), or a number for a regressor."""
+    if regression:
+        def number(value: Any, where: str) -> float:
+            if isinstance(value, bool):
+                raise SourceError(f"{where}: target {value!r} is not a number")
+            return _number(value, "target", where)
+
+        return number
+    if classes is None:
+        return _label
+    negative, positive = classes
+
+    def named(value: Any, where: str) -> Any:
+        for label in (positive, negative):
+            if value == label or (isinstance(value, str) and value.strip() == str(label)):
+                return label
+        raise SourceError(f"{where}: label {value!r} is not one of the classes "
+                          f"{[negative, positive]!r}")
+
+    return named
+
+
 def _number(value: Any, name: str, where: str) -> float:
     try:
         number = float(value)
@@ -54,18 +79,20 @@ def _number(value: Any, name: str, where: str) -> float:
     return number
 
 
-def _csv(path: Path, target: str) -> Iterator[tuple[dict[str, float], bool]]:
+def _csv(path: Path, target: str, read: Callable[[Any, str], Any]
+         ) -> Iterator[tuple[dict[str, float], Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
             raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
-            y = _label(row.pop(target), where)
+            y = read(row.pop(target), where)
             yield {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}, y
 
 
-def _jsonl(path: Path, target: str) -> Iterator[tuple[dict[str, float], bool]]:
+def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any]
+           ) -> Iterator[tuple[dict[str, float], Any]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
@@ -84,20 +111,22 @@ def _jsonl(path: Path, target: str) -> Iterator[tuple[dict[str, float], bool]]:
                 y = document.get(target)
             if y is None:
                 raise SourceError(f"{where}: no label {target!r}")
-            yield {k: _number(v, k, where) for k, v in features.items()}, _label(y, where)
+            yield {k: _number(v, k, where) for k, v in features.items()}, read(y, where)
 
 
 def iter_source(
-    source: str, target: str = "y", limit: int | None = None
-) -> Iterator[tuple[dict[str, float], bool]]:
+    source: str, target: str = "y", limit: int | None = None,
+    read_label: Callable[[Any, str], Any] = _label,
+) -> Iterator[tuple[dict[str, float], Any]]:
     """``(x, y)`` pairs of a source: ``bananas``, ``phishing``, ``river-flow:DIR`` (a directory
-    with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``."""
+    with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``;
+    labels read by ``read_label`` (default: binary, see :func:`target_reader`)."""
     stream: Iterator[tuple[dict[str, Any], Any]]
     if source.lower() in BUNDLED:
         from river import datasets
 
         stream = iter(getattr(datasets, BUNDLED[source.lower()])())
-        stream = ((x, _label(y, source)) for x, y in stream)
+        stream = ((x, read_label(y, source)) for x, y in stream)
     elif source.startswith("river-flow:"):
         from stream_svm.datasets import RiverFlow
 
@@ -106,7 +135,7 @@ def iter_source(
             dataset = RiverFlow(directory)
         except (OSError, ValueError) as exc:
             raise SourceError(f"{source}: {exc}") from None
-        stream = ((dict(x), _label(bool(y), source)) for x, y in dataset)
+        stream = ((dict(x), read_label(bool(y), source)) for x, y in dataset)
     else:
         path = Path(source)
         if not path.is_file():
@@ -115,9 +144,9 @@ def iter_source(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target)
+            stream = _csv(path, target, read_label)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            stream = _jsonl(path, target)
+            stream = _jsonl(path, target, read_label)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

@@ -13,7 +13,10 @@ from collections.abc import Hashable, Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["FeatureSpace", "parse_binary_label", "parse_binary_labels"]
+__all__ = [
+    "FeatureSpace", "check_classes", "class_of", "label_sign", "parse_binary_label",
+    "parse_binary_labels",
+]
 
 
 def parse_binary_label(y: object) -> float:
@@ -42,6 +45,74 @@ def parse_binary_label(y: object) -> float:
 def parse_binary_labels(ys: Iterable[object]) -> np.ndarray:
     """Vector version of :func:`parse_binary_label`."""
     return np.array([parse_binary_label(y) for y in ys], dtype=float)
+
+
+def check_classes(classes: object) -> tuple[object, object] | None:
+    """The ``classes`` parameter of a binary classifier as a (negative, positive) pair.
+
+    None keeps the boolean labels (True/1 positive, False/0/-1 negative). Otherwise two
+    distinct labels of JSON-like types (str, int, float, bool), e.g. ``["ham", "spam"]``: the
+    first is the negative class, the second the positive one (positive decision values).
+
+    >>> check_classes(["ham", "spam"])
+    ('ham', 'spam')
+    >>> check_classes(["spam", "spam"])  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    ValueError: classes must be two distinct labels, got ['spam', 'spam']
+    """
+    if classes is None:
+        return None
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, (list, tuple)):
+        raise ValueError(
+            "classes must be None or a list of two labels [negative, positive], got "
+            f"{classes!r}"
+        )
+    if len(classes) != 2:
+        raise ValueError(f"classes must be two labels [negative, positive], got {classes!r}")
+    for label in classes:
+        if not isinstance(label, (str, numbers.Real, np.bool_)) or isinstance(label, np.ndarray):
+            raise ValueError(
+                f"class {label!r} must be a string, a number or a boolean, got "
+                f"{type(label).__name__}"
+            )
+        if isinstance(label, numbers.Real) and not math.isfinite(float(label)):
+            raise ValueError(f"class {label!r} must be finite")
+    negative, positive = classes
+    if negative == positive:
+        raise ValueError(f"classes must be two distinct labels, got {classes!r}")
+    return negative, positive
+
+
+def label_sign(y: object, classes: tuple[object, object] | None) -> float:
+    """+1.0 for the positive class, -1.0 for the negative one; ValueError for anything else.
+
+    >>> label_sign("spam", ("ham", "spam")), label_sign(False, None)
+    (1.0, -1.0)
+    """
+    if classes is None:
+        return parse_binary_label(y)
+    # Equality, so that numpy scalars and 1 == 1.0 match; a string never equals a number.
+    try:
+        if y == classes[1]:
+            return 1.0
+        if y == classes[0]:
+            return -1.0
+    except (TypeError, ValueError):  # e.g. an array, whose == is elementwise
+        pass
+    raise ValueError(
+        f"label {y!r} is not one of the classes {list(classes)!r} (negative, positive)"
+    )
+
+
+def label_signs(ys: Iterable[object], classes: tuple[object, object] | None) -> np.ndarray:
+    """Vector version of :func:`label_sign`."""
+    return np.array([label_sign(y, classes) for y in ys], dtype=float)
+
+
+def class_of(positive: bool, classes: tuple[object, object] | None) -> object:
+    """The label of a side of the decision: ``classes[positive]``, or the boolean itself."""
+    return bool(positive) if classes is None else classes[int(bool(positive))]
 
 
 def _feature_value(name: Hashable, value: object) -> float:

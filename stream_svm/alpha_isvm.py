@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._input import parse_binary_label, parse_binary_labels
 from stream_svm.classifiers import _EngineClassifier
 from stream_svm.engine import MARGIN
 
@@ -160,7 +159,8 @@ class AlphaISVC(_EngineClassifier):
     validation_margin
         m in [0, 1]: a validation sample is an error when y f(x) < m (m = 0: when it is
         misclassified, the paper's rule); see above.
-    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features,
+    classes
         As in :class:`stream_svm.IncrementalSVC` (``max_breakpoints`` bounds each engine
         update).
 
@@ -199,6 +199,7 @@ class AlphaISVC(_EngineClassifier):
         max_breakpoints: int | None = None,
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
+        classes: list | tuple | None = None,
     ) -> None:
         self.discard_ratio = discard_ratio
         self.cache_ratio = cache_ratio
@@ -217,6 +218,7 @@ class AlphaISVC(_EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.classes = classes
         self._ratio_alpha = _check_ratio("discard_ratio", "alpha", discard_ratio, 0.0, 1.0)
         self._ratio_beta = _check_ratio("cache_ratio", "beta", cache_ratio, 0.0, 1.0)
         self._decay = _check_ratio("weight_decay", "gamma", weight_decay, 0.5, 1.0,
@@ -322,7 +324,7 @@ class AlphaISVC(_EngineClassifier):
     # ---------------------------------------------------------------- learning
     def learn_one(self, x: Mapping, y: object) -> None:
         """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""
-        label = parse_binary_label(y)
+        label = self._sign(y)
         row, new = self._admitted(lambda: self._row(x))
         if len(self._buffer_labels) + 1 < self.batch_size:
             self._features.add(new)
@@ -335,7 +337,7 @@ class AlphaISVC(_EngineClassifier):
         """Run one increment on the rows of X (and whatever ``learn_one`` buffered)."""
         if len(y) != len(X):
             raise ValueError(f"y has {len(y)} labels for {len(X)} rows of X")
-        labels = parse_binary_labels(y)
+        labels = self._signs(y)
         if len(X) == 0:
             rows, new = np.zeros((0, len(self._features))), []
         else:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from river import base
 
-from stream_svm._input import FeatureSpace, parse_binary_label, parse_binary_labels
+from stream_svm._input import FeatureSpace, check_classes, class_of, label_sign, label_signs
 from stream_svm.engine import PathEngine, UpdateStats
 from stream_svm.kernels import make_kernel
 
@@ -43,6 +43,49 @@ def proba_from_decision(score: np.ndarray | float) -> np.ndarray | float:
 
 
 _sigmoid = proba_from_decision
+
+
+def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
+    """Point keys as three checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
+    1 int, 2 str), ``key_int`` and ``key_str``; TypeError for any other key type."""
+    kinds, ints, texts = [], [], []
+    for key in keys:
+        if isinstance(key, AutoKey):
+            kinds.append(0)
+            ints.append(key.number)
+            texts.append("")
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            kinds.append(1)
+            ints.append(int(key))
+            texts.append("")
+        elif isinstance(key, str):
+            kinds.append(2)
+            ints.append(0)
+            texts.append(key)
+        else:
+            raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
+    return {
+        "key_kind": np.array(kinds, dtype=np.int8),
+        "key_int": np.array(ints, dtype=np.int64),
+        "key_str": np.array(texts, dtype=str) if texts else np.zeros(0, dtype="<U1"),
+    }
+
+
+def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
+    """The keys that :func:`keys_to_arrays` wrote."""
+    return [
+        AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else str(text)
+        for kind, number, text in zip(
+            arrays["key_kind"], arrays["key_int"], arrays["key_str"], strict=True
+        )
+    ]
+
+
+def check_checkpoint_names(names: Iterable[Hashable]) -> None:
+    """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
+    for name in names:
+        if not isinstance(name, (str, int)) or isinstance(name, bool):
+            raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
 
 
 def _check_feature_limit(name: str, value: object) -> None:
@@ -81,6 +124,7 @@ class _EngineClassifier(base.MiniBatchClassifier):
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
         self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
                                   max_breakpoints=self.max_breakpoints)
+        self._classes = check_classes(self.classes)
         self._features = FeatureSpace()
         self._auto_keys = 0
         self._compacted_at = 0  # feature names after the latest drop of unused ones
@@ -88,6 +132,22 @@ class _EngineClassifier(base.MiniBatchClassifier):
     @property
     def _multiclass(self) -> bool:
         return False
+
+    # ---------------------------------------------------------------- labels
+    def _sign(self, y: object) -> float:
+        return label_sign(y, self._classes)
+
+    def _signs(self, ys: Iterable[object]) -> np.ndarray:
+        return label_signs(ys, self._classes)
+
+    def _class(self, positive: bool) -> object:
+        return class_of(positive, self._classes)
+
+    @staticmethod
+    def decision_to_proba(decisions: np.ndarray | float) -> np.ndarray:
+        """The probability of the positive class for decision values f(x):
+        1 / (1 + exp(-f(x))), as :meth:`predict_proba_one` gives it."""
+        return np.asarray(_sigmoid(np.asarray(decisions, dtype=float)), dtype=float)
 
     # ---------------------------------------------------------------- counters
     @property
@@ -189,7 +249,7 @@ class _EngineClassifier(base.MiniBatchClassifier):
         row = self._engine.X[position]
         names = self._features.names
         x = {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}
-        return x, bool(self._engine.y[position] > 0)
+        return x, self._class(self._engine.y[position] > 0)
 
     def relabel_one(self, key: Hashable, y: object) -> None:
         """Give a stored point a new label: exact forget, then exact learn under the same key.
@@ -200,11 +260,11 @@ class _EngineClassifier(base.MiniBatchClassifier):
         All or nothing: if the learn is refused (e.g. ``ConvergenceError``) after the forget, the
         point is put back and the model is exactly as before.
         """
-        label = parse_binary_label(y)
+        label = self._sign(y)
         x, _ = self.stored_point(key)
         with self._all_or_nothing():
             self.forget_one(key=key)
-            self.learn_one(x, label > 0, key=key)
+            self.learn_one(x, self._class(label > 0), key=key)
 
     @contextlib.contextmanager
     def _all_or_nothing(self) -> Iterator[None]:
@@ -341,7 +401,7 @@ class _EngineClassifier(base.MiniBatchClassifier):
                        ) -> Hashable:
         """Key of the oldest stored point equal to x with label y (skipping ``taken``)."""
         row, new = self._row(x)
-        label = parse_binary_label(y)
+        label = self._sign(y)
         engine = self._engine
         stored = engine.X
         width = min(row.size, stored.shape[1])
@@ -369,25 +429,30 @@ class _EngineClassifier(base.MiniBatchClassifier):
         rows, _ = self._frame(X)
         return self._engine.decision_function(self._fold(rows))
 
-    def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[bool, float]:
-        """``{False: 1 - p, True: p}`` with p = 1 / (1 + exp(-f(x))).
+    def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[Any, float]:
+        """``{False: 1 - p, True: p}`` with p = 1 / (1 + exp(-f(x))) (keyed by ``classes``
+        when they are set).
 
         p is a monotone squashing of the decision value, not a calibrated probability: wrap the
         model in a calibrator if probabilities must be calibrated.
         """
         p = float(_sigmoid(self.decision_function_one(x)))
-        return {False: 1.0 - p, True: p}
+        return {self._class(False): 1.0 - p, self._class(True): p}
 
-    def predict_one(self, x: Mapping, **kwargs: Any) -> bool:
-        """True when f(x) > 0."""
-        return self.decision_function_one(x) > 0
+    def predict_one(self, x: Mapping, **kwargs: Any) -> Any:
+        """True (or the positive class of ``classes``) when f(x) > 0."""
+        return self._class(self.decision_function_one(x) > 0)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
         p = _sigmoid(self.decision_function_many(X))
-        return pd.DataFrame({False: 1.0 - p, True: p}, index=X.index)
+        return pd.DataFrame({self._class(False): 1.0 - p, self._class(True): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(self.decision_function_many(X) > 0, index=X.index)
+        positive = self.decision_function_many(X) > 0
+        if self._classes is None:
+            return pd.Series(positive, index=X.index)
+        return pd.Series(np.where(positive, self._classes[1], self._classes[0]), index=X.index,
+                         dtype=object)
 
     # ---------------------------------------------------------------- persistence
     def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -402,30 +467,9 @@ class _EngineClassifier(base.MiniBatchClassifier):
         1.0
         """
         state = self._engine.get_state()
-        keys = self._engine.keys
-        kinds, ints, texts = [], [], []
-        for key in keys:
-            if isinstance(key, AutoKey):
-                kinds.append(0)
-                ints.append(key.number)
-                texts.append("")
-            elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-                kinds.append(1)
-                ints.append(int(key))
-                texts.append("")
-            elif isinstance(key, str):
-                kinds.append(2)
-                ints.append(0)
-                texts.append(key)
-            else:
-                raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
-        for name in self._features.names:
-            if not isinstance(name, (str, int)) or isinstance(name, bool):
-                raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
+        check_checkpoint_names(self._features.names)
         arrays = dict(state)
-        arrays["key_kind"] = np.array(kinds, dtype=np.int8)
-        arrays["key_int"] = np.array(ints, dtype=np.int64)
-        arrays["key_str"] = np.array(texts, dtype=str) if texts else np.zeros(0, dtype="<U1")
+        arrays.update(keys_to_arrays(self._engine.keys))
         meta = {
             "class": type(self).__name__,
             "params": {k: v for k, v in self._get_params().items() if not callable(v)},
@@ -449,13 +493,7 @@ class _EngineClassifier(base.MiniBatchClassifier):
         if meta.get("class") != cls.__name__:
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
         model = cls(**meta["params"])
-        keys: list[Hashable] = []
-        for kind, number, text in zip(
-            arrays["key_kind"], arrays["key_int"], arrays["key_str"], strict=True
-        ):
-            keys.append(AutoKey(int(number)) if kind == 0 else int(number) if kind == 1
-                        else str(text))
-        model._engine.set_state(dict(arrays), keys)
+        model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
         model._features = FeatureSpace(meta["features"])
         model._compacted_at = len(model._features)
         model._auto_keys = int(meta["auto_keys"])
@@ -504,9 +542,13 @@ class IncrementalSVC(_EngineClassifier):
     max_new_features
         Bound on the names one learn call may add (None: no bound), e.g. against one message
         with 40,000 keys.
+    classes
+        ``None`` (default): labels are booleans, True/1 positive, False/0/-1 negative. Or two
+        labels ``[negative, positive]``, e.g. ``["ham", "spam"]``: learning takes exactly those
+        values (anything else raises ValueError), predictions return them and
+        ``predict_proba_one`` is keyed by them. Strings, numbers and booleans are allowed.
 
-    Labels: True/1 are positive, False/0/-1 negative. ``predict_proba_one`` squashes the
-    decision value with a sigmoid (not calibrated).
+    ``predict_proba_one`` squashes the decision value with a sigmoid (not calibrated).
 
     Examples
     --------
@@ -536,6 +578,7 @@ class IncrementalSVC(_EngineClassifier):
         max_breakpoints: int | None = None,
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
+        classes: list | tuple | None = None,
     ) -> None:
         self.C = C
         self.kernel = kernel
@@ -547,6 +590,7 @@ class IncrementalSVC(_EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.classes = classes
         if reserve_epsilon is not None and (
             isinstance(reserve_epsilon, bool)
             or not isinstance(reserve_epsilon, numbers.Real)
@@ -577,7 +621,7 @@ class IncrementalSVC(_EngineClassifier):
     # ---------------------------------------------------------------- learning
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""
-        label = parse_binary_label(y)
+        label = self._sign(y)
         row, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._engine.update(row[None, :], np.array([label]), [point_key])
@@ -651,7 +695,7 @@ class IncrementalSVC(_EngineClassifier):
         if X_add is not None and len(X_add):
             if y_add is None or len(y_add) != len(X_add):
                 raise ValueError("y_add must have one label per row of X_add")
-            labels = parse_binary_labels(y_add)
+            labels = self._signs(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)
         else:
@@ -700,7 +744,8 @@ class SlidingWindowSVC(_EngineClassifier):
         Arrivals per slide (>= 1).
     strategy
         ``"multiple"`` or ``"single"``.
-    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features
+    C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features,
+    classes
         As in :class:`IncrementalSVC`.
 
     Examples
@@ -729,6 +774,7 @@ class SlidingWindowSVC(_EngineClassifier):
         max_breakpoints: int | None = None,
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
+        classes: list | tuple | None = None,
     ) -> None:
         self.window_size = window_size
         self.step = step
@@ -742,6 +788,7 @@ class SlidingWindowSVC(_EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.classes = classes
         for name, value in (("window_size", window_size), ("step", step)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -776,14 +823,14 @@ class SlidingWindowSVC(_EngineClassifier):
             index = self._buffer_keys.index(key)
             row, names = self._buffer_rows[index], self._features.names
             x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
-            return x, bool(self._buffer_labels[index] > 0)
+            return x, self._class(self._buffer_labels[index] > 0)
         return super().stored_point(key)
 
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Buffer one point; slide the window when ``step`` points are buffered.
 
         All or nothing: a point refused by the slide's update is not buffered either."""
-        label = parse_binary_label(y)
+        label = self._sign(y)
         row, new = self._admitted(lambda: self._row(x))
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
@@ -800,7 +847,7 @@ class SlidingWindowSVC(_EngineClassifier):
             return
         if len(y) != len(X):
             raise ValueError("y must have one label per row of X")
-        labels = parse_binary_labels(y)
+        labels = self._signs(y)
         rows, new = self._admitted(lambda: self._frame(X))
         batch_keys = self._keys_for(X, keys)
         if len(set(batch_keys)) != len(batch_keys):

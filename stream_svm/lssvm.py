@@ -47,7 +47,13 @@ import pandas as pd
 from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from stream_svm._input import FeatureSpace, parse_binary_labels
+from stream_svm._input import FeatureSpace, check_classes, class_of, label_signs
+from stream_svm.classifiers import (
+    _check_feature_limit,
+    check_checkpoint_names,
+    keys_from_arrays,
+    keys_to_arrays,
+)
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -127,6 +133,8 @@ class _IncrementalLSSVM:
         gamma: float = 1.0,
         fit_intercept: bool = True,
         seed: int | None = None,
+        max_features: int | None = 1000,
+        max_new_features: int | None = None,
     ) -> None:
         if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not (
             math.isfinite(rho) and rho > 0
@@ -142,12 +150,18 @@ class _IncrementalLSSVM:
             math.isfinite(gamma) and gamma > 0
         ):
             raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
+        _check_feature_limit("max_features", max_features)
+        _check_feature_limit("max_new_features", max_new_features)
         self.rho = rho
         self.features = features
         self.n_components = n_components
         self.gamma = gamma
         self.fit_intercept = fit_intercept
         self.seed = seed
+        self.max_features = max_features
+        self.max_new_features = max_new_features
+        # Samples learned under a key, kept so that they can be forgotten by it: (x, y).
+        self._kept: dict[Hashable, tuple[dict[Hashable, float], object]] = {}
 
         self._space: FeatureSpace | None = None  # fixed at first sight for "rff"
         self._omega: np.ndarray | None = None  # rff frequencies, (n_inputs, n_components)
@@ -301,6 +315,8 @@ class _IncrementalLSSVM:
             if self._space is None:  # cannot happen: the first batch defines the space
                 raise AssertionError(new)
             raise ValueError(self._rff_new_features_message(new))
+        self._check_feature_bounds(len(staged) - (0 if self._space is None else len(self._space))
+                                   + len(new), len(staged) + len(new))
         staged.add(new)
         rows_remove, unknown = self._vectorize(staged, remove)
         if unknown:
@@ -375,6 +391,20 @@ class _IncrementalLSSVM:
         self._solution = solution
         self.n_samples_ = n_after
 
+    def _check_feature_bounds(self, added: int, total: int) -> None:
+        # A (J + 1) x (J + 1) state over J feature names: bounded before anything is built.
+        if self.max_new_features is not None and added > self.max_new_features:
+            raise ValueError(
+                f"this update brings {added} new feature names, more than "
+                f"max_new_features={self.max_new_features}; the model is unchanged"
+            )
+        if self.max_features is not None and total > self.max_features:
+            raise ValueError(
+                f"this update would make {total} feature names, more than "
+                f"max_features={self.max_features} (the state is a J x J matrix over them); "
+                "the model is unchanged"
+            )
+
     def _grown_state(
         self, width: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -432,23 +462,187 @@ class _IncrementalLSSVM:
         """w^T phi(x) + b for every row of ``X``."""
         return pd.Series(self._decisions(X), index=X.index, dtype=float)
 
-    def learn_one(self, x: dict, y: Any) -> None:
-        """Add one sample to the training multiset and update the model exactly."""
-        self._update([x], [y], [], [])
+    def learn_one(self, x: dict, y: Any, key: Hashable | None = None) -> None:
+        """Add one sample to the training multiset and update the model exactly.
 
-    def forget_one(self, x: dict, y: Any) -> None:
-        """Remove one previously learned sample; the caller supplies it (the model keeps none)."""
+        With a ``key`` the sample is kept (the only case where the model keeps one), so that
+        ``forget_one(key=...)`` and ``relabel_one`` can find it; a key already held raises
+        KeyError and changes nothing.
+        """
+        if key is not None:
+            self._check_new_keys([key])
+        self._update([x], [y], [], [])
+        if key is not None:
+            self._kept[key] = (dict(x), y)
+
+    def forget_one(self, x: dict | None = None, y: Any = None, key: Hashable | None = None
+                   ) -> None:
+        """Remove one learned sample: the one learned under ``key``, or the sample ``(x, y)``
+        the caller supplies again (the model keeps no sample learned without a key)."""
+        if key is not None:
+            if x is not None or y is not None:
+                raise ValueError("forget_one takes a key, or x and y, not both")
+            x, y = self.stored_point(key)
+            self._update([], [], [x], [y])
+            del self._kept[key]
+            return
+        if x is None or y is None:
+            raise ValueError("forget_one needs the key the sample was learned under, or x and y")
         self._update([], [], [x], [y])
 
-    def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
-        """Add a batch of samples (Corollary 3 of Lee et al.) in one exact update."""
-        _frame_columns(X)
-        self._update(X, list(y), X.iloc[:0], [])
+    def relabel_one(self, key: Hashable, y: Any) -> None:
+        """Give the sample learned under ``key`` the target ``y``: its exact removal and
+        re-addition in one update (unknown key: KeyError; the model is unchanged on error)."""
+        x, old = self.stored_point(key)
+        self._update([x], [y], [x], [old])
+        self._kept[key] = (x, y)
 
-    def forget_many(self, X: pd.DataFrame, y: pd.Series) -> None:
-        """Remove a batch of previously learned samples (Corollary 4) in one exact update."""
+    def learn_many(self, X: pd.DataFrame, y: pd.Series,
+                   keys: Iterable[Hashable] | None = None) -> None:
+        """Add a batch of samples (Corollary 3 of Lee et al.) in one exact update; with
+        ``keys`` (one per row) the samples are kept for forgetting by key."""
+        _frame_columns(X)
+        key_list = None if keys is None else list(keys)
+        if key_list is not None:
+            if len(key_list) != len(X):
+                raise ValueError(f"got {len(key_list)} keys for {len(X)} rows of X")
+            self._check_new_keys(key_list)
+        targets = list(y)
+        self._update(X, targets, X.iloc[:0], [])
+        if key_list is not None:
+            for key, x, target in zip(key_list, X.to_dict("records"), targets, strict=True):
+                self._kept[key] = (x, target)
+
+    def forget_many(self, X: pd.DataFrame | None = None, y: pd.Series | None = None,
+                    keys: Iterable[Hashable] | None = None) -> None:
+        """Remove a batch of learned samples (Corollary 4) in one exact update: the rows of
+        ``X`` with targets ``y``, or the samples learned under ``keys``."""
+        if keys is not None:
+            if X is not None or y is not None:
+                raise ValueError("forget_many takes keys, or X and y, not both")
+            key_list = list(dict.fromkeys(keys))
+            points = [self.stored_point(key) for key in key_list]
+            self._update([], [], [x for x, _ in points], [t for _, t in points])
+            for key in key_list:
+                del self._kept[key]
+            return
+        if X is None or y is None:
+            raise ValueError("forget_many needs keys, or X and y")
         _frame_columns(X)
         self._update(X.iloc[:0], [], X, list(y))
+
+    # --------------------------------------------------------------------------- kept samples
+
+    def _check_new_keys(self, keys: list[Hashable]) -> None:
+        seen: set[Hashable] = set()
+        for key in keys:
+            if key in self._kept or key in seen:
+                raise KeyError(f"a sample is already learned under key {key!r}")
+            seen.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._kept
+        except TypeError:  # unhashable
+            return False
+
+    def stored_keys(self) -> list[Hashable]:
+        """Keys of the samples learned under a key and not forgotten, oldest first."""
+        return list(self._kept)
+
+    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], Any]:
+        """The features and the target of the sample learned under ``key`` (KeyError if
+        none)."""
+        if key not in self._kept:
+            raise KeyError(f"no sample is learned under key {key!r}")
+        x, y = self._kept[key]
+        return dict(x), y
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The model as numpy arrays (no object dtype) and JSON-ready metadata.
+
+        >>> model = IncrementalLSSVR(rho=0.5)
+        >>> model.learn_one({"a": 1.0}, 2.0, key="p")
+        >>> arrays, meta = model.to_checkpoint()
+        >>> restored = IncrementalLSSVR.from_checkpoint(arrays, meta)
+        >>> restored.predict_one({"a": 1.0}) == model.predict_one({"a": 1.0})
+        True
+        """
+        names = self.feature_names_
+        check_checkpoint_names(names)
+        keys = list(self._kept)
+        index = {name: i for i, name in enumerate(names)}
+        rows = np.zeros((len(keys), len(names)))
+        targets = np.zeros(len(keys))
+        for i, key in enumerate(keys):
+            x, y = self._kept[key]
+            for name, value in x.items():
+                if value is not None and name in index:
+                    rows[i, index[name]] = float(value)
+            targets[i] = self._parse_targets([y])[0]
+        arrays = {
+            "gram_hi": self._gram_hi, "gram_lo": self._gram_lo,
+            "rhs_hi": self._rhs_hi, "rhs_lo": self._rhs_lo, "solution": self._solution,
+            "X": rows, "y": targets, **keys_to_arrays(keys),
+        }
+        # Always written (empty before the map is drawn), so that every checkpoint of a model
+        # has the same members.
+        arrays["omega"] = (self._omega if self._omega is not None
+                           else np.zeros((0, self.n_components)))
+        arrays["phase"] = self._phase if self._phase is not None else np.zeros(0)
+        meta = {
+            "class": type(self).__name__,
+            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "features": list(names),
+            "has_space": self._space is not None,
+            "n_samples": self.n_samples_,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
+        """Rebuild a model saved by :meth:`to_checkpoint`; ValueError if the arrays do not fit
+        together (a damaged or foreign checkpoint)."""
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        model = cls(**meta["params"])
+        names = list(meta["features"])
+        has_space = bool(meta["has_space"])
+        width = model._bias_width + (model.n_components if model.features == "rff"
+                                     else len(names))
+        expected = {"gram_hi": (width, width), "gram_lo": (width, width), "rhs_hi": (width,),
+                    "rhs_lo": (width,), "solution": (width,)}
+        if model.features == "rff" and has_space:
+            expected.update(omega=(len(names), model.n_components), phase=(model.n_components,))
+        for name, shape in expected.items():
+            value = np.asarray(arrays[name], dtype=float)
+            if value.shape != shape or not np.isfinite(value).all():
+                raise ValueError(f"checkpoint member {name!r} must be finite with shape {shape}")
+        rows = np.asarray(arrays["X"], dtype=float)
+        targets = np.asarray(arrays["y"], dtype=float)
+        keys = keys_from_arrays(arrays)
+        if rows.shape != (len(keys), len(names)) or targets.shape != (len(keys),):
+            raise ValueError("checkpoint members 'X', 'y' and the keys do not fit together")
+        model._gram_hi = np.array(arrays["gram_hi"], dtype=float)
+        model._gram_lo = np.array(arrays["gram_lo"], dtype=float)
+        model._rhs_hi = np.array(arrays["rhs_hi"], dtype=float)
+        model._rhs_lo = np.array(arrays["rhs_lo"], dtype=float)
+        model._solution = np.array(arrays["solution"], dtype=float)
+        if "omega" in expected:
+            model._omega = np.array(arrays["omega"], dtype=float)
+            model._phase = np.array(arrays["phase"], dtype=float)
+        model._space = FeatureSpace(names) if has_space else None
+        model.n_samples_ = int(meta["n_samples"])
+        for key, row, target in zip(keys, rows, targets, strict=True):
+            x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
+            model._kept[key] = (x, model._target_value(float(target)))
+        return model
+
+    def _target_value(self, target: float) -> Any:
+        """The label or target a parsed target stands for (the inverse of _parse_targets)."""
+        return target
 
     def update_many(
         self,
@@ -488,6 +682,16 @@ _PARAMETERS_DOC = """
         Learn an unregularized bias b (it is not shrunk by rho, as in Suykens' LS-SVM).
     seed
         Seed of the random Fourier map; the same seed gives the same map.
+    max_features
+        Bound on the input feature names (None: no bound). The state is a J x J matrix over
+        them (two, with compensated sums: 16 J^2 bytes, 16 MB at the default 1000), so an
+        update that would exceed the bound raises ValueError and changes nothing.
+    max_new_features
+        Bound on the feature names one update may add (None: no bound).
+
+    Forgetting: ``forget_one(x, y)`` removes a sample the caller supplies again. A sample
+    learned with ``learn_one(x, y, key=k)`` (or ``learn_many(X, y, keys=...)``) is kept, so
+    that ``forget_one(key=k)`` and ``relabel_one(k, y)`` find it; only keyed samples are kept.
 """
 
 
@@ -495,11 +699,13 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
     """Least-squares SVM classifier with exact learning and forgetting, keeping no sample.
 
     Binary labels: True/1 are the positive class (target +1), False/0/-1 the negative one
-    (target -1). The model is always the closed-form LS-SVM of the multiset of samples learned
-    and not forgotten (Lee et al., Theorem 1), whatever the order and batching of the updates.
-    It keeps a (J + 1) x (J + 1) matrix, never a sample: to forget a sample the caller supplies
-    it again. A sample that was never learned cannot always be recognized; see the module
-    documentation for what is guarded.
+    (target -1); with ``classes=[negative, positive]`` (e.g. ``["ham", "spam"]``) exactly those
+    two labels, which predictions then return. The model is always the closed-form LS-SVM of
+    the multiset of samples learned and not forgotten (Lee et al., Theorem 1), whatever the
+    order and batching of the updates. It keeps a (J + 1) x (J + 1) matrix and no sample
+    learned without a key: to forget such a sample the caller supplies it again. A sample
+    that was never learned cannot always be recognized; see the module documentation for what
+    is guarded.
 
     ``predict_proba_one`` reads the decision value f as an estimate of E[y | x] = 2 p - 1,
     which is what least squares on +-1 targets estimates: p = clip((1 + f) / 2, 0, 1). It is
@@ -518,8 +724,29 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
     (2.8571, True)
     """
 
+    def __init__(
+        self,
+        rho: float = 1.0,
+        features: str = "linear",
+        n_components: int = 100,
+        gamma: float = 1.0,
+        fit_intercept: bool = True,
+        seed: int | None = None,
+        max_features: int | None = 1000,
+        max_new_features: int | None = None,
+        classes: list | tuple | None = None,
+    ) -> None:
+        self._classes = check_classes(classes)
+        self.classes = classes
+        super().__init__(rho=rho, features=features, n_components=n_components, gamma=gamma,
+                         fit_intercept=fit_intercept, seed=seed, max_features=max_features,
+                         max_new_features=max_new_features)
+
     def _parse_targets(self, ys: Iterable[object]) -> np.ndarray:
-        return parse_binary_labels(ys)
+        return label_signs(ys, self._classes)
+
+    def _target_value(self, target: float) -> Any:
+        return class_of(target > 0, self._classes)
 
     @classmethod
     def _unit_test_params(cls) -> Iterable[dict[str, Any]]:
@@ -529,19 +756,30 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
     def _unit_test_skips(self) -> set[str]:
         return _rff_skips(self.features)
 
-    def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[bool, float]:
-        p = _probability(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
+    @staticmethod
+    def decision_to_proba(decisions: np.ndarray | float) -> np.ndarray:
+        """The probability of the positive class for decision values f: clip((1 + f) / 2),
+        as :meth:`predict_proba_one` gives it."""
+        return np.clip((1.0 + np.asarray(decisions, dtype=float)) / 2.0, 0.0, 1.0)
 
-    def predict_one(self, x: dict, **kwargs: Any) -> bool:
-        return self.decision_function_one(x) > 0.0
+    def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Any, float]:
+        p = _probability(self.decision_function_one(x))
+        return {class_of(False, self._classes): 1.0 - p, class_of(True, self._classes): p}
+
+    def predict_one(self, x: dict, **kwargs: Any) -> Any:
+        return class_of(self.decision_function_one(x) > 0.0, self._classes)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
-        p = np.clip((1.0 + self._decisions(X)) / 2.0, 0.0, 1.0)
-        return pd.DataFrame({False: 1.0 - p, True: p}, index=X.index)
+        p = self.decision_to_proba(self._decisions(X))
+        return pd.DataFrame({class_of(False, self._classes): 1.0 - p,
+                             class_of(True, self._classes): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(self._decisions(X) > 0.0, index=X.index, dtype=bool)
+        positive = self._decisions(X) > 0.0
+        if self._classes is None:
+            return pd.Series(positive, index=X.index, dtype=bool)
+        return pd.Series(np.where(positive, self._classes[1], self._classes[0]),
+                         index=X.index, dtype=object)
 
 
 class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):

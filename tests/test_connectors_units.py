@@ -13,7 +13,13 @@ import pytest
 
 from connectors.checkpoint import CheckpointError, CheckpointStore
 from connectors.cli import build_parser, main
-from connectors.config import SCHEMA, ConfigError, kafka_client_settings, load_config
+from connectors.config import (
+    MODEL_TYPES,
+    SCHEMA,
+    ConfigError,
+    kafka_client_settings,
+    load_config,
+)
 from connectors.messages import (
     Forget,
     Label,
@@ -26,6 +32,7 @@ from connectors.messages import (
     parse_message,
 )
 from connectors.metrics import Metrics
+from connectors.models import applicable_settings
 from connectors.processor import Processor, Record
 
 # -- configuration ---------------------------------------------------------------------------
@@ -72,8 +79,23 @@ def test_bundled_configs_are_valid():
     default = load_config(configs / "default.toml", environ={})
     assert default.as_dict() == load_config(None, environ={}).as_dict()  # documents every default
     written = {name for name, source in default.sources.items() if source != "default"}
-    assert written == {f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys}  # and every one
-    load_config(configs / "bananas.toml", environ={})
+    # Every setting is documented: set, or (a model setting of another type, or one without a
+    # default value) as a commented-out line in its section.
+    text = (configs / "default.toml").read_text()
+    commented = {f"model.{key}" for key in SCHEMA["model"] if f"\n# {key} = " in text}
+    assert written | commented == {f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys}
+    # Each commented value is valid for a type it applies to, and is the default when there
+    # is one.
+    for name in commented:
+        key = name.split(".")[1]
+        model_type = next(t for t in MODEL_TYPES if key in applicable_settings(t))
+        value = text.split(f"\n# {key} = ")[1].split("\n")[0]
+        example = load_config(None, {"model.type": model_type, name: value.strip('"')},
+                              environ={})
+        if SCHEMA["model"][key].default is not None and key != "classes":
+            assert getattr(example.model, key) == SCHEMA["model"][key].default, name
+    for path in sorted(configs.glob("*.toml")):
+        load_config(path, environ={})
 
 
 def test_kafka_settings_pass_through_with_credentials_from_the_environment():

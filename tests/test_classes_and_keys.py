@@ -1,0 +1,208 @@
+"""Named classes (``classes=[negative, positive]``) on every classifier, and the LS-SVMs'
+keyed samples (forget and relabel by key, checkpoints, feature bounds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from river import compose, preprocessing
+
+from stream_svm import (
+    AlphaISVC,
+    IncrementalLSSVC,
+    IncrementalLSSVR,
+    IncrementalSVC,
+    SlidingWindowSVC,
+)
+from stream_svm._input import check_classes
+
+
+def _points(n: int = 40, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    y = X[:, 0] + 0.3 * X[:, 1] > 0
+    return [{"a": float(r[0]), "b": float(r[1])} for r in X], [bool(v) for v in y]
+
+
+CLASSIFIERS = [
+    lambda **kw: IncrementalSVC(C=1.0, gamma=0.5, **kw),
+    lambda **kw: SlidingWindowSVC(window_size=25, step=1, C=1.0, gamma=0.5, **kw),
+    lambda **kw: AlphaISVC(batch_size=10, C=1.0, gamma=0.5, **kw),
+    lambda **kw: IncrementalLSSVC(rho=0.5, **kw),
+]
+NAMES = ["IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC"]
+
+
+@pytest.mark.parametrize("make", CLASSIFIERS, ids=NAMES)
+def test_named_classes_give_the_boolean_model_with_the_names(make):
+    xs, ys = _points()
+    named = make(classes=["ham", "spam"])
+    plain = make()
+    for x, y in zip(xs, ys, strict=True):
+        named.learn_one(x, "spam" if y else "ham")
+        plain.learn_one(x, y)
+    for x in xs[:10]:
+        assert named.decision_function_one(x) == plain.decision_function_one(x)
+        assert named.predict_one(x) == ("spam" if plain.predict_one(x) else "ham")
+        proba = named.predict_proba_one(x)
+        assert set(proba) == {"ham", "spam"}
+        assert proba["spam"] == pytest.approx(plain.predict_proba_one(x)[True], abs=0)
+    frame = pd.DataFrame(xs[:10])
+    assert list(named.predict_many(frame)) == [named.predict_one(x) for x in xs[:10]]
+    assert list(named.predict_proba_many(frame).columns) == ["ham", "spam"]
+
+
+@pytest.mark.parametrize("make", CLASSIFIERS, ids=NAMES)
+def test_a_label_outside_the_classes_is_refused_and_changes_nothing(make):
+    xs, ys = _points(12)
+    model = make(classes=["ham", "spam"])
+    for x, y in zip(xs, ys, strict=True):
+        model.learn_one(x, "spam" if y else "ham")
+    before = model.decision_function_one(xs[0])
+    for bad in (True, 1, "Spam", None):
+        with pytest.raises(ValueError, match="not one of the classes"):
+            model.learn_one(xs[0], bad)
+    assert model.decision_function_one(xs[0]) == before
+
+
+def test_classes_are_checked():
+    assert check_classes(None) is None
+    assert check_classes((0, 1)) == (0, 1)
+    for bad in ("ab", ["a"], ["a", "b", "c"], ["a", "a"], [1.0, float("nan")], [[1], [2]]):
+        with pytest.raises(ValueError, match="class"):
+            check_classes(bad)
+    with pytest.raises(ValueError):
+        IncrementalSVC(classes=["x", "x"])
+
+
+def test_named_classes_survive_clone_checkpoint_stored_point_and_relabel():
+    xs, ys = _points(20)
+    model = IncrementalSVC(C=1.0, gamma=0.5, classes=["ham", "spam"])
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        model.learn_one(x, "spam" if y else "ham", key=i)
+    assert model.stored_point(0)[1] == ("spam" if ys[0] else "ham")
+    assert model.clone().classes == ["ham", "spam"]
+    arrays, meta = model.to_checkpoint()
+    restored = IncrementalSVC.from_checkpoint(arrays, meta)
+    assert restored.predict_one(xs[3]) == model.predict_one(xs[3])
+    flipped = "ham" if ys[5] else "spam"
+    restored.relabel_one(5, flipped)
+    assert restored.stored_point(5)[1] == flipped
+    with pytest.raises(ValueError, match="not one of the classes"):
+        restored.relabel_one(5, True)
+    assert restored.stored_point(5)[1] == flipped
+
+
+def test_string_labels_in_a_river_pipeline():
+    xs, ys = _points(60, seed=3)
+    model = compose.Pipeline(
+        preprocessing.StandardScaler(), IncrementalSVC(C=1.0, gamma=0.5, classes=["no", "yes"])
+    )
+    correct = 0
+    for x, y in zip(xs, ys, strict=True):
+        label = "yes" if y else "no"
+        correct += model.predict_one(x) == label
+        model.learn_one(x, label)
+    assert correct >= 45
+
+
+# ------------------------------------------------------------------------------ LS-SVM keys
+
+
+def _lssvm_close(a, b, xs):
+    return max(abs(a.decision_function_one(x) - b.decision_function_one(x)) for x in xs)
+
+
+@pytest.mark.parametrize("features", ["linear", "rff"])
+def test_lssvm_forget_and_relabel_by_key_equal_the_model_without_the_sample(features):
+    xs, ys = _points(30, seed=1)
+    params = {"rho": 0.3, "features": features, "n_components": 30, "gamma": 0.5, "seed": 2}
+    keyed = IncrementalLSSVC(**params)
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        keyed.learn_one(x, y, key=f"k{i}")
+    keyed.forget_one(key="k4")
+    keyed.relabel_one("k7", not ys[7])
+    reference = IncrementalLSSVC(**params)
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if i != 4:
+            reference.learn_one(x, (not y) if i == 7 else y)
+    assert _lssvm_close(keyed, reference, xs) < 1e-10
+    assert "k4" not in keyed and "k7" in keyed
+    assert keyed.stored_point("k7") == (xs[7], not ys[7])
+    assert keyed.n_samples_ == 29
+
+
+def test_lssvm_key_errors_change_nothing():
+    model = IncrementalLSSVR(rho=0.5)
+    model.learn_one({"a": 1.0}, 2.0, key="p")
+    before = model.to_checkpoint()[0]["solution"].copy()
+    with pytest.raises(KeyError, match="already learned"):
+        model.learn_one({"a": 3.0}, 1.0, key="p")
+    with pytest.raises(KeyError, match="no sample"):
+        model.forget_one(key="q")
+    with pytest.raises(ValueError, match="not both"):
+        model.forget_one({"a": 1.0}, 2.0, key="p")
+    with pytest.raises(ValueError, match="not a finite"):
+        model.relabel_one("p", float("nan"))
+    np.testing.assert_array_equal(model.to_checkpoint()[0]["solution"], before)
+    assert model.stored_point("p") == ({"a": 1.0}, 2.0) and model.n_samples_ == 1
+
+
+def test_lssvm_learn_many_and_forget_many_by_keys():
+    xs, _ = _points(20, seed=4)
+    targets = [float(x["a"] - x["b"]) for x in xs]
+    model = IncrementalLSSVR(rho=0.2)
+    model.learn_many(pd.DataFrame(xs), pd.Series(targets), keys=range(20))
+    model.forget_many(keys=[3, 5, 3])
+    reference = IncrementalLSSVR(rho=0.2)
+    keep = [i for i in range(20) if i not in (3, 5)]
+    reference.learn_many(pd.DataFrame([xs[i] for i in keep]), pd.Series([targets[i] for i in keep]))
+    assert _lssvm_close(model, reference, xs) < 1e-10
+    assert model.stored_keys() == keep
+    with pytest.raises(ValueError, match="keys for"):
+        model.learn_many(pd.DataFrame(xs[:2]), pd.Series(targets[:2]), keys=[100])
+
+
+@pytest.mark.parametrize("cls", [IncrementalLSSVC, IncrementalLSSVR])
+@pytest.mark.parametrize("features", ["linear", "rff"])
+def test_lssvm_checkpoint_round_trip(cls, features):
+    xs, ys = _points(25, seed=5)
+    targets = ys if cls is IncrementalLSSVC else [float(x["a"]) for x in xs]
+    params = {"rho": 0.4, "features": features, "n_components": 16, "seed": 1}
+    if cls is IncrementalLSSVC:
+        params["classes"] = ["down", "up"]
+        targets = ["up" if t else "down" for t in targets]
+    model = cls(**params)
+    for i, (x, y) in enumerate(zip(xs, targets, strict=True)):
+        model.learn_one(x, y, key=i if i % 2 else None)
+    arrays, meta = model.to_checkpoint()
+    assert all(a.dtype != object for a in arrays.values())
+    restored = cls.from_checkpoint(arrays, meta)
+    for x in xs:
+        assert restored.decision_function_one(x) == model.decision_function_one(x)
+    assert restored.stored_keys() == model.stored_keys()
+    assert restored.n_samples_ == model.n_samples_
+    restored.forget_one(key=3)
+    model.forget_one(key=3)
+    assert _lssvm_close(restored, model, xs) == 0.0
+    broken = dict(arrays, gram_hi=arrays["gram_hi"][:-1])
+    with pytest.raises(ValueError, match="gram_hi"):
+        cls.from_checkpoint(broken, meta)
+
+
+def test_lssvm_feature_bounds():
+    model = IncrementalLSSVC(max_features=3, max_new_features=2)
+    model.learn_one({"a": 1.0, "b": 1.0}, True)
+    with pytest.raises(ValueError, match="max_new_features=2"):
+        model.learn_one({"c": 1.0, "d": 1.0, "e": 1.0}, False)
+    with pytest.raises(ValueError, match="max_features=3"):
+        model.learn_one({"c": 1.0, "d": 1.0}, False)
+    assert model.feature_names_ == ["a", "b"] and model.n_samples_ == 1
+    model.learn_one({"c": 1.0}, False)
+    assert model.feature_names_ == ["a", "b", "c"]
+    # Predictions take any number of unknown names.
+    model.predict_one({f"z{i}": 1.0 for i in range(100)})
+    rff = IncrementalLSSVC(features="rff", max_features=2)
+    with pytest.raises(ValueError, match="max_features=2"):
+        rff.learn_one({"a": 1.0, "b": 1.0, "c": 1.0}, True)
