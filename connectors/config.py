@@ -83,6 +83,21 @@ def _two_classes(value: list) -> str | None:
     return None
 
 
+def _finite_numbers(value: dict) -> str | None:
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(
+                number):
+            return f"must map feature names to finite numbers ({name!r} is not)"
+    return None
+
+
+def _positive_numbers(value: dict) -> str | None:
+    problem = _finite_numbers(value)
+    if problem is None and any(number <= 0 for number in value.values()):
+        return "must map feature names to numbers > 0"
+    return problem
+
+
 #: The estimators the daemon serves (``model.type``).
 MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
                "IncrementalLSSVR")
@@ -165,6 +180,15 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "max_features": Setting(int, None, _non_negative, optional=True),
         "max_new_features": Setting(int, 1000, _non_negative),
     },
+    # Standardization before the model, with statistics that never move once learning starts
+    # (connectors.scaling): "warmup" measures them on the first warmup_messages feature
+    # messages (held, then processed), "fixed" takes means and scales as given.
+    "scaler": {
+        "mode": Setting(str, "none", _one_of("none", "warmup", "fixed")),
+        "warmup_messages": Setting(int, 1000, _positive),
+        "means": Setting(dict, None, _finite_numbers, optional=True),
+        "scales": Setting(dict, None, _positive_numbers, optional=True),
+    },
     "cache": {
         "max_size": Setting(int, 100_000, _non_negative),
         "max_bytes": Setting(int, 256 * 2**20, _non_negative),
@@ -205,6 +229,8 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     kind = setting.type
     if kind is list:
         return _convert_list(where, setting, raw)
+    if kind is dict:
+        return _convert_table(where, setting, raw)
     if isinstance(raw, str) and kind is not str:
         text = raw.strip()
         try:
@@ -237,6 +263,18 @@ def _checked(where: str, setting: Setting, value: Any) -> Any:
         if problem:
             raise ConfigError(f"{where}: {problem}, got {value!r}")
     return value
+
+
+def _convert_table(where: str, setting: Setting, raw: Any) -> dict:
+    """A TOML table, or from a flag or the environment its JSON text (``{"a": 1.5}``)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: {raw!r} is not a JSON object") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {raw!r} is not a table of feature name = number")
+    return _checked(where, setting, {str(k): v for k, v in raw.items()})
 
 
 def _convert_list(where: str, setting: Setting, raw: Any) -> list:
@@ -345,6 +383,12 @@ def _cross_checks(config: Config) -> None:
         raise ConfigError(
             "setting retry.max_backoff_seconds must be >= retry.initial_backoff_seconds"
         )
+    scaler = config.scaler
+    if scaler.mode == "fixed" and not scaler.scales:
+        raise ConfigError("setting scaler.mode = \"fixed\" needs scaler.scales (and usually "
+                          "scaler.means): a table of feature name = number")
+    if scaler.mode != "fixed" and (scaler.means or scaler.scales):
+        raise ConfigError("settings scaler.means and scaler.scales need scaler.mode = \"fixed\"")
     from connectors.models import check_model_config  # models imports this module
 
     check_model_config(config)

@@ -52,9 +52,10 @@ from connectors.config import Config, kafka_client_settings
 from connectors.metrics import Metrics
 from connectors.models import (
     build_model,
+    build_scaler,
     checkpoint_bounds,
+    checkpointed_settings,
     default_model_settings,
-    model_settings,
     restore_model,
 )
 from connectors.processor import Processor
@@ -277,6 +278,7 @@ class Daemon:
         config = self.config
         return Processor(
             model,
+            scaler=build_scaler(config),
             label_topic=config.kafka.label_topic,
             cache_max_size=config.cache.max_size,
             cache_max_bytes=config.cache.max_bytes,
@@ -290,7 +292,7 @@ class Daemon:
         config = self.config
         store = self._store
         assert store is not None
-        settings = model_settings(config)
+        settings = checkpointed_settings(config)
         # Only the arrays this model restores from are read, each within the model's bounds.
         needed = set(build_model(config).to_checkpoint()[0])
         bounds = checkpoint_bounds(config)
@@ -767,7 +769,7 @@ class Daemon:
         started = time.perf_counter()
         arrays, meta = self.processor.model.to_checkpoint()
         state = {
-            "model_settings": model_settings(self.config),
+            "model_settings": checkpointed_settings(self.config),
             "processor": self.processor.state(),
         }
         try:

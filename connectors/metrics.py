@@ -107,6 +107,11 @@ class Metrics:
             "Estimated memory of the unlabelled feature vectors waiting for a label",
             registry=r,
         )
+        self.held = Gauge(
+            "stream_svm_held_messages",
+            "Messages held until the scaler's warm-up is complete (then processed in order)",
+            registry=r,
+        )
         self.cache_evictions = Counter(
             "stream_svm_cache_evictions",
             "Unlabelled points dropped from the cache before their label came, by the bound "

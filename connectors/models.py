@@ -15,9 +15,11 @@ import numpy as np
 
 from connectors.checkpoint import CheckpointError, MemberCheck
 from connectors.config import SCHEMA, Config, ConfigError
+from connectors.scaling import FeatureScaler
 
 __all__ = [
-    "applicable_settings", "build_model", "check_model_config", "checkpoint_bounds",
+    "applicable_settings", "build_model", "build_scaler", "check_model_config",
+    "checkpoint_bounds", "checkpointed_settings",
     "default_model_settings", "limit_settings", "model_settings", "restore_model",
 ]
 
@@ -77,6 +79,31 @@ def limit_settings(config: Config) -> dict[str, int | None]:
         value = getattr(config.model, name)
         limits[name] = parameters[name].default if value is None else value or None
     return limits
+
+
+def checkpointed_settings(config: Config) -> dict[str, Any]:
+    """What a checkpoint must have been made with to be restored: the model's settings and,
+    when features are scaled, the scaler's (a model learned on other scalings is another
+    model)."""
+    settings = model_settings(config)
+    scaler = config.scaler
+    if scaler.mode != "none":
+        settings["scaler"] = {"mode": scaler.mode}
+        if scaler.mode == "warmup":
+            settings["scaler"]["warmup_messages"] = scaler.warmup_messages
+        else:
+            settings["scaler"].update(means=scaler.means or {}, scales=scaler.scales or {})
+    return settings
+
+
+def build_scaler(config: Config) -> FeatureScaler | None:
+    """The configured scaler (None: features go to the model as they are)."""
+    scaler = config.scaler
+    if scaler.mode == "warmup":
+        return FeatureScaler.warming_up(scaler.warmup_messages)
+    if scaler.mode == "fixed":
+        return FeatureScaler.fixed(scaler.means or {}, scaler.scales or {})
+    return None
 
 
 def build_model(config: Config) -> Any:

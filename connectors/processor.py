@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import base64
 import inspect
 import logging
 import math
@@ -49,6 +50,7 @@ from connectors.messages import (
     parse_message,
 )
 from connectors.metrics import Metrics
+from connectors.scaling import FeatureScaler
 from stream_svm import ConvergenceError, proba_from_decision
 
 __all__ = ["BatchResult", "Processor", "Produced", "Record"]
@@ -179,6 +181,11 @@ class Processor:
 
     The unlabelled cache is bounded by ``cache_max_size`` entries, ``cache_max_bytes`` of
     estimated memory and ``cache_max_age_seconds`` of processing time (``clock``, seconds).
+
+    A ``scaler`` standardizes the features of every message before the model sees them. One
+    still warming up holds every message (they are part of the state, so their offsets are
+    committed) until it has measured its ``warmup_messages`` feature messages; then the held
+    messages are processed in order, as if they had just arrived, with the frozen statistics.
     """
 
     def __init__(
@@ -193,8 +200,12 @@ class Processor:
         predict_per_poll: bool = False,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        scaler: FeatureScaler | None = None,
     ) -> None:
         self.model = model
+        self.scaler = scaler
+        #: messages held while the scaler warms up, in arrival order
+        self.held: list[Record] = []
         self.predict_per_poll = predict_per_poll
         self.label_topic = label_topic
         self.max_message_bytes = max_message_bytes
@@ -233,6 +244,10 @@ class Processor:
             "correct": self.correct,
             "absolute_error": self.absolute_error,
             "squared_error": self.squared_error,
+            **({"scaler": self.scaler.state()} if self.scaler is not None else {}),
+            "held": [[r.topic, r.partition, r.offset,
+                      None if r.value is None else base64.b64encode(r.value).decode("ascii"),
+                      r.timestamp] for r in self.held],
         }
 
     def cache_arrays(self) -> dict[str, np.ndarray]:
@@ -250,6 +265,17 @@ class Processor:
         self.correct = int(state.get("correct", 0))
         self.absolute_error = float(state.get("absolute_error", 0.0))
         self.squared_error = float(state.get("squared_error", 0.0))
+        if self.scaler is not None:
+            if "scaler" not in state:
+                raise ValueError("the checkpoint holds no scaler state, but a scaler is set")
+            self.scaler.load_state(state["scaler"])
+        try:
+            self.held = [Record(str(topic), int(partition), int(offset),
+                                None if value is None else base64.b64decode(value, validate=True),
+                                int(timestamp))
+                         for topic, partition, offset, value, timestamp in state.get("held", [])]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed held messages in the state: {exc}") from None
         now = self.clock()
         if cache_arrays is not None:
             self.cache.load_arrays(cache_arrays, now)
@@ -288,12 +314,17 @@ class Processor:
         result = BatchResult()
         entries: list[_Entry] = []
         advanced: dict[str, int] = {}
+        fresh: list[Any] = []
         for record in records:
             name = f"{record.topic}:{record.partition}"
             if record.offset < self.offsets.get(name, 0):
                 result.skipped += 1  # already in the model: learned before the checkpoint
                 continue
             advanced[name] = record.offset + 1
+            fresh.append(record)
+        if self.scaler is not None and not self.scaler.frozen:
+            fresh = self._warm_up(fresh)
+        for record in fresh:
             entry = _Entry(
                 len(entries), record, Source(record.topic, record.partition, record.offset)
             )
@@ -317,6 +348,26 @@ class Processor:
         if self.metrics is not None:
             self._gauges()
         return result
+
+    def _warm_up(self, records: list[Any]) -> list[Any]:
+        """Hold the records while the scaler measures its warm-up messages; once it froze,
+        the held records and the rest of this poll, in order, to process now."""
+        scaler = self.scaler
+        assert scaler is not None
+        for index, record in enumerate(records):
+            self.held.append(record)
+            if record.topic == self.label_topic:
+                continue
+            try:
+                op = parse_message(record.value, self.max_message_bytes, self.targets)
+            except Exception:  # dead-lettered when processed after the warm-up
+                continue
+            if isinstance(op, Observe) and scaler.observe(op.x):
+                released, self.held = self.held + list(records[index + 1:]), []
+                log.info("scaler frozen after %d feature messages (%d features); processing "
+                         "the %d held messages", scaler.seen, len(scaler.means), len(released))
+                return released
+        return []
 
     def _segments(self, entries: list[_Entry]) -> Iterator[list[_Entry]]:
         """Cut the batch after every message that may change the model (lazily: a window's
@@ -377,6 +428,9 @@ class Processor:
             else:
                 entry.op = parse_message(entry.record.value, self.max_message_bytes,
                                          self.targets)
+                if self.scaler is not None and isinstance(entry.op, Observe):
+                    op = entry.op
+                    entry.op = Observe(op.id, self.scaler.transform(op.x), op.y)
         except Malformed as exc:
             entry.error, entry.error_kind = str(exc), "malformed"
 
@@ -730,4 +784,5 @@ class Processor:
         if self.sliding:
             metrics.window.set(self.model.n_window)
         metrics.cached.set(len(self.cache))
+        metrics.held.set(len(self.held))
         metrics.cached_bytes.set(self.cache.bytes)

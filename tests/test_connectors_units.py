@@ -38,6 +38,11 @@ from connectors.processor import Processor, Record
 # -- configuration ---------------------------------------------------------------------------
 
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 def test_precedence_file_then_flags_then_environment(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[model]\nC = 3.0\ngamma = 0.25\n[kafka]\ninput_topic = "from-file"\n')
@@ -82,11 +87,16 @@ def test_bundled_configs_are_valid():
     # Every setting is documented: set, or (a model setting of another type, or one without a
     # default value) as a commented-out line in its section.
     text = (configs / "default.toml").read_text()
-    commented = {f"model.{key}" for key in SCHEMA["model"] if f"\n# {key} = " in text}
+    commented = {f"{section}.{key}" for section in SCHEMA for key in SCHEMA[section]
+                 if f"\n# {key} = " in text}
     assert written | commented == {f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys}
     # Each commented value is valid for a type it applies to, and is the default when there
     # is one.
-    for name in commented:
+    load_config(None, {"scaler.mode": "fixed", **{
+        f"scaler.{key}": json.dumps(tomllib.loads(text.split(f"\n# {key} = ")[1].split("\n")[0]
+                                                  .join(["v = ", ""]))["v"])
+        for key in ("means", "scales")}}, environ={})
+    for name in sorted(n for n in commented if n.startswith("model.")):
         key = name.split(".")[1]
         model_type = next(t for t in MODEL_TYPES if key in applicable_settings(t))
         value = text.split(f"\n# {key} = ")[1].split("\n")[0]

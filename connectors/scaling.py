@@ -1,0 +1,136 @@
+"""Feature standardization that keeps exact forgetting meaningful: statistics that never move
+once the model has learned anything.
+
+An exact model stores the points it learned as they were transformed when they arrived. A
+scaler that keeps updating (River's ``preprocessing.StandardScaler`` in a pipeline) would scale
+a later copy of the same message differently, so forgetting it would remove a point the model
+never held, and the model's points would mix several scalings: learning a point and then
+forgetting it no longer gives the model back. Here the statistics are either given in the
+configuration or measured on a warm-up of the first messages, then frozen for the life of the
+model (they are checkpointed with it).
+
+>>> scaler = FeatureScaler.fixed({"a": 10.0}, {"a": 2.0})
+>>> scaler.transform({"a": 14.0, "b": 3.0})   # a name without statistics passes unchanged
+{'a': 2.0, 'b': 3.0}
+>>> warming = FeatureScaler.warming_up(messages=2)
+>>> warming.observe({"a": 1.0}), warming.observe({"a": 3.0})
+(False, True)
+>>> warming.transform({"a": 3.0})
+{'a': 1.0}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FeatureScaler"]
+
+
+class FeatureScaler:
+    """x -> (x - mean) / scale per feature name, with frozen statistics.
+
+    Build it with :meth:`fixed` (statistics given) or :meth:`warming_up` (measured on the
+    first ``messages`` feature messages with Welford's algorithm, then frozen). A feature
+    whose warm-up values are all equal gets scale 1 (it is only centred); a feature never seen
+    during the warm-up, or absent from the given statistics, passes unchanged. Missing
+    features stay missing (the models read them as 0, the mean, in the scaled space).
+    """
+
+    def __init__(self, target: int) -> None:
+        self.target = target  # feature messages to measure (0: fixed statistics)
+        self.seen = 0
+        self._count: dict[str, int] = {}
+        self._mean: dict[str, float] = {}
+        self._m2: dict[str, float] = {}
+        self.means: dict[str, float] = {}
+        self.scales: dict[str, float] = {}
+        self.frozen = False
+
+    @classmethod
+    def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float]) -> FeatureScaler:
+        """Given statistics; ValueError unless every scale is finite and > 0, every mean
+        finite."""
+        for name, value in means.items():
+            if not math.isfinite(value):
+                raise ValueError(f"the mean of feature {name!r} is not finite: {value!r}")
+        for name, value in scales.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"the scale of feature {name!r} must be finite and > 0, "
+                                 f"got {value!r}")
+        scaler = cls(0)
+        scaler.means = {str(k): float(v) for k, v in means.items()}
+        scaler.scales = {str(k): float(v) for k, v in scales.items()}
+        scaler.frozen = True
+        return scaler
+
+    @classmethod
+    def warming_up(cls, messages: int) -> FeatureScaler:
+        """Statistics measured on the first ``messages`` (>= 1) feature messages."""
+        if messages < 1:
+            raise ValueError(f"a warm-up needs at least 1 message, got {messages}")
+        return cls(messages)
+
+    def observe(self, x: Mapping[str, float]) -> bool:
+        """Add one message's features to the warm-up; True once the statistics froze."""
+        if self.frozen:
+            return True
+        for name, value in x.items():
+            count = self._count.get(name, 0) + 1
+            mean = self._mean.get(name, 0.0)
+            delta = value - mean
+            mean += delta / count
+            self._count[name] = count
+            self._mean[name] = mean
+            self._m2[name] = self._m2.get(name, 0.0) + delta * (value - mean)
+        self.seen += 1
+        if self.seen >= self.target:
+            self._freeze()
+        return self.frozen
+
+    def _freeze(self) -> None:
+        self.means = dict(self._mean)
+        self.scales = {}
+        for name, count in self._count.items():
+            std = math.sqrt(self._m2[name] / count)
+            # A constant feature (or one seen once) is centred only: dividing by a zero or
+            # round-off spread would blow later values up.
+            self.scales[name] = std if std > 1e-12 * max(1.0, abs(self.means[name])) else 1.0
+        self._count, self._mean, self._m2 = {}, {}, {}
+        self.frozen = True
+
+    def transform(self, x: Mapping[str, float]) -> dict[str, float]:
+        """The scaled features (the statistics must be frozen)."""
+        if not self.frozen:
+            raise RuntimeError("the scaler is still warming up")
+        means, scales = self.means, self.scales
+        return {name: (value - means.get(name, 0.0)) / scales.get(name, 1.0)
+                for name, value in x.items()}
+
+    # -- checkpoint ------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready state: the frozen statistics, or the warm-up's running sums."""
+        if self.frozen:
+            return {"frozen": True, "means": self.means, "scales": self.scales}
+        return {"frozen": False, "seen": self.seen, "count": self._count, "mean": self._mean,
+                "m2": self._m2}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` output (ValueError when malformed)."""
+        try:
+            if state["frozen"]:
+                restored = FeatureScaler.fixed(
+                    {str(k): float(v) for k, v in state["means"].items()},
+                    {str(k): float(v) for k, v in state["scales"].items()})
+                self.means, self.scales, self.frozen = restored.means, restored.scales, True
+                return
+            self.seen = int(state["seen"])
+            self._count = {str(k): int(v) for k, v in state["count"].items()}
+            self._mean = {str(k): float(v) for k, v in state["mean"].items()}
+            self._m2 = {str(k): float(v) for k, v in state["m2"].items()}
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed scaler state: {exc!r}") from None
+        if set(self._count) != set(self._mean) or set(self._mean) != set(self._m2):
+            raise ValueError("malformed scaler state: its sums name different features")

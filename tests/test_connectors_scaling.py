@@ -1,0 +1,151 @@
+"""Standardization before the model with frozen statistics: measured on a warm-up (the
+messages are held, then processed in order) or given in the configuration; checkpointed; and
+learning then forgetting a message gives the model back, which a moving scaler cannot."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from connectors.config import ConfigError, load_config
+from connectors.models import build_model, build_scaler, checkpointed_settings, restore_model
+from connectors.processor import Processor, Record
+from connectors.scaling import FeatureScaler
+from stream_svm import IncrementalSVC
+
+
+def _stream(count: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((count, 2)) * [1000.0, 0.01] + [5e4, -3.0]
+    y = (X[:, 0] - 5e4) / 1000.0 + (X[:, 1] + 3.0) / 0.01 > 0
+    return [{"t": float(a), "v": float(b)} for a, b in X], [bool(v) for v in y]
+
+
+def _records(messages, first: int = 0):
+    return [Record("in", 0, first + i, json.dumps(m).encode(), 0)
+            for i, m in enumerate(messages)]
+
+
+def test_warm_up_statistics_are_the_population_mean_and_deviation():
+    xs, _ = _stream(50)
+    scaler = FeatureScaler.warming_up(50)
+    for x in xs[:49]:
+        assert not scaler.observe(x)
+    assert scaler.observe(xs[49])
+    table = np.array([[x["t"], x["v"]] for x in xs])
+    assert scaler.means["t"] == pytest.approx(table[:, 0].mean(), rel=1e-12)
+    assert scaler.scales["v"] == pytest.approx(table[:, 1].std(), rel=1e-10)
+    scaled = scaler.transform(xs[0])
+    assert scaled["t"] == pytest.approx((xs[0]["t"] - table[:, 0].mean()) / table[:, 0].std())
+    # A constant feature is centred only; one never seen passes unchanged.
+    constant = FeatureScaler.warming_up(2)
+    constant.observe({"c": 7.0})
+    constant.observe({"c": 7.0})
+    assert constant.transform({"c": 9.0, "new": 4.0}) == {"c": 2.0, "new": 4.0}
+
+
+def test_scaler_state_round_trips_mid_warm_up():
+    xs, _ = _stream(30)
+    whole = FeatureScaler.warming_up(30)
+    half = FeatureScaler.warming_up(30)
+    for x in xs:
+        whole.observe(x)
+    for x in xs[:12]:
+        half.observe(x)
+    resumed = FeatureScaler.warming_up(30)
+    resumed.load_state(json.loads(json.dumps(half.state())))
+    for x in xs[12:]:
+        resumed.observe(x)
+    assert resumed.state() == whole.state()
+    with pytest.raises(ValueError, match="malformed"):
+        FeatureScaler.warming_up(3).load_state({"frozen": False})
+    with pytest.raises(ValueError, match="scale of feature 'a'"):
+        FeatureScaler.fixed({}, {"a": 0.0})
+
+
+def test_the_warm_up_holds_messages_then_processes_them_in_order():
+    xs, ys = _stream(60, seed=1)
+    messages = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    messages.insert(5, {"id": "bad", "x": {"t": "high"}})
+    messages.insert(9, {"op": "forget", "id": 2})
+    processor = Processor(IncrementalSVC(C=10.0, gamma=0.5), scaler=FeatureScaler.warming_up(20))
+    records = _records(messages)
+    outputs, dead = [], []
+    for start in range(0, 12, 4):  # three polls within the warm-up: nothing comes out
+        result = processor.process(records[start : start + 4])
+        assert not result.outputs and not result.dead_letters
+    assert len(processor.held) == 12 and processor.offsets == {"in:0": 12}
+    result = processor.process(records[12:])
+    outputs, dead = result.outputs, result.dead_letters
+    assert not processor.held
+    assert [d.record["source"]["offset"] for d in dead] == [5]
+    assert len(outputs) == len(messages) - 1
+    # The model is the one learned on the features scaled with the warm-up's statistics.
+    table = np.array([[x["t"], x["v"]] for x in xs[:20]])
+    means, scales = table.mean(axis=0), table.std(axis=0)
+    reference = IncrementalSVC(C=10.0, gamma=0.5)
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        scaled = {"t": (x["t"] - means[0]) / scales[0], "v": (x["v"] - means[1]) / scales[1]}
+        reference.learn_one(scaled, y, key=i)
+        if i == 7:  # the forget came after message 7 of the stream
+            reference.forget_one(key=2)
+    probe = {"t": 0.3, "v": -0.2}
+    assert processor.model.decision_function_one(probe) == pytest.approx(
+        reference.decision_function_one(probe), abs=1e-9)
+    # Unscaled, with features 1e5 apart in scale, the same model learns next to nothing.
+    unscaled = Processor(IncrementalSVC(C=10.0, gamma=0.5))
+    unscaled.process(records)
+    assert processor.accuracy > unscaled.accuracy + 0.2, (processor.accuracy, unscaled.accuracy)
+
+
+def test_a_checkpoint_during_the_warm_up_keeps_the_held_messages():
+    config = load_config(None, {"scaler.mode": "warmup", "scaler.warmup_messages": "15",
+                                "model.C": "10", "model.gamma": "0.5"}, environ={})
+    xs, ys = _stream(40, seed=2)
+    records = _records([{"id": i, "x": x, "y": y}
+                        for i, (x, y) in enumerate(zip(xs, ys, strict=True))])
+    straight = Processor(build_model(config), scaler=build_scaler(config))
+    expected = straight.process(records[:10]).outputs + straight.process(records[10:]).outputs
+    first = Processor(build_model(config), scaler=build_scaler(config))
+    assert not first.process(records[:10]).outputs
+    arrays, meta = first.model.to_checkpoint()
+    state = json.loads(json.dumps(first.state()))
+    second = Processor(restore_model(config, arrays, meta), scaler=build_scaler(config))
+    second.load_state(state, first.cache_arrays())
+    outputs = second.process(records).outputs  # the first 10 are held, not read again
+    assert [o.record for o in outputs] == [o.record for o in expected]
+    assert checkpointed_settings(config)["scaler"] == {"mode": "warmup", "warmup_messages": 15}
+
+
+def test_fixed_statistics_from_the_configuration(tmp_path):
+    path = tmp_path / "scaled.toml"
+    path.write_text('[scaler]\nmode = "fixed"\nmeans = {t = 5e4, v = -3}\n'
+                    'scales = {t = 1000, v = 0.01}\n')
+    config = load_config(path, environ={})
+    scaler = build_scaler(config)
+    assert scaler.transform({"t": 51000.0, "v": -2.99}) == pytest.approx({"t": 1.0, "v": 1.0})
+    env = load_config(None, environ={"STREAM_SVM_SCALER_MODE": "fixed",
+                                     "STREAM_SVM_SCALER_SCALES": '{"t": 2}'})
+    assert env.scaler.scales == {"t": 2}
+    with pytest.raises(ConfigError, match=r"needs scaler\.scales"):
+        load_config(None, {"scaler.mode": "fixed"}, environ={})
+    with pytest.raises(ConfigError, match=r"scaler\.scales.*> 0"):
+        load_config(None, {"scaler.mode": "fixed", "scaler.scales": '{"t": -1}'}, environ={})
+    with pytest.raises(ConfigError, match=r"need scaler\.mode"):
+        load_config(None, {"scaler.means": '{"t": 1}'}, environ={})
+
+
+def test_learn_then_forget_gives_the_model_back_with_a_frozen_scaler():
+    xs, ys = _stream(40, seed=3)
+    processor = Processor(IncrementalSVC(C=1.0, gamma=0.5),
+                          scaler=FeatureScaler.fixed({"t": 5e4, "v": -3.0},
+                                                     {"t": 1000.0, "v": 0.01}))
+    processor.process(_records([{"id": i, "x": x, "y": y}
+                                for i, (x, y) in enumerate(zip(xs, ys, strict=True))]))
+    probe = processor.scaler.transform(xs[0])
+    before = processor.model.decision_function_one(probe)
+    processor.process(_records([{"id": "extra", "x": {"t": 52000.0, "v": -2.95}, "y": False},
+                                {"op": "forget", "id": "extra"}], first=40))
+    assert processor.model.decision_function_one(probe) == pytest.approx(before, abs=1e-12)
