@@ -61,6 +61,8 @@ def _config(broker, tmp_path, **extra):  # noqa: F811
         "metrics.port": 0,
         **extra,
     }
+    # None removes a setting (e.g. model.C for a model type without it).
+    settings = {name: value for name, value in settings.items() if value is not None}
     return load_config(None, settings, environ={})
 
 
@@ -261,3 +263,43 @@ def test_sliding_window_daemon_matches_the_library(broker, tmp_path):  # noqa: F
     np.testing.assert_allclose(
         model.decision_function_many(grid), reference.decision_function_many(grid), atol=1e-7
     )
+
+
+def test_a_regressor_with_a_warm_up_scaler_across_a_restart(broker, tmp_path):  # noqa: F811
+    """IncrementalLSSVR behind a warm-up scaler: the held messages are answered once the
+    statistics froze, outputs carry the predicted value, /metrics the MAE, and a restart from
+    the checkpoint continues the same model."""
+    config = _config(broker, tmp_path, **{
+        "model.type": "IncrementalLSSVR", "model.C": None, "model.gamma": None,
+        "model.rho": 0.01, "scaler.mode": "warmup", "scaler.warmup_messages": 12,
+        "kafka.label_topic": None})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0, 1, size=(40, 2)) * [1e4, 1e-3]
+    targets = [3.0 * a / 1e4 - 2.0 * b / 1e-3 + 1.0 for a, b in X]
+    messages = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": t}
+                for i, ((a, b), t) in enumerate(zip(X, targets, strict=True))]
+    produce(broker.bootstrap_servers, kafka.input_topic, messages[:25])
+    first = Daemon(config, until_drained=True)
+    assert first.run() == 0
+    produce(broker.bootstrap_servers, kafka.input_topic, messages[25:])
+    second = Daemon(config, until_drained=True)
+    assert second.run() == 0 and second._restored
+    outputs = read_all(broker.bootstrap_servers, kafka.output_topic, 40)
+    assert [o["id"] for o in outputs] == list(range(40))
+    assert all("proba" not in o and isinstance(o["prediction"], float) for o in outputs)
+    # The library on the same stream, scaled with the warm-up's statistics: the same answers.
+    means, scales = X[:12].mean(axis=0), X[:12].std(axis=0)
+    from stream_svm import IncrementalLSSVR
+
+    reference = IncrementalLSSVR(rho=0.01)
+    for output, message in zip(outputs, messages, strict=True):
+        x = message["x"]
+        scaled = {"a": (x["a"] - means[0]) / scales[0], "b": (x["b"] - means[1]) / scales[1]}
+        assert output["prediction"] == pytest.approx(reference.predict_one(scaled), abs=1e-9)
+        reference.learn_one(scaled, message["y"], key=message["id"])
+    assert outputs[-1]["prediction"] == pytest.approx(targets[-1], abs=1e-3)
+    assert math.isfinite(second.summary.mae) and second.summary.mae < 0.5
+    assert b"stream_svm_progressive_mae" in second.metrics.render()
