@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import cholesky
-from scipy.linalg.blas import drot, drotg
 from scipy.linalg.lapack import dpotrs, dtrtrs
 
+from stream_svm import _pathcore
 from stream_svm.kernels import Kernel
 
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
@@ -94,18 +94,13 @@ def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
     """Upper Cholesky factor of P with row and column j removed, from the factor R of P.
 
     Removing column j of R leaves an upper Hessenberg tail; Givens rotations restore the
-    triangle (R' R stays P minus row/column j because rotations are orthogonal). R is kept in
-    C order so that each rotation runs over two contiguous rows.
+    triangle (R' R stays P minus row/column j because rotations are orthogonal), in compiled
+    code over two contiguous rows of the C-ordered factor per rotation.
     """
     k = R.shape[0]
-    H = np.delete(R, j, axis=1)
-    for i in range(j, k - 1):
-        c, s = drotg(H[i, i], H[i + 1, i])
-        row_i, row_next = drot(H[i, i:], H[i + 1, i:], c, s)
-        H[i, i:] = row_i
-        H[i + 1, i:] = row_next
-        H[i + 1, i] = 0.0
-    return H[: k - 1]
+    H = np.array(R, dtype=float, order="C")
+    _pathcore.delete_factor_column(H, k, j)
+    return np.ascontiguousarray(H[: k - 1, : k - 1])
 
 
 class PathEngine:
