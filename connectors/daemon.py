@@ -383,6 +383,13 @@ class Daemon:
                     # Every position is set explicitly (_seek); an offset out of range must
                     # raise rather than be reset silently (kafka.on_partition_reset decides).
                     auto_offset_reset="none",
+                    # Its metadata requests must not create a missing input topic (brokers with
+                    # auto-creation, Tansu and Kafka's default, do): after a broker restarted
+                    # empty, the daemon recreated its input topic with the broker's default
+                    # partition count before the operator could, and the messages sent to the
+                    # partitions it did not read were never read. Topics are created only by
+                    # kafka.create_topics, with kafka.topic_partitions.
+                    allow_auto_create_topics=False,
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
                     fetch_max_wait_ms=min(100, max(1, config.kafka.poll_timeout_ms)),
                 )
