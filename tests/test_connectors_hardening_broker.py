@@ -456,7 +456,8 @@ def test_a_reset_whose_new_position_is_not_known_yet_does_not_end_the_daemon(tmp
     name = f"{tp.topic}:0"
 
     class MissingTopicConsumer:
-        sought: list[Any] = []
+        def __init__(self) -> None:
+            self.sought: list[Any] = []
 
         def assignment(self):
             return {tp}
