@@ -149,6 +149,48 @@ def _topic_id(consumer: Any, topic: str) -> str | None:
     return None if found is None else str(found)
 
 
+def _known_partitions(consumer: Any, topic: str) -> set[int] | None:
+    """The topic's partitions in the consumer's cached cluster metadata (no request; kafka-python
+    refreshes it every metadata_max_age_ms and after errors), or None if unknown."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    try:
+        found = cluster.partitions_for_topic(topic) if cluster is not None else None
+    except Exception:  # pragma: no cover - another kafka-python
+        return None
+    return None if found is None else set(found)
+
+
+def _forbid_auto_creation(consumer: Any) -> None:
+    """Make the consumer's metadata requests ask the broker not to create missing topics.
+    kafka-python 3.0 takes allow_auto_create_topics=False but does not hand it to the cluster
+    metadata that builds those requests: the setting is applied there too."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    config = getattr(cluster, "config", None)
+    if isinstance(config, dict):
+        config["allow_auto_create_topics"] = False
+
+
+def _position(consumer: Any, tp: Any, timeout_ms: int) -> int | None:
+    """The consumer's position on ``tp``, or None while it is not known. kafka-python's
+    ``position()`` completes a pending seek to the beginning or end first, and raises when that
+    fails (the topic is missing: the broker restarted empty and nobody recreated it yet)."""
+    from kafka.errors import KafkaError
+
+    try:
+        return consumer.position(tp, timeout_ms=timeout_ms)
+    except KafkaError as exc:
+        log.debug("the position on %s:%d is not known yet: %s", tp.topic, tp.partition, exc)
+        return None
+
+
+def _request_metadata(consumer: Any) -> None:
+    """Ask the consumer for a metadata refresh soon (does not wait for it)."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    with contextlib.suppress(Exception):
+        if cluster is not None:
+            cluster.request_update()
+
+
 def ensure_topics(client: dict[str, Any], topics: list[str], partitions: int = 1) -> list[str]:
     """Create the missing ones of ``topics`` (replication factor 1); returns those created.
     ``client`` holds kafka-python client settings (at least ``bootstrap_servers``)."""
@@ -219,7 +261,15 @@ class Daemon:
         self._connected: bool | None = None
         self._connection_metric: Any = None
         self._last_topic_check = 0.0
+        # After a reset, the topics are checked on every poll until then (monotonic time): the
+        # metadata refresh it asked for brings the new topic id and partitions within moments.
+        self._recheck_until = 0.0
         self._resumed: set[str] = set()  # partitions resumed in spite of a reset
+        # Partitions positioned in the topic as it is now, by a reset (beyond_end, out_of_range)
+        # or because they are new, with the monotonic time of it: the new topic id the metadata
+        # shows afterwards is that same loss, and must not re-position (and re-read) them.
+        self._repositioned: dict[str, float] = {}
+        self._missing_topics: set[str] = set()  # input topics the metadata lacks, once warned
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -399,9 +449,17 @@ class Daemon:
                     # Every position is set explicitly (_seek); an offset out of range must
                     # raise rather than be reset silently (kafka.on_partition_reset decides).
                     auto_offset_reset="none",
+                    # Its metadata requests must not create a missing input topic (brokers with
+                    # auto-creation, Tansu and Kafka's default, do): after a broker restarted
+                    # empty, the daemon recreated its input topic with the broker's default
+                    # partition count before the operator could, and the messages sent to the
+                    # partitions it did not read were never read. Topics are created only by
+                    # kafka.create_topics, with kafka.topic_partitions.
+                    allow_auto_create_topics=False,
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
                     fetch_max_wait_ms=min(100, max(1, config.kafka.poll_timeout_ms)),
                 )
+                _forbid_auto_creation(consumer)
                 partitions = self._partitions(consumer)
                 consumer.assign(partitions)
                 self._seek(consumer, partitions)
@@ -504,10 +562,20 @@ class Daemon:
 
     # -- partitions that lost the offsets the model resumes from ---------------------------
 
+    #: Seconds between two checks of the topics' ids and partitions in the consumer's metadata.
+    TOPIC_CHECK_SECONDS = 10.0
+
     def _check_topic_ids(self, consumer: Any) -> None:
         """Compare the topics' ids with those the checkpoint recorded: a new id means the topic
         was deleted and recreated, so the offsets the model resumes from mean nothing there."""
         assert self.processor is not None
+        # A reset's mark lasts until the metadata surely shows the topic as it was then.
+        horizon = time.monotonic() - (
+            getattr(consumer, "config", {}).get("metadata_max_age_ms", 300_000) / 1000 + 60.0
+        )
+        for name, when in list(self._repositioned.items()):
+            if when < horizon:
+                del self._repositioned[name]
         for topic in self._topics():
             current = _topic_id(consumer, topic)
             saved = self.processor.topic_ids.get(topic)
@@ -515,12 +583,67 @@ class Daemon:
                 continue
             if saved is not None and saved != current:
                 for tp in consumer.assignment():
-                    if tp.topic == topic:
-                        self._partition_reset(
-                            consumer, tp, "topic_recreated",
-                            f"topic {topic} has the id {current}, the model read {saved}",
+                    if tp.topic != topic:
+                        continue
+                    name = f"{tp.topic}:{tp.partition}"
+                    if self._repositioned.pop(name, None) is not None:
+                        log.info(
+                            "topic %s has the id %s, the model read %s: the loss already "
+                            "noticed at %s, which is read from offset %d on",
+                            topic, current, saved, name, self.processor.offsets.get(name, 0),
                         )
+                        continue
+                    self._partition_reset(
+                        consumer, tp, "topic_recreated",
+                        f"topic {topic} has the id {current}, the model read {saved}",
+                    )
             self.processor.topic_ids[topic] = current
+
+    def _check_new_partitions(self, consumer: Any) -> None:
+        """Read the partitions an input topic gained (added, or the topic was recreated with
+        more): partitions are assigned, not balanced, so without this the messages sent to them
+        were never read, silently. A partition the model never read is read from its beginning
+        (as at start); one it read before resumes at the model's offset (a partition that
+        lost it is then noticed as any other)."""
+        from kafka import TopicPartition
+
+        assert self.processor is not None
+        for topic in self._topics():
+            missing = _known_partitions(consumer, topic) is None
+            if missing and topic not in self._missing_topics:
+                log.warning(
+                    "topic %s does not exist on the broker (any more): nothing of it is read "
+                    "until it is created again (the daemon creates topics only when it starts, "
+                    "with kafka.create_topics)", topic,
+                )
+                self._missing_topics.add(topic)
+            elif not missing and topic in self._missing_topics:
+                log.info("topic %s exists again", topic)
+                self._missing_topics.discard(topic)
+        assigned = list(consumer.assignment())
+        added = [
+            TopicPartition(topic, partition)
+            for topic in self._topics()
+            for partition in sorted(_known_partitions(consumer, topic) or ())
+            if TopicPartition(topic, partition) not in assigned
+        ]
+        if not added:
+            return
+        consumer.assign(assigned + added)
+        for tp in added:
+            name = f"{tp.topic}:{tp.partition}"
+            if name in self.processor.offsets:
+                consumer.seek(tp, self.processor.offsets[name])
+            else:
+                consumer.seek_to_beginning(tp)
+            # Known from the current metadata: a new topic id seen later is not news for it.
+            self._repositioned[name] = time.monotonic()
+            self.metrics.partitions_added.labels(topic=tp.topic).inc()
+        log.warning(
+            "new partitions %s: reading them (from the model's offset, or from their beginning "
+            "if the model never read them)",
+            ", ".join(f"{tp.topic}:{tp.partition}" for tp in added),
+        )
 
     def _check_positions(self) -> None:
         """A position beyond the high watermark cannot happen while the partition keeps its
@@ -531,16 +654,18 @@ class Daemon:
             high = consumer.highwater(tp)
             if high is None:
                 continue
-            position = consumer.position(tp)
+            position = _position(consumer, tp, self.config.kafka.poll_timeout_ms)
             name = f"{tp.topic}:{tp.partition}"
             if position is not None and position > high and name not in self._resumed:
                 self._partition_reset(
                     consumer, tp, "beyond_end",
                     f"the model resumes at offset {position}, the partition ends at {high}",
                 )
-        if time.monotonic() - self._last_topic_check >= 10.0:
-            self._last_topic_check = time.monotonic()
+        now = time.monotonic()
+        if now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until:
+            self._last_topic_check = now
             self._check_topic_ids(consumer)
+            self._check_new_partitions(consumer)
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
         assert self.processor is not None
@@ -582,11 +707,22 @@ class Daemon:
             consumer.seek_to_beginning(tp)
         else:
             consumer.seek_to_end(tp)
-        position = consumer.position(tp)
-        self.processor.offsets[name] = position
+        position = _position(consumer, tp, self.config.kafka.request_timeout_ms)
+        # Until then the partition is not fetched; once the topic is back, what it reads from
+        # where the seek lands is new to the model: nothing of it may be skipped.
+        self.processor.offsets[name] = 0 if position is None else position
+        if cause != "topic_recreated":
+            self._repositioned[name] = time.monotonic()
+        # The topic may have a new id and other partitions: learn them now, not in minutes.
+        _request_metadata(consumer)
+        self._recheck_until = time.monotonic() + 30.0
+        where = (
+            f"offset {position}" if position is not None else
+            f"its {'beginning' if policy == 'earliest' else 'end'} once the broker has it again"
+        )
         log.warning(
-            "%s. kafka.on_partition_reset = %r: the model is kept and %s is read from offset %d",
-            problem, policy, name, position,
+            "%s. kafka.on_partition_reset = %r: the model is kept and %s is read from %s",
+            problem, policy, name, where,
         )
 
     def _watch_connection(self) -> None:
@@ -743,7 +879,9 @@ class Daemon:
             high = self._consumer.highwater(tp)
             if high is None:
                 continue
-            position = self._consumer.position(tp)
+            position = _position(self._consumer, tp, self.config.kafka.poll_timeout_ms)
+            if position is None:
+                continue
             self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(
                 max(0, high - position)
             )
@@ -751,7 +889,8 @@ class Daemon:
     def _drained(self) -> bool:
         for tp in self._consumer.assignment():
             high = self._consumer.highwater(tp)
-            if high is None or self._consumer.position(tp) < high:
+            position = _position(self._consumer, tp, self.config.kafka.poll_timeout_ms)
+            if high is None or position is None or position < high:
                 return False
         return True
 

@@ -179,6 +179,13 @@ class Metrics:
             ["topic", "partition", "cause"],
             registry=r,
         )
+        self.partitions_added = Counter(
+            "stream_svm_partitions_added",
+            "Partitions an input topic gained while the daemon ran (added, or the topic was "
+            "recreated with more), which it then reads too",
+            ["topic"],
+            registry=r,
+        )
         self.batch_failures = Counter(
             "stream_svm_batch_failures",
             "Polled batches whose processing failed as a whole (the daemon then stops without "

@@ -345,3 +345,140 @@ def test_a_batch_that_fails_as_a_whole_commits_and_checkpoints_nothing_of_it(
     outputs = read_all(broker.bootstrap_servers, kafka.output_topic, 8)
     assert sorted(o["id"] for o in outputs) == [f"v{i}" for i in range(8)]
     assert sorted(daemon.processor.model.stored_keys()) == [f"v{i}" for i in range(8)]
+
+
+def _topics_on(servers: str) -> set[str]:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
+def _produce_to(servers: str, topic: str, messages: list[tuple[int, dict[str, Any]]]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=1)
+    try:
+        for partition, message in messages:
+            producer.send(topic, value=json.dumps(message).encode(), partition=partition)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=10)
+
+
+@pytest.mark.slow
+def test_a_topic_recreated_with_more_partitions_under_the_daemon_is_read_whole(
+        tmp_path, monkeypatch):
+    """The broker restarts empty under the daemon, and the operator recreates the input topic
+    with three partitions. The daemon must not have recreated the topic itself (its metadata
+    requests once did, with the broker's default partition count, on a loaded machine), it
+    reads the partitions it was never assigned (they were never read: a silent stall), and
+    the new topic id, seen after the daemon had already re-positioned the partition that lost
+    its offsets, does not make it read that partition a second time. The metadata's topic id
+    is held at the old one until the new messages are read (as a lagging refresh would)."""
+    import connectors.daemon as daemon_module
+
+    real_topic_id = daemon_module._topic_id
+    frozen: dict[str, str | None] = {}
+    hold = threading.Event()
+    hold.set()
+
+    def lagging_topic_id(consumer, topic):
+        current = real_topic_id(consumer, topic)
+        return frozen.setdefault(topic, current) if hold.is_set() else current
+
+    monkeypatch.setattr(daemon_module, "_topic_id", lagging_topic_id)
+    monkeypatch.setattr(Daemon, "TOPIC_CHECK_SECONDS", 0.2)
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    daemon = None
+    thread = None
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path,
+                         **{"kafka.on_partition_reset": "earliest", "kafka.poll_timeout_ms": 50})
+        kafka = config.kafka
+        topic = kafka.input_topic
+        others = [kafka.output_topic, kafka.dead_letter_topic]
+        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, [topic, *others])
+        produce(embedded.bootstrap_servers, topic, [_valid(i) for i in range(20)])
+        daemon = Daemon(config)
+        thread = threading.Thread(target=daemon.run, daemon=True)
+        thread.start()
+        assert wait_for(lambda: daemon.summary.messages == 20, 30)
+        seen: list[bool] = []
+        embedded = _restart(embedded, lambda: seen.append(wait_for(
+            lambda: b"stream_svm_connected 0.0" in daemon.metrics.render(), 20)))
+        assert seen == [True]
+        servers = embedded.bootstrap_servers
+        assert wait_for(lambda: b"stream_svm_connected 1.0" in daemon.metrics.render(), 20)
+        # The reconnected consumer asks for the missing topic's metadata: the broker must not
+        # create it for the daemon (it did so within a second).
+        assert not wait_for(lambda: topic in _topics_on(servers), 3)
+        ensure_topics({"bootstrap_servers": servers}, [topic], partitions=3)
+        ensure_topics({"bootstrap_servers": servers}, others)
+        new = [(p, _valid(20 + 2 * p + k)) for p in range(3) for k in range(2)]
+        _produce_to(servers, topic, new)
+        assert wait_for(lambda: daemon.summary.messages == 26, 60), daemon.summary
+        assert sorted(daemon.processor.model.stored_keys()) == sorted(
+            f"v{i}" for i in range(26))
+        text = daemon.metrics.render().decode()
+        assert re.search(rf'stream_svm_partitions_added_total\{{topic="{topic}"\}} 2\.0', text)
+        assert re.search(r'stream_svm_partition_resets_total\{cause="beyond_end",'
+                         r'partition="0",topic="[^"]+"\} 1\.0', text), text
+        # The metadata catches up with the new topic id: partition 0 was read from the new
+        # topic's beginning already, nothing is read twice.
+        old_id = frozen[topic]
+        hold.clear()
+        assert wait_for(lambda: daemon.processor.topic_ids.get(topic) not in (None, old_id), 20)
+        assert not wait_for(lambda: daemon.summary.messages > 26, 3), daemon.summary
+        assert "topic_recreated" not in daemon.metrics.render().decode()
+        assert daemon.processor.offsets == {f"{topic}:{p}": 2 for p in range(3)}
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        embedded.stop()
+
+
+def test_a_reset_whose_new_position_is_not_known_yet_does_not_end_the_daemon(tmp_path):
+    """The partition lost its offsets while its topic is missing (the broker restarted empty,
+    nobody recreated the topic yet): kafka-python's position() raises instead of answering. The
+    reset once escaped the loop and ended the daemon's thread; now the partition waits for the
+    topic, and whatever it then reads from its beginning is new to the model (nothing skipped)."""
+    from kafka import TopicPartition
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    config = _config("127.0.0.1:9", tmp_path, **{"kafka.on_partition_reset": "earliest"})
+    tp = TopicPartition(config.kafka.input_topic, 0)
+    name = f"{tp.topic}:0"
+
+    class MissingTopicConsumer:
+        def __init__(self) -> None:
+            self.sought: list[Any] = []
+
+        def assignment(self):
+            return {tp}
+
+        def highwater(self, partition):
+            return 0
+
+        def seek_to_beginning(self, partition):
+            self.sought.append(partition)
+
+        def position(self, partition, timeout_ms=None):
+            raise UnknownTopicOrPartitionError(partition.topic)
+
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._restore()
+    daemon.processor.offsets[name] = 20
+    daemon._consumer = consumer = MissingTopicConsumer()
+    daemon._partition_reset(consumer, tp, "beyond_end", "the partition ends at 0")
+    assert consumer.sought == [tp] and daemon.processor.offsets[name] == 0
+    daemon._check_positions()
+    daemon._update_lag()
+    assert not daemon._drained()
+    assert 'cause="beyond_end"' in daemon.metrics.render().decode()
