@@ -25,6 +25,12 @@ same x under the opposite label, a linear kernel with |S| > d + 1) is refused en
 leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
 re-solves the margin system from a fresh factorization when round-off has accumulated.
 
+Recovery. An update whose result fails the KKT check is redone from the snapshot one point at a
+time; a point whose path still ends off the KKT conditions (typically after its removal shrank
+the solution's terms by orders of magnitude, so that its set changes were resolved only to the
+round-off of the old terms) is repaired: the few violators are removed and added back along the
+path, at the new scale. Only then is the update refused (ConvergenceError, model unchanged).
+
 Scale. Every tolerance is relative to the quantity it guards, never absolute: kernel values to
 the largest K(x, x) seen, coefficients to C and to the coefficients themselves, g (dimensionless)
 to the magnitude of the terms summed into it, point by point (``g_terms``). Learning is
@@ -73,7 +79,8 @@ class UpdateStats:
     ``steps`` counts the linear solves, including the final segment that ends at eta = 1.
     ``migrations`` maps transitions such as ``"reserve->margin"`` to their counts.
     ``retried`` tells that the KKT check after the multiple path failed (round-off on a
-    numerically singular kernel) and the update was redone one point at a time.
+    numerically singular kernel) and the update was redone one point at a time (repairing a
+    derailed point's violators by removing and adding them back, see ``_repair``).
     """
 
     added: int = 0
@@ -88,6 +95,14 @@ class UpdateStats:
     def count(self, migration: str, times: int = 1) -> None:
         if times:
             self.migrations[migration] = self.migrations.get(migration, 0) + times
+
+    def absorb(self, part: UpdateStats) -> None:
+        """Add the path work of a part of this update (a retried point, a repair)."""
+        self.breakpoints += part.breakpoints
+        self.steps += part.steps
+        self.refactorized |= part.refactorized
+        for name, times in part.migrations.items():
+            self.count(name, times)
 
 
 def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
@@ -605,12 +620,8 @@ class PathEngine:
                 stats = self._run_update(X_one, y_one, key_one, remove_one)
             else:
                 stats = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], remove_one)
-            total.breakpoints += stats.breakpoints
-            total.steps += stats.steps
-            total.refactorized |= stats.refactorized
-            for name, count in stats.migrations.items():
-                total.count(name, count)
-            if not self._kkt_holds():
+            total.absorb(stats)
+            if not self._kkt_holds() and not self._repair(total):
                 violation = self.kkt_violation()
                 raise ConvergenceError(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
@@ -618,6 +629,49 @@ class PathEngine:
                     "is unchanged"
                 )
         return total
+
+    def _violators(self) -> np.ndarray:
+        """Positions whose KKT condition fails (relative to their terms, as in ``_kkt_holds``)."""
+        n = self.n
+        g, status = self._g[:n], self._status[:n]
+        violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
+        violation[self._margin] = np.abs(g[self._margin])
+        terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
+        return np.flatnonzero(~(violation <= self.kkt_tol * terms))
+
+    def _repair(self, total: UpdateStats, rounds: int = 3) -> bool:
+        """Bring a complete but derailed solution back to the KKT conditions; True on success.
+
+        A path whose coefficients shrank by orders of magnitude (a hard margin at C * K ~ 1e15
+        losing its large coefficients) resolved its set changes only to the round-off of the
+        terms it started with: at the end, with small terms, a few points sit on the wrong side
+        (a reserve point with g < 0, an error point with g > 0, an empty margin set whose b
+        left the feasible interval). Every other point holds its condition given the violators'
+        coefficients, which is all the decremental path needs to move those to 0 exactly; the
+        incremental path then adds them back, now at the solution's own scale, with their keys
+        and insertion order. Recovery only: the common path never comes here.
+        """
+        for _ in range(rounds):
+            self.recompute_error_contributions()
+            if self._kkt_holds():
+                return True
+            violators = self._violators()
+            if violators.size == 0:  # only sum(y alpha) = 0 fails: no point to move
+                return False
+            keys = [self._keys[position] for position in violators]
+            X_back = self._X[violators].copy()
+            y_back = self._y[violators].copy()
+            sequence = self._seq[violators].copy()
+            next_sequence = self._next_seq
+            removal = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], keys)
+            removal.migrations.pop("removed")  # the points are still stored: not a removal
+            total.absorb(removal)
+            total.absorb(self._run_update(X_back, y_back, keys, []))
+            self._seq[[self._pos[key] for key in keys]] = sequence
+            self._next_seq = next_sequence
+            if self._kkt_holds():
+                return True
+        return False
 
     def _kkt_holds(self) -> bool:
         """The maintained solution satisfies the KKT conditions to kkt_tol, each point's relative
@@ -805,6 +859,12 @@ class PathEngine:
             limit = 1000 + 10 * (n + D.size)
         eps = np.finfo(float).eps
         adding = status[D] == ADDING
+        if D.size == n and not adding.any():
+            # Every stored point leaves: no condition remains to be kept. Following the path
+            # would only chase the round-off left in the last coefficients (an imbalance of
+            # 1e-31 that no point remains to absorb).
+            alpha[D] = 0.0
+            return
         active = np.ones(D.size, dtype=bool)
         beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
         driven_effect = K_D @ beta_D  # sum_j K(x_i, x_j) beta_j over the driven points
@@ -815,6 +875,7 @@ class PathEngine:
         # coefficients' sum, which is not C's: with C * K large the solution's coefficients are
         # far below C, and a C-sized threshold dropped whole moves (removals of such points).
         arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
+        no_imbalance = arrived  # an imbalance of sum(y dalpha_D) up to this is treated as none
 
         while active.any():
             if stats.steps >= limit:
@@ -835,7 +896,7 @@ class PathEngine:
             margin = self._margin
             k = margin.size
             bias_only = False
-            if abs(beta_sum) <= arrived:
+            if abs(beta_sum) <= no_imbalance:
                 # An imbalance at the equality's round-off (which grows with C) is no imbalance,
                 # here as with an empty margin set; honouring it would push margin points out.
                 beta_sum = 0.0
@@ -899,6 +960,14 @@ class PathEngine:
             if finish:
                 step = 1.0
             elif not np.isfinite(eta_min):
+                if bias_only and abs(beta_sum) <= 1e-4 * self.kkt_tol * C:
+                    # No point can absorb the imbalance (every remaining point would move away
+                    # from the margin: one class left, with driven coefficients at round-off
+                    # size whose sum does not cancel). An imbalance far inside what the KKT
+                    # check accepts on sum(y alpha) is round-off: finish with b fixed, and let
+                    # that check judge the result.
+                    no_imbalance = abs(beta_sum)
+                    continue
                 raise ConvergenceError(
                     "the margin set is empty and no point can enter it; the model is unchanged"
                 )
