@@ -17,8 +17,9 @@ stored; ``--compare FILE`` prints, path by path, how many updates took another n
 breakpoints and the largest difference of final decision values on probe points, then the
 time per breakpoint against FILE's (same machine, one BLAS thread).
 
-Run: ``.venv/bin/python benchmarks/bench_paths.py --out benchmarks/out/paths.json``
-and later ``... --out new.json --compare benchmarks/out/paths.json``.
+Run: ``.venv/bin/python benchmarks/bench_paths.py --out benchmarks/out/paths.json --compare
+benchmarks/reference/paths_numpy_engine.json``. The reference is the record of the engine whose
+breakpoint loop ran in numpy (Givens rotations in Python), before its loop was compiled.
 """
 
 from __future__ import annotations
