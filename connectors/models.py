@@ -120,7 +120,10 @@ def check_model_config(config: Config) -> None:
     applicable = set(applicable_settings(model_type))
     for name in SCHEMA["model"]:
         source = config.sources.get(f"model.{name}", "default")
-        if name != "type" and name not in applicable and source != "default":
+        # A value equal to the default changes nothing (a configuration written out whole,
+        # e.g. from Config.as_dict, lists every setting).
+        if (name != "type" and name not in applicable and source != "default"
+                and getattr(config.model, name) != SCHEMA["model"][name].default):
             raise ConfigError(
                 f"setting model.{name} (from {source}) does not apply to model.type "
                 f"{model_type}; its settings are: {', '.join(sorted(applicable))}"
