@@ -80,3 +80,546 @@ def kernel_columns(int kind, double[:, ::1] X, Py_ssize_t n, long[::1] positions
                         out[i, c] = pow(gamma * acc + coef0, degree)
                     else:
                         out[i, c] = acc
+
+
+# ---------------------------------------------------------------------------------------------
+# The breakpoint loop (PathEngine._follow_path): everything that happens per breakpoint.
+#
+# It is resumable: when it needs Python (a kernel column of a user-callable kernel, or more
+# capacity for the margin set) it returns a request code with its state saved in the arrays
+# and scalars the caller owns, and the caller calls it again after serving the request.
+
+from libc.float cimport DBL_EPSILON
+from libc.math cimport fabs, INFINITY, isfinite, sqrt
+from libc.string cimport memmove
+from scipy.linalg.cython_blas cimport ddot, dgemv, dtrsv
+
+cdef enum:
+    MARGIN = 0
+    ERROR = 1
+    RESERVE = 2
+    ADDING = 3
+    REMOVING = 4
+
+# Return codes of follow_path, and the slots of the float scalars (``fs``) and integer scalars
+# (``ints``) the loop keeps between calls.
+cdef enum:
+    DONE_ = 0
+    NEED_COLUMN_ = 1
+    NEED_CAPACITY_ = 2
+    LIMIT_ = 3
+    EMPTY_MARGIN_ = 4
+    NON_FINITE_ = 5
+
+cdef enum:
+    F_B_ = 0
+    F_T_ = 1
+    F_ARRIVED_ = 2
+    F_NO_IMBALANCE_ = 3
+    F_DIAG_SCALE_ = 4
+
+cdef enum:
+    I_STEPS_ = 0
+    I_BREAKPOINTS_ = 1
+    I_FRESH_ = 2
+    I_PENDING_ = 3
+    I_K_ = 4
+    I_U_VALID_ = 5
+    I_LIMIT_ = 6
+    I_COLUMN_READY_ = 7
+
+DONE, NEED_COLUMN, NEED_CAPACITY, LIMIT, EMPTY_MARGIN, NON_FINITE = (
+    DONE_, NEED_COLUMN_, NEED_CAPACITY_, LIMIT_, EMPTY_MARGIN_, NON_FINITE_)
+F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
+    F_B_, F_T_, F_ARRIVED_, F_NO_IMBALANCE_, F_DIAG_SCALE_)
+I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_U_VALID, I_LIMIT, I_COLUMN_READY = (
+    I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_U_VALID_, I_LIMIT_,
+    I_COLUMN_READY_)
+
+# Migration counters (``counts``), in this order.
+MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
+              "reserve->margin", "error->margin", "added->error")
+cdef enum:
+    M_MARGIN_ERROR = 0
+    M_MARGIN_RESERVE = 1
+    M_ADDED_MARGIN = 2
+    M_REFUSED = 3
+    M_RESERVE_MARGIN = 4
+    M_ERROR_MARGIN = 5
+    M_ADDED_ERROR = 6
+
+cdef int REFRESH_STEPS = 64
+
+
+cdef void _solve_factor(double[:, ::1] R, int k, double* x) noexcept nogil:
+    """x <- P^-1 x with P = R'R, R upper in C order (a column-major lower factor R')."""
+    cdef int one = 1, lda = R.shape[1]
+    cdef char lower = b'L', notrans = b'N', trans = b'T', nonunit = b'N'
+    # R' in column-major storage is R in C order: R' w = x, then R v = w.
+    dtrsv(&lower, &notrans, &nonunit, &k, &R[0, 0], &lda, x, &one)
+    dtrsv(&lower, &trans, &nonunit, &k, &R[0, 0], &lda, x, &one)
+
+
+cdef void _margin_remove(double[:, ::1] R, double[:, ::1] KS, long[::1] margin,
+                         long[::1] slot_of, Py_ssize_t n, Py_ssize_t k, Py_ssize_t slot,
+                         double* column) noexcept nogil:
+    """Remove S's member at ``slot``: factor column (Givens), its kernel column (copied to
+    ``column``), its place in ``margin`` and the slots after it."""
+    cdef Py_ssize_t i
+    cdef long position = margin[slot]
+    for i in range(n):
+        column[i] = KS[i, slot]
+        if slot < k - 1:
+            memmove(&KS[i, slot], &KS[i, slot + 1], (k - 1 - slot) * sizeof(double))
+    _delete_factor_column(R, k, slot)
+    for i in range(slot, k - 1):
+        margin[i] = margin[i + 1]
+        slot_of[margin[i]] -= 1
+    slot_of[position] = -1
+
+
+cdef bint _margin_add(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, long[::1] slot_of,
+                      signed char[::1] status, Py_ssize_t n, Py_ssize_t k, long position,
+                      double* column, double* t, double diag_scale, double degeneracy_tol,
+                      double* work) noexcept nogil:
+    """Append a point to S given its kernel column (capacity for k + 1 must exist); False when
+    it is degenerate (its Schur complement in P is numerically zero)."""
+    cdef double diag = column[position], pivot2, scale
+    cdef Py_ssize_t i
+    cdef int kk = <int>k, one = 1, lda = R.shape[1]
+    cdef char lower = b'L', notrans = b'N', nonunit = b'N'
+    if k == 0:
+        # t on the kernel's scale (see PathEngine._shift).
+        scale = diag if diag > diag_scale else diag_scale
+        t[0] = scale if scale > 0 else 1.0
+        pivot2 = diag + t[0]
+        if pivot2 <= 0:
+            return False
+        R[0, 0] = sqrt(pivot2)
+    else:
+        for i in range(k):
+            work[i] = column[margin[i]] + t[0]
+        dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda, work, &one)
+        for i in range(k):
+            if not isfinite(work[i]):
+                return False
+        pivot2 = diag + t[0] - ddot(&kk, work, &one, work, &one)
+        if pivot2 <= degeneracy_tol * (diag + t[0]):
+            return False
+        for i in range(k):
+            R[i, k] = work[i]
+            R[k, i] = 0.0
+        R[k, k] = sqrt(pivot2)
+    for i in range(n):
+        KS[i, k] = column[i]
+    slot_of[position] = k
+    margin[k] = position
+    status[position] = MARGIN
+    return True
+
+
+cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_drift,
+                             Py_ssize_t n, double* column, Py_ssize_t stride, double weight,
+                             double C, bint joining) noexcept nogil:
+    """h += weight * column (joining E) or -= (leaving), with h's size and drift bound."""
+    cdef Py_ssize_t i
+    cdef double size, value
+    for i in range(n):
+        value = column[i * stride]
+        size = fabs(value) * C
+        if joining:
+            h[i] += value * weight
+            h_abs[i] += size
+        else:
+            h[i] -= value * weight
+            h_abs[i] = h_abs[i] - size if h_abs[i] - size > 0.0 else 0.0
+        h_drift[i] += size
+
+
+def follow_path(
+    int kernel_kind, double gamma, int degree, double coef0, double ridge,
+    double[:, ::1] X, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
+    double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
+    long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
+    double[:, ::1] KS, double[:, ::1] R, long[::1] margin, double[::1] u,
+    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
+    double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+    double[::1] change, double[::1] eta, double[::1] sensitivity,
+):
+    """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
+    request, or a failure: LIMIT, EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a
+    user-callable kernel: a stored point's column is then requested (NEED_COLUMN_, position in
+    ``ints[I_PENDING_]``) and read from ``column`` when called again."""
+    cdef int code
+    with nogil:
+        code = _follow(kernel_kind, gamma, degree, coef0, ridge, X, n, C, kkt_tol,
+                       degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift, KS, R,
+                       margin, u, D, K_D, adding, active, blocked, beta_D, driven_effect, fs,
+                       ints, counts, column, work, change, eta, sensitivity)
+    return code
+
+
+cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, double ridge,
+                    double[:, ::1] X, Py_ssize_t n, long p, double* out) noexcept nogil:
+    """K(x_i, x_p) (+ ridge at i = p) for i < n; 1 when a value is not finite."""
+    cdef Py_ssize_t i, f, dim = X.shape[1]
+    cdef double acc, diff
+    for i in range(n):
+        acc = 0.0
+        if kernel_kind == RBF:
+            for f in range(dim):
+                diff = X[i, f] - X[p, f]
+                acc = acc + diff * diff
+            out[i] = exp(-gamma * acc)
+        else:
+            for f in range(dim):
+                acc = acc + X[i, f] * X[p, f]
+            out[i] = pow(gamma * acc + coef0, degree) if kernel_kind == POLY else acc
+        if not isfinite(out[i]):
+            return 1
+    out[p] += ridge
+    return 0
+
+
+cdef int _follow(
+    int kernel_kind, double gamma, int degree, double coef0, double ridge,
+    double[:, ::1] X, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
+    double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
+    long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
+    double[:, ::1] KS, double[:, ::1] R, long[::1] margin, double[::1] u,
+    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
+    double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+    double[::1] change, double[::1] eta, double[::1] sensitivity,
+) noexcept nogil:
+    cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
+    cdef Py_ssize_t n_ties, best
+    cdef double eps = DBL_EPSILON, C_ = C
+    cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
+    cdef double shifted_db, u_sum, v_sum, value, eta_unit, coefficient_scale, window, s_max
+    cdef double sens_max, d_alpha
+    cdef bint any_active, bias_only, finish, any_event, rising, falling
+    cdef signed char state
+    cdef int one = 1, kk, lda_ks = KS.shape[1], lda_kd = K_D.shape[1], mm = <int>m
+    cdef int nn = <int>n
+    cdef char trans = b'T'
+    cdef double d_one = 1.0, d_zero = 0.0
+    cdef double* beta_S = &work[capacity]  # work: [0, capacity) scratch, then beta_S
+
+    # A migration into S interrupted by a request: finish it first.
+    if ints[I_PENDING_] >= 0:
+        code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_, degeneracy_tol,
+                             y, alpha, g, status, slot_of, h, h_abs, h_drift, KS, R, margin, D,
+                             K_D, active, blocked, beta_D, driven_effect, fs, ints, counts,
+                             column, work)
+        if code != DONE_:
+            return code
+
+    while True:
+        any_active = False
+        for j in range(m):
+            if active[j]:
+                any_active = True
+                break
+        if not any_active:
+            break
+        if ints[I_STEPS_] >= ints[I_LIMIT_]:
+            return LIMIT_
+        if ints[I_FRESH_] >= REFRESH_STEPS:  # bound the round-off of the scaled contribution
+            for j in range(m):
+                if active[j]:
+                    beta_D[j] = y[D[j]] * ((C_ - alpha[D[j]]) if adding[j] else -alpha[D[j]])
+                else:
+                    beta_D[j] = 0.0
+            dgemv(&trans, &mm, &nn, &d_one, &K_D[0, 0], &lda_kd, &beta_D[0], &one, &d_zero,
+                  &driven_effect[0], &one)
+            ints[I_FRESH_] = 0
+        beta_sum = 0.0
+        beta_scale = 0.0
+        for j in range(m):
+            beta_sum += beta_D[j]
+            beta_scale += fabs(beta_D[j])
+        if beta_scale <= fs[F_ARRIVED_]:
+            for j in range(m):
+                if active[j]:
+                    alpha[D[j]] = C_ if adding[j] else 0.0
+            break
+        k = ints[I_K_]
+        kk = <int>k
+        bias_only = False
+        if fabs(beta_sum) <= fs[F_NO_IMBALANCE_]:
+            beta_sum = 0.0
+        if k:
+            # beta_S, db from K_SS beta + db 1 = -driven_effect_S, 1' beta = -beta_sum.
+            if not ints[I_U_VALID_]:
+                for i in range(k):
+                    u[i] = 1.0
+                _solve_factor(R, kk, &u[0])
+                ints[I_U_VALID_] = 1
+            for i in range(k):
+                beta_S[i] = -driven_effect[margin[i]]
+            _solve_factor(R, kk, beta_S)
+            v_sum = 0.0
+            u_sum = 0.0
+            for i in range(k):
+                v_sum += beta_S[i]
+                u_sum += u[i]
+            shifted_db = (v_sum + beta_sum) / u_sum
+            for i in range(k):
+                beta_S[i] = beta_S[i] - u[i] * shifted_db
+            db = shifted_db + fs[F_T_] * (-beta_sum)
+            dgemv(&trans, &kk, &nn, &d_one, &KS[0, 0], &lda_ks, beta_S, &one, &d_zero,
+                  &change[0], &one)
+            for i in range(n):
+                change[i] = change[i] + driven_effect[i]
+                change[i] = change[i] + db
+        else:
+            if fabs(beta_sum) > 1e-12 * beta_scale:
+                bias_only = True
+                db = 1.0 if beta_sum > 0 else -1.0
+                for i in range(n):
+                    change[i] = db
+            else:
+                db = 0.0
+                for i in range(n):
+                    change[i] = driven_effect[i]
+        # change becomes gamma = y * change.
+        for i in range(n):
+            change[i] = y[i] * change[i]
+        beta_S_scale = 0.0
+        for i in range(k):
+            beta_S_scale += fabs(beta_S[i])
+        if bias_only:
+            scale = fabs(db)
+        else:
+            scale = fs[F_DIAG_SCALE_] * (beta_S_scale + beta_scale) + fabs(db)
+        tol_g = 1e3 * eps * scale
+        tol_a = 1e3 * eps * (beta_S_scale + beta_scale)
+        if k:
+            s_max = 0.0
+            v_sum = 0.0
+            for i in range(k):
+                if fabs(change[margin[i]]) > s_max:
+                    s_max = fabs(change[margin[i]])
+                v_sum += beta_S[i]
+            if 10.0 * s_max > tol_g:
+                tol_g = 10.0 * s_max
+            if 10.0 * fabs(v_sum + beta_sum) > tol_a:
+                tol_a = 10.0 * fabs(v_sum + beta_sum)
+
+        any_event = False
+        sens_max = 0.0
+        for i in range(n):
+            eta[i] = INFINITY
+            sensitivity[i] = fabs(change[i])
+            state = status[i]
+            rising = (state == ERROR or state == ADDING) and change[i] > tol_g
+            falling = state == RESERVE and change[i] < -tol_g
+            if (rising or falling) and not blocked[i]:
+                eta[i] = -g[i] / change[i]
+                any_event = True
+                if sensitivity[i] > sens_max:
+                    sens_max = sensitivity[i]
+        if k and not bias_only:
+            for i in range(k):
+                d_alpha = y[margin[i]] * beta_S[i]
+                value = INFINITY
+                if d_alpha > tol_a:
+                    value = (C_ - alpha[margin[i]]) / d_alpha
+                elif d_alpha < -tol_a:
+                    value = -alpha[margin[i]] / d_alpha
+                eta[margin[i]] = value
+                sensitivity[margin[i]] = fabs(d_alpha)
+        eta_min = INFINITY
+        for i in range(n):
+            if eta[i] < 0.0:
+                eta[i] = 0.0
+            if eta[i] < eta_min:
+                eta_min = eta[i]
+        finish = (not bias_only) and eta_min >= 1.0
+        if finish:
+            step = 1.0
+        elif not isfinite(eta_min):
+            if bias_only and fabs(beta_sum) <= 1e-4 * kkt_tol * C_:
+                # Round-off that no point can absorb (see PathEngine._follow_path).
+                fs[F_NO_IMBALANCE_] = fabs(beta_sum)
+                continue
+            return EMPTY_MARGIN_
+        else:
+            step = eta_min
+
+        if not bias_only:
+            for i in range(k):
+                value = alpha[margin[i]] + step * (y[margin[i]] * beta_S[i])
+                alpha[margin[i]] = 0.0 if value < 0.0 else (C_ if value > C_ else value)
+            for j in range(m):
+                if active[j]:
+                    alpha[D[j]] += step * y[D[j]] * beta_D[j]
+        fs[F_B_] += step * db
+        for i in range(n):
+            g[i] += step * change[i]
+        ints[I_STEPS_] += 1
+        if finish:
+            for j in range(m):
+                if active[j]:
+                    alpha[D[j]] = C_ if adding[j] else 0.0
+            break
+        if not bias_only:
+            for j in range(m):
+                beta_D[j] *= 1.0 - step
+            for i in range(n):
+                driven_effect[i] *= 1.0 - step
+            ints[I_FRESH_] += 1
+
+        # Ties: largest sensitivity, then lowest position (see PathEngine._follow_path).
+        window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
+        n_ties = 0
+        for i in range(n):
+            if eta[i] <= window:
+                n_ties += 1
+        if n_ties > 1:
+            eta_unit = 1.0
+            if any_event and 1.0 / sens_max < eta_unit:
+                eta_unit = 1.0 / sens_max
+            if not bias_only:
+                coefficient_scale = 0.0
+                for i in range(n):
+                    if alpha[i] > coefficient_scale:
+                        coefficient_scale = alpha[i]
+                if coefficient_scale > 0 and coefficient_scale / beta_scale < eta_unit:
+                    eta_unit = coefficient_scale / beta_scale
+            window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
+        best = -1
+        for i in range(n):
+            if eta[i] <= window and (best < 0 or sensitivity[i] > sensitivity[best]):
+                best = i
+        chosen = best
+        ints[I_BREAKPOINTS_] += 1
+        state = status[chosen]
+        if state == MARGIN:
+            slot = slot_of[chosen]
+            d_alpha = y[chosen] * beta_S[slot]
+            _margin_remove(R, KS, margin, slot_of, n, k, slot, &column[0])
+            ints[I_K_] = k - 1
+            ints[I_U_VALID_] = 0
+            # A point refused entry was in the span of S; with S smaller it may not be.
+            for i in range(n):
+                blocked[i] = 0
+            if d_alpha > 0:
+                alpha[chosen] = C_
+                status[chosen] = ERROR
+                _move_error_column(h, h_abs, h_drift, n, &column[0], 1, C_ * y[chosen], C_,
+                                   True)
+                counts[M_MARGIN_ERROR] += 1
+            else:
+                alpha[chosen] = 0.0
+                status[chosen] = RESERVE
+                counts[M_MARGIN_RESERVE] += 1
+        else:
+            ints[I_PENDING_] = chosen
+            code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_,
+                                 degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
+                                 KS, R, margin, D, K_D, active, blocked, beta_D, driven_effect,
+                                 fs, ints, counts, column, work)
+            if code != DONE_:
+                return code
+
+    # Points still driven to C at the end join E: their contributions summed per row first.
+    any_active = False
+    for j in range(m):
+        if active[j] and adding[j]:
+            status[D[j]] = ERROR
+            alpha[D[j]] = C_
+            counts[M_ADDED_ERROR] += 1
+            any_active = True
+    if any_active:
+        for i in range(n):
+            value = 0.0
+            s_max = 0.0
+            for j in range(m):
+                if active[j] and adding[j]:
+                    value += K_D[i, j] * (C_ * y[D[j]])
+                    s_max += fabs(K_D[i, j])
+            h[i] += value
+            h_abs[i] += s_max * C_
+            h_drift[i] += s_max * C_
+    return DONE_
+
+
+cdef int _enter_margin(
+    int kernel_kind, double gamma, int degree, double coef0, double ridge,
+    double[:, ::1] X, Py_ssize_t n, double C, double degeneracy_tol,
+    double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
+    long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
+    double[:, ::1] KS, double[:, ::1] R, long[::1] margin,
+    long[::1] D, double[:, ::1] K_D, unsigned char[::1] active,
+    unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
+    double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+) noexcept nogil:
+    """The pending point (``ints[I_PENDING_]``, not in S) enters S, or is refused entry."""
+    cdef long chosen = ints[I_PENDING_]
+    cdef Py_ssize_t k = ints[I_K_], i, j, index = -1, m = D.shape[0]
+    cdef signed char state = status[chosen]
+    cdef double weight
+    if k + 1 > R.shape[0] or k + 1 > KS.shape[1]:
+        return NEED_CAPACITY_
+    if state == ADDING:
+        for j in range(m):
+            if D[j] == chosen:
+                index = j
+                break
+        for i in range(n):
+            column[i] = K_D[i, index]
+    elif kernel_kind < 0:
+        if not ints[I_COLUMN_READY_]:
+            return NEED_COLUMN_
+    elif _column_of(kernel_kind, gamma, degree, coef0, ridge, X, n, chosen, &column[0]):
+        return NON_FINITE_
+    ints[I_COLUMN_READY_] = 0
+    ints[I_PENDING_] = -1
+    if _margin_add(R, KS, margin, slot_of, status, n, k, chosen, &column[0], &fs[F_T_],
+                   fs[F_DIAG_SCALE_], degeneracy_tol, &work[0]):
+        ints[I_K_] = k + 1
+        ints[I_U_VALID_] = 0
+        g[chosen] = 0.0
+        if state == ADDING:
+            weight = beta_D[index]
+            for i in range(n):
+                driven_effect[i] -= K_D[i, index] * weight
+            beta_D[index] = 0.0
+            active[index] = 0
+            counts[M_ADDED_MARGIN] += 1
+        elif state == ERROR:
+            _move_error_column(h, h_abs, h_drift, n, &column[0], 1, C * y[chosen], C, False)
+            counts[M_ERROR_MARGIN] += 1
+        else:
+            counts[M_RESERVE_MARGIN] += 1
+    else:
+        blocked[chosen] = 1
+        counts[M_REFUSED] += 1
+    return DONE_
+
+
+def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
+              double[::1] alpha, double[::1] h, double[::1] h_abs, double b, double[::1] g,
+              double[::1] terms) -> None:
+    """g_i = y_i f(x_i) - 1 with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the magnitude
+    of the terms summed into it, 1 + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s (see
+    PathEngine.g_terms), in one pass over S's kernel columns."""
+    cdef Py_ssize_t i, j, k = margin.shape[0]
+    cdef double f, size, abs_b = fabs(b)
+    cdef double[::1] coefficient = alpha.copy()[:k]
+    cdef double[::1] weight = alpha.copy()[:k]
+    for j in range(k):
+        coefficient[j] = y[margin[j]] * alpha[margin[j]]
+        weight[j] = alpha[margin[j]]
+    with nogil:
+        for i in range(n):
+            f = 0.0
+            size = 0.0
+            for j in range(k):
+                f = f + KS[i, j] * coefficient[j]
+                size = size + fabs(KS[i, j]) * weight[j]
+            g[i] = y[i] * (h[i] + b + f) - 1.0
+            terms[i] = 1.0 + abs_b + h_abs[i] + size

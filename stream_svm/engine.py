@@ -57,7 +57,7 @@ from scipy.linalg import cholesky
 from scipy.linalg.lapack import dpotrs, dtrtrs
 
 from stream_svm import _pathcore
-from stream_svm.kernels import Kernel
+from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
@@ -116,6 +116,18 @@ def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
     H = np.array(R, dtype=float, order="C")
     _pathcore.delete_factor_column(H, k, j)
     return np.ascontiguousarray(H[: k - 1, : k - 1])
+
+
+def _compiled_kernel(kernel: Kernel) -> tuple[int, float, int, float]:
+    """The compiled loop's code and parameters of a built-in kernel (-1: a user-callable
+    kernel, whose columns the loop asks Python for)."""
+    if isinstance(kernel, RBFKernel):
+        return _pathcore.KERNEL_RBF, kernel.gamma, 0, 0.0
+    if isinstance(kernel, PolynomialKernel):
+        return _pathcore.KERNEL_POLY, kernel.gamma, kernel.degree, kernel.coef0
+    if isinstance(kernel, LinearKernel):
+        return _pathcore.KERNEL_LINEAR, 0.0, 0, 0.0
+    return -1, 0.0, 0, 0.0
 
 
 class PathEngine:
@@ -331,8 +343,15 @@ class PathEngine:
     def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
         n = self.n
-        with np.errstate(over="ignore", invalid="ignore"):
-            columns = self.kernel(self._X[:n], self._X[positions])
+        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        if kind >= 0:
+            columns = np.empty((n, positions.size))
+            with np.errstate(over="ignore", invalid="ignore"):
+                _pathcore.kernel_columns(kind, self._X, n, np.asarray(positions, np.int64),
+                                         gamma, degree, coef0, columns)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                columns = self.kernel(self._X[:n], self._X[positions])
         if not np.all(np.isfinite(columns)):
             # inf or nan would propagate silently into f, g and the factor (a nan compares
             # False with every threshold): refuse the points instead.
@@ -711,7 +730,7 @@ class PathEngine:
             )
         if not np.all(np.isfinite(X_add)):
             raise ValueError("X_add contains non-finite values")
-        if not np.all(np.isin(y_add, (-1.0, 1.0))):
+        if not np.all((y_add == 1.0) | (y_add == -1.0)):
             raise ValueError("labels must be +1 or -1")
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
@@ -825,8 +844,10 @@ class PathEngine:
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
 
-        self._refresh_g()
-        terms = self.g_terms()
+        # g and the size of its terms in one compiled pass over S's kernel columns.
+        terms = np.empty(self.n)
+        _pathcore.refresh_g(self._KS, self.n, self._margin, self._y, self._alpha, self._h,
+                            self._h_abs, self.b, self._g, terms)
         if self._h_is_stale(terms):
             self.recompute_error_contributions()
             stats.refactorized = True
@@ -846,18 +867,34 @@ class PathEngine:
         (1 - eta) at each step, so the driven points' contribution to f, ``K_D beta_D``, is kept
         up to date by scaling, and by subtracting a column when a driven point joins S: O(n) per
         breakpoint instead of O(n |D|).
+
+        The loop itself is compiled (:func:`stream_svm._pathcore.follow_path`, without the
+        GIL): at every breakpoint it solves the margin system through the factor, computes the
+        sensitivities, takes the smallest step to an event and migrates the point, with these
+        rules, which make the path exact at any scale:
+
+        - every threshold is relative: g's sensitivities to the magnitude of the terms summed
+          into them (kernel values times coefficients, plus db; for a bias-only step, db), and
+          at least 10 times what the solve left at the margin points, where they are 0 by
+          construction; coefficients' rates likewise;
+        - an imbalance sum(y dalpha_D) at the round-off of the moves (``arrived``) is none;
+          an empty margin set with a real imbalance moves b alone to where a point can enter S
+          (Karasuyama sec 3.3), and one that no point can absorb but lies far inside the KKT
+          check's tolerance is finished with b fixed, the check judging the result;
+        - ties are judged on eta's own scale (the eta that moves some g by 1 or the
+          coefficients by their own size, at most 1): largest sensitivity, then lowest
+          position;
+        - a point whose Schur complement is numerically zero is refused entry to S (blocked)
+          until S shrinks; the driven contribution is recomputed every REFRESH steps.
+
+        The loop returns to Python only to get more capacity for S or a user-callable
+        kernel's column.
         """
         C = self.C
         n = self.n
         y = self._y[:n]
         alpha = self._alpha[:n]
-        g = self._g[:n]
         status = self._status[:n]
-        blocked = np.zeros(n, dtype=bool)
-        limit = self.max_breakpoints
-        if limit is None:
-            limit = 1000 + 10 * (n + D.size)
-        eps = np.finfo(float).eps
         adding = status[D] == ADDING
         if D.size == n and not adding.any():
             # Every stored point leaves: no condition remains to be kept. Following the path
@@ -865,195 +902,87 @@ class PathEngine:
             # 1e-31 that no point remains to absorb).
             alpha[D] = 0.0
             return
-        active = np.ones(D.size, dtype=bool)
+        limit = self.max_breakpoints
+        if limit is None:
+            limit = 1000 + 10 * (n + D.size)
+        eps = np.finfo(float).eps
         beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
+        K_D = np.ascontiguousarray(K_D)
         driven_effect = K_D @ beta_D  # sum_j K(x_i, x_j) beta_j over the driven points
-        fresh_since = 0
         # What is left of the driven moves once it is round-off of the moves this update started
         # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
         # of an empty margin set). The equality sum(y alpha) = 0 holds to the round-off of the
         # coefficients' sum, which is not C's: with C * K large the solution's coefficients are
         # far below C, and a C-sized threshold dropped whole moves (removals of such points).
         arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
-        no_imbalance = arrived  # an imbalance of sum(y dalpha_D) up to this is treated as none
 
-        while active.any():
-            if stats.steps >= limit:
-                raise ConvergenceError(
-                    f"update stopped after {stats.steps} steps (max_breakpoints={limit}); "
-                    "the model is unchanged"
-                )
-            if fresh_since >= REFRESH:  # bound the round-off of the scaled contribution
-                beta_D = np.where(active, y[D] * np.where(adding, C - alpha[D], -alpha[D]), 0.0)
-                driven_effect = K_D @ beta_D
-                fresh_since = 0
-            beta_sum = float(beta_D.sum())
-            beta_scale = float(np.abs(beta_D).sum())
-            if beta_scale <= arrived:
-                moving = D[active]
-                alpha[moving] = np.where(adding[active], C, 0.0)
-                break
-            margin = self._margin
-            k = margin.size
-            bias_only = False
-            if abs(beta_sum) <= no_imbalance:
-                # An imbalance at the equality's round-off (which grows with C) is no imbalance,
-                # here as with an empty margin set; honouring it would push margin points out.
-                beta_sum = 0.0
-            if k:
-                beta_S, db = self._solve(-driven_effect[margin], -beta_sum)
-                change = self._KS[:n, :k] @ beta_S
-                change += driven_effect
-                change += db
-            else:
-                beta_S = np.zeros(0)
-                if abs(beta_sum) > 1e-12 * beta_scale:
-                    # Empty S and sum(y dalpha) != 0: only b can move, towards the side from
-                    # which a point can enter S and absorb the imbalance (Karasuyama sec 3.3).
-                    bias_only = True
-                    db = float(np.sign(beta_sum))
-                    change = np.full(n, db)
+        k = self._margin.size
+        # S's factor, member list and kernel columns with room to grow without reallocating
+        # at every entry; the loop asks for more when it is full.
+        capacity = min(n, max(2 * k, k + 16))
+        R = np.zeros((capacity, capacity))
+        R[:k, :k] = self._R
+        margin = np.full(capacity, -1, dtype=np.int64)
+        margin[:k] = self._margin
+        self._reserve_margin_columns(capacity)
+        fs = np.array([self.b, self._t, arrived, arrived, self._diag_scale])
+        ints = np.array([0, 0, 0, -1, k, 0, limit, 0], dtype=np.int64)
+        counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
+        column = np.zeros(n)
+        per_point = [np.zeros(n) for _ in range(3)]  # change, eta, sensitivity
+        blocked = np.zeros(n, dtype=np.uint8)
+        active = np.ones(D.size, dtype=np.uint8)
+        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        try:
+            while True:
+                code = _pathcore.follow_path(
+                    kind, gamma, degree, coef0, self.ridge, self._X, n, C, self.kkt_tol,
+                    self.degeneracy_tol, self._y, self._alpha, self._g, self._status,
+                    self._slot, self._h, self._h_abs, self._h_drift, self._KS, R, margin,
+                    np.zeros(capacity), np.ascontiguousarray(D, dtype=np.int64), K_D,
+                    adding.astype(np.uint8), active, blocked, beta_D, driven_effect, fs, ints,
+                    counts, column, np.zeros(2 * capacity), *per_point)
+                if code == _pathcore.DONE:
+                    break
+                if code == _pathcore.NEED_CAPACITY:
+                    k = int(ints[_pathcore.I_K])
+                    capacity = min(n, 2 * capacity)
+                    grown = np.zeros((capacity, capacity))
+                    grown[:k, :k] = R[:k, :k]
+                    R = grown
+                    margin = np.concatenate([margin[:k], np.full(capacity - k, -1, np.int64)])
+                    self._reserve_margin_columns(capacity)
+                    ints[_pathcore.I_U_VALID] = 0
+                elif code == _pathcore.NEED_COLUMN:
+                    pending = int(ints[_pathcore.I_PENDING])
+                    column[:] = self._kernel_columns(np.array([pending]))[:, 0]
+                    ints[_pathcore.I_COLUMN_READY] = 1
+                elif code == _pathcore.NON_FINITE:
+                    raise ValueError(
+                        "a kernel value of a new or stored point is not finite (features too "
+                        "large for this kernel); the model is unchanged"
+                    )
+                elif code == _pathcore.LIMIT:
+                    raise ConvergenceError(
+                        f"update stopped after {int(ints[_pathcore.I_STEPS])} steps "
+                        f"(max_breakpoints={limit}); the model is unchanged"
+                    )
                 else:
-                    db = 0.0
-                    change = driven_effect.copy()
-            gamma = y * change
-            d_alpha_S = y[margin] * beta_S
-
-            beta_S_scale = float(np.abs(beta_S).sum())
-            # The magnitude of the terms summed into ``change``, which bounds its round-off:
-            # kernel values times coefficients, plus db. A bias-only step has no kernel term
-            # (change = db = +-1 exactly): scaling its tolerance by K * beta_D, which grows with
-            # the data's scale, hid every point from an empty margin set.
-            if bias_only:
-                scale = abs(db)
-            else:
-                scale = self._diag_scale * (beta_S_scale + beta_scale) + abs(db)
-            tol_g = 1e3 * eps * scale
-            if k:
-                # Margin points' sensitivities are 0 by construction: what the solve left there
-                # is its actual round-off, larger than eps * scale when K_SS is ill-conditioned.
-                tol_g = max(tol_g, 10.0 * float(np.abs(gamma[margin]).max()))
-            tol_a = 1e3 * eps * (beta_S_scale + beta_scale)
-            if k:
-                # Likewise for the coefficients: the solve's miss on sum(beta_S) = -sum(beta_D)
-                # is the round-off in beta_S (with one margin point, beta_S is that miss).
-                tol_a = max(tol_a, 10.0 * abs(beta_S.sum() + beta_sum))
-
-            eta = np.full(n, np.inf)
-            sensitivity = np.abs(gamma)
-            rising = ((status == ERROR) | (status == ADDING)) & (gamma > tol_g)
-            falling = (status == RESERVE) & (gamma < -tol_g)
-            event = (rising | falling) & ~blocked
-            eta[event] = -g[event] / gamma[event]
-            if k and not bias_only:
-                alpha_S = alpha[margin]
-                eta_S = np.full(k, np.inf)
-                to_upper = d_alpha_S > tol_a
-                to_lower = d_alpha_S < -tol_a
-                eta_S[to_upper] = (C - alpha_S[to_upper]) / d_alpha_S[to_upper]
-                eta_S[to_lower] = -alpha_S[to_lower] / d_alpha_S[to_lower]
-                eta[margin] = eta_S
-                sensitivity[margin] = np.abs(d_alpha_S)
-            np.maximum(eta, 0.0, out=eta)
-            eta_min = float(eta.min()) if n else np.inf
-            finish = not bias_only and eta_min >= 1.0
-            if finish:
-                step = 1.0
-            elif not np.isfinite(eta_min):
-                if bias_only and abs(beta_sum) <= 1e-4 * self.kkt_tol * C:
-                    # No point can absorb the imbalance (every remaining point would move away
-                    # from the margin: one class left, with driven coefficients at round-off
-                    # size whose sum does not cancel). An imbalance far inside what the KKT
-                    # check accepts on sum(y alpha) is round-off: finish with b fixed, and let
-                    # that check judge the result.
-                    no_imbalance = abs(beta_sum)
-                    continue
-                raise ConvergenceError(
-                    "the margin set is empty and no point can enter it; the model is unchanged"
-                )
-            else:
-                step = eta_min
-
-            moving = D[active]
-            if not bias_only:
-                alpha[margin] = np.clip(alpha[margin] + step * d_alpha_S, 0.0, C)
-                alpha[moving] += step * y[moving] * beta_D[active]
-            self.b += step * db
-            g += step * gamma
-            stats.steps += 1
-            if finish:
-                alpha[moving] = np.where(adding[active], C, 0.0)
-                break
-            if not bias_only:
-                beta_D *= 1.0 - step
-                driven_effect *= 1.0 - step
-                fresh_since += 1
-
-            # Deterministic choice among ties: largest sensitivity, then lowest position. Ties are
-            # judged on eta's own scale: a bias step moves g by eta, but a driven step moves
-            # coefficients by eta * beta_D, and with C far above the solution's coefficients
-            # (large C * K, e.g. large features under a linear kernel) every breakpoint lies at
-            # eta ~ alpha / C; an absolute window there merged distinct events.
-            # The unit is the eta that moves some g by 1 or the coefficients by their own size.
-            # The unit is at most 1: the window it gives lies within the one of unit 1, which
-            # holds a single event almost always, and then no unit is needed.
-            ties = np.flatnonzero(eta <= eta_min + 1e-13 * max(eta_min, 1.0))
-            if ties.size > 1:
-                eta_unit = 1.0
-                if event.any():
-                    eta_unit = min(eta_unit, 1.0 / float(sensitivity[event].max()))
-                if not bias_only:
-                    coefficient_scale = float(alpha.max(initial=0.0))
-                    if coefficient_scale > 0:
-                        eta_unit = min(eta_unit, coefficient_scale / beta_scale)
-                ties = ties[eta[ties] <= eta_min + 1e-13 * max(eta_min, eta_unit)]
-            chosen = int(ties[np.lexsort((ties, -sensitivity[ties]))[0]])
-            stats.breakpoints += 1
-            state = status[chosen]
-            if state == MARGIN:
-                slot = int(self._slot[chosen])
-                column = self._margin_remove(slot)
-                # A point refused entry was in the span of S; with S smaller it may not be.
-                blocked[:] = False
-                if d_alpha_S[slot] > 0:
-                    alpha[chosen] = C
-                    status[chosen] = ERROR
-                    self._move_error_columns(column, y[chosen : chosen + 1], joining=True)
-                    stats.count("margin->error")
-                else:
-                    alpha[chosen] = 0.0
-                    status[chosen] = RESERVE
-                    stats.count("margin->reserve")
-            elif state == ADDING:
-                index = int(np.flatnonzero(D == chosen)[0])
-                if self._margin_add(chosen, K_D[:, index]):
-                    g[chosen] = 0.0
-                    driven_effect -= K_D[:, index] * beta_D[index]
-                    beta_D[index] = 0.0
-                    active[index] = False
-                    stats.count("added->margin")
-                else:
-                    blocked[chosen] = True
-                    stats.count("refused")
-            else:
-                column = self._kernel_columns(np.array([chosen]))[:, 0]
-                if self._margin_add(chosen, column):
-                    g[chosen] = 0.0
-                    if state == ERROR:
-                        self._move_error_columns(column, y[chosen : chosen + 1],
-                                                 joining=False)
-                    stats.count(f"{_STATUS_NAMES[int(state)]}->margin")
-                else:
-                    blocked[chosen] = True
-                    stats.count("refused")
-
-        finishing = active & adding
-        finished_adding = D[finishing]
-        if finished_adding.size:
-            status[finished_adding] = ERROR
-            alpha[finished_adding] = C
-            self._move_error_columns(K_D[:, finishing], y[finished_adding], joining=True)
-            stats.count("added->error", int(finished_adding.size))
+                    raise ConvergenceError(
+                        "the margin set is empty and no point can enter it; the model is "
+                        "unchanged"
+                    )
+        finally:
+            k = int(ints[_pathcore.I_K])
+            self._R = np.ascontiguousarray(R[:k, :k])
+            self._margin = margin[:k].copy()
+            self._u = None
+            self.b = float(fs[_pathcore.F_B])
+            self._t = float(fs[_pathcore.F_T])
+            stats.steps += int(ints[_pathcore.I_STEPS])
+            stats.breakpoints += int(ints[_pathcore.I_BREAKPOINTS])
+            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
+                stats.count(name, times)
 
     def _delete_positions(self, positions: list[int]) -> None:
         """Swap-remove stored points (none of them may be in S)."""
