@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from connectors.config import ConfigError, load_config
@@ -227,7 +228,7 @@ def replay(
     from kafka.errors import KafkaError
 
     from connectors.messages import encode
-    from connectors.sources import count_source, iter_source
+    from connectors.sources import count_source, iter_source, raw_label
 
     try:
         # A replay is interactive: an unreachable broker should fail in seconds, not 30.
@@ -243,7 +244,7 @@ def replay(
     bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
     sent = 0
     try:
-        for index, (x, y) in enumerate(iter_source(source, target, limit)):
+        for index, (x, y) in enumerate(iter_source(source, target, limit, raw_label)):
             identifier: str | int = f"{id_prefix}{index}" if id_prefix else index
             message: dict[str, Any] = {"id": identifier, "x": x}
             if not (unlabelled_every and (index + 1) % unlabelled_every == 0):
@@ -271,26 +272,48 @@ def evaluate(
     model; no Kafka involved. ``plot`` names a PNG file for the progressive figure over time
     and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
     ``rmse``; each is None when the source is empty."""
-    from river import base as river_base
-
-    from connectors.models import build_model
-    from connectors.sources import count_source, iter_source, target_reader
+    from connectors.messages import Malformed
+    from connectors.models import build_model, build_scaler
+    from connectors.processor import targets_of
+    from connectors.sources import SourceError, count_source, iter_source, raw_label
 
     if plot is not None:
         _check_matplotlib()
     model = build_model(config)
-    regression = isinstance(model, river_base.Regressor)
-    read = target_reader(regression, config.model.classes if not regression else None)
+    # Labels are checked by the daemon's own rules, so that a file evaluates as it would serve.
+    targets = targets_of(model)
+    regression = targets.regression
+    scaler = build_scaler(config)
     # Models that keep their points by key learn under the row number, as the daemon does.
     keyed = "key" in inspect.signature(model.learn_one).parameters
     correct = seen = 0
     absolute = squared = 0.0
     curve: list[float] = []
     breakpoints_per_point: list[int] = []
+
+    def points() -> Iterator[tuple[dict[str, float], Any]]:
+        stream = iter_source(dataset, target, limit, raw_label)
+        held: list[tuple[dict[str, float], Any]] = []
+        if scaler is not None and not scaler.frozen:
+            # As the daemon: the warm-up's points wait until the statistics are known.
+            for x, y in stream:
+                held.append((x, y))
+                if scaler.observe(x):
+                    break
+            if not scaler.frozen:
+                raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
+                                  f"warm-up of {config.scaler.warmup_messages}")
+        for x, y in itertools.chain(held, stream):
+            yield (x if scaler is None else scaler.transform(x)), y
+
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()
     try:
-        for index, (x, y) in enumerate(iter_source(dataset, target, limit, read)):
+        for index, (x, label) in enumerate(points()):
+            try:
+                y = targets.model_label(targets.parse(label))
+            except Malformed as exc:
+                raise SourceError(f"{dataset}, point {index}: {exc}") from None
             prediction = model.predict_one(x)
             seen += 1
             if regression:

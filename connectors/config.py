@@ -389,6 +389,9 @@ def _cross_checks(config: Config) -> None:
                           "scaler.means): a table of feature name = number")
     if scaler.mode != "fixed" and (scaler.means or scaler.scales):
         raise ConfigError("settings scaler.means and scaler.scales need scaler.mode = \"fixed\"")
+    if (scaler.mode != "warmup" and config.sources["scaler.warmup_messages"] != "default"
+            and scaler.warmup_messages != SCHEMA["scaler"]["warmup_messages"].default):
+        raise ConfigError("setting scaler.warmup_messages needs scaler.mode = \"warmup\"")
     from connectors.models import check_model_config  # models imports this module
 
     check_model_config(config)

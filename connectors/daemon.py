@@ -966,4 +966,11 @@ class Daemon:
             self.summary.mae = self.processor.mae
             self.summary.rmse = self.processor.rmse
             self.summary.breakpoints = int(getattr(self.processor.model, "breakpoints_total", 0))
+        if self.processor is not None and self.processor.held:
+            scaler = self.processor.scaler
+            assert scaler is not None
+            log.warning(
+                "%d messages are held for the scaler's warm-up (%d of %d feature messages "
+                "measured): they are in the checkpoint and are answered once the warm-up is "
+                "complete", len(self.processor.held), scaler.seen, scaler.target)
         log.info("stopped: %s", json.dumps(self.summary.__dict__, default=str))

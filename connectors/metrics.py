@@ -97,6 +97,7 @@ class Metrics:
         )
         self._window: Gauge | None = None
         self._errors: tuple[Gauge, Gauge] | None = None
+        self._accuracy: Gauge | None = None
         self.cached = Gauge(
             "stream_svm_cached_unlabelled",
             "Unlabelled feature vectors waiting for a label",
@@ -117,12 +118,6 @@ class Metrics:
             "Unlabelled points dropped from the cache before their label came, by the bound "
             "that dropped them (entries, bytes, age)",
             ["reason"],
-            registry=r,
-        )
-        self.accuracy = Gauge(
-            "stream_svm_progressive_accuracy",
-            "Accuracy of test-then-train predictions (labels scored against the prediction made "
-            "before learning)",
             registry=r,
         )
         self.scored = Counter(
@@ -217,6 +212,20 @@ class Metrics:
         return self._window
 
     @property
+    def accuracy(self) -> Gauge:
+        """``stream_svm_progressive_accuracy``, registered on first use: only a classifier has
+        it (NaN until a label is scored)."""
+        if self._accuracy is None:
+            self._accuracy = Gauge(
+                "stream_svm_progressive_accuracy",
+                "Accuracy of test-then-train predictions (labels scored against the prediction "
+                "made before learning)",
+                registry=self.registry,
+            )
+            self._accuracy.set(float("nan"))
+        return self._accuracy
+
+    @property
     def regression_errors(self) -> tuple[Gauge, Gauge]:
         """``stream_svm_progressive_mae`` and ``stream_svm_progressive_rmse``, registered on
         first use: only a regressor has them (a classifier has the accuracy)."""
@@ -229,6 +238,8 @@ class Metrics:
                       "Root mean squared error of test-then-train predictions",
                       registry=self.registry),
             )
+            for gauge in self._errors:
+                gauge.set(float("nan"))  # until a target is scored
         return self._errors
 
     def serve(self, host: str, port: int) -> int:

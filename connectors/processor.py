@@ -230,6 +230,7 @@ class Processor:
         self.correct = 0
         self.absolute_error = 0.0  # regressors: sums over the scored predictions
         self.squared_error = 0.0
+        self._publish_scores()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -265,6 +266,7 @@ class Processor:
         self.correct = int(state.get("correct", 0))
         self.absolute_error = float(state.get("absolute_error", 0.0))
         self.squared_error = float(state.get("squared_error", 0.0))
+        self._publish_scores()
         if self.scaler is not None:
             if "scaler" not in state:
                 raise ValueError("the checkpoint holds no scaler state, but a scaler is set")
@@ -727,6 +729,18 @@ class Processor:
         self.metrics.breakpoints.inc(breakpoints)
         self.metrics.update_breakpoints.observe(breakpoints)
 
+    def _publish_scores(self) -> None:
+        """Show the progressive figures (NaN before any score): the classifier's accuracy or
+        the regressor's MAE and RMSE, restored ones included."""
+        if self.metrics is None:
+            return
+        if self.regression:
+            mae, rmse = self.metrics.regression_errors
+            mae.set(self.mae)
+            rmse.set(self.rmse)
+        else:
+            self.metrics.accuracy.set(self.accuracy)
+
     def _score(self, prediction: bool | float, label: bool | float) -> None:
         self.scored += 1
         if self.regression:
@@ -735,15 +749,13 @@ class Processor:
             self.squared_error += error * error
             if self.metrics is not None:
                 self.metrics.scored.labels(correct="na").inc()
-                mae, rmse = self.metrics.regression_errors
-                mae.set(self.mae)
-                rmse.set(self.rmse)
+                self._publish_scores()
             return
         correct = prediction == label
         self.correct += int(correct)
         if self.metrics is not None:
             self.metrics.scored.labels(correct=str(correct).lower()).inc()
-            self.metrics.accuracy.set(self.accuracy)
+            self._publish_scores()
 
     def _count(self, outcome: str, times: int = 1) -> None:
         if self.metrics is not None:

@@ -13,7 +13,7 @@ import csv
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,29 +44,27 @@ def _label(value: Any, where: str) -> bool:
     raise SourceError(f"{where}: label {value!r} is not binary (true/1 or false/0/-1)")
 
 
-def target_reader(regression: bool = False, classes: Sequence[Any] | None = None
-                  ) -> Callable[[Any, str], Any]:
-    """How a source's labels read for a model: binary (True/False), one of two named classes
-    (a CSV's text matches a class by its text), or a number for a regressor."""
-    if regression:
-        def number(value: Any, where: str) -> float:
-            if isinstance(value, bool):
-                raise SourceError(f"{where}: target {value!r} is not a number")
-            return _number(value, "target", where)
+def raw_label(value: Any, where: str) -> Any:
+    """A label as the file holds it: JSON values unchanged; CSV text as a JSON reader would
+    take it (true/false as booleans, numbers as numbers, anything else as text), so that it
+    can be sent to the daemon and checked by the same rules there.
 
-        return number
-    if classes is None:
-        return _label
-    negative, positive = classes
-
-    def named(value: Any, where: str) -> Any:
-        for label in (positive, negative):
-            if value == label or (isinstance(value, str) and value.strip() == str(label)):
-                return label
-        raise SourceError(f"{where}: label {value!r} is not one of the classes "
-                          f"{[negative, positive]!r}")
-
-    return named
+    >>> raw_label("spam", "f.csv:2"), raw_label("1", "f.csv:3"), raw_label("2.5", "f.csv:4")
+    ('spam', 1, 2.5)
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            continue
+        if kind is int or math.isfinite(number):
+            return number
+    return text
 
 
 def _number(value: Any, name: str, where: str) -> float:
@@ -120,7 +118,8 @@ def iter_source(
 ) -> Iterator[tuple[dict[str, float], Any]]:
     """``(x, y)`` pairs of a source: ``bananas``, ``phishing``, ``river-flow:DIR`` (a directory
     with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``;
-    labels read by ``read_label`` (default: binary, see :func:`target_reader`)."""
+    labels read by ``read_label`` (default: binary; :func:`raw_label` keeps them as they
+    are)."""
     stream: Iterator[tuple[dict[str, Any], Any]]
     if source.lower() in BUNDLED:
         from river import datasets

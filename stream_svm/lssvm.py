@@ -546,6 +546,11 @@ class _IncrementalLSSVM:
         except TypeError:  # unhashable
             return False
 
+    @property
+    def n_stored(self) -> int:
+        """Samples kept because they were learned under a key (``n_samples_`` counts all)."""
+        return len(self._kept)
+
     def stored_keys(self) -> list[Hashable]:
         """Keys of the samples learned under a key and not forgotten, oldest first."""
         return list(self._kept)

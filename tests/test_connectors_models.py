@@ -254,3 +254,42 @@ def test_a_restored_model_continues_exactly(model_type, settings, regression):
         assert restored.mae == pytest.approx(straight.mae, rel=1e-12)
     else:
         assert restored.accuracy == straight.accuracy
+
+
+def test_evaluate_reads_labels_by_the_daemons_rules(tmp_path):
+    from connectors.cli import evaluate
+    from connectors.sources import SourceError
+
+    lines = [{"a": float(i % 7), "b": float(i % 3), "y": i % 2} for i in range(20)]
+    data = tmp_path / "binary.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = _config(classes="[0, 1]")
+    assert evaluate(config, str(data))["points"] == 20
+    lines[5]["y"] = True  # the daemon refuses true when the classes are [0, 1]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(SourceError, match="point 5.*not one of the classes"):
+        evaluate(config, str(data))
+    regression = tmp_path / "targets.csv"
+    regression.write_text("a,y\n1.0,2.5\n2.0,4.5\n3.0,6.5\n")
+    summary = evaluate(_config(type="IncrementalLSSVR", rho=1e-6), str(regression))
+    assert summary["points"] == 3 and summary["mae"] is not None and "accuracy" not in summary
+
+
+def test_progressive_gauges_start_at_nan_and_show_restored_values():
+    from connectors.metrics import Metrics
+
+    metrics = Metrics()
+    processor = Processor(IncrementalLSSVC(), metrics=metrics)
+    text = metrics.render().decode()
+    assert "stream_svm_progressive_accuracy NaN" in text
+    processor.load_state({"scored": 4, "correct": 3})
+    assert "stream_svm_progressive_accuracy 0.75" in metrics.render().decode()
+    regressor_metrics = Metrics()
+    Processor(IncrementalLSSVR(), metrics=regressor_metrics)
+    text = regressor_metrics.render().decode()
+    assert "stream_svm_progressive_mae NaN" in text
+    assert "stream_svm_progressive_accuracy" not in text
+    keyed = IncrementalLSSVR()
+    keyed.learn_one({"a": 1.0}, 2.0, key="k")
+    keyed.learn_one({"a": 2.0}, 3.0)
+    assert (keyed.n_stored, keyed.n_samples_) == (1, 2)

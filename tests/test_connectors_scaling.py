@@ -149,3 +149,26 @@ def test_learn_then_forget_gives_the_model_back_with_a_frozen_scaler():
     processor.process(_records([{"id": "extra", "x": {"t": 52000.0, "v": -2.95}, "y": False},
                                 {"op": "forget", "id": "extra"}], first=40))
     assert processor.model.decision_function_one(probe) == pytest.approx(before, abs=1e-12)
+
+
+def test_evaluate_applies_the_scaler_as_the_daemon_does(tmp_path):
+    from connectors.cli import evaluate
+
+    xs, ys = _stream(80, seed=4)
+    data = tmp_path / "stream.csv"
+    data.write_text("t,v,label\n" + "".join(
+        f"{x['t']!r},{x['v']!r},{'up' if y else 'down'}\n" for x, y in zip(xs, ys, strict=True)))
+    settings = {"scaler.mode": "warmup", "scaler.warmup_messages": "20", "model.C": "10",
+                "model.gamma": "0.5", "model.classes": "down,up"}
+    config = load_config(None, settings, environ={})
+    summary = evaluate(config, str(data), target="label")
+    processor = Processor(build_model(config), scaler=build_scaler(config))
+    processor.process(_records([{"id": i, "x": x, "y": "up" if y else "down"}
+                                for i, (x, y) in enumerate(zip(xs, ys, strict=True))]))
+    assert summary["accuracy"] == processor.accuracy
+    unscaled = evaluate(load_config(None, {**settings, "scaler.mode": "none",
+                                           "scaler.warmup_messages": "1000"}, environ={}),
+                        str(data), target="label")
+    assert summary["accuracy"] > unscaled["accuracy"] + 0.2
+    with pytest.raises(ConfigError, match=r"warmup_messages needs scaler\.mode"):
+        load_config(None, {"scaler.warmup_messages": "10"}, environ={})

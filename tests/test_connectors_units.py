@@ -231,7 +231,7 @@ def test_metrics_endpoint_serves_prometheus_names():
     assert 'stream_svm_messages_total{outcome="learned"} 2.0' in text
     for name in ("stream_svm_breakpoints_total", "stream_svm_update_seconds_bucket",
                  "stream_svm_predict_seconds_bucket", "stream_svm_update_breakpoints_bucket",
-                 "stream_svm_progressive_accuracy", "stream_svm_seconds_since_checkpoint",
+                 "stream_svm_seconds_since_checkpoint",
                  "stream_svm_margin_vectors", "stream_svm_stored_points",
                  'stream_svm_consumer_lag{partition="0",topic="t"} 5.0'):
         assert name in text
