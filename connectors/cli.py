@@ -272,9 +272,8 @@ def evaluate(
     model; no Kafka involved. ``plot`` names a PNG file for the progressive figure over time
     and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
     ``rmse``; each is None when the source is empty."""
-    from connectors.messages import Malformed
+    from connectors.messages import Malformed, targets_of
     from connectors.models import build_model, build_scaler
-    from connectors.processor import targets_of
     from connectors.sources import SourceError, count_source, iter_source, raw_label
 
     if plot is not None:

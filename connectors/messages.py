@@ -36,6 +36,7 @@ __all__ = [
     "encode",
     "parse_label",
     "parse_message",
+    "targets_of",
 ]
 
 #: Integer ids must fit in a signed 64-bit integer (they are checkpointed as numpy arrays).
@@ -204,6 +205,17 @@ class Targets:
 
 
 _BINARY = Targets()
+
+
+def targets_of(model: Any) -> Targets:
+    """How the messages' labels read for this model: numbers for a River regressor, else two
+    classes (the model's ``classes`` when it has them)."""
+    from river import base as river_base
+
+    if isinstance(model, river_base.Regressor):
+        return Targets(regression=True)
+    classes = getattr(model, "classes", None)
+    return Targets(classes=tuple(classes) if classes is not None else None)
 
 
 def _label(document: dict[str, Any], targets: Targets = _BINARY) -> Target:

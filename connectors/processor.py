@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from river import base as river_base
 
 from connectors.cache import UnlabelledCache
 from connectors.messages import (
@@ -42,12 +41,12 @@ from connectors.messages import (
     Operation,
     Relabel,
     Source,
-    Targets,
     dead_letter,
     encode,
     encode_key,
     parse_label,
     parse_message,
+    targets_of,
 )
 from connectors.metrics import Metrics
 from connectors.scaling import FeatureScaler
@@ -136,15 +135,6 @@ def _tabular(xs: list[dict[str, float]]) -> bool:
 
 def _is_sliding(model: Any) -> bool:
     return hasattr(model, "window_size")
-
-
-def targets_of(model: Any) -> Targets:
-    """How the messages' labels read for this model: numbers for a River regressor, else two
-    classes (the model's ``classes`` when it has them)."""
-    if isinstance(model, river_base.Regressor):
-        return Targets(regression=True)
-    classes = getattr(model, "classes", None)
-    return Targets(classes=tuple(classes) if classes is not None else None)
 
 
 def _keeps_points_by_key(model: Any) -> bool:

@@ -371,22 +371,15 @@ cdef int _follow(
             db = shifted_db + fs[F_T_] * (-beta_sum)
             dgemv(&trans, &kk, &nn, &d_one, &KS[0, 0], &lda_ks, beta_S, &one, &d_zero,
                   &change[0], &one)
-            for i in range(n):
-                change[i] = change[i] + driven_effect[i]
-                change[i] = change[i] + db
         else:
             if fabs(beta_sum) > 1e-12 * beta_scale:
                 bias_only = True
                 db = 1.0 if beta_sum > 0 else -1.0
-                for i in range(n):
-                    change[i] = db
             else:
                 db = 0.0
-                for i in range(n):
-                    change[i] = driven_effect[i]
-        # change becomes gamma = y * change.
-        for i in range(n):
-            change[i] = y[i] * change[i]
+        # gamma_i = y_i * change_i, where change = K_S beta_S + driven_effect + db (with S),
+        # db (a bias-only step) or driven_effect (an empty S, balanced): computed in the pass
+        # below; the margin points' first, for the thresholds.
         beta_S_scale = 0.0
         for i in range(k):
             beta_S_scale += fabs(beta_S[i])
@@ -400,24 +393,42 @@ cdef int _follow(
             s_max = 0.0
             v_sum = 0.0
             for i in range(k):
-                if fabs(change[margin[i]]) > s_max:
-                    s_max = fabs(change[margin[i]])
+                j = margin[i]
+                value = y[j] * ((change[j] + driven_effect[j]) + db)
+                if fabs(value) > s_max:
+                    s_max = fabs(value)
                 v_sum += beta_S[i]
             if 10.0 * s_max > tol_g:
                 tol_g = 10.0 * s_max
             if 10.0 * fabs(v_sum + beta_sum) > tol_a:
                 tol_a = 10.0 * fabs(v_sum + beta_sum)
 
+        # One pass: sensitivities, the events (error/added points rising to the margin,
+        # reserve points falling to it) and their step lengths, the smallest one.
         any_event = False
         sens_max = 0.0
+        eta_min = INFINITY
         for i in range(n):
+            if k:
+                value = (change[i] + driven_effect[i]) + db
+            elif bias_only:
+                value = db
+            else:
+                value = driven_effect[i]
+            value = y[i] * value
+            change[i] = value
             eta[i] = INFINITY
-            sensitivity[i] = fabs(change[i])
+            sensitivity[i] = fabs(value)
             state = status[i]
-            rising = (state == ERROR or state == ADDING) and change[i] > tol_g
-            falling = state == RESERVE and change[i] < -tol_g
+            rising = (state == ERROR or state == ADDING) and value > tol_g
+            falling = state == RESERVE and value < -tol_g
             if (rising or falling) and not blocked[i]:
-                eta[i] = -g[i] / change[i]
+                step = -g[i] / value
+                if step < 0.0:
+                    step = 0.0
+                eta[i] = step
+                if step < eta_min:
+                    eta_min = step
                 any_event = True
                 if sensitivity[i] > sens_max:
                     sens_max = sensitivity[i]
@@ -429,14 +440,12 @@ cdef int _follow(
                     value = (C_ - alpha[margin[i]]) / d_alpha
                 elif d_alpha < -tol_a:
                     value = -alpha[margin[i]] / d_alpha
+                if value < 0.0:
+                    value = 0.0
                 eta[margin[i]] = value
                 sensitivity[margin[i]] = fabs(d_alpha)
-        eta_min = INFINITY
-        for i in range(n):
-            if eta[i] < 0.0:
-                eta[i] = 0.0
-            if eta[i] < eta_min:
-                eta_min = eta[i]
+                if value < eta_min:
+                    eta_min = value
         finish = (not bias_only) and eta_min >= 1.0
         if finish:
             step = 1.0
@@ -457,10 +466,10 @@ cdef int _follow(
                 if active[j]:
                     alpha[D[j]] += step * y[D[j]] * beta_D[j]
         fs[F_B_] += step * db
-        for i in range(n):
-            g[i] += step * change[i]
         ints[I_STEPS_] += 1
         if finish:
+            for i in range(n):
+                g[i] += step * change[i]
             for j in range(m):
                 if active[j]:
                     alpha[D[j]] = C_ if adding[j] else 0.0
@@ -468,16 +477,22 @@ cdef int _follow(
         if not bias_only:
             for j in range(m):
                 beta_D[j] *= 1.0 - step
-            for i in range(n):
-                driven_effect[i] *= 1.0 - step
             ints[I_FRESH_] += 1
 
-        # Ties: largest sensitivity, then lowest position (see PathEngine._follow_path).
+        # One pass: g moves, the driven contribution shrinks, and the events at eta_min (ties
+        # within a window on eta's scale) are counted, the one of largest sensitivity (then
+        # lowest position) kept (see PathEngine._follow_path).
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
         n_ties = 0
+        best = -1
         for i in range(n):
+            g[i] += step * change[i]
+            if not bias_only:
+                driven_effect[i] *= 1.0 - step
             if eta[i] <= window:
                 n_ties += 1
+                if best < 0 or sensitivity[i] > sensitivity[best]:
+                    best = i
         if n_ties > 1:
             eta_unit = 1.0
             if any_event and 1.0 / sens_max < eta_unit:
@@ -490,10 +505,10 @@ cdef int _follow(
                 if coefficient_scale > 0 and coefficient_scale / beta_scale < eta_unit:
                     eta_unit = coefficient_scale / beta_scale
             window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
-        best = -1
-        for i in range(n):
-            if eta[i] <= window and (best < 0 or sensitivity[i] > sensitivity[best]):
-                best = i
+            best = -1
+            for i in range(n):
+                if eta[i] <= window and (best < 0 or sensitivity[i] > sensitivity[best]):
+                    best = i
         chosen = best
         ints[I_BREAKPOINTS_] += 1
         state = status[chosen]
@@ -602,13 +617,18 @@ cdef int _enter_margin(
 
 
 def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
-              double[::1] alpha, double[::1] h, double[::1] h_abs, double b, double[::1] g,
-              double[::1] terms) -> None:
-    """g_i = y_i f(x_i) - 1 with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the magnitude
-    of the terms summed into it, 1 + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s (see
-    PathEngine.g_terms), in one pass over S's kernel columns."""
+              double[::1] alpha, signed char[::1] status, double[::1] h, double[::1] h_abs,
+              double[::1] h_drift, double b, double kkt_tol, double[::1] g,
+              double[::1] terms):
+    """Refresh g_i = y_i f(x_i) - 1 with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the
+    magnitude of the terms summed into it, 1 + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s
+    (PathEngine.g_terms), in one pass over S's kernel columns; returns what the checks after
+    an update need from the same pass: (the largest |g| of S relative to its terms, whether
+    every point holds its KKT condition to ``kkt_tol`` relative to its terms, whether h's
+    accumulated round-off may matter next to that tolerance)."""
     cdef Py_ssize_t i, j, k = margin.shape[0]
-    cdef double f, size, abs_b = fabs(b)
+    cdef double f, size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
+    cdef bint kkt_ok = True, drifted = False, any_error = False, drift_matters = False
     cdef double[::1] coefficient = alpha.copy()[:k]
     cdef double[::1] weight = alpha.copy()[:k]
     for j in range(k):
@@ -623,3 +643,20 @@ def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
                 size = size + fabs(KS[i, j]) * weight[j]
             g[i] = y[i] * (h[i] + b + f) - 1.0
             terms[i] = 1.0 + abs_b + h_abs[i] + size
+            if status[i] == ERROR:
+                any_error = True
+                violation = g[i] if g[i] > 0.0 else 0.0
+            elif status[i] == MARGIN:
+                violation = fabs(g[i])
+                if violation / terms[i] > residual:
+                    residual = violation / terms[i]
+            else:
+                violation = -g[i] if g[i] < 0.0 else 0.0
+            if not (isfinite(g[i]) and violation <= kkt_tol * terms[i]):
+                kkt_ok = False
+            if h_drift[i] != 0.0:
+                drifted = True
+                if eps * h_drift[i] > 1e-2 * kkt_tol * terms[i]:
+                    drift_matters = True
+    # h is exactly 0 without error points: recomputing it then costs nothing.
+    return residual, kkt_ok, drifted and (drift_matters or not any_error)

@@ -180,6 +180,7 @@ class PathEngine:
         self._h_abs = np.zeros(0)
         self._h_drift = np.zeros(0)
         self._terms_cache: np.ndarray | None = None  # g_terms at the end of the last update
+        self._kkt_cache: bool | None = None  # whether g then held every KKT condition
         self._status = np.zeros(0, dtype=np.int8)
         self._seq = np.zeros(0, dtype=np.int64)
         self._slot = np.zeros(0, dtype=np.int64)  # column of the point in S, or -1
@@ -344,7 +345,9 @@ class PathEngine:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
         n = self.n
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
-        if kind >= 0:
+        # One column (a point entering S, a learn_one) compiled, without numpy's temporaries;
+        # many at once go faster through numpy's vectorized exp.
+        if kind >= 0 and positions.size == 1:
             columns = np.empty((n, positions.size))
             with np.errstate(over="ignore", invalid="ignore"):
                 _pathcore.kernel_columns(kind, self._X, n, np.asarray(positions, np.int64),
@@ -443,6 +446,7 @@ class PathEngine:
         removes whatever round-off the incremental updates accumulated.
         """
         self._terms_cache = None
+        self._kkt_cache = None
         n, k = self.n, self._margin.size
         if k:
             margin = self._margin
@@ -506,16 +510,6 @@ class PathEngine:
         if k:
             terms = terms + np.abs(self._KS[:n, :k]) @ self._alpha[self._margin]
         return terms
-
-    def _h_is_stale(self, terms: np.ndarray) -> bool:
-        """Whether h's accumulated round-off may matter next to the KKT tolerance of a point."""
-        n = self.n
-        if not np.any(self._h_drift[:n]):
-            return False
-        if not np.any(self._status[:n] == ERROR):
-            return True  # h is exactly 0 then: recomputing it costs nothing
-        drift = np.finfo(float).eps * self._h_drift[:n]
-        return bool(np.any(drift > 1e-2 * self.kkt_tol * terms))
 
     def residual(self, terms: np.ndarray | None = None) -> float:
         """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
@@ -583,6 +577,7 @@ class PathEngine:
         self._u = None
         self._sv_cache = None
         self._terms_cache = None
+        self._kkt_cache = None
 
     # ------------------------------------------------------------------ updates
     def update(
@@ -698,9 +693,13 @@ class PathEngine:
         for anything non-finite)."""
         n = self.n
         g, status = self._g[:n], self._status[:n]
-        if not (np.isfinite(self.b) and np.all(np.isfinite(g))):
+        if not np.isfinite(self.b):
             return False
         if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
+            return False
+        if self._terms_cache is not None and self._kkt_cache is not None:
+            return self._kkt_cache  # judged with g and its terms at the end of the update
+        if not np.all(np.isfinite(g)):
             return False
         violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
         violation[self._margin] = np.abs(g[self._margin])
@@ -769,6 +768,7 @@ class PathEngine:
 
     def _run_update(self, X_add, y_add, keys, remove) -> UpdateStats:
         self._terms_cache = None
+        self._kkt_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))
         self._sv_cache = None
         C = self.C
@@ -844,19 +844,24 @@ class PathEngine:
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
 
-        # g and the size of its terms in one compiled pass over S's kernel columns.
-        terms = np.empty(self.n)
-        _pathcore.refresh_g(self._KS, self.n, self._margin, self._y, self._alpha, self._h,
-                            self._h_abs, self.b, self._g, terms)
-        if self._h_is_stale(terms):
+        # g, the size of its terms, S's residual, the points' KKT conditions and h's staleness
+        # in one compiled pass over S's kernel columns.
+        n = self.n
+        terms = np.empty(n)
+        margin_residual, kkt_ok, h_stale = _pathcore.refresh_g(
+            self._KS, n, self._margin, self._y, self._alpha, self._status, self._h,
+            self._h_abs, self._h_drift, self.b, self.kkt_tol, self._g, terms)
+        balance = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
+        if h_stale:
             self.recompute_error_contributions()
             stats.refactorized = True
-        elif self.residual(terms) > self.residual_tol:
+        elif max(margin_residual, balance) > self.residual_tol:
             self.refactorize()
             stats.refactorized = True
         else:
             # Nothing moved since: the KKT check that follows every update reuses them.
             self._terms_cache = terms
+            self._kkt_cache = kkt_ok
         self._sv_cache = None
         return stats
 
@@ -986,6 +991,8 @@ class PathEngine:
 
     def _delete_positions(self, positions: list[int]) -> None:
         """Swap-remove stored points (none of them may be in S)."""
+        if positions:
+            self._terms_cache = self._kkt_cache = None  # they were per point
         for position in sorted(positions, reverse=True):
             last = self.n - 1
             key = self._keys[position]
