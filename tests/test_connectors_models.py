@@ -267,7 +267,7 @@ def test_evaluate_reads_labels_by_the_daemons_rules(tmp_path):
     assert evaluate(config, str(data))["points"] == 20
     lines[5]["y"] = True  # the daemon refuses true when the classes are [0, 1]
     data.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with pytest.raises(SourceError, match="point 5.*not one of the classes"):
+    with pytest.raises(SourceError, match=r"point 5.*not one of the classes"):
         evaluate(config, str(data))
     regression = tmp_path / "targets.csv"
     regression.write_text("a,y\n1.0,2.5\n2.0,4.5\n3.0,6.5\n")
