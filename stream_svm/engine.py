@@ -540,8 +540,9 @@ class PathEngine:
             "status": self._status[:n].copy(),
             "seq": self._seq[:n].copy(),
             "slot": self._slot[:n].copy(),
+            # The key -> position map follows from the keys: rebuilt on restore (rare) rather
+            # than copied on every update.
             "keys": list(self._keys),
-            "pos": dict(self._pos),
             "next_seq": self._next_seq,
             "margin": self._margin.copy(),
             "R": self._R.copy(),
@@ -567,7 +568,7 @@ class PathEngine:
         self._seq = snap["seq"].copy()
         self._slot = snap["slot"].copy()
         self._keys = list(snap["keys"])
-        self._pos = dict(snap["pos"])
+        self._pos = {key: position for position, key in enumerate(self._keys)}
         self._next_seq = snap["next_seq"]
         self._margin = snap["margin"].copy()
         self._R = snap["R"].copy()
