@@ -55,3 +55,20 @@ def test_the_bare_package_and_the_kafka_extra_install_and_run(tmp_path):
     _run(python, "-c", "import connectors.daemon, connectors.broker, connectors.metrics")
     for subcommand in ("serve", "demo", "replay", "evaluate"):
         assert "usage" in _run(command, subcommand, "--help")
+
+
+def test_an_sdist_builds_and_its_wheel_holds_the_compiled_engine(tmp_path):
+    """The source distribution carries the Cython source and builds a wheel with the compiled
+    engine on a machine with a C compiler (the build tools come from the package index)."""
+    import sys
+    import zipfile
+
+    sdist_dir, wheel_dir = tmp_path / "sdist", tmp_path / "wheels"
+    _run(sys.executable, "-m", "build", "--sdist", "--outdir", sdist_dir, ROOT)
+    (sdist,) = sdist_dir.glob("stream_svm-*.tar.gz")
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--disable-pip-version-check", "-w", wheel_dir, sdist)
+    (wheel,) = wheel_dir.glob("stream_svm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(name.startswith("stream_svm/_pathcore.") and name.endswith((".so", ".pyd"))
+               for name in names), names
