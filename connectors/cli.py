@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--bootstrap-servers", required=True)
     replay.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
     replay.add_argument("--limit", type=int, default=None)
-    replay.add_argument("--id-prefix", default="", help="ids are PREFIX + the row number")
+    replay.add_argument("--id-prefix", default="",
+                        help="ids are PREFIX + the id column's value, or the row number")
+    replay.add_argument("--id-column", default=None, metavar="NAME",
+                        help="column (field) of a CSV/JSONL file holding each message's id; "
+                        "not a feature")
     replay.add_argument("--unlabelled-every", type=int, default=0,
                         help="every Nth point is sent without its label (0: none)")
     replay.add_argument("--no-progress", action="store_true")
@@ -148,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(evaluate, flags=["model_type"])
     evaluate.add_argument("--dataset", required=True, help="as for replay")
     evaluate.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
+    evaluate.add_argument("--id-column", default=None, metavar="NAME",
+                          help="column (field) of a CSV/JSONL file that is an id, not a feature")
     evaluate.add_argument("--limit", type=int, default=None)
     evaluate.add_argument("--plot", metavar="FILE.png",
                           help="also draw accuracy over time and breakpoints per update "
@@ -219,16 +225,18 @@ def replay(
     target: str = "y",
     limit: int | None = None,
     id_prefix: str = "",
+    id_column: str | None = None,
     unlabelled_every: int = 0,
     progress: bool = True,
 ) -> int:
-    """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id);
-    returns how many were sent."""
+    """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id: the
+    file's ``id_column``, else the row number, after ``id_prefix``); returns how many were
+    sent."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     from connectors.messages import encode
-    from connectors.sources import count_source, iter_source, raw_label
+    from connectors.sources import count_source, iter_records, raw_label
 
     try:
         # A replay is interactive: an unreachable broker should fail in seconds, not 30.
@@ -244,8 +252,10 @@ def replay(
     bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
     sent = 0
     try:
-        for index, (x, y) in enumerate(iter_source(source, target, limit, raw_label)):
-            identifier: str | int = f"{id_prefix}{index}" if id_prefix else index
+        records = iter_records(source, target, limit, raw_label, id_column)
+        for index, (own_id, x, y) in enumerate(records):
+            base = index if own_id is None else own_id
+            identifier: str | int = f"{id_prefix}{base}" if id_prefix else base
             message: dict[str, Any] = {"id": identifier, "x": x}
             if not (unlabelled_every and (index + 1) % unlabelled_every == 0):
                 message["y"] = y
@@ -267,14 +277,16 @@ def evaluate(
     *,
     progress: bool = False,
     plot: str | None = None,
+    id_column: str | None = None,
 ) -> dict:
     """Progressive validation (predict, then learn, each point in order) of the configured
     model; no Kafka involved. ``plot`` names a PNG file for the progressive figure over time
     and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
-    ``rmse``; each is None when the source is empty."""
+    ``rmse``; each is None when the source is empty. ``id_column`` names a file's id column,
+    which is then not a feature."""
     from connectors.messages import Malformed, targets_of
     from connectors.models import build_model, build_scaler
-    from connectors.sources import SourceError, count_source, iter_source, raw_label
+    from connectors.sources import SourceError, count_source, iter_records, raw_label
 
     if plot is not None:
         _check_matplotlib()
@@ -291,7 +303,8 @@ def evaluate(
     breakpoints_per_point: list[int] = []
 
     def points() -> Iterator[tuple[dict[str, float], Any]]:
-        stream = iter_source(dataset, target, limit, raw_label)
+        stream = ((x, y) for _, x, y in iter_records(dataset, target, limit, raw_label,
+                                                        id_column))
         held: list[tuple[dict[str, float], Any]] = []
         if scaler is not None and not scaler.frozen:
             # As the daemon: the warm-up's points wait until the statistics are known.
@@ -513,6 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 target=args.target,
                 limit=args.limit,
                 id_prefix=args.id_prefix,
+                id_column=args.id_column,
                 unlabelled_every=args.unlabelled_every,
                 progress=not args.no_progress,
             )
@@ -520,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "evaluate":
             summary = evaluate(_config(args), args.dataset, args.target, args.limit,
-                               progress=not args.no_progress, plot=args.plot)
+                               progress=not args.no_progress, plot=args.plot,
+                               id_column=args.id_column)
             print(json.dumps(summary, indent=2))
             return 0
         if args.command == "demo":

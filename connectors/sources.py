@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUNDLED", "SourceError", "count_source", "iter_source"]
+__all__ = ["BUNDLED", "SourceError", "count_source", "iter_records", "iter_source", "raw_label"]
 
 #: Binary-classification data sets of River that ship inside its wheel (no download).
 BUNDLED = {"bananas": "Bananas", "phishing": "Phishing"}
@@ -77,20 +77,24 @@ def _number(value: Any, name: str, where: str) -> float:
     return number
 
 
-def _csv(path: Path, target: str, read: Callable[[Any, str], Any]
-         ) -> Iterator[tuple[dict[str, float], Any]]:
+def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None
+         ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
             raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
+        if id_column is not None and id_column not in reader.fieldnames:
+            raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
             y = read(row.pop(target), where)
-            yield {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}, y
+            identifier = _identifier(row.pop(id_column), where) if id_column else None
+            x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
+            yield identifier, x, y
 
 
-def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any]
-           ) -> Iterator[tuple[dict[str, float], Any]]:
+def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None
+           ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
@@ -102,14 +106,34 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any]
                 raise SourceError(f"{where}: not JSON: {exc}") from None
             if not isinstance(document, dict):
                 raise SourceError(f"{where}: each line must be a JSON object")
+            identifier = None
+            if id_column is not None:
+                if id_column not in document:
+                    raise SourceError(f"{where}: no field {id_column!r} (the --id-column)")
+                identifier = _identifier(document[id_column], where)
             if "x" in document:  # {"x": {...}, "y": ...}, the daemon's own format
                 features, y = document["x"], document.get("y", document.get(target))
             else:
-                features = {k: v for k, v in document.items() if k != target}
+                features = {k: v for k, v in document.items() if k not in (target, id_column)}
                 y = document.get(target)
             if y is None:
                 raise SourceError(f"{where}: no label {target!r}")
-            yield {k: _number(v, k, where) for k, v in features.items()}, read(y, where)
+            x = {k: _number(v, k, where) for k, v in features.items()}
+            yield identifier, x, read(y, where)
+
+
+def _identifier(value: Any, where: str) -> str | int:
+    """A message id from a file: an integer (CSV text of one too), or text."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            if text:
+                return text
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise SourceError(f"{where}: id {value!r} is neither an integer nor non-empty text")
 
 
 def iter_source(
@@ -120,12 +144,23 @@ def iter_source(
     with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``;
     labels read by ``read_label`` (default: binary; :func:`raw_label` keeps them as they
     are)."""
-    stream: Iterator[tuple[dict[str, Any], Any]]
+    return ((x, y) for _, x, y in iter_records(source, target, limit, read_label))
+
+
+def iter_records(
+    source: str, target: str = "y", limit: int | None = None,
+    read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
+) -> Iterator[tuple[Any, dict[str, float], Any]]:
+    """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
+    file's rows (not a feature then), or None."""
+    stream: Iterator[tuple[Any, dict[str, Any], Any]]
+    if id_column is not None and (source.lower() in BUNDLED or source.startswith("river-flow:")):
+        raise SourceError(f"--id-column is for .csv and .jsonl files, not {source!r}")
     if source.lower() in BUNDLED:
         from river import datasets
 
         stream = iter(getattr(datasets, BUNDLED[source.lower()])())
-        stream = ((x, read_label(y, source)) for x, y in stream)
+        stream = ((None, x, read_label(y, source)) for x, y in stream)
     elif source.startswith("river-flow:"):
         from stream_svm.datasets import RiverFlow
 
@@ -134,7 +169,7 @@ def iter_source(
             dataset = RiverFlow(directory)
         except (OSError, ValueError) as exc:
             raise SourceError(f"{source}: {exc}") from None
-        stream = ((dict(x), read_label(bool(y), source)) for x, y in dataset)
+        stream = ((None, dict(x), read_label(bool(y), source)) for x, y in dataset)
     else:
         path = Path(source)
         if not path.is_file():
@@ -143,9 +178,9 @@ def iter_source(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target, read_label)
+            stream = _csv(path, target, read_label, id_column)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            stream = _jsonl(path, target, read_label)
+            stream = _jsonl(path, target, read_label, id_column)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

@@ -86,3 +86,27 @@ def test_a_taken_metrics_port_is_one_line_and_exit_1(tmp_path, command):
     last = done.stderr.strip().splitlines()[-1]
     assert "cannot serve metrics" in last and port in last, done.stderr
     assert not Path(tmp_path / "checkpoints").exists() or command == "demo"
+
+
+@pytest.mark.broker
+def test_replay_sends_the_files_labels_and_ids_as_they_are(tmp_path):
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from connectors.daemon import ensure_topics
+    from tests.connectors_helpers import read_all, unique
+
+    data = tmp_path / "mail.csv"
+    data.write_text("msg,a,label\nm-1,1.0,spam\n7,0.2,ham\n8,0.5,2.5\n")
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        topic = unique("replay")
+        ensure_topics({"bootstrap_servers": broker.bootstrap_servers}, [topic])
+        sent = replay(str(data), topic, broker.bootstrap_servers, target="label",
+                      id_column="msg", id_prefix="u-", progress=False)
+        assert sent == 3
+        messages = read_all(broker.bootstrap_servers, topic, 3)
+    finally:
+        broker.stop()
+    assert messages == [{"id": "u-m-1", "x": {"a": 1.0}, "y": "spam"},
+                        {"id": "u-7", "x": {"a": 0.2}, "y": "ham"},
+                        {"id": "u-8", "x": {"a": 0.5}, "y": 2.5}]

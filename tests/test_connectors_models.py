@@ -293,3 +293,24 @@ def test_progressive_gauges_start_at_nan_and_show_restored_values():
     keyed.learn_one({"a": 1.0}, 2.0, key="k")
     keyed.learn_one({"a": 2.0}, 3.0)
     assert (keyed.n_stored, keyed.n_samples_) == (1, 2)
+
+
+def test_an_id_column_is_the_messages_id_and_not_a_feature(tmp_path):
+    from connectors.cli import evaluate
+    from connectors.sources import SourceError, iter_records, raw_label
+
+    data = tmp_path / "mail.csv"
+    data.write_text("msg,a,b,label\nm-1,1.0,0.5,spam\n7,0.2,0.1,ham\n")
+    records = list(iter_records(str(data), "label", None, raw_label, id_column="msg"))
+    assert records == [("m-1", {"a": 1.0, "b": 0.5}, "spam"), (7, {"a": 0.2, "b": 0.1}, "ham")]
+    lines = tmp_path / "mail.jsonl"
+    lines.write_text('{"msg": "a", "t": 1.5, "y": 1}\n{"msg": 2, "t": 0.5, "y": 0}\n')
+    assert [r[0] for r in iter_records(str(lines), id_column="msg")] == ["a", 2]
+    with pytest.raises(SourceError, match="not a number"):  # without it, the id is a feature
+        evaluate(_config(classes="ham,spam"), str(data), target="label")
+    summary = evaluate(_config(classes="ham,spam"), str(data), target="label", id_column="msg")
+    assert summary["points"] == 2
+    with pytest.raises(SourceError, match="no column 'id'"):
+        list(iter_records(str(data), "label", id_column="id"))
+    with pytest.raises(SourceError, match=r"for \.csv and \.jsonl files"):
+        list(iter_records("bananas", id_column="id"))
