@@ -660,3 +660,15 @@ def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
                     drift_matters = True
     # h is exactly 0 without error points: recomputing it then costs nothing.
     return residual, kkt_ok, drifted and (drift_matters or not any_error)
+
+
+def margin_remove(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, long[::1] slot_of,
+                  Py_ssize_t n, Py_ssize_t slot, double[::1] column) -> None:
+    """Remove S's member at ``slot`` (of the ``margin.shape[0]`` members) outside the loop:
+    factor column by Givens rotations in ``R[:k, :k]``, kernel column copied to ``column``
+    and moved out of ``KS``, ``margin`` and the slots after it shifted."""
+    cdef Py_ssize_t k = margin.shape[0]
+    if not (0 <= slot < k <= R.shape[0] and k <= KS.shape[1] and column.shape[0] >= n):
+        raise ValueError(f"slot {slot} is not among the {k} members of S")
+    with nogil:
+        _margin_remove(R, KS, margin, slot_of, n, k, slot, &column[0])

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import cholesky
-from scipy.linalg.lapack import dpotrs, dtrtrs
+from scipy.linalg.lapack import dpotrs
 
 from stream_svm import _pathcore
 from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
@@ -103,19 +103,6 @@ class UpdateStats:
         self.refactorized |= part.refactorized
         for name, times in part.migrations.items():
             self.count(name, times)
-
-
-def _delete_factor_column(R: np.ndarray, j: int) -> np.ndarray:
-    """Upper Cholesky factor of P with row and column j removed, from the factor R of P.
-
-    Removing column j of R leaves an upper Hessenberg tail; Givens rotations restore the
-    triangle (R' R stays P minus row/column j because rotations are orthogonal), in compiled
-    code over two contiguous rows of the C-ordered factor per rotation.
-    """
-    k = R.shape[0]
-    H = np.array(R, dtype=float, order="C")
-    _pathcore.delete_factor_column(H, k, j)
-    return np.ascontiguousarray(H[: k - 1, : k - 1])
 
 
 def _compiled_kernel(kernel: Kernel) -> tuple[int, float, int, float]:
@@ -367,41 +354,6 @@ class PathEngine:
         return columns
 
     # ------------------------------------------------------------------ margin set
-    def _margin_add(self, position: int, column: np.ndarray) -> bool:
-        """Append a point to S given its kernel column; False when it is degenerate."""
-        k = self._margin.size
-        diag = column[position]
-        if k == 0:
-            # Any t > 0 gives the same solution, but t must be on the kernel's scale: from a
-            # point near the origin (linear kernel: K(x, x) ~ 0) the factor is rank-deficient.
-            self._t = self._shift(float(diag))
-            pivot2 = diag + self._t
-            if pivot2 <= 0:
-                return False
-            R = np.array([[np.sqrt(pivot2)]])
-        else:
-            p_vec = column[self._margin] + self._t
-            # LAPACK directly (the scipy wrappers cost more than the solve at these sizes), on
-            # R' as a lower factor in Fortran order: the transpose of C-ordered R, no copy.
-            r_vec, info = dtrtrs(self._R.T, p_vec, lower=1, trans=0)
-            if info != 0:
-                return False
-            pivot2 = diag + self._t - r_vec @ r_vec
-            if pivot2 <= self.degeneracy_tol * (diag + self._t):
-                return False
-            R = np.zeros((k + 1, k + 1))
-            R[:k, :k] = self._R
-            R[:k, k] = r_vec
-            R[k, k] = np.sqrt(pivot2)
-        self._reserve_margin_columns(k + 1)
-        self._KS[: self.n, k] = column
-        self._R = R
-        self._u = None
-        self._slot[position] = k
-        self._margin = np.append(self._margin, position)
-        self._status[position] = MARGIN
-        return True
-
     def _shift(self, diag_max: float) -> float:
         """The t of P = K_SS + t 11': on the scale of the kernel values, never 0."""
         t = max(diag_max, self._diag_scale)
@@ -418,15 +370,16 @@ class PathEngine:
         self._u = None
 
     def _margin_remove(self, slot: int) -> np.ndarray:
-        """Remove S's member at ``slot``; returns its kernel column."""
-        n, k = self.n, self._margin.size
-        position = self._margin[slot]
-        column = self._KS[:n, slot].copy()
-        self._R = _delete_factor_column(self._R, slot)
-        self._KS[:n, slot : k - 1] = self._KS[:n, slot + 1 : k]
-        self._margin = np.delete(self._margin, slot)
-        self._slot[self._margin[slot:]] -= 1
-        self._slot[position] = -1
+        """Remove S's member at ``slot``; returns its kernel column (the compiled loop's own
+        removal: Givens rotations on the factor, the kernel columns after it moved left)."""
+        n = self.n
+        R = np.array(self._R, dtype=float, order="C")
+        margin = self._margin.copy()
+        column = np.empty(n)
+        _pathcore.margin_remove(R, self._KS, margin, self._slot, n, slot, column)
+        k = margin.size - 1
+        self._R = np.ascontiguousarray(R[:k, :k])
+        self._margin = margin[:k].copy()
         self._u = None
         return column
 
@@ -461,13 +414,18 @@ class PathEngine:
         self.refactorizations_total += 1
         self._sv_cache = None
 
-    def _refresh_g(self) -> None:
-        n, k = self.n, self._margin.size
-        margin = self._margin
-        f = self._h[:n] + self.b
-        if k:
-            f = f + self._KS[:n, :k] @ (self._y[margin] * self._alpha[margin])
-        self._g[:n] = self._y[:n] * f - 1.0
+    def _refresh_g(self, g: np.ndarray | None = None) -> tuple[np.ndarray, float, bool, bool]:
+        """Recompute g (into ``g``, by default the engine's own) from alpha, b and h, with the
+        size of its terms, in one compiled pass over S's kernel columns; returns (terms, S's
+        largest |g| relative to its terms, whether every KKT condition holds to kkt_tol
+        relative to the terms, whether h's accumulated round-off may matter)."""
+        n = self.n
+        terms = np.empty(n)
+        residual, kkt_ok, h_stale = _pathcore.refresh_g(
+            self._KS, n, self._margin, self._y, self._alpha, self._status, self._h,
+            self._h_abs, self._h_drift, self.b, self.kkt_tol,
+            self._g if g is None else g, terms)
+        return terms, residual, kkt_ok, h_stale
 
     def recompute_error_contributions(self) -> None:
         """Recompute E's contribution to f from the kernel (clears accumulated round-off)."""
@@ -505,11 +463,7 @@ class PathEngine:
         by s and C by 1/s^2): with overlapping classes at a large C * K the terms of f are huge
         and cancel, and no absolute bound on g is attainable. Tolerances on g are relative to it.
         """
-        n, k = self.n, self._margin.size
-        terms = 1.0 + abs(self.b) + self._h_abs[:n]
-        if k:
-            terms = terms + np.abs(self._KS[:n, :k]) @ self._alpha[self._margin]
-        return terms
+        return self._refresh_g(np.empty(self.n))[0]
 
     def residual(self, terms: np.ndarray | None = None) -> float:
         """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
@@ -848,10 +802,7 @@ class PathEngine:
         # g, the size of its terms, S's residual, the points' KKT conditions and h's staleness
         # in one compiled pass over S's kernel columns.
         n = self.n
-        terms = np.empty(n)
-        margin_residual, kkt_ok, h_stale = _pathcore.refresh_g(
-            self._KS, n, self._margin, self._y, self._alpha, self._status, self._h,
-            self._h_abs, self._h_drift, self.b, self.kkt_tol, self._g, terms)
+        terms, margin_residual, kkt_ok, h_stale = self._refresh_g()
         balance = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
         if h_stale:
             self.recompute_error_contributions()
