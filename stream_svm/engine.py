@@ -421,6 +421,8 @@ class PathEngine:
         relative to the terms, whether h's accumulated round-off may matter)."""
         n = self.n
         terms = np.empty(n)
+        if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
+            return terms, 0.0, True, False
         residual, kkt_ok, h_stale = _pathcore.refresh_g(
             self._KS, n, self._margin, self._y, self._alpha, self._status, self._h,
             self._h_abs, self._h_drift, self.b, self.kkt_tol,

@@ -72,3 +72,12 @@ def test_a_callable_kernel_walks_the_same_path_as_the_compiled_one():
                                built_in.decision_function(probe), atol=1e-10)
     assert callable_.dual_objective() == pytest.approx(built_in.dual_objective(), rel=1e-12)
     assert len(calls) > 200  # columns were served to the loop from Python
+
+
+def test_an_empty_model_round_trips_through_a_checkpoint():
+    from stream_svm import IncrementalSVC
+
+    arrays, meta = IncrementalSVC().to_checkpoint()
+    restored = IncrementalSVC.from_checkpoint(arrays, meta)
+    assert restored.n_stored == 0 and restored.decision_function_one({"a": 1.0}) == 0.0
+    assert restored._engine.g_terms().shape == (0,)
