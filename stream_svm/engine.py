@@ -62,8 +62,6 @@ from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
 MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
-REFRESH = 64
-_STATUS_NAMES = {MARGIN: "margin", ERROR: "error", RESERVE: "reserve", ADDING: "added"}
 
 
 class ConvergenceError(RuntimeError):
@@ -844,7 +842,7 @@ class PathEngine:
           coefficients by their own size, at most 1): largest sensitivity, then lowest
           position;
         - a point whose Schur complement is numerically zero is refused entry to S (blocked)
-          until S shrinks; the driven contribution is recomputed every REFRESH steps.
+          until S shrinks; the driven contribution is recomputed every 64 steps.
 
         The loop returns to Python only to get more capacity for S or a user-callable
         kernel's column.
