@@ -226,6 +226,34 @@ def _restart(embedded: EmbeddedBroker, while_down: Any = None) -> EmbeddedBroker
     return EmbeddedBroker(port=port, start_timeout=20).start()
 
 
+def _serve_then_restart_the_broker(embedded: EmbeddedBroker, config: Any
+                                   ) -> tuple[EmbeddedBroker, Daemon, threading.Thread]:
+    """A daemon that has read 20 messages, then the broker restarted empty under it; the
+    outage lasts until the daemon has shown it (it samples the connection once per poll,
+    whatever the machine's load)."""
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": embedded.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20)])
+    daemon = Daemon(config)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    restarted = None
+    try:
+        assert wait_for(lambda: daemon.summary.messages == 20, 30)
+        seen: list[bool] = []
+        restarted = _restart(embedded, lambda: seen.append(wait_for(
+            lambda: b"stream_svm_connected 0.0" in daemon.metrics.render(), 20)))
+        assert seen == [True]
+    except BaseException:  # the caller gets nothing to stop: stop it all here
+        daemon.stop()
+        thread.join(timeout=60)
+        if restarted is not None:
+            restarted.stop()
+        raise
+    return restarted, daemon, thread
+
+
 @pytest.mark.slow
 def test_a_broker_restarted_empty_before_the_daemon_is_not_resumed_silently(tmp_path):
     embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
@@ -273,18 +301,7 @@ def test_a_broker_restarted_under_the_daemon(tmp_path, policy):
                          **{"kafka.on_partition_reset": policy, "kafka.poll_timeout_ms": 50})
         kafka = config.kafka
         topics = [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic]
-        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, topics)
-        produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20)])
-        daemon = Daemon(config)
-        thread = threading.Thread(target=daemon.run, daemon=True)
-        thread.start()
-        assert wait_for(lambda: daemon.summary.messages == 20, 30)
-        # The daemon samples the connection once per poll: the outage lasts until it has shown
-        # it, whatever the machine's load.
-        seen: list[bool] = []
-        embedded = _restart(embedded, lambda: seen.append(wait_for(
-            lambda: b"stream_svm_connected 0.0" in daemon.metrics.render(), 20)))
-        assert seen == [True]
+        embedded, daemon, thread = _serve_then_restart_the_broker(embedded, config)
         ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, topics)
         produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20, 25)])
         text = daemon.metrics.render().decode()
@@ -401,16 +418,7 @@ def test_a_topic_recreated_with_more_partitions_under_the_daemon_is_read_whole(
         kafka = config.kafka
         topic = kafka.input_topic
         others = [kafka.output_topic, kafka.dead_letter_topic]
-        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, [topic, *others])
-        produce(embedded.bootstrap_servers, topic, [_valid(i) for i in range(20)])
-        daemon = Daemon(config)
-        thread = threading.Thread(target=daemon.run, daemon=True)
-        thread.start()
-        assert wait_for(lambda: daemon.summary.messages == 20, 30)
-        seen: list[bool] = []
-        embedded = _restart(embedded, lambda: seen.append(wait_for(
-            lambda: b"stream_svm_connected 0.0" in daemon.metrics.render(), 20)))
-        assert seen == [True]
+        embedded, daemon, thread = _serve_then_restart_the_broker(embedded, config)
         servers = embedded.bootstrap_servers
         assert wait_for(lambda: b"stream_svm_connected 1.0" in daemon.metrics.render(), 20)
         # The reconnected consumer asks for the missing topic's metadata: the broker must not
