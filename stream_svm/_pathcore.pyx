@@ -19,9 +19,14 @@ cdef enum:
 KERNEL_LINEAR, KERNEL_RBF, KERNEL_POLY = LINEAR, RBF, POLY
 
 
-cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) noexcept nogil:
+cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j,
+                                double* w) noexcept nogil:
+    """Drop column j of the factor in R[:k, :k]; with ``w`` (not NULL) = R^-T 1, apply the same
+    rotations to it, after which its first k - 1 entries are the new factor's R^-T 1 (the
+    rows of R'w = 1 other than j read H'w = 1 for the factor H without column j, and the
+    rotations Q make QH triangular: (QH)'(Qw) = 1)."""
     cdef Py_ssize_t i, c
-    cdef int length, stride = 1
+    cdef int length, stride = 1, one_pair = 1
     cdef double cos, sin, a, b
     # Drop column j: the columns right of it move one to the left (rows 0..k-1).
     for i in range(k):
@@ -35,6 +40,8 @@ cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) no
         length = <int>(k - 1 - i)
         drot(&length, &R[i, i], &stride, &R[i + 1, i], &stride, &cos, &sin)
         R[i + 1, i] = 0.0
+        if w != NULL:
+            drot(&one_pair, &w[i], &stride, &w[i + 1], &stride, &cos, &sin)
 
 
 def delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) -> None:
@@ -47,7 +54,7 @@ def delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) -> None:
     if not (0 <= j < k <= R.shape[0] and k <= R.shape[1]):
         raise ValueError(f"column {j} is not in a {k} x {k} factor of capacity {R.shape}")
     with nogil:
-        _delete_factor_column(R, k, j)
+        _delete_factor_column(R, k, j, NULL)
 
 
 def kernel_columns(int kind, double[:, ::1] X, Py_ssize_t n, long[::1] positions,
@@ -91,7 +98,7 @@ def kernel_columns(int kind, double[:, ::1] X, Py_ssize_t n, long[::1] positions
 
 from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
-from libc.string cimport memmove
+from libc.string cimport memcpy
 from scipy.linalg.cython_blas cimport ddot, dgemv, dtrsv
 
 cdef enum:
@@ -124,7 +131,7 @@ cdef enum:
     I_FRESH_ = 2
     I_PENDING_ = 3
     I_K_ = 4
-    I_U_VALID_ = 5
+    I_W_VALID_ = 5
     I_LIMIT_ = 6
     I_COLUMN_READY_ = 7
 
@@ -132,8 +139,8 @@ DONE, NEED_COLUMN, NEED_CAPACITY, LIMIT, EMPTY_MARGIN, NON_FINITE = (
     DONE_, NEED_COLUMN_, NEED_CAPACITY_, LIMIT_, EMPTY_MARGIN_, NON_FINITE_)
 F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
     F_B_, F_T_, F_ARRIVED_, F_NO_IMBALANCE_, F_DIAG_SCALE_)
-I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_U_VALID, I_LIMIT, I_COLUMN_READY = (
-    I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_U_VALID_, I_LIMIT_,
+I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_W_VALID, I_LIMIT, I_COLUMN_READY = (
+    I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_W_VALID_, I_LIMIT_,
     I_COLUMN_READY_)
 
 # Migration counters (``counts``), in this order.
@@ -151,39 +158,37 @@ cdef enum:
 cdef int REFRESH_STEPS = 64
 
 
-cdef void _solve_factor(double[:, ::1] R, int k, double* x) noexcept nogil:
-    """x <- P^-1 x with P = R'R, R upper in C order (a column-major lower factor R')."""
-    cdef int one = 1, lda = R.shape[1]
-    cdef char lower = b'L', notrans = b'N', trans = b'T', nonunit = b'N'
-    # R' in column-major storage is R in C order: R' w = x, then R v = w.
-    dtrsv(&lower, &notrans, &nonunit, &k, &R[0, 0], &lda, x, &one)
-    dtrsv(&lower, &trans, &nonunit, &k, &R[0, 0], &lda, x, &one)
-
-
-cdef void _margin_remove(double[:, ::1] R, double[:, ::1] KS, long[::1] margin,
-                         long[::1] slot_of, Py_ssize_t n, Py_ssize_t k, Py_ssize_t slot,
-                         double* column) noexcept nogil:
-    """Remove S's member at ``slot``: factor column (Givens), its kernel column (copied to
-    ``column``), its place in ``margin`` and the slots after it."""
-    cdef Py_ssize_t i
+cdef void _margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin,
+                         long[::1] store, long[::1] slot_of, Py_ssize_t n, Py_ssize_t k,
+                         Py_ssize_t slot, double* column, double* w) noexcept nogil:
+    """Remove S's member at factor ``slot``: its factor column (Givens, rotating ``w`` too when
+    not NULL), its kernel column (copied to ``column``; the last stored column takes its row,
+    so the rows stay packed and no other column moves), and its place in ``margin`` and
+    ``store``, the slots after it moving one down."""
+    cdef Py_ssize_t i, row = store[slot], last = k - 1
     cdef long position = margin[slot]
-    for i in range(n):
-        column[i] = KS[i, slot]
-        if slot < k - 1:
-            memmove(&KS[i, slot], &KS[i, slot + 1], (k - 1 - slot) * sizeof(double))
-    _delete_factor_column(R, k, slot)
+    memcpy(column, &columns[row, 0], n * sizeof(double))
+    if row != last:
+        memcpy(&columns[row, 0], &columns[last, 0], n * sizeof(double))
+        for i in range(k):
+            if store[i] == last:
+                store[i] = row
+                break
+    _delete_factor_column(R, k, slot, w)
     for i in range(slot, k - 1):
         margin[i] = margin[i + 1]
+        store[i] = store[i + 1]
         slot_of[margin[i]] -= 1
     slot_of[position] = -1
 
 
-cdef bint _margin_add(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, long[::1] slot_of,
-                      signed char[::1] status, Py_ssize_t n, Py_ssize_t k, long position,
-                      double* column, double* t, double diag_scale, double degeneracy_tol,
-                      double* work) noexcept nogil:
-    """Append a point to S given its kernel column (capacity for k + 1 must exist); False when
-    it is degenerate (its Schur complement in P is numerically zero)."""
+cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin,
+                      long[::1] store, long[::1] slot_of, signed char[::1] status, Py_ssize_t n,
+                      Py_ssize_t k, long position, double* column, double* t, double diag_scale,
+                      double degeneracy_tol, double* work, double* w) noexcept nogil:
+    """Append a point to S given its kernel column (capacity for k + 1 must exist), extending
+    ``w`` = R^-T 1 when not NULL; False when the point is degenerate (its Schur complement in
+    P is numerically zero)."""
     cdef double diag = column[position], pivot2, scale
     cdef Py_ssize_t i
     cdef int kk = <int>k, one = 1, lda = R.shape[1]
@@ -196,6 +201,8 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, lon
         if pivot2 <= 0:
             return False
         R[0, 0] = sqrt(pivot2)
+        if w != NULL:
+            w[0] = 1.0 / R[0, 0]
     else:
         for i in range(k):
             work[i] = column[margin[i]] + t[0]
@@ -210,8 +217,12 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, lon
             R[i, k] = work[i]
             R[k, i] = 0.0
         R[k, k] = sqrt(pivot2)
-    for i in range(n):
-        KS[i, k] = column[i]
+        if w != NULL:
+            # The new last row of R'w = 1: r'w + R_kk w_k = 1.
+            w[k] = (1.0 - ddot(&kk, work, &one, w, &one)) / R[k, k]
+    # The rows of ``columns`` are packed: the new column takes row k.
+    memcpy(&columns[k, 0], column, n * sizeof(double))
+    store[k] = k
     slot_of[position] = k
     margin[k] = position
     status[position] = MARGIN
@@ -241,8 +252,8 @@ def follow_path(
     double[:, ::1] X, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
     double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
-    double[:, ::1] KS, double[:, ::1] R, long[::1] margin, double[::1] u,
-    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
+    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[::1] change, double[::1] eta, double[::1] sensitivity,
@@ -254,8 +265,8 @@ def follow_path(
     cdef int code
     with nogil:
         code = _follow(kernel_kind, gamma, degree, coef0, ridge, X, n, C, kkt_tol,
-                       degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift, KS, R,
-                       margin, u, D, K_D, adding, active, blocked, beta_D, driven_effect, fs,
+                       degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
+                       columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D, driven_effect, fs,
                        ints, counts, column, work, change, eta, sensitivity)
     return code
 
@@ -287,32 +298,35 @@ cdef int _follow(
     double[:, ::1] X, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
     double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
-    double[:, ::1] KS, double[:, ::1] R, long[::1] margin, double[::1] u,
-    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
+    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[::1] change, double[::1] eta, double[::1] sensitivity,
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
     cdef Py_ssize_t n_ties, best
+    cdef int lda_r = R.shape[1]
     cdef double eps = DBL_EPSILON, C_ = C
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
-    cdef double shifted_db, u_sum, v_sum, value, eta_unit, coefficient_scale, window, s_max
+    cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha
     cdef bint any_active, bias_only, finish, any_event, rising, falling
     cdef signed char state
-    cdef int one = 1, kk, lda_ks = KS.shape[1], lda_kd = K_D.shape[1], mm = <int>m
+    cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
     cdef int nn = <int>n
-    cdef char trans = b'T'
+    cdef char trans = b'T', notrans = b'N', lower = b'L', nonunit = b'N'
     cdef double d_one = 1.0, d_zero = 0.0
-    cdef double* beta_S = &work[capacity]  # work: [0, capacity) scratch, then beta_S
+    # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row.
+    cdef double* beta_S = &work[capacity]
+    cdef double* beta_stored = &work[2 * capacity]
 
     # A migration into S interrupted by a request: finish it first.
     if ints[I_PENDING_] >= 0:
         code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_, degeneracy_tol,
-                             y, alpha, g, status, slot_of, h, h_abs, h_drift, KS, R, margin, D,
-                             K_D, active, blocked, beta_D, driven_effect, fs, ints, counts,
-                             column, work)
+                             y, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R, margin,
+                             store, w, D, K_D, active, blocked, beta_D, driven_effect, fs, ints,
+                             counts, column, work)
         if code != DONE_:
             return code
 
@@ -351,26 +365,29 @@ cdef int _follow(
         if fabs(beta_sum) <= fs[F_NO_IMBALANCE_]:
             beta_sum = 0.0
         if k:
-            # beta_S, db from K_SS beta + db 1 = -driven_effect_S, 1' beta = -beta_sum.
-            if not ints[I_U_VALID_]:
+            # beta_S, db from K_SS beta + db 1 = -driven_effect_S, 1' beta = -beta_sum, through
+            # P = R'R = K_SS + t 11' and w = R^-T 1 (kept up to date as S changes): with
+            # z = R^-T r, 1'P^-1 r = w'z and 1'P^-1 1 = w'w, so one solve with R' and one
+            # with R give beta_S = R^-1 (z - w shifted_db).
+            if not ints[I_W_VALID_]:
                 for i in range(k):
-                    u[i] = 1.0
-                _solve_factor(R, kk, &u[0])
-                ints[I_U_VALID_] = 1
+                    w[i] = 1.0
+                dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, &w[0], &one)
+                ints[I_W_VALID_] = 1
             for i in range(k):
                 beta_S[i] = -driven_effect[margin[i]]
-            _solve_factor(R, kk, beta_S)
-            v_sum = 0.0
-            u_sum = 0.0
+            dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, beta_S, &one)
+            shifted_db = (ddot(&kk, &w[0], &one, beta_S, &one) + beta_sum) / ddot(
+                &kk, &w[0], &one, &w[0], &one)
             for i in range(k):
-                v_sum += beta_S[i]
-                u_sum += u[i]
-            shifted_db = (v_sum + beta_sum) / u_sum
-            for i in range(k):
-                beta_S[i] = beta_S[i] - u[i] * shifted_db
+                beta_S[i] = beta_S[i] - w[i] * shifted_db
+            dtrsv(&lower, &trans, &nonunit, &kk, &R[0, 0], &lda_r, beta_S, &one)
             db = shifted_db + fs[F_T_] * (-beta_sum)
-            dgemv(&trans, &kk, &nn, &d_one, &KS[0, 0], &lda_ks, beta_S, &one, &d_zero,
-                  &change[0], &one)
+            # K_S beta_S over S's packed kernel columns (storage rows, contiguous per member).
+            for i in range(k):
+                beta_stored[store[i]] = beta_S[i]
+            dgemv(&notrans, &nn, &kk, &d_one, &columns[0, 0], &lda_cols, beta_stored, &one,
+                  &d_zero, &change[0], &one)
         else:
             if fabs(beta_sum) > 1e-12 * beta_scale:
                 bias_only = True
@@ -515,9 +532,9 @@ cdef int _follow(
         if state == MARGIN:
             slot = slot_of[chosen]
             d_alpha = y[chosen] * beta_S[slot]
-            _margin_remove(R, KS, margin, slot_of, n, k, slot, &column[0])
+            _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0],
+                           &w[0] if ints[I_W_VALID_] else NULL)
             ints[I_K_] = k - 1
-            ints[I_U_VALID_] = 0
             # A point refused entry was in the span of S; with S smaller it may not be.
             for i in range(n):
                 blocked[i] = 0
@@ -535,8 +552,8 @@ cdef int _follow(
             ints[I_PENDING_] = chosen
             code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_,
                                  degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
-                                 KS, R, margin, D, K_D, active, blocked, beta_D, driven_effect,
-                                 fs, ints, counts, column, work)
+                                 columns, R, margin, store, w, D, K_D, active, blocked, beta_D,
+                                 driven_effect, fs, ints, counts, column, work)
             if code != DONE_:
                 return code
 
@@ -567,7 +584,7 @@ cdef int _enter_margin(
     double[:, ::1] X, Py_ssize_t n, double C, double degeneracy_tol,
     double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
-    double[:, ::1] KS, double[:, ::1] R, long[::1] margin,
+    double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store, double[::1] w,
     long[::1] D, double[:, ::1] K_D, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
@@ -577,7 +594,7 @@ cdef int _enter_margin(
     cdef Py_ssize_t k = ints[I_K_], i, j, index = -1, m = D.shape[0]
     cdef signed char state = status[chosen]
     cdef double weight
-    if k + 1 > R.shape[0] or k + 1 > KS.shape[1]:
+    if k + 1 > R.shape[0] or k + 1 > columns.shape[0]:
         return NEED_CAPACITY_
     if state == ADDING:
         for j in range(m):
@@ -593,10 +610,10 @@ cdef int _enter_margin(
         return NON_FINITE_
     ints[I_COLUMN_READY_] = 0
     ints[I_PENDING_] = -1
-    if _margin_add(R, KS, margin, slot_of, status, n, k, chosen, &column[0], &fs[F_T_],
-                   fs[F_DIAG_SCALE_], degeneracy_tol, &work[0]):
+    if _margin_add(R, columns, margin, store, slot_of, status, n, k, chosen, &column[0],
+                   &fs[F_T_], fs[F_DIAG_SCALE_], degeneracy_tol, &work[0],
+                   &w[0] if ints[I_W_VALID_] else NULL):
         ints[I_K_] = k + 1
-        ints[I_U_VALID_] = 0
         g[chosen] = 0.0
         if state == ADDING:
             weight = beta_D[index]
@@ -616,33 +633,39 @@ cdef int _enter_margin(
     return DONE_
 
 
-def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
-              double[::1] alpha, signed char[::1] status, double[::1] h, double[::1] h_abs,
-              double[::1] h_drift, double b, double kkt_tol, double[::1] g,
+def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] margin,
+              double[::1] y, double[::1] alpha, signed char[::1] status, double[::1] h,
+              double[::1] h_abs, double[::1] h_drift, double b, double kkt_tol, double[::1] g,
               double[::1] terms):
     """Refresh g_i = y_i f(x_i) - 1 with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the
     magnitude of the terms summed into it, 1 + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s
-    (PathEngine.g_terms), in one pass over S's kernel columns; returns what the checks after
-    an update need from the same pass: (the largest |g| of S relative to its terms, whether
-    every point holds its KKT condition to ``kkt_tol`` relative to its terms, whether h's
-    accumulated round-off may matter next to that tolerance)."""
-    cdef Py_ssize_t i, j, k = margin.shape[0]
-    cdef double f, size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
+    (PathEngine.g_terms), from S's packed kernel columns (``store`` maps S's factor order to
+    their rows); returns what the checks after an update need: (the largest |g| of S
+    relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
+    relative to its terms, whether h's accumulated round-off may matter next to that
+    tolerance)."""
+    cdef Py_ssize_t i, j, row, k = margin.shape[0]
+    cdef double size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
+    cdef double coefficient, weight, value
     cdef bint kkt_ok = True, drifted = False, any_error = False, drift_matters = False
-    cdef double[::1] coefficient = alpha.copy()[:k]
-    cdef double[::1] weight = alpha.copy()[:k]
-    for j in range(k):
-        coefficient[j] = y[margin[j]] * alpha[margin[j]]
-        weight[j] = alpha[margin[j]]
+    if g.shape[0] < n or terms.shape[0] < n or store.shape[0] < k:
+        raise ValueError("g, terms or store is too short")
     with nogil:
+        # Column by column (contiguous rows of ``columns``), each point's sum in S's order.
         for i in range(n):
-            f = 0.0
-            size = 0.0
-            for j in range(k):
-                f = f + KS[i, j] * coefficient[j]
-                size = size + fabs(KS[i, j]) * weight[j]
-            g[i] = y[i] * (h[i] + b + f) - 1.0
-            terms[i] = 1.0 + abs_b + h_abs[i] + size
+            g[i] = 0.0
+            terms[i] = 0.0
+        for j in range(k):
+            row = store[j]
+            coefficient = y[margin[j]] * alpha[margin[j]]
+            weight = alpha[margin[j]]
+            for i in range(n):
+                value = columns[row, i]
+                g[i] = g[i] + value * coefficient
+                terms[i] = terms[i] + fabs(value) * weight
+        for i in range(n):
+            g[i] = y[i] * (h[i] + b + g[i]) - 1.0
+            terms[i] = 1.0 + abs_b + h_abs[i] + terms[i]
             if status[i] == ERROR:
                 any_error = True
                 violation = g[i] if g[i] > 0.0 else 0.0
@@ -662,13 +685,15 @@ def refresh_g(double[:, ::1] KS, Py_ssize_t n, long[::1] margin, double[::1] y,
     return residual, kkt_ok, drifted and (drift_matters or not any_error)
 
 
-def margin_remove(double[:, ::1] R, double[:, ::1] KS, long[::1] margin, long[::1] slot_of,
-                  Py_ssize_t n, Py_ssize_t slot, double[::1] column) -> None:
-    """Remove S's member at ``slot`` (of the ``margin.shape[0]`` members) outside the loop:
-    factor column by Givens rotations in ``R[:k, :k]``, kernel column copied to ``column``
-    and moved out of ``KS``, ``margin`` and the slots after it shifted."""
+def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, long[::1] store,
+                  long[::1] slot_of, Py_ssize_t n, Py_ssize_t slot, double[::1] column) -> None:
+    """Remove S's member at factor ``slot`` (of the ``margin.shape[0]`` members) outside the
+    loop: its factor column by Givens rotations in ``R[:k, :k]``, its kernel column copied to
+    ``column`` (the last packed column takes its row of ``columns``), ``margin`` and ``store``
+    shifted after it."""
     cdef Py_ssize_t k = margin.shape[0]
-    if not (0 <= slot < k <= R.shape[0] and k <= KS.shape[1] and column.shape[0] >= n):
+    if not (0 <= slot < k <= R.shape[0] and k <= columns.shape[0] and k <= store.shape[0]
+            and n <= columns.shape[1] and column.shape[0] >= n):
         raise ValueError(f"slot {slot} is not among the {k} members of S")
     with nogil:
-        _margin_remove(R, KS, margin, slot_of, n, k, slot, &column[0])
+        _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0], NULL)

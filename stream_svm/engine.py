@@ -173,10 +173,14 @@ class PathEngine:
         self._pos: dict[Hashable, int] = {}
         self._next_seq = 0
         self._margin = np.zeros(0, dtype=np.int64)  # positions of S, in factor order
-        self._R = np.zeros((0, 0))  # upper Cholesky factor of P = K_SS + t 11'
-        self._u: np.ndarray | None = None  # P^-1 1, cached until S changes
+        # Upper Cholesky factor of P = K_SS + t 11' in R[:k, :k], k = |S|, with room to grow.
+        self._R = np.zeros((0, 0))
         self._t = 1.0
-        self._KS = np.zeros((0, 0))  # kernel columns of S: K(x_i, x_s) for all stored i
+        # S's kernel columns, one contiguous row per member: _columns[store[s], i] is
+        # K(x_i, x_margin[s]) for every stored point i. The rows are packed ([0, k)); a member
+        # leaving S hands its row to the last one, so no other column moves.
+        self._columns = np.zeros((0, 0))
+        self._store = np.zeros(0, dtype=np.int64)  # row of _columns of each factor slot
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
@@ -315,16 +319,24 @@ class PathEngine:
         self._status = grow(self._status)
         self._seq = grow(self._seq)
         self._slot = grow(self._slot, -1)
-        self._KS = grow(self._KS)
+        columns = np.zeros((self._columns.shape[0], new_cap))
+        columns[:, : self._columns.shape[1]] = self._columns
+        self._columns = columns
 
-    def _reserve_margin_columns(self, columns: int) -> None:
-        capacity = self._KS.shape[1]
-        if columns <= capacity:
+    def _reserve_margin(self, members: int) -> None:
+        """Room for ``members`` points in S: the factor, the kernel columns and the row map,
+        grown geometrically (never per entry)."""
+        capacity = self._R.shape[0]
+        if members <= capacity:
             return
-        new_cap = max(columns, 2 * capacity, 8)
-        out = np.zeros((self._KS.shape[0], new_cap))
-        out[:, :capacity] = self._KS
-        self._KS = out
+        new_cap = max(members, 2 * capacity, 8)
+        R = np.zeros((new_cap, new_cap))
+        R[:capacity, :capacity] = self._R
+        columns = np.zeros((new_cap, self._columns.shape[1]))
+        columns[:capacity] = self._columns
+        store = np.zeros(new_cap, dtype=np.int64)
+        store[:capacity] = self._store
+        self._R, self._columns, self._store = R, columns, store
 
     def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
@@ -362,31 +374,29 @@ class PathEngine:
     def _factorize(self) -> None:
         """Factor P = K_SS + t 11' afresh from S's cached kernel columns."""
         k = self._margin.size
-        K_SS = self._KS[self._margin, :k]
-        self._t = self._shift(float(np.max(np.diag(K_SS))))
-        self._R = np.ascontiguousarray(cholesky(K_SS + self._t, lower=False, check_finite=False))
-        self._u = None
+        # K_SS[a, b] = K(x_margin[a], x_margin[b]), read from member b's column.
+        K_SS = self._columns[self._store[:k]][:, self._margin].T
+        t = self._shift(float(np.max(np.diag(K_SS))))
+        factor = cholesky(K_SS + t, lower=False, check_finite=False)
+        self._t = t
+        self._R[:k, :k] = factor
 
     def _margin_remove(self, slot: int) -> np.ndarray:
         """Remove S's member at ``slot``; returns its kernel column (the compiled loop's own
-        removal: Givens rotations on the factor, the kernel columns after it moved left)."""
+        removal: Givens rotations on the factor, the last packed column takes its row)."""
         n = self.n
-        R = np.array(self._R, dtype=float, order="C")
-        margin = self._margin.copy()
         column = np.empty(n)
-        _pathcore.margin_remove(R, self._KS, margin, self._slot, n, slot, column)
-        k = margin.size - 1
-        self._R = np.ascontiguousarray(R[:k, :k])
-        self._margin = margin[:k].copy()
-        self._u = None
+        _pathcore.margin_remove(self._R, self._columns, self._margin, self._store, self._slot,
+                                n, slot, column)
+        self._margin = self._margin[:-1].copy()
         return column
 
     def _solve(self, r: np.ndarray, s: float) -> tuple[np.ndarray, float]:
         """Solve K_SS beta + db 1 = r, 1' beta = s through the factor of K_SS + t 11'."""
-        if self._u is None:
-            self._u = dpotrs(self._R.T, np.ones(self._margin.size), lower=1)[0]
-        u = self._u
-        v = dpotrs(self._R.T, r, lower=1)[0]
+        k = self._margin.size
+        R = self._R[:k, :k]
+        u = dpotrs(R.T, np.ones(k), lower=1)[0]
+        v = dpotrs(R.T, r, lower=1)[0]
         shifted_db = (v.sum() - s) / u.sum()
         return v - u * shifted_db, shifted_db + self._t * s
 
@@ -422,8 +432,8 @@ class PathEngine:
         if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
             return terms, 0.0, True, False
         residual, kkt_ok, h_stale = _pathcore.refresh_g(
-            self._KS, n, self._margin, self._y, self._alpha, self._status, self._h,
-            self._h_abs, self._h_drift, self.b, self.kkt_tol,
+            self._columns, self._store, n, self._margin, self._y, self._alpha, self._status,
+            self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
             self._g if g is None else g, terms)
         return terms, residual, kkt_ok, h_stale
 
@@ -499,9 +509,10 @@ class PathEngine:
             "keys": list(self._keys),
             "next_seq": self._next_seq,
             "margin": self._margin.copy(),
-            "R": self._R.copy(),
+            "R": self._R[:k, :k].copy(),
             "t": self._t,
-            "KS": self._KS[:n, :k].copy(),
+            "columns": self._columns[:k, :n].copy(),
+            "store": self._store[:k].copy(),
             "diag_scale": self._diag_scale,
         }
 
@@ -525,11 +536,16 @@ class PathEngine:
         self._pos = {key: position for position, key in enumerate(self._keys)}
         self._next_seq = snap["next_seq"]
         self._margin = snap["margin"].copy()
-        self._R = snap["R"].copy()
+        k, n = snap["columns"].shape
+        capacity = max(k, 8)
+        self._R = np.zeros((capacity, capacity))
+        self._R[:k, :k] = snap["R"]
         self._t = snap["t"]
-        self._KS = snap["KS"].copy()
+        self._columns = np.zeros((capacity, self._X.shape[0]))
+        self._columns[:k, :n] = snap["columns"]
+        self._store = np.zeros(capacity, dtype=np.int64)
+        self._store[:k] = snap["store"]
         self._diag_scale = snap["diag_scale"]
-        self._u = None
         self._sv_cache = None
         self._terms_cache = None
         self._kkt_cache = None
@@ -750,14 +766,15 @@ class PathEngine:
                     self._R, self._t = saved
             k = self._margin.size
             margin = self._margin
-            self._KS[new, :k] = K_new[margin].T
+            K_new_S = K_new[margin]  # K(x_s, new point) for s in S, by factor slot
+            self._columns[self._store[:k], new[0] : new[-1] + 1] = K_new_S
             error = np.flatnonzero(self._status[:n] == ERROR)
             self._h[new] = K_new[error].T @ (C * self._y[error])
             self._h_abs[new] = np.abs(K_new[error]).sum(axis=0) * C
             self._h_drift[new] = 0.0
             f_new = self._h[new] + self.b
             if k:
-                f_new += self._KS[new, :k] @ (self._y[margin] * self._alpha[margin])
+                f_new += (self._y[margin] * self._alpha[margin]) @ K_new_S
             self._g[new] = self._y[new] * f_new - 1.0
             satisfied = self._g[new] >= 0
             self._status[new[satisfied]] = RESERVE
@@ -874,42 +891,42 @@ class PathEngine:
         arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
 
         k = self._margin.size
-        # S's factor, member list and kernel columns with room to grow without reallocating
-        # at every entry; the loop asks for more when it is full.
-        capacity = min(n, max(2 * k, k + 16))
-        R = np.zeros((capacity, capacity))
-        R[:k, :k] = self._R
+        # The factor, kernel columns and row map have room to grow (the loop asks for more
+        # when S fills them); the member list gets the same room for the loop.
+        self._reserve_margin(min(n, k + 16))
+        capacity = self._R.shape[0]
         margin = np.full(capacity, -1, dtype=np.int64)
         margin[:k] = self._margin
-        self._reserve_margin_columns(capacity)
         fs = np.array([self.b, self._t, arrived, arrived, self._diag_scale])
         ints = np.array([0, 0, 0, -1, k, 0, limit, 0], dtype=np.int64)
         counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
         column = np.zeros(n)
-        per_point = [np.zeros(n) for _ in range(3)]  # change, eta, sensitivity
+        per_point = [np.empty(n) for _ in range(3)]  # change, eta, sensitivity
         blocked = np.zeros(n, dtype=np.uint8)
         active = np.ones(D.size, dtype=np.uint8)
+        D = np.ascontiguousarray(D, dtype=np.int64)
+        adding = adding.astype(np.uint8)
+        w = np.zeros(capacity)  # R^-T 1, kept by the loop as S changes
+        work = np.zeros(3 * capacity)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         try:
             while True:
                 code = _pathcore.follow_path(
                     kind, gamma, degree, coef0, self.ridge, self._X, n, C, self.kkt_tol,
                     self.degeneracy_tol, self._y, self._alpha, self._g, self._status,
-                    self._slot, self._h, self._h_abs, self._h_drift, self._KS, R, margin,
-                    np.zeros(capacity), np.ascontiguousarray(D, dtype=np.int64), K_D,
-                    adding.astype(np.uint8), active, blocked, beta_D, driven_effect, fs, ints,
-                    counts, column, np.zeros(2 * capacity), *per_point)
+                    self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
+                    margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
+                    driven_effect, fs, ints, counts, column, work, *per_point)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
                     k = int(ints[_pathcore.I_K])
-                    capacity = min(n, 2 * capacity)
-                    grown = np.zeros((capacity, capacity))
-                    grown[:k, :k] = R[:k, :k]
-                    R = grown
+                    self._reserve_margin(min(n, 2 * capacity))
+                    capacity = self._R.shape[0]
                     margin = np.concatenate([margin[:k], np.full(capacity - k, -1, np.int64)])
-                    self._reserve_margin_columns(capacity)
-                    ints[_pathcore.I_U_VALID] = 0
+                    w = np.zeros(capacity)
+                    work = np.zeros(3 * capacity)
+                    ints[_pathcore.I_W_VALID] = 0
                 elif code == _pathcore.NEED_COLUMN:
                     pending = int(ints[_pathcore.I_PENDING])
                     column[:] = self._kernel_columns(np.array([pending]))[:, 0]
@@ -931,9 +948,7 @@ class PathEngine:
                     )
         finally:
             k = int(ints[_pathcore.I_K])
-            self._R = np.ascontiguousarray(R[:k, :k])
             self._margin = margin[:k].copy()
-            self._u = None
             self.b = float(fs[_pathcore.F_B])
             self._t = float(fs[_pathcore.F_T])
             stats.steps += int(ints[_pathcore.I_STEPS])
@@ -954,8 +969,9 @@ class PathEngine:
                 self._keys[position] = moved_key
                 self._pos[moved_key] = position
                 for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
-                              self._h_drift, self._status, self._seq, self._slot, self._KS):
+                              self._h_drift, self._status, self._seq, self._slot):
                     array[position] = array[last]
+                self._columns[:, position] = self._columns[:, last]
                 slot = self._slot[position]
                 if slot >= 0:
                     self._margin[slot] = position
@@ -1055,8 +1071,9 @@ class PathEngine:
             fresh._h[:n] += columns @ (fresh.C * fresh._y[chunk])
             fresh._h_abs[:n] += np.abs(columns).sum(axis=1) * fresh.C
         if margin.size:
-            fresh._reserve_margin_columns(margin.size)
-            fresh._KS[:n, : margin.size] = fresh._kernel_columns(margin)
+            fresh._reserve_margin(margin.size)
+            fresh._columns[: margin.size, :n] = fresh._kernel_columns(margin).T
+            fresh._store[: margin.size] = np.arange(margin.size)
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
             fresh._factorize()
