@@ -134,14 +134,19 @@ cdef enum:
     I_W_VALID_ = 5
     I_LIMIT_ = 6
     I_COLUMN_READY_ = 7
+    I_RECENT_NEXT_ = 8
+    I_REUSED_ = 9
 
 DONE, NEED_COLUMN, NEED_CAPACITY, LIMIT, EMPTY_MARGIN, NON_FINITE = (
     DONE_, NEED_COLUMN_, NEED_CAPACITY_, LIMIT_, EMPTY_MARGIN_, NON_FINITE_)
 F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
     F_B_, F_T_, F_ARRIVED_, F_NO_IMBALANCE_, F_DIAG_SCALE_)
-I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_W_VALID, I_LIMIT, I_COLUMN_READY = (
+(I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_W_VALID, I_LIMIT, I_COLUMN_READY,
+ I_RECENT_NEXT, I_REUSED) = (
     I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_W_VALID_, I_LIMIT_,
-    I_COLUMN_READY_)
+    I_COLUMN_READY_, I_RECENT_NEXT_, I_REUSED_)
+#: Length of the ``ints`` array.
+N_INTS = 10
 
 # Migration counters (``counts``), in this order.
 MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
@@ -256,6 +261,7 @@ def follow_path(
     double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+    double[:, ::1] recent, long[::1] recent_of,
     double[::1] change, double[::1] eta, double[::1] sensitivity,
 ):
     """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
@@ -267,7 +273,8 @@ def follow_path(
         code = _follow(kernel_kind, gamma, degree, coef0, ridge, X, n, C, kkt_tol,
                        degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
                        columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D, driven_effect, fs,
-                       ints, counts, column, work, change, eta, sensitivity)
+                       ints, counts, column, work, recent, recent_of, change, eta,
+                       sensitivity)
     return code
 
 
@@ -302,6 +309,7 @@ cdef int _follow(
     double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+    double[:, ::1] recent, long[::1] recent_of,
     double[::1] change, double[::1] eta, double[::1] sensitivity,
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
@@ -326,7 +334,7 @@ cdef int _follow(
         code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_, degeneracy_tol,
                              y, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R, margin,
                              store, w, D, K_D, active, blocked, beta_D, driven_effect, fs, ints,
-                             counts, column, work)
+                             counts, column, work, recent, recent_of)
         if code != DONE_:
             return code
 
@@ -535,6 +543,13 @@ cdef int _follow(
             _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0],
                            &w[0] if ints[I_W_VALID_] else NULL)
             ints[I_K_] = k - 1
+            # Paths move points in and out of S again and again: keep the column it leaves
+            # with, so that its return costs a copy instead of n kernel evaluations.
+            if recent.shape[0]:
+                index = ints[I_RECENT_NEXT_]
+                recent_of[index] = chosen
+                memcpy(&recent[index, 0], &column[0], n * sizeof(double))
+                ints[I_RECENT_NEXT_] = (index + 1) % recent.shape[0]
             # A point refused entry was in the span of S; with S smaller it may not be.
             for i in range(n):
                 blocked[i] = 0
@@ -553,7 +568,8 @@ cdef int _follow(
             code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, X, n, C_,
                                  degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
                                  columns, R, margin, store, w, D, K_D, active, blocked, beta_D,
-                                 driven_effect, fs, ints, counts, column, work)
+                                 driven_effect, fs, ints, counts, column, work, recent,
+                                 recent_of)
             if code != DONE_:
                 return code
 
@@ -588,10 +604,14 @@ cdef int _enter_margin(
     long[::1] D, double[:, ::1] K_D, unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
+    double[:, ::1] recent, long[::1] recent_of,
 ) noexcept nogil:
-    """The pending point (``ints[I_PENDING_]``, not in S) enters S, or is refused entry."""
+    """The pending point (``ints[I_PENDING_]``, not in S) enters S, or is refused entry. Its
+    kernel column comes from the driven points' columns (a point being added), from the
+    columns of points that left S earlier on this path (``recent``, positions in
+    ``recent_of``), or is computed (or asked of Python for a user-callable kernel)."""
     cdef long chosen = ints[I_PENDING_]
-    cdef Py_ssize_t k = ints[I_K_], i, j, index = -1, m = D.shape[0]
+    cdef Py_ssize_t k = ints[I_K_], i, j, index = -1, m = D.shape[0], cached = -1
     cdef signed char state = status[chosen]
     cdef double weight
     if k + 1 > R.shape[0] or k + 1 > columns.shape[0]:
@@ -603,11 +623,19 @@ cdef int _enter_margin(
                 break
         for i in range(n):
             column[i] = K_D[i, index]
-    elif kernel_kind < 0:
-        if not ints[I_COLUMN_READY_]:
-            return NEED_COLUMN_
-    elif _column_of(kernel_kind, gamma, degree, coef0, ridge, X, n, chosen, &column[0]):
-        return NON_FINITE_
+    else:
+        for j in range(recent_of.shape[0]):
+            if recent_of[j] == chosen:
+                cached = j
+                break
+        if cached >= 0:
+            memcpy(&column[0], &recent[cached, 0], n * sizeof(double))
+            ints[I_REUSED_] += 1
+        elif kernel_kind < 0:
+            if not ints[I_COLUMN_READY_]:
+                return NEED_COLUMN_
+        elif _column_of(kernel_kind, gamma, degree, coef0, ridge, X, n, chosen, &column[0]):
+            return NON_FINITE_
     ints[I_COLUMN_READY_] = 0
     ints[I_PENDING_] = -1
     if _margin_add(R, columns, margin, store, slot_of, status, n, k, chosen, &column[0],

@@ -62,6 +62,7 @@ from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
 MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
+RECENT_COLUMN_BYTES = 4 << 20
 
 
 class ConvergenceError(RuntimeError):
@@ -79,6 +80,8 @@ class UpdateStats:
     ``retried`` tells that the KKT check after the multiple path failed (round-off on a
     numerically singular kernel) and the update was redone one point at a time (repairing a
     derailed point's violators by removing and adding them back, see ``_repair``).
+    ``columns_reused`` counts points that re-entered the margin set with the kernel column
+    they had left it with, instead of computing it again.
     """
 
     added: int = 0
@@ -89,6 +92,7 @@ class UpdateStats:
     seconds: float = 0.0
     refactorized: bool = False
     retried: bool = False
+    columns_reused: int = 0
 
     def count(self, migration: str, times: int = 1) -> None:
         if times:
@@ -98,6 +102,7 @@ class UpdateStats:
         """Add the path work of a part of this update (a retried point, a repair)."""
         self.breakpoints += part.breakpoints
         self.steps += part.steps
+        self.columns_reused += part.columns_reused
         self.refactorized |= part.refactorized
         for name, times in part.migrations.items():
             self.count(name, times)
@@ -744,7 +749,7 @@ class PathEngine:
         self._sv_cache = None
         C = self.C
         driven: list[int] = []
-        driven_columns: list[np.ndarray] = []
+        driven_columns: list[np.ndarray] = []  # blocks of their kernel columns, in order
         settled_removals: list[int] = []
 
         # New points: their kernel columns, f at them, and those already satisfied.
@@ -779,9 +784,9 @@ class PathEngine:
             satisfied = self._g[new] >= 0
             self._status[new[satisfied]] = RESERVE
             stats.count("added->reserve", int(satisfied.sum()))
-            for index in np.flatnonzero(~satisfied):
-                driven.append(int(new[index]))
-                driven_columns.append(K_new[:, index])
+            if not satisfied.all():
+                driven.extend(new[~satisfied].tolist())
+                driven_columns.append(K_new[:, ~satisfied])
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -801,17 +806,17 @@ class PathEngine:
                 error_removed.append(position)
             else:
                 driven.append(position)
-                driven_columns.append(column)
+                driven_columns.append(column[:, None])
             self._status[position] = REMOVING
         if error_removed:
             positions = np.array(error_removed)
             columns = self._kernel_columns(positions)
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
-            driven_columns.extend(columns.T)
+            driven_columns.append(columns)
 
         if driven:
-            self._follow_path(np.array(driven), np.column_stack(driven_columns), stats)
+            self._follow_path(np.array(driven), np.hstack(driven_columns), stats)
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
@@ -898,7 +903,10 @@ class PathEngine:
         margin = np.full(capacity, -1, dtype=np.int64)
         margin[:k] = self._margin
         fs = np.array([self.b, self._t, arrived, arrived, self._diag_scale])
-        ints = np.array([0, 0, 0, -1, k, 0, limit, 0], dtype=np.int64)
+        ints = np.zeros(_pathcore.N_INTS, dtype=np.int64)
+        ints[_pathcore.I_PENDING] = -1
+        ints[_pathcore.I_K] = k
+        ints[_pathcore.I_LIMIT] = limit
         counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
         column = np.zeros(n)
         per_point = [np.empty(n) for _ in range(3)]  # change, eta, sensitivity
@@ -908,6 +916,9 @@ class PathEngine:
         adding = adding.astype(np.uint8)
         w = np.zeros(capacity)  # R^-T 1, kept by the loop as S changes
         work = np.zeros(3 * capacity)
+        # Columns of the last points to leave S on this path (up to 64, and 4 MB).
+        recent = np.empty((min(64, max(4, RECENT_COLUMN_BYTES // (8 * n))), n))
+        recent_of = np.full(recent.shape[0], -1, dtype=np.int64)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         try:
             while True:
@@ -916,7 +927,8 @@ class PathEngine:
                     self.degeneracy_tol, self._y, self._alpha, self._g, self._status,
                     self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
                     margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
-                    driven_effect, fs, ints, counts, column, work, *per_point)
+                    driven_effect, fs, ints, counts, column, work, recent, recent_of,
+                    *per_point)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
@@ -953,30 +965,38 @@ class PathEngine:
             self._t = float(fs[_pathcore.F_T])
             stats.steps += int(ints[_pathcore.I_STEPS])
             stats.breakpoints += int(ints[_pathcore.I_BREAKPOINTS])
+            stats.columns_reused += int(ints[_pathcore.I_REUSED])
             for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
                 stats.count(name, times)
 
     def _delete_positions(self, positions: list[int]) -> None:
-        """Swap-remove stored points (none of them may be in S)."""
-        if positions:
-            self._terms_cache = self._kkt_cache = None  # they were per point
-        for position in sorted(positions, reverse=True):
-            last = self.n - 1
-            key = self._keys[position]
-            del self._pos[key]
-            if position != last:
-                moved_key = self._keys[last]
-                self._keys[position] = moved_key
-                self._pos[moved_key] = position
-                for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
-                              self._h_drift, self._status, self._seq, self._slot):
-                    array[position] = array[last]
-                self._columns[:, position] = self._columns[:, last]
-                slot = self._slot[position]
-                if slot >= 0:
-                    self._margin[slot] = position
-            self._keys.pop()
-            self.n = last
+        """Swap-remove stored points (none of them may be in S): the points after the new end
+        that stay fill the holes the removed points leave below it, both taken in descending
+        order (what removing them one at a time, highest position first, would do)."""
+        if not positions:
+            return
+        self._terms_cache = self._kkt_cache = None  # they were per point
+        n = self.n
+        end = n - len(positions)
+        removed = np.zeros(n, dtype=bool)
+        removed[positions] = True
+        holes = np.flatnonzero(removed[:end])[::-1]
+        movers = end + np.flatnonzero(~removed[end:])[::-1]
+        for position in positions:
+            del self._pos[self._keys[position]]
+        if holes.size:
+            for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
+                          self._h_drift, self._status, self._seq, self._slot):
+                array[holes] = array[movers]
+            self._columns[:, holes] = self._columns[:, movers]
+            for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
+                key = self._keys[mover]
+                self._keys[hole] = key
+                self._pos[key] = hole
+            in_margin = self._slot[holes] >= 0
+            self._margin[self._slot[holes[in_margin]]] = holes[in_margin]
+        del self._keys[end:]
+        self.n = end
 
     # ------------------------------------------------------------------ maintenance
     def discard_reserve(self, epsilon: float) -> int:

@@ -62,16 +62,34 @@ def test_a_callable_kernel_walks_the_same_path_as_the_compiled_one():
         return np.exp(-0.7 * cdist(A, B, "sqeuclidean"))
 
     callable_ = PathEngine(make_kernel(rbf), C=5.0)
+    # Count the columns the loop asks Python for (not the new points' columns of update).
+    following = callable_._follow_path
+    inside = []
+
+    def follow_path(*args):
+        inside.append(len(calls))
+        try:
+            return following(*args)
+        finally:
+            inside.append(len(calls))
+
+    callable_._follow_path = follow_path
+    reused = {}
     for engine in (built_in, callable_):
         engine.update(X[:100], y[:100], list(range(100)))
+        reused[engine] = 0
         for i in range(100, 160):
             engine.update(X[i : i + 1], y[i : i + 1], [i], remove=[i - 100])
+            reused[engine] += engine.last_update.columns_reused
     assert built_in.breakpoints_total == callable_.breakpoints_total
     probe = rng.standard_normal((50, 3))
     np.testing.assert_allclose(callable_.decision_function(probe),
                                built_in.decision_function(probe), atol=1e-10)
     assert callable_.dual_objective() == pytest.approx(built_in.dual_objective(), rel=1e-12)
-    assert len(calls) > 200  # columns were served to the loop from Python
+    served = sum(end - start for start, end in zip(inside[::2], inside[1::2], strict=True))
+    assert served > 20  # columns were served to the loop from Python
+    # Points re-entering S took the column they left with, under either kernel.
+    assert reused[built_in] > 0 and reused[callable_] == reused[built_in]
 
 
 def test_an_empty_model_round_trips_through_a_checkpoint():
