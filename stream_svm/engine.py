@@ -343,17 +343,30 @@ class PathEngine:
         store[:capacity] = self._store
         self._R, self._columns, self._store = R, columns, store
 
-    def _kernel_columns(self, positions: np.ndarray) -> np.ndarray:
-        """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p."""
+    def _features_by_column(self) -> np.ndarray:
+        """The stored points' features, one contiguous row per feature (the compiled kernel
+        loops run over the points; positions and features stay fixed during an update)."""
+        return np.ascontiguousarray(self._X[: self.n].T)
+
+    def _kernel_columns(self, positions: np.ndarray,
+                        features: np.ndarray | None = None) -> np.ndarray:
+        """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p (``features``:
+        ``_features_by_column()`` when the caller has it)."""
         n = self.n
+        positions = np.asarray(positions, dtype=np.int64)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
-        # One column (a point entering S, a learn_one) compiled, without numpy's temporaries;
-        # many at once go faster through numpy's vectorized exp.
-        if kind >= 0 and positions.size == 1:
-            columns = np.empty((n, positions.size))
+        # Compiled, one contiguous column per position: RBF always (with numpy's vectorized
+        # exp), the others for one column (many go faster through BLAS).
+        if kind == _pathcore.KERNEL_RBF or (kind >= 0 and positions.size == 1):
+            features = self._features_by_column() if features is None else features
+            block = np.empty((positions.size, n))
+            rbf = kind == _pathcore.KERNEL_RBF
             with np.errstate(over="ignore", invalid="ignore"):
-                _pathcore.kernel_columns(kind, self._X, n, np.asarray(positions, np.int64),
-                                         gamma, degree, coef0, columns)
+                _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0,
+                                         block, not rbf)
+                if rbf:
+                    np.exp(block, out=block)
+            columns = block.T
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 columns = self.kernel(self._X[:n], self._X[positions])
@@ -751,12 +764,14 @@ class PathEngine:
         driven: list[int] = []
         driven_columns: list[np.ndarray] = []  # blocks of their kernel columns, in order
         settled_removals: list[int] = []
+        features = None  # the points' features by column, fixed until the removals at the end
 
         # New points: their kernel columns, f at them, and those already satisfied.
         if keys:
             new = self._append(X_add, y_add, keys)
             n = self.n
-            K_new = self._kernel_columns(new)
+            features = self._features_by_column()
+            K_new = self._kernel_columns(new, features)
             self._diag_scale = max(self._diag_scale, float(K_new[new, np.arange(new.size)].max()))
             if self._margin.size and self._t < self._diag_scale / 16:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
@@ -810,13 +825,17 @@ class PathEngine:
             self._status[position] = REMOVING
         if error_removed:
             positions = np.array(error_removed)
-            columns = self._kernel_columns(positions)
+            if features is None:
+                features = self._features_by_column()
+            columns = self._kernel_columns(positions, features)
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
             driven_columns.append(columns)
 
         if driven:
-            self._follow_path(np.array(driven), np.hstack(driven_columns), stats)
+            if features is None:
+                features = self._features_by_column()
+            self._follow_path(np.array(driven), np.hstack(driven_columns), features, stats)
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
@@ -839,7 +858,8 @@ class PathEngine:
         self._sv_cache = None
         return stats
 
-    def _follow_path(self, D: np.ndarray, K_D: np.ndarray, stats: UpdateStats) -> None:
+    def _follow_path(self, D: np.ndarray, K_D: np.ndarray, features: np.ndarray,
+                     stats: UpdateStats) -> None:
         """Move driven coefficients to their targets, migrating points at breakpoints.
 
         Along the path every driven coefficient's remaining move shrinks by the same factor
@@ -923,7 +943,7 @@ class PathEngine:
         try:
             while True:
                 code = _pathcore.follow_path(
-                    kind, gamma, degree, coef0, self.ridge, self._X, n, C, self.kkt_tol,
+                    kind, gamma, degree, coef0, self.ridge, features, n, C, self.kkt_tol,
                     self.degeneracy_tol, self._y, self._alpha, self._g, self._status,
                     self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
                     margin, self._store, w, D, K_D, adding, active, blocked, beta_D,

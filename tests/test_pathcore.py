@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.linalg import cholesky
+from scipy.spatial.distance import cdist
 
 from stream_svm import _pathcore
 from stream_svm.kernels import make_kernel
@@ -36,19 +37,21 @@ def test_kernel_columns_equal_the_kernels(name, code):
     X = np.ascontiguousarray(rng.standard_normal((30, 4)))
     positions = np.array([0, 7, 29], dtype=np.int64)
     kernel = make_kernel(name, gamma=0.3, degree=3, coef0=1.5)
-    out = np.zeros((30, 3))
-    _pathcore.kernel_columns(code, X, 30, positions, 0.3, 3, 1.5, out)
-    np.testing.assert_allclose(out, kernel(X, X[positions]), rtol=1e-14, atol=1e-14)
+    out = np.zeros((3, 30))
+    features = np.ascontiguousarray(X.T)
+    _pathcore.kernel_columns(code, features, 30, positions, 0.3, 3, 1.5, out)
+    np.testing.assert_allclose(out.T, kernel(X, X[positions]), rtol=1e-14, atol=1e-14)
+    if name == "rbf":  # the same squared distances as SciPy's, to the last bit
+        _pathcore.kernel_columns(code, features, 30, positions, 0.3, 3, 1.5, out, False)
+        assert np.array_equal(out.T, -0.3 * cdist(X, X[positions], "sqeuclidean"))
     with pytest.raises(ValueError, match="position 30"):
-        _pathcore.kernel_columns(code, X, 30, np.array([30], dtype=np.int64), 0.3, 3, 1.5,
-                                 out)
+        _pathcore.kernel_columns(code, features, 30, np.array([30], dtype=np.int64), 0.3, 3,
+                                 1.5, out)
 
 
 def test_a_callable_kernel_walks_the_same_path_as_the_compiled_one():
     """A user-callable kernel's columns come from Python while the compiled loop waits: the
     same breakpoints and the same optimum as the built-in kernel it computes."""
-    from scipy.spatial.distance import cdist
-
     from stream_svm.engine import PathEngine
 
     rng = np.random.default_rng(4)
