@@ -309,23 +309,27 @@ def follow_path(
     double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
     double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
-    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding,
+    unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[:, ::1] recent, long[::1] recent_of,
-    double[::1] change, double[::1] eta, double[::1] sensitivity,
+    double[::1] change, double[::1] eta, double[::1] sensitivity, long[::1] candidate,
 ):
     """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
     request, or a failure: LIMIT, EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a
     user-callable kernel: a stored point's column is then requested (NEED_COLUMN_, position in
-    ``ints[I_PENDING_]``) and read from ``column`` when called again."""
+    ``ints[I_PENDING_]``) and read from ``column`` when called again. Kernel columns are rows
+    here, contiguous over the points: ``K_D[j, i] = K(x_i, x_D[j])``, and ``columns`` holds
+    S's."""
     cdef int code
     with nogil:
         code = _follow(kernel_kind, gamma, degree, coef0, ridge, XT, n, C, kkt_tol,
                        degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
-                       columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D, driven_effect, fs,
+                       columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D,
+                       driven_effect, fs,
                        ints, counts, column, work, recent, recent_of, change, eta,
-                       sensitivity)
+                       sensitivity, candidate)
     return code
 
 
@@ -345,20 +349,37 @@ cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, dou
     return 0
 
 
+cdef Py_ssize_t _tied_event(long[::1] candidate, double[::1] eta, double[::1] sensitivity,
+                            Py_ssize_t n_candidates, double window, Py_ssize_t* best) noexcept nogil:
+    """How many listed events lie within ``window``; ``best`` gets the index (in the list)
+    of the one of largest sensitivity, then lowest position."""
+    cdef Py_ssize_t c, n_ties = 0
+    best[0] = -1
+    for c in range(n_candidates):
+        if eta[c] <= window:
+            n_ties += 1
+            if (best[0] < 0 or sensitivity[c] > sensitivity[best[0]]
+                    or (sensitivity[c] == sensitivity[best[0]]
+                        and candidate[c] < candidate[best[0]])):
+                best[0] = c
+    return n_ties
+
+
 cdef int _follow(
     int kernel_kind, double gamma, int degree, double coef0, double ridge,
     double[:, ::1] XT, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
     double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
     double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
-    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding,
+    unsigned char[::1] active,
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[:, ::1] recent, long[::1] recent_of,
-    double[::1] change, double[::1] eta, double[::1] sensitivity,
+    double[::1] change, double[::1] eta, double[::1] sensitivity, long[::1] candidate,
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
-    cdef Py_ssize_t n_ties, best
+    cdef Py_ssize_t n_ties, best, n_candidates
     cdef int lda_r = R.shape[1]
     cdef double eps = DBL_EPSILON, C_ = C
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
@@ -367,6 +388,7 @@ cdef int _follow(
     cdef bint any_active, bias_only, finish, any_event, rising, falling
     cdef signed char state
     cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
+    cdef double* row
     cdef int nn = <int>n
     cdef char trans = b'T', notrans = b'N', lower = b'L', nonunit = b'N'
     cdef double d_one = 1.0, d_zero = 0.0
@@ -399,7 +421,7 @@ cdef int _follow(
                     beta_D[j] = y[D[j]] * ((C_ - alpha[D[j]]) if adding[j] else -alpha[D[j]])
                 else:
                     beta_D[j] = 0.0
-            dgemv(&trans, &mm, &nn, &d_one, &K_D[0, 0], &lda_kd, &beta_D[0], &one, &d_zero,
+            dgemv(&notrans, &nn, &mm, &d_one, &K_D[0, 0], &lda_kd, &beta_D[0], &one, &d_zero,
                   &driven_effect[0], &one)
             ints[I_FRESH_] = 0
         beta_sum = 0.0
@@ -474,10 +496,13 @@ cdef int _follow(
                 tol_a = 10.0 * fabs(v_sum + beta_sum)
 
         # One pass: sensitivities, the events (error/added points rising to the margin,
-        # reserve points falling to it) and their step lengths, the smallest one.
+        # reserve points falling to it) and their step lengths, the smallest one. The events
+        # are listed (``candidate``, with their ``eta`` and ``sensitivity``), so that the tie
+        # search after the step looks at them only.
         any_event = False
         sens_max = 0.0
         eta_min = INFINITY
+        n_candidates = 0
         for i in range(n):
             if k:
                 value = (change[i] + driven_effect[i]) + db
@@ -487,8 +512,6 @@ cdef int _follow(
                 value = driven_effect[i]
             value = y[i] * value
             change[i] = value
-            eta[i] = INFINITY
-            sensitivity[i] = fabs(value)
             state = status[i]
             rising = (state == ERROR or state == ADDING) and value > tol_g
             falling = state == RESERVE and value < -tol_g
@@ -496,12 +519,15 @@ cdef int _follow(
                 step = -g[i] / value
                 if step < 0.0:
                     step = 0.0
-                eta[i] = step
+                candidate[n_candidates] = i
+                eta[n_candidates] = step
+                sensitivity[n_candidates] = fabs(value)
+                n_candidates += 1
                 if step < eta_min:
                     eta_min = step
                 any_event = True
-                if sensitivity[i] > sens_max:
-                    sens_max = sensitivity[i]
+                if fabs(value) > sens_max:
+                    sens_max = fabs(value)
         if k and not bias_only:
             for i in range(k):
                 d_alpha = y[margin[i]] * beta_S[i]
@@ -512,8 +538,11 @@ cdef int _follow(
                     value = -alpha[margin[i]] / d_alpha
                 if value < 0.0:
                     value = 0.0
-                eta[margin[i]] = value
-                sensitivity[margin[i]] = fabs(d_alpha)
+                if value < INFINITY:
+                    candidate[n_candidates] = margin[i]
+                    eta[n_candidates] = value
+                    sensitivity[n_candidates] = fabs(d_alpha)
+                    n_candidates += 1
                 if value < eta_min:
                     eta_min = value
         finish = (not bias_only) and eta_min >= 1.0
@@ -549,20 +578,17 @@ cdef int _follow(
                 beta_D[j] *= 1.0 - step
             ints[I_FRESH_] += 1
 
-        # One pass: g moves, the driven contribution shrinks, and the events at eta_min (ties
-        # within a window on eta's scale) are counted, the one of largest sensitivity (then
-        # lowest position) kept (see PathEngine._follow_path).
-        window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
-        n_ties = 0
-        best = -1
+        # g moves, the driven contribution shrinks (two loops that vectorize), and among the
+        # events at eta_min (ties within a window on eta's scale) the one of largest
+        # sensitivity, then lowest position, is kept (see PathEngine._follow_path).
         for i in range(n):
             g[i] += step * change[i]
-            if not bias_only:
-                driven_effect[i] *= 1.0 - step
-            if eta[i] <= window:
-                n_ties += 1
-                if best < 0 or sensitivity[i] > sensitivity[best]:
-                    best = i
+        if not bias_only:
+            value = 1.0 - step
+            for i in range(n):
+                driven_effect[i] *= value
+        window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
+        n_ties = _tied_event(candidate, eta, sensitivity, n_candidates, window, &best)
         if n_ties > 1:
             eta_unit = 1.0
             if any_event and 1.0 / sens_max < eta_unit:
@@ -575,11 +601,8 @@ cdef int _follow(
                 if coefficient_scale > 0 and coefficient_scale / beta_scale < eta_unit:
                     eta_unit = coefficient_scale / beta_scale
             window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
-            best = -1
-            for i in range(n):
-                if eta[i] <= window and (best < 0 or sensitivity[i] > sensitivity[best]):
-                    best = i
-        chosen = best
+            _tied_event(candidate, eta, sensitivity, n_candidates, window, &best)
+        chosen = candidate[best]
         ints[I_BREAKPOINTS_] += 1
         state = status[chosen]
         if state == MARGIN:
@@ -627,16 +650,21 @@ cdef int _follow(
             counts[M_ADDED_ERROR] += 1
             any_active = True
     if any_active:
+        # Per point, the sums over these points in their order (in change and eta, free now).
         for i in range(n):
-            value = 0.0
-            s_max = 0.0
-            for j in range(m):
-                if active[j] and adding[j]:
-                    value += K_D[i, j] * (C_ * y[D[j]])
-                    s_max += fabs(K_D[i, j])
-            h[i] += value
-            h_abs[i] += s_max * C_
-            h_drift[i] += s_max * C_
+            change[i] = 0.0
+            eta[i] = 0.0
+        for j in range(m):
+            if active[j] and adding[j]:
+                row = &K_D[j, 0]
+                value = C_ * y[D[j]]
+                for i in range(n):
+                    change[i] += row[i] * value
+                    eta[i] += fabs(row[i])
+        for i in range(n):
+            h[i] += change[i]
+            h_abs[i] += eta[i] * C_
+            h_drift[i] += eta[i] * C_
     return DONE_
 
 
@@ -666,8 +694,7 @@ cdef int _enter_margin(
             if D[j] == chosen:
                 index = j
                 break
-        for i in range(n):
-            column[i] = K_D[i, index]
+        memcpy(&column[0], &K_D[index, 0], n * sizeof(double))
     else:
         for j in range(recent_of.shape[0]):
             if recent_of[j] == chosen:
@@ -691,7 +718,7 @@ cdef int _enter_margin(
         if state == ADDING:
             weight = beta_D[index]
             for i in range(n):
-                driven_effect[i] -= K_D[i, index] * weight
+                driven_effect[i] -= K_D[index, i] * weight
             beta_D[index] = 0.0
             active[index] = 0
             counts[M_ADDED_MARGIN] += 1

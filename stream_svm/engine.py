@@ -762,7 +762,7 @@ class PathEngine:
         self._sv_cache = None
         C = self.C
         driven: list[int] = []
-        driven_columns: list[np.ndarray] = []  # blocks of their kernel columns, in order
+        driven_columns: list[np.ndarray] = []  # their kernel columns as rows, in blocks
         settled_removals: list[int] = []
         features = None  # the points' features by column, fixed until the removals at the end
 
@@ -801,7 +801,7 @@ class PathEngine:
             stats.count("added->reserve", int(satisfied.sum()))
             if not satisfied.all():
                 driven.extend(new[~satisfied].tolist())
-                driven_columns.append(K_new[:, ~satisfied])
+                driven_columns.append(K_new.T[~satisfied])
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -821,7 +821,7 @@ class PathEngine:
                 error_removed.append(position)
             else:
                 driven.append(position)
-                driven_columns.append(column[:, None])
+                driven_columns.append(column[None, :])
             self._status[position] = REMOVING
         if error_removed:
             positions = np.array(error_removed)
@@ -830,12 +830,12 @@ class PathEngine:
             columns = self._kernel_columns(positions, features)
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
-            driven_columns.append(columns)
+            driven_columns.append(columns.T)
 
         if driven:
             if features is None:
                 features = self._features_by_column()
-            self._follow_path(np.array(driven), np.hstack(driven_columns), features, stats)
+            self._follow_path(np.array(driven), np.concatenate(driven_columns), features, stats)
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
@@ -860,7 +860,9 @@ class PathEngine:
 
     def _follow_path(self, D: np.ndarray, K_D: np.ndarray, features: np.ndarray,
                      stats: UpdateStats) -> None:
-        """Move driven coefficients to their targets, migrating points at breakpoints.
+        """Move driven coefficients to their targets, migrating points at breakpoints (``K_D``:
+        the driven points' kernel columns as rows, ``K_D[j, i] = K(x_i, x_D[j])``; ``features``:
+        ``_features_by_column()``).
 
         Along the path every driven coefficient's remaining move shrinks by the same factor
         (1 - eta) at each step, so the driven points' contribution to f, ``K_D beta_D``, is kept
@@ -907,7 +909,7 @@ class PathEngine:
         eps = np.finfo(float).eps
         beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
         K_D = np.ascontiguousarray(K_D)
-        driven_effect = K_D @ beta_D  # sum_j K(x_i, x_j) beta_j over the driven points
+        driven_effect = beta_D @ K_D  # sum_j K(x_i, x_j) beta_j over the driven points
         # What is left of the driven moves once it is round-off of the moves this update started
         # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
         # of an empty margin set). The equality sum(y alpha) = 0 holds to the round-off of the
@@ -929,7 +931,8 @@ class PathEngine:
         ints[_pathcore.I_LIMIT] = limit
         counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
         column = np.zeros(n)
-        per_point = [np.empty(n) for _ in range(3)]  # change, eta, sensitivity
+        # change per point; eta and sensitivity of the listed events (at most one per point)
+        per_point = [np.empty(n) for _ in range(3)] + [np.empty(n, dtype=np.int64)]
         blocked = np.zeros(n, dtype=np.uint8)
         active = np.ones(D.size, dtype=np.uint8)
         D = np.ascontiguousarray(D, dtype=np.int64)
