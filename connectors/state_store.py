@@ -1,0 +1,1014 @@
+"""Model state on a compacted Kafka topic: the changelog half of a state store.
+
+Several daemon processes in one consumer group share a topic's partitions and each owns one
+model per partition (or per message key). When partitions move, the new owner restores each
+model from a compacted *state topic* (the design of Kafka Streams' changelogs): it reads the
+topic to its end, takes the newest complete state of every model, and from then on publishes
+its own states there.
+
+A *state* is a model's arrays (an ``.npz`` written by ``np.savez``; no object arrays, so nothing
+is ever pickled or unpickled) together with a JSON-able ``metadata`` dict (stored as the member
+``__meta__`` of the archive) and the ``next_offset`` the model resumes reading from. It is cut
+into chunks of at most ``max_record_bytes`` (header included), one record each.
+
+Keys, and why no crash can leave a model without a state
+    Compaction keeps only the newest record of each key. A chunk's key is the canonical JSON of
+    ``{"chunk": i, "epoch": e, "model": model_id, "slot": sequence % 2}`` (sorted keys, no
+    spaces, ASCII: every writer produces the same bytes for the same key). Consecutive
+    sequences of one epoch use different slots (double buffering): a publish of sequence s that
+    dies half-way can only damage the keys of slot s % 2, and sequence s - 1 stays whole in the
+    other slot. Each epoch has keys of its own, so two owners never overwrite each other.
+    A new owner also writes a *claim* record ``{"claim": true, "epoch": e, "model": model_id}``
+    (see :meth:`StateStore.claim_epoch`) so that its epoch is taken even before its first state.
+
+Values
+    ``b"SSVS"``, one byte format version, a 4-byte big-endian header length, the header (UTF-8
+    JSON: kind, model, epoch, sequence, slot, chunk, chunks, size, sha256 of the whole payload,
+    next_offset), then the chunk's bytes. A claim's header has kind ``claim`` and no bytes.
+
+Reading
+    :meth:`StateStore.restore` reads every partition from its beginning to the end offsets
+    taken when the call starts, keeps the newest record of each key (what compaction would
+    leave, so the answer is the same before and after the broker compacts), assembles each
+    (model, epoch, slot) from its chunks, checks count, size and sha256, and returns per model
+    the complete state with the highest epoch, then the highest sequence. Incomplete or corrupt
+    states are skipped, counted in :attr:`StateStore.last_report` and logged; never returned.
+
+Fencing of zombies
+    A process that lost its partitions (paused, session timeout, reassignment) may wake up and
+    publish again with its old epoch. The new owner took a higher epoch (:meth:`claim_epoch`, or
+    :meth:`next_epoch` after :meth:`restore`), and readers take the highest epoch first, so the
+    zombie's states are ignored; since each epoch has its own keys, the zombie cannot overwrite
+    the new owner's records either. Besides, :meth:`publish` raises :class:`StaleEpochError`,
+    producing nothing, when this store has already seen a higher epoch of that model. After its
+    first complete state, an owner tombstones the keys of older epochs it has seen, so the topic
+    holds at most one epoch's two slots (and claim) per model once compacted.
+
+    Kafka transactions were considered and are not used. Tested with kafka-python 3.0.12 on
+    the embedded broker (Tansu 0.6.0): ``init_transactions`` with a ``transactional_id`` works
+    and fences the older producer of the same id (its next send fails with
+    ProducerFencedError), but a ``read_committed`` consumer still receives the records of an
+    aborted transaction, so transactions would not make a chunked publish atomic there; the
+    checksums and double buffering are needed anyway. Broker-side fencing would also need one
+    transactional producer per model (thousands with per-key models, each with its own
+    ``init_transactions`` round trips), and the memory-only broker forgets producer ids when it
+    restarts (the daemon disables idempotence for that reason). Epochs in the keys cost nothing,
+    work on any broker and survive a broker that lost its state.
+
+Compaction on the embedded broker
+    Tansu 0.6.0 accepts ``cleanup.policy=compact`` when the topic is created and reports it back
+    (DescribeConfigs), but does not compact: every record stays (tested: 2,000 records on 3 keys
+    were all still there). Nothing here depends on compaction having run; on a real Kafka
+    cluster it bounds the topic's size.
+
+Limits
+    All records of a model go to one partition (a hash of its id), so the partition count of the
+    state topic must not change once states are written (as for Kafka Streams' changelogs).
+    :meth:`next_epoch` is only as fresh as this store's last read of the topic.
+
+>>> store = StateStore("127.0.0.1:9092", "svm-state", timeout=10)   # doctest: +SKIP
+>>> store.ensure_topic(partitions=3)                                 # doctest: +SKIP
+>>> states = store.restore()                                         # doctest: +SKIP
+>>> epoch = store.claim_epoch([3, None])                             # doctest: +SKIP
+>>> store.publish([3, None], {"alpha": np.zeros(4)}, {"C": 1.0},     # doctest: +SKIP
+...               next_offset=1200, epoch=epoch, sequence=1)
+>>> store.restore([[3, None]])[(3, None)].next_offset                # doctest: +SKIP
+1200
+>>> store.close()                                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import struct
+import time
+import uuid
+import zipfile
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_VERSION",
+    "RestoreReport",
+    "StaleEpochError",
+    "StateStore",
+    "StateStoreError",
+    "StoredState",
+    "chunk_key",
+    "claim_key",
+    "normalize_model_id",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_MAGIC = b"SSVS"
+#: magic, format version, length of the JSON header that follows
+_PREFIX = struct.Struct(">4sBI")
+_META = "__meta__"
+#: ``np.savez`` takes these as its own arguments: arrays may not be named like them.
+_RESERVED = frozenset({_META, "file", "allow_pickle"})
+#: Array kinds a state may hold: booleans, integers, floats, complex numbers and text.
+_KINDS = "biufcSU"
+#: Values are chunked below this (a 1 MiB broker limit minus key and batch overhead).
+DEFAULT_MAX_RECORD_BYTES = 900_000
+_MIN_RECORD_BYTES = 4096
+#: Fields every chunk of one state carries with the same value.
+_STATE_FIELDS = ("sequence", "chunks", "size", "sha256", "next_offset")
+
+
+class StateStoreError(RuntimeError):
+    """The state topic could not be read or written (the message names the topic)."""
+
+
+class StaleEpochError(StateStoreError):
+    """A publish with an epoch older than one this store has seen for the model: another
+    process owns the model now. Nothing was produced."""
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One model's state as restored: its arrays, metadata and the offset it resumes from."""
+
+    arrays: dict[str, np.ndarray]
+    metadata: dict[str, Any]
+    next_offset: int
+    epoch: int
+    sequence: int
+
+
+@dataclass
+class RestoreReport:
+    """What the last read of the topic found (for logs and metrics)."""
+
+    records: int = 0
+    tombstones: int = 0
+    #: complete states found (every slot of every epoch; older ones included)
+    complete: int = 0
+    #: states with chunks missing or with chunks of different writes (a publish that died)
+    incomplete: int = 0
+    #: records or states that do not parse, fail the checksum, or do not load
+    corrupt: int = 0
+    models: int = 0
+    seconds: float = 0.0
+
+
+def normalize_model_id(model_id: Any) -> Hashable:
+    """The hashable form of a model id: JSON arrays become tuples (``[3, "a"]`` ->
+    ``(3, "a")``). Ids are None, int, str, or lists/tuples of those (nested allowed); floats and
+    booleans are refused because ``1.0``, ``True`` and ``1`` are equal in Python but not in
+    JSON, so they would map one model to several keys.
+
+    >>> normalize_model_id([3, "gauge-17"]), normalize_model_id([3, None])
+    ((3, 'gauge-17'), (3, None))
+    """
+    if model_id is None or isinstance(model_id, str):
+        return model_id
+    if isinstance(model_id, int) and not isinstance(model_id, bool):
+        return model_id
+    if isinstance(model_id, (list, tuple)):
+        return tuple(normalize_model_id(part) for part in model_id)
+    raise TypeError(
+        f"a model id is None, an int, a str or a list of those, not {type(model_id).__name__}: "
+        f"{model_id!r}"
+    )
+
+
+def _jsonable_id(model_id: Hashable) -> Any:
+    return [_jsonable_id(p) for p in model_id] if isinstance(model_id, tuple) else model_id
+
+
+def _canonical(document: Mapping[str, Any]) -> bytes:
+    # Compaction compares key bytes: one key must always serialize to the same bytes.
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def chunk_key(model_id: Any, epoch: int, sequence: int, chunk: int) -> bytes:
+    """The record key of chunk ``chunk`` of state ``(epoch, sequence)`` of a model.
+
+    >>> chunk_key([3, "gauge-17"], 2, 7, 0)
+    b'{"chunk":0,"epoch":2,"model":[3,"gauge-17"],"slot":1}'
+    """
+    model = _jsonable_id(normalize_model_id(model_id))
+    return _canonical({"chunk": chunk, "epoch": epoch, "model": model, "slot": sequence % 2})
+
+
+def claim_key(model_id: Any, epoch: int) -> bytes:
+    """The record key of the claim of ``epoch`` for a model (see :meth:`StateStore.claim_epoch`).
+
+    >>> claim_key([3, None], 1)
+    b'{"claim":true,"epoch":1,"model":[3,null]}'
+    """
+    model = _jsonable_id(normalize_model_id(model_id))
+    return _canonical({"claim": True, "epoch": epoch, "model": model})
+
+
+@dataclass(frozen=True)
+class _Key:
+    model: Hashable
+    epoch: int
+    slot: int | None  # None for a claim
+    chunk: int | None
+
+
+def _parse_key(raw: bytes | None) -> _Key | None:
+    """The parsed key, or None for a key this module did not write."""
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+        if not isinstance(document, dict) or _canonical(document) != bytes(raw):
+            return None
+        model = normalize_model_id(document["model"])
+        epoch = document["epoch"]
+        if not _is_count(epoch):
+            return None
+        if set(document) == {"claim", "epoch", "model"} and document["claim"] is True:
+            return _Key(model, epoch, None, None)
+        if set(document) != {"chunk", "epoch", "model", "slot"}:
+            return None
+        slot, chunk = document["slot"], document["chunk"]
+        if slot not in (0, 1) or not _is_count(chunk):
+            return None
+        return _Key(model, epoch, slot, chunk)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _encode_value(header: Mapping[str, Any], data: bytes = b"") -> bytes:
+    head = _canonical(header)
+    return _PREFIX.pack(_MAGIC, FORMAT_VERSION, len(head)) + head + data
+
+
+def _decode_value(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    """``(header, data)`` of a record value; raises ValueError when it is not one of ours."""
+    if len(raw) < _PREFIX.size:
+        raise ValueError("shorter than the value prefix")
+    magic, version, length = _PREFIX.unpack_from(raw)
+    if magic != _MAGIC:
+        raise ValueError("no state-store magic")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"format version {version}; this stream-svm reads {FORMAT_VERSION}")
+    end = _PREFIX.size + length
+    if end > len(raw):
+        raise ValueError("header runs past the end of the record")
+    header = json.loads(raw[_PREFIX.size : end].decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header, bytes(raw[end:])
+
+
+def _encode_payload(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> bytes:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
+    members: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        if not isinstance(name, str) or not name or name in _RESERVED:
+            raise ValueError(f"an array may not be named {name!r}")
+        array = np.asarray(array)
+        dtype = array.dtype
+        # np.savez pickles object arrays: refusing them here means nothing is ever pickled.
+        if dtype.hasobject or dtype.fields is not None or dtype.kind not in _KINDS:
+            raise ValueError(f"array {name!r} has dtype {dtype}, not a plain number or text type")
+        members[name] = array
+    try:
+        meta = json.dumps(dict(metadata), allow_nan=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metadata is not JSON-serializable: {exc}") from None
+    members[_META] = np.frombuffer(meta.encode("utf-8"), dtype=np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **members)
+    return buffer.getvalue()
+
+
+def _decode_payload(payload: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Arrays and metadata of a payload whose checksum was verified; raises on a bad one."""
+    with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
+        if not isinstance(archive, np.lib.npyio.NpzFile) or _META not in archive.files:
+            raise ValueError(f"the archive has no {_META} member")
+        arrays = {name: archive[name] for name in archive.files if name != _META}
+        raw_meta = archive[_META]
+    if raw_meta.dtype != np.uint8 or raw_meta.ndim != 1:
+        raise ValueError(f"malformed {_META} member")
+    metadata = json.loads(raw_meta.tobytes().decode("utf-8"))
+    if not isinstance(metadata, dict):
+        raise ValueError("the metadata is not a JSON object")
+    return arrays, metadata
+
+
+@dataclass
+class _ModelView:
+    """What this store knows of one model's records in the topic."""
+
+    max_epoch: int = -1
+    #: keys whose newest record is not a tombstone
+    live: dict[bytes, _Key] = field(default_factory=dict)
+    #: epoch -> highest sequence with a complete state
+    complete: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class StateStore:
+    """Publishes and restores model states on one compacted Kafka topic.
+
+    ``timeout`` (seconds) bounds every operation that waits for the broker: connecting,
+    reading the topic to its end, and each flush. ``client_options`` are kafka-python settings
+    (security, ``client_id``, ...) handed to each client that knows them; they may not weaken
+    ``acks="all"``. Use it as a context manager, or call :meth:`close`.
+
+    >>> with StateStore("127.0.0.1:9092", "svm-state") as store:   # doctest: +SKIP
+    ...     store.ensure_topic()
+    ...     store.publish("m", {"w": np.ones(3)}, {}, next_offset=0, epoch=0, sequence=1)
+    ...     store.restore()["m"].sequence
+    1
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        client_options: dict[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if not topic:
+            raise ValueError("the state topic needs a name")
+        if max_record_bytes < _MIN_RECORD_BYTES:
+            raise ValueError(
+                f"max_record_bytes must be at least {_MIN_RECORD_BYTES}, got {max_record_bytes}"
+            )
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        options = dict(client_options or {})
+        if options.get("acks", "all") not in ("all", -1):
+            raise ValueError("a state store publishes with acks='all'; client_options may not "
+                             f"set acks={options['acks']!r}")
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.max_record_bytes = max_record_bytes
+        self.timeout = float(timeout)
+        self.client_options = options
+        self.last_report = RestoreReport()
+        self._views: dict[Hashable, _ModelView] = {}
+        #: per partition, the offset up to which this store has read the topic
+        self._read_until: dict[int, int] = {}
+        self._partition_count: int | None = None
+        self._producer: Any = None
+        self._closed = False
+        self._check_options()
+
+    # ----------------------------------------------------------------- clients
+
+    def _client_settings(self, client_class: Any, deadline: float) -> dict[str, Any]:
+        remaining_ms = max(1, int(self._remaining(deadline) * 1000))
+        timeout_ms = int(self.timeout * 1000)
+        settings: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            # kafka-python 3 blocks a client's construction for bootstrap_timeout_ms (30 s by
+            # default, whatever request_timeout_ms says): bound it by this operation's time.
+            "bootstrap_timeout_ms": remaining_ms,
+            "request_timeout_ms": timeout_ms,
+            # Its reconnect backoff grows to 30 s by default, longer than a bounded wait.
+            "reconnect_backoff_max_ms": 1000,
+        }
+        settings.update(
+            {k: v for k, v in self.client_options.items() if k in client_class.DEFAULT_CONFIG}
+        )
+        return settings
+
+    def _check_options(self) -> None:
+        from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+        known = (
+            set(KafkaProducer.DEFAULT_CONFIG)
+            | set(KafkaConsumer.DEFAULT_CONFIG)
+            | set(KafkaAdminClient.DEFAULT_CONFIG)
+        )
+        unknown = sorted(set(self.client_options) - known)
+        if unknown:
+            raise ValueError(f"client_options has settings no kafka-python client knows: {unknown}")
+
+    def _remaining(self, deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    def _deadline(self) -> float:
+        if self._closed:
+            raise StateStoreError(f"state topic {self.topic}: the store is closed")
+        return time.monotonic() + self.timeout
+
+    def _fail(self, doing: str, exc: BaseException) -> StateStoreError:
+        return StateStoreError(
+            f"state topic {self.topic} at {self.bootstrap_servers}: {doing} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def _producer_for(self, deadline: float) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+            from kafka.errors import KafkaError
+
+            settings = self._client_settings(KafkaProducer, deadline)
+            settings.update(
+                acks="all",
+                max_block_ms=int(self.timeout * 1000),
+                delivery_timeout_ms=int(self.timeout * 1000) + 100,
+                linger_ms=0,
+                max_request_size=max(1_048_576, self.max_record_bytes + 65_536),
+                # One request in flight keeps a model's records in the order they were sent.
+                # An idempotent producer adds nothing to that, and its producer id does not
+                # survive a memory-only broker's restart (every later send then fails).
+                max_in_flight_requests_per_connection=1,
+                enable_idempotence=False,
+            )
+            try:
+                producer = KafkaProducer(**settings)
+            except (KafkaError, OSError) as exc:
+                raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+            _forbid_auto_creation(producer)
+            self._producer = producer
+        return self._producer
+
+    def _consumer_for(self, deadline: float) -> Any:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        settings = self._client_settings(KafkaConsumer, deadline)
+        settings.update(
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            allow_auto_create_topics=False,
+            isolation_level="read_uncommitted",
+            max_partition_fetch_bytes=max(1_048_576, self.max_record_bytes + 65_536),
+            fetch_max_wait_ms=100,
+        )
+        try:
+            consumer = KafkaConsumer(**settings)
+        except (KafkaError, OSError) as exc:
+            raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+        _forbid_auto_creation(consumer)
+        return consumer
+
+    def close(self) -> None:
+        """Close the producer (within ``timeout``). Further calls raise StateStoreError."""
+        self._closed = True
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=self.timeout)
+            except Exception as exc:  # closing must not hide the caller's own error
+                log.warning("state topic %s: closing the producer: %s", self.topic, exc)
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------- topic
+
+    def ensure_topic(self, partitions: int = 1, replication_factor: int = 1) -> None:
+        """Create the topic with ``cleanup.policy=compact`` if it is missing; an existing topic
+        is left as it is (a warning is logged when it does not report ``compact``).
+
+        Tansu 0.6.0 (the embedded broker) accepts the setting and reports it back, but never
+        compacts: every record stays until the broker stops. Reading does not depend on it.
+        """
+        from kafka import KafkaAdminClient
+        from kafka.admin import ConfigResource, ConfigResourceType
+        from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+        deadline = self._deadline()
+        try:
+            admin = KafkaAdminClient(**self._client_settings(KafkaAdminClient, deadline))
+        except (KafkaError, OSError) as exc:
+            raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+        try:
+            if self.topic not in set(admin.list_topics()):
+                spec = {
+                    "num_partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "configs": {"cleanup.policy": "compact"},
+                }
+                try:
+                    admin.create_topics(
+                        {self.topic: spec},
+                        timeout_ms=max(1, int(self._remaining(deadline) * 1000)),
+                    )
+                    log.info("created the state topic %s (%d partitions, compacted)",
+                             self.topic, partitions)
+                    return
+                except TopicAlreadyExistsError:
+                    pass  # another process created it meanwhile: as for an existing topic
+            try:
+                # Name no config: Tansu 0.6.0 drops the connection when configs are named.
+                described = admin.describe_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, self.topic)], config_filter="all"
+                )
+                policy = described.get("topic", {}).get(self.topic, {}).get("cleanup.policy", {})
+            except KafkaError as exc:
+                log.debug("state topic %s: its configuration is unknown: %s", self.topic, exc)
+                return
+            if "compact" not in str(policy.get("value", "")).split(","):
+                log.warning(
+                    "the state topic %s exists with cleanup.policy=%s, not compact: it keeps "
+                    "every state ever published", self.topic, policy.get("value", "(unset)")
+                )
+        except KafkaError as exc:
+            raise self._fail("creating the topic", exc) from exc
+        finally:
+            admin.close()
+
+    def _partitions(self, deadline: float) -> int:
+        """The topic's partition count (cached: it must not change, see the module's doc).
+        A missing topic is an error at once: it is never created by a write (the clients ask
+        the broker not to), since an auto-created topic would not be compacted."""
+        if self._partition_count is None:
+            from kafka.errors import KafkaError
+
+            consumer = self._consumer_for(deadline)
+            try:
+                found = consumer.partitions_for_topic(self.topic)
+            except KafkaError as exc:
+                raise self._fail("reading the topic's metadata", exc) from exc
+            finally:
+                _close_consumer(consumer, self.topic)
+            if not found:
+                raise self._missing()
+            self._partition_count = len(found)
+        return self._partition_count
+
+    def _missing(self) -> StateStoreError:
+        return StateStoreError(
+            f"state topic {self.topic} does not exist at {self.bootstrap_servers}; create it "
+            "with ensure_topic()"
+        )
+
+    def partition_of(self, model_id: Any, partitions: int) -> int:
+        """The partition holding every record of a model (a stable hash of its id)."""
+        model = _jsonable_id(normalize_model_id(model_id))
+        digest = hashlib.sha256(_canonical({"model": model})).digest()
+        return int.from_bytes(digest[:8], "big") % partitions
+
+    # --------------------------------------------------------------- producing
+
+    def _send(self, key: bytes, value: bytes | None, partition: int) -> Any:
+        """Hand one record to the producer (one place to intercept in tests)."""
+        return self._producer.send(self.topic, key=key, value=value, partition=partition)
+
+    def _send_all(
+        self, records: Iterable[tuple[bytes, bytes | None]], partition: int, deadline: float,
+        doing: str,
+    ) -> list[Any]:
+        """Send and flush; returns the record metadata, or raises StateStoreError."""
+        from kafka.errors import KafkaError
+
+        producer = self._producer_for(deadline)
+        try:
+            futures = [self._send(key, value, partition) for key, value in records]
+            producer.flush(timeout=self._remaining(deadline))
+        except KafkaError as exc:
+            raise self._fail(doing, exc) from exc
+        results = []
+        for future in futures:
+            if not future.is_done:
+                raise StateStoreError(
+                    f"state topic {self.topic} at {self.bootstrap_servers}: {doing} was not "
+                    f"acknowledged within {self.timeout:g} s"
+                )
+            if future.failed():
+                raise self._fail(doing, future.exception)
+            results.append(future.value)
+        return results
+
+    def _chunks(
+        self, model: Hashable, payload: bytes, *, epoch: int, sequence: int, next_offset: int,
+    ) -> list[tuple[bytes, bytes]]:
+        """The ``(key, value)`` records of one state."""
+        digest = hashlib.sha256(payload).hexdigest()
+        size = len(payload)
+        header: dict[str, Any] = {
+            "kind": "chunk", "model": _jsonable_id(model), "epoch": epoch,
+            "sequence": sequence, "slot": sequence % 2, "chunk": size, "chunks": size + 1,
+            "size": size, "sha256": digest, "next_offset": next_offset,
+        }
+        # The header's length bounded with the largest chunk numbers the payload can need.
+        room = self.max_record_bytes - len(_encode_value(header))
+        if room < 1024:
+            raise ValueError(
+                f"max_record_bytes={self.max_record_bytes} leaves {room} bytes per chunk for "
+                "this model id: raise it"
+            )
+        count = max(1, -(-size // room))
+        records = []
+        for index in range(count):
+            header.update(chunk=index, chunks=count)
+            data = payload[index * room : (index + 1) * room]
+            records.append((chunk_key(model, epoch, sequence, index), _encode_value(header, data)))
+        return records
+
+    def publish(
+        self,
+        model_id: Any,
+        arrays: Mapping[str, np.ndarray],
+        metadata: Mapping[str, Any],
+        next_offset: int,
+        epoch: int,
+        sequence: int,
+    ) -> None:
+        """Write one state of a model; returns once every chunk is acknowledged (acks=all).
+
+        ``sequence`` must grow within an epoch. Raises :class:`StaleEpochError` (nothing
+        produced) when this store has seen a higher epoch of the model, StateStoreError when
+        the broker does not acknowledge within ``timeout``: a publish that fails half-way
+        leaves the previous state whole (the other slot). After success, tombstones the keys of
+        older epochs (and chunks left over in this slot) that this store has seen.
+        """
+        model = normalize_model_id(model_id)
+        for name, value in (("epoch", epoch), ("sequence", sequence), ("next_offset", next_offset)):
+            if not _is_count(value):
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        view = self._views.setdefault(model, _ModelView())
+        if epoch < view.max_epoch:
+            raise StaleEpochError(
+                f"state topic {self.topic}: model {_jsonable_id(model)} has epoch "
+                f"{view.max_epoch}; a publish with epoch {epoch} comes from a former owner"
+            )
+        if sequence <= view.complete.get(epoch, -1):
+            raise ValueError(
+                f"state topic {self.topic}: model {_jsonable_id(model)} epoch {epoch} already "
+                f"has sequence {view.complete[epoch]}; sequences must grow within an epoch"
+            )
+        payload = _encode_payload(arrays, metadata)
+        records = self._chunks(
+            model, payload, epoch=epoch, sequence=sequence, next_offset=next_offset
+        )
+        deadline = self._deadline()
+        partition = self.partition_of(model, self._partitions(deadline))
+        self._send_all(
+            records, partition, deadline,
+            f"publishing model {_jsonable_id(model)} epoch {epoch} sequence {sequence}",
+        )
+        view.max_epoch = max(view.max_epoch, epoch)
+        view.complete[epoch] = sequence
+        slot = sequence % 2
+        for key, _ in records:
+            parsed = _parse_key(key)
+            assert parsed is not None
+            view.live[key] = parsed
+        stale = [
+            key for key, parsed in view.live.items()
+            if parsed.epoch < epoch
+            or (parsed.epoch == epoch and parsed.slot == slot and parsed.chunk >= len(records))
+        ]
+        if stale:
+            self._tombstone(model, stale, partition, deadline)
+
+    def _tombstone(self, model: Hashable, keys: list[bytes], partition: int,
+                   deadline: float) -> None:
+        """Housekeeping after a complete publish: a failure is logged, the keys are retried
+        after the next publish."""
+        try:
+            self._send_all([(key, None) for key in keys], partition, deadline,
+                           f"tombstoning {len(keys)} old keys of model {_jsonable_id(model)}")
+        except StateStoreError as exc:
+            log.warning("%s (retried after the next publish)", exc)
+            return
+        view = self._views[model]
+        for key in keys:
+            view.live.pop(key, None)
+
+    def claim_epoch(self, model_id: Any) -> int:
+        """Take the next epoch of a model for this owner and return it.
+
+        Reads the topic first if this store has not read it yet, writes a claim record of
+        ``next_epoch(model_id)`` (so that the epoch stays taken even if this owner dies before
+        its first state: a later owner will not reuse it while this one may come back as a
+        zombie), then reads the model's partition up to the claim: if another owner wrote a
+        record of this model with that epoch or a higher one first, raises StaleEpochError.
+        """
+        model = normalize_model_id(model_id)
+        deadline = self._deadline()
+        if not self._read_until:
+            self._read(deadline)
+        epoch = self.next_epoch(model)
+        partition = self.partition_of(model, self._partitions(deadline))
+        header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
+                  "owner": uuid.uuid4().hex}
+        key = claim_key(model, epoch)
+        [written] = self._send_all([(key, _encode_value(header))], partition, deadline,
+                                   f"claiming epoch {epoch} of model {_jsonable_id(model)}")
+        start = self._read_until.get(partition, 0)
+        records = self._read(deadline, {partition: (start, written.offset + 1)})
+        for record in records:
+            parsed = _parse_key(record.key)
+            if (parsed is not None and parsed.model == model and parsed.epoch >= epoch
+                    and record.offset < written.offset):
+                raise StaleEpochError(
+                    f"state topic {self.topic}: another owner took epoch {parsed.epoch} of "
+                    f"model {_jsonable_id(model)} before this claim of epoch {epoch}"
+                )
+        return epoch
+
+    def next_epoch(self, model_id: Any) -> int:
+        """1 + the highest epoch of the model in the topic (states, claims and tombstones, as of
+        this store's last read; 0 when there is none). Reads the topic if this store has not."""
+        if not self._read_until:
+            self._read(self._deadline())
+        view = self._views.get(normalize_model_id(model_id))
+        return 0 if view is None else view.max_epoch + 1
+
+    def delete(self, model_id: Any) -> int:
+        """Tombstone every key of a model (read from the topic now); returns how many."""
+        model = normalize_model_id(model_id)
+        deadline = self._deadline()
+        self._read(deadline)
+        view = self._views.get(model)
+        keys = list(view.live) if view is not None else []
+        if keys:
+            partition = self.partition_of(model, self._partitions(deadline))
+            self._send_all([(key, None) for key in keys], partition, deadline,
+                           f"deleting model {_jsonable_id(model)}")
+            view.live.clear()  # type: ignore[union-attr]
+        return len(keys)
+
+    # ----------------------------------------------------------------- reading
+
+    def _read(self, deadline: float, ranges: dict[int, tuple[int, int]] | None = None,
+              ) -> list[_Record]:
+        """Records of the topic in offset order per partition, and the views updated.
+
+        Without ``ranges``: every partition from its beginning to its end offset as taken now,
+        and the views rebuilt from what was read. With ``ranges`` (partition -> (start, end)):
+        those records only, applied on top of the views.
+        """
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        consumer = self._consumer_for(deadline)
+        try:
+            if ranges is None:
+                found = consumer.partitions_for_topic(self.topic)
+                if not found:
+                    raise self._missing()
+                if self._partition_count is None:
+                    self._partition_count = len(found)
+                tps = [TopicPartition(self.topic, p) for p in sorted(found)]
+                ends = consumer.end_offsets(
+                    tps, timeout_ms=max(1, int(self._remaining(deadline) * 1000))
+                )
+                bounds = {tp.partition: (None, ends[tp]) for tp in tps}
+            else:
+                bounds = {p: (start, end) for p, (start, end) in ranges.items()}
+                tps = [TopicPartition(self.topic, p) for p in sorted(bounds)]
+            consumer.assign(tps)
+            for tp in tps:
+                start = bounds[tp.partition][0]
+                if start is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, start)
+            positions: dict[int, int] = {}
+            records = self._poll_until(consumer, tps, bounds, deadline, positions)
+        except KafkaError as exc:
+            raise self._fail("reading the topic", exc) from exc
+        finally:
+            _close_consumer(consumer, self.topic)
+        self._apply(records, rebuild=ranges is None)
+        for partition, position in positions.items():
+            self._read_until[partition] = max(self._read_until.get(partition, 0), position)
+        return records
+
+    def _poll_until(self, consumer: Any, tps: list[Any],
+                    bounds: dict[int, tuple[int | None, int]], deadline: float,
+                    positions: dict[int, int]) -> list[_Record]:
+        """Poll until every partition's position reached its end; ``positions`` receives the
+        final positions."""
+        by_partition: dict[int, list[_Record]] = {tp.partition: [] for tp in tps}
+        pending = set(tps)
+        while True:
+            for tp in list(pending):
+                # The position, not the last record: compacted gaps and transaction markers
+                # leave offsets that no record carries.
+                position = consumer.position(
+                    tp, timeout_ms=max(1, int(self._remaining(deadline) * 1000))
+                )
+                if position is not None and position >= bounds[tp.partition][1]:
+                    pending.discard(tp)
+                    positions[tp.partition] = position
+                    consumer.pause(tp)  # so that nothing past this position is fetched
+            if not pending:
+                break
+            remaining = self._remaining(deadline)
+            if remaining <= 0:
+                where = ", ".join(
+                    f"partition {tp.partition} at offset {_position_or_unknown(consumer, tp)} "
+                    f"of {bounds[tp.partition][1]}" for tp in sorted(pending, key=str)
+                )
+                raise StateStoreError(
+                    f"state topic {self.topic} at {self.bootstrap_servers}: reading to the end "
+                    f"did not finish within {self.timeout:g} s ({where})"
+                )
+            polled = consumer.poll(timeout_ms=max(1, int(min(0.2, remaining) * 1000)))
+            for tp, batch in polled.items():
+                # Every record fetched is kept, also those past the end offset: Tansu 0.6.0
+                # reports as end offset the last record batch's base offset + 1, so the end
+                # of the last batch lies beyond it. Records written after the call started
+                # are newer states (or parts of one, skipped as incomplete): harmless.
+                by_partition[tp.partition] += [
+                    _Record(tp.partition, r.offset, r.key, r.value) for r in batch
+                ]
+        return [record for p in sorted(by_partition) for record in by_partition[p]]
+
+    def _apply(self, records: list[_Record], rebuild: bool) -> None:
+        """Update the views from records read in offset order."""
+        live: dict[Hashable, dict[bytes, _Key]] = {}
+        for record in records:
+            parsed = _parse_key(record.key)
+            if parsed is None:
+                continue
+            view = self._views.setdefault(parsed.model, _ModelView())
+            view.max_epoch = max(view.max_epoch, parsed.epoch)
+            keys = live.setdefault(parsed.model, {}) if rebuild else view.live
+            if record.value is None:
+                keys.pop(bytes(record.key), None)
+            else:
+                keys[bytes(record.key)] = parsed
+        if rebuild:
+            for model, view in self._views.items():
+                view.live = live.get(model, {})
+
+    def restore(self, model_ids: Iterable[Any] | None = None) -> dict[Hashable, StoredState]:
+        """The newest complete state of each model (or of ``model_ids`` only) in the topic.
+
+        Reads every partition from its beginning to the end offsets taken when the call starts
+        (records written meanwhile are left for the next call), within ``timeout`` (else
+        StateStoreError). Keys are the models' ids in hashable form (JSON arrays as tuples, see
+        :func:`normalize_model_id`). Incomplete and corrupt states are skipped: counted in
+        :attr:`last_report` and logged, never raised.
+        """
+        started = time.monotonic()
+        wanted = None if model_ids is None else {normalize_model_id(m) for m in model_ids}
+        deadline = self._deadline()
+        records = self._read(deadline)
+        report = RestoreReport(records=len(records))
+        latest: dict[bytes, _Record] = {}
+        for record in records:
+            if record.value is None:
+                report.tombstones += 1
+                if record.key is not None:
+                    latest.pop(bytes(record.key), None)
+                continue
+            parsed = _parse_key(record.key)
+            if parsed is None:
+                report.corrupt += 1
+                log.warning("state topic %s: partition %d offset %d has a key this store did "
+                            "not write: skipped", self.topic, record.partition, record.offset)
+                continue
+            if wanted is None or parsed.model in wanted:
+                latest[bytes(record.key)] = record
+        groups: dict[tuple[Hashable, int, int], dict[int, tuple[dict[str, Any], bytes]]] = {}
+        for raw_key, record in latest.items():
+            parsed = _parse_key(raw_key)
+            assert parsed is not None
+            if parsed.slot is None:
+                continue  # a claim
+            try:
+                header, data = _decode_value(record.value)  # type: ignore[arg-type]
+                _check_header(header, parsed)
+            except (ValueError, TypeError, KeyError) as exc:
+                report.corrupt += 1
+                log.warning("state topic %s: partition %d offset %d (model %s epoch %d) is not "
+                            "a valid chunk: %s; skipped", self.topic, record.partition,
+                            record.offset, _jsonable_id(parsed.model), parsed.epoch, exc)
+                continue
+            groups.setdefault((parsed.model, parsed.epoch, parsed.slot), {})[parsed.chunk] = (
+                header, data
+            )
+        candidates: dict[Hashable, list[tuple[int, int, dict[str, Any], bytes]]] = {}
+        for (model, epoch, slot), chunks in groups.items():
+            where = f"model {_jsonable_id(model)} epoch {epoch} slot {slot}"
+            problem, payload, first = _assemble(chunks)
+            if problem is not None:
+                if problem.startswith("checksum"):
+                    report.corrupt += 1
+                else:
+                    report.incomplete += 1
+                log.warning("state topic %s: %s: %s; skipped", self.topic, where, problem)
+                continue
+            assert first is not None and payload is not None
+            report.complete += 1
+            candidates.setdefault(model, []).append(
+                (epoch, first["sequence"], first, payload)
+            )
+            view = self._views.setdefault(model, _ModelView())
+            view.complete[epoch] = max(view.complete.get(epoch, -1), first["sequence"])
+        states: dict[Hashable, StoredState] = {}
+        for model, found in candidates.items():
+            for epoch, sequence, first, payload in sorted(found, key=lambda c: c[:2],
+                                                           reverse=True):
+                try:
+                    arrays, metadata = _decode_payload(payload)
+                except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
+                    report.corrupt += 1
+                    log.warning("state topic %s: model %s epoch %d sequence %d does not load: "
+                                "%s; skipped", self.topic, _jsonable_id(model), epoch, sequence,
+                                exc)
+                    continue
+                states[model] = StoredState(arrays, metadata, first["next_offset"], epoch,
+                                            sequence)
+                break
+        report.models = len(states)
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        log.info("state topic %s: restored %d models from %d records in %.3f s (%d incomplete, "
+                 "%d corrupt skipped)", self.topic, report.models, report.records,
+                 report.seconds, report.incomplete, report.corrupt)
+        return states
+
+
+def _check_header(header: dict[str, Any], key: _Key) -> None:
+    """Raise ValueError when a chunk's header does not describe the record its key names."""
+    if header.get("kind") != "chunk":
+        raise ValueError(f"kind {header.get('kind')!r}, not a chunk")
+    for name in ("epoch", "sequence", "slot", "chunk", "chunks", "size", "next_offset"):
+        if not _is_count(header.get(name)):
+            raise ValueError(f"header field {name} is {header.get(name)!r}")
+    if normalize_model_id(header.get("model")) != key.model or header["epoch"] != key.epoch:
+        raise ValueError("header and key name different models or epochs")
+    if header["slot"] != key.slot or header["sequence"] % 2 != key.slot:
+        raise ValueError("header and key name different slots")
+    if header["chunk"] != key.chunk or header["chunk"] >= header["chunks"]:
+        raise ValueError("header and key name different chunks")
+    if not isinstance(header.get("sha256"), str) or len(header["sha256"]) != 64:
+        raise ValueError("header has no sha256")
+
+
+def _assemble(
+    chunks: dict[int, tuple[dict[str, Any], bytes]],
+) -> tuple[str | None, bytes | None, dict[str, Any] | None]:
+    """``(problem, payload, first header)`` of one (model, epoch, slot): chunk 0 says which
+    write the slot should hold; chunks of that write must all be there. Chunks with higher
+    indexes from an older, longer write are left-overs, not a problem."""
+    if 0 not in chunks:
+        return f"chunk 0 missing ({len(chunks)} chunks of older writes)", None, None
+    first = chunks[0][0]
+    parts = []
+    for index in range(first["chunks"]):
+        found = chunks.get(index)
+        if found is None:
+            return (f"sequence {first['sequence']}: chunk {index} of {first['chunks']} missing",
+                    None, None)
+        header, data = found
+        if any(header[name] != first[name] for name in _STATE_FIELDS):
+            return (f"sequence {first['sequence']}: chunk {index} of {first['chunks']} belongs "
+                    f"to sequence {header['sequence']}", None, None)
+        parts.append(data)
+    payload = b"".join(parts)
+    if len(payload) != first["size"] or hashlib.sha256(payload).hexdigest() != first["sha256"]:
+        return f"checksum: sequence {first['sequence']} does not match its sha256", None, None
+    return None, payload, first
+
+
+def _close_consumer(consumer: Any, topic: str) -> None:
+    try:
+        consumer.close(autocommit=False, timeout_ms=1000)
+    except Exception as exc:  # closing must not hide the caller's result or error
+        log.debug("state topic %s: closing a consumer: %s", topic, exc)
+
+
+def _position_or_unknown(consumer: Any, tp: Any) -> Any:
+    try:
+        return consumer.position(tp, timeout_ms=100)
+    except Exception:  # only for an error message
+        return "unknown"
+
+
+def _forbid_auto_creation(client: Any) -> None:
+    """Make a client's metadata requests ask the broker not to create a missing topic (Tansu
+    and Kafka's default create one, without compaction). kafka-python 3.0 takes
+    allow_auto_create_topics but does not hand it to the cluster metadata that builds those
+    requests (the daemon does the same for its consumer)."""
+    for cluster in (getattr(getattr(client, "_client", None), "cluster", None),
+                    getattr(client, "_metadata", None)):
+        config = getattr(cluster, "config", None)
+        if isinstance(config, dict):
+            config["allow_auto_create_topics"] = False
