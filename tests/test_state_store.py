@@ -1,0 +1,512 @@
+"""The Kafka state store (connectors.state_store): keys, round trips, chunking, newest complete
+state, crashes half-way through a publish, corrupt chunks, zombies, claims, tombstones and
+bounded failures. Broker tests run on the embedded broker, each on a topic of its own."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from connectors.broker import free_loopback_port
+from connectors.state_store import (
+    StaleEpochError,
+    StateStore,
+    StateStoreError,
+    _decode_value,
+    _encode_payload,
+    _encode_value,
+    chunk_key,
+    claim_key,
+    normalize_model_id,
+)
+from tests.connectors_helpers import broker, unique  # noqa: F401
+
+TIMEOUT = 15.0  # per store operation; the broker answers in well under a second
+
+
+def make_store(servers: str, topic: str, **options: Any) -> StateStore:
+    options.setdefault("timeout", TIMEOUT)
+    return StateStore(servers, topic, **options)
+
+
+@pytest.fixture
+def store_of(broker):  # noqa: F811 - the fixture imported above
+    """``store_of(topic, **options)``: a StateStore on the embedded broker, closed at the end."""
+    stores: list[StateStore] = []
+
+    def open_store(topic: str, **options: Any) -> StateStore:
+        store = make_store(broker.bootstrap_servers, topic, **options)
+        stores.append(store)
+        return store
+
+    yield open_store
+    for store in stores:
+        store.close()
+
+
+def raw_records(servers: str, topic: str, timeout: float = 20.0) -> list[Any]:
+    """Every record of ``topic`` (all partitions), read to the fetch high watermark (Tansu's
+    end offsets stop at the last batch's base offset)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                             request_timeout_ms=5000, fetch_max_wait_ms=100)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        found: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                found += batch
+            if all(consumer.highwater(tp) is not None
+                   and consumer.position(tp) >= consumer.highwater(tp) for tp in tps):
+                return sorted(found, key=lambda r: (r.partition, r.offset))
+        raise AssertionError(f"could not read {topic} to its end within {timeout} s")
+    finally:
+        consumer.close()
+
+
+def send_raw(servers: str, topic: str, records: list[tuple[bytes, bytes | None]],
+             partition: int = 0) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", enable_idempotence=False)
+    try:
+        for key, value in records:
+            producer.send(topic, key=key, value=value, partition=partition)
+        producer.flush(timeout=10)
+    finally:
+        producer.close(timeout=5)
+
+
+def compacted_copy(servers: str, source: str, target: str) -> None:
+    """What compaction leaves of ``source`` (the newest record of each key, tombstones gone),
+    written to the new topic ``target``: Tansu never compacts, so this is how a test sees
+    the topic after compaction."""
+    latest: dict[tuple[int, bytes], Any] = {}
+    for record in raw_records(servers, source):
+        latest.pop((record.partition, record.key), None)  # keep the newest's position
+        latest[(record.partition, record.key)] = record
+    kept = [r for r in latest.values() if r.value is not None]
+    with make_store(servers, target) as store:
+        store.ensure_topic()
+    send_raw(servers, target, [(r.key, r.value) for r in kept])
+
+
+def arrays_of(seed: int, size: int = 5_000) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"alpha": rng.standard_normal(size), "index": np.arange(size, dtype=np.int64) * seed}
+
+
+def assert_same_arrays(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, array in want.items():
+        array = np.asarray(array)
+        assert got[name].dtype == array.dtype, name
+        assert got[name].shape == array.shape, name
+        assert got[name].tobytes() == array.tobytes(), name  # bit for bit, NaN and -0.0 too
+
+
+def chunk_headers(servers: str, topic: str) -> list[dict[str, Any]]:
+    return [_decode_value(r.value)[0] for r in raw_records(servers, topic)
+            if r.value is not None and b'"chunk"' in r.key]
+
+
+# -- keys (no broker) ---------------------------------------------------------------------------
+
+
+def test_consecutive_sequences_use_different_keys_and_epochs_never_share_one():
+    model = [3, "gauge-17"]
+    for epoch in range(4):
+        for sequence in range(20):
+            for chunk in range(3):
+                key = chunk_key(model, epoch, sequence, chunk)
+                # double buffering: a write of sequence s never touches sequence s - 1's keys
+                assert key != chunk_key(model, epoch, sequence + 1, chunk)
+                assert key != chunk_key(model, epoch, sequence + 1, chunk + 1)
+                # the two slots are reused, so a model holds a bounded number of keys
+                assert key == chunk_key(model, epoch, sequence + 2, chunk)
+    keys_by_epoch = {
+        epoch: {chunk_key(model, epoch, s, c) for s in range(4) for c in range(5)}
+        | {claim_key(model, epoch)}
+        for epoch in range(6)
+    }
+    for a in keys_by_epoch:
+        for b in keys_by_epoch:
+            if a != b:
+                assert not keys_by_epoch[a] & keys_by_epoch[b], (a, b)
+    # models never share keys, and one model id always gives the same bytes
+    assert chunk_key([3, "a"], 0, 0, 0) != chunk_key([3, "b"], 0, 0, 0)
+    assert chunk_key([3, None], 0, 0, 0) != chunk_key([4, None], 0, 0, 0)
+    assert chunk_key((3, None), 1, 2, 0) == chunk_key([3, None], 1, 2, 0)
+    assert chunk_key([3, None], 1, 2, 0) == b'{"chunk":0,"epoch":1,"model":[3,null],"slot":0}'
+
+
+def test_model_ids_are_normalized_and_ambiguous_ones_refused():
+    assert normalize_model_id([3, "gauge-17"]) == (3, "gauge-17")
+    assert normalize_model_id([3, None]) == (3, None)
+    assert normalize_model_id("m") == "m"
+    for bad in (1.0, True, [3, 1.5], {"p": 3}, b"x"):
+        with pytest.raises(TypeError):
+            normalize_model_id(bad)
+
+
+def test_refused_states_raise_before_anything_is_sent():
+    # Port 1 on loopback: nothing listens, so a send would fail; these must fail earlier.
+    store = StateStore("127.0.0.1:1", "never-used", timeout=1)
+    with pytest.raises(ValueError, match="dtype object"):
+        store.publish(1, {"x": np.array([{}], dtype=object)}, {}, 0, 0, 0)
+    with pytest.raises(ValueError, match="may not be named"):
+        store.publish(1, {"__meta__": np.zeros(1)}, {}, 0, 0, 0)
+    with pytest.raises(ValueError, match="JSON"):
+        store.publish(1, {"x": np.zeros(1)}, {"nan": float("nan")}, 0, 0, 0)
+    with pytest.raises(ValueError, match="epoch"):
+        store.publish(1, {"x": np.zeros(1)}, {}, 0, -1, 0)
+    with pytest.raises(ValueError, match="client_options"):
+        StateStore("127.0.0.1:1", "t", client_options={"no_such_setting": 1})
+    with pytest.raises(ValueError, match="acks"):
+        StateStore("127.0.0.1:1", "t", client_options={"acks": 1})
+    store.close()
+    with pytest.raises(StateStoreError, match="closed"):
+        store.restore()
+
+
+# -- on the broker --------------------------------------------------------------------------------
+
+
+@pytest.mark.broker
+def test_round_trip_is_bit_for_bit(broker, store_of):  # noqa: F811
+    topic = unique("state-roundtrip")
+    arrays = {
+        "f64": np.array([1.5, -0.0, np.nan, np.inf, 1e-310]),
+        "i64": np.array([[1, -2], [2**62, -(2**63)]], dtype=np.int64),
+        "i8": np.array([-128, 0, 127], dtype=np.int8),
+        "zero_d": np.array(3.25),
+        "empty": np.zeros((0, 4)),
+        "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "flags": np.array([True, False]),
+        "names": np.array(["a", "gauge-17"]),
+    }
+    metadata = {"C": 1.0, "kernel": "rbf", "gamma": 0.5, "classes": [False, True], "n": 7}
+    writer = store_of(topic)
+    writer.ensure_topic()
+    writer.publish([3, "gauge-17"], arrays, metadata, next_offset=1234, epoch=0, sequence=1)
+    restored = store_of(topic).restore()  # a store that never wrote: everything from the broker
+    assert list(restored) == [(3, "gauge-17")]
+    state = restored[(3, "gauge-17")]
+    assert_same_arrays(state.arrays, arrays)
+    assert state.metadata == metadata
+    assert (state.next_offset, state.epoch, state.sequence) == (1234, 0, 1)
+
+
+@pytest.mark.broker
+def test_a_large_state_is_chunked_and_restored_whole(broker, store_of):  # noqa: F811
+    topic = unique("state-chunks")
+    arrays = {"kernel_columns": np.random.default_rng(1).standard_normal(375_000)}  # 3 MB
+    store = store_of(topic, max_record_bytes=200_000)
+    store.ensure_topic()
+    store.publish("big", arrays, {"rows": 375_000}, next_offset=9, epoch=0, sequence=1)
+    records = raw_records(broker.bootstrap_servers, topic)
+    assert len(records) >= 15
+    assert max(len(r.value) for r in records) <= 200_000
+    state = store_of(topic).restore()["big"]
+    assert_same_arrays(state.arrays, arrays)
+    assert state.metadata == {"rows": 375_000}
+
+
+@pytest.mark.broker
+def test_the_newest_state_wins_and_models_are_kept_apart(broker, store_of):  # noqa: F811
+    topic = unique("state-newest")
+    store = store_of(topic, max_record_bytes=8192)
+    store.ensure_topic(partitions=3)
+    models = [[0, "a"], [0, "b"], [1, None], "plain"]
+    published: dict[Any, dict[str, np.ndarray]] = {}
+    for sequence in range(1, 6):
+        for number, model in enumerate(models):
+            if sequence > 5 - number:  # model i stops at sequence 5 - i
+                continue
+            arrays = arrays_of(100 * number + sequence, size=1500 + 100 * number)
+            store.publish(model, arrays, {"sequence": sequence}, next_offset=10 * sequence,
+                          epoch=0, sequence=sequence)
+            published[normalize_model_id(model)] = arrays
+    with pytest.raises(ValueError, match="sequences must grow"):
+        store.publish("plain", arrays_of(0), {}, next_offset=0, epoch=0, sequence=2)
+    restored = store_of(topic).restore()
+    assert set(restored) == set(published)
+    for number, model in enumerate(models):
+        state = restored[normalize_model_id(model)]
+        assert state.sequence == 5 - number
+        assert state.metadata == {"sequence": 5 - number}
+        assert state.next_offset == 10 * (5 - number)
+        assert_same_arrays(state.arrays, published[normalize_model_id(model)])
+    only = store_of(topic).restore([[0, "b"], "absent"])
+    assert list(only) == [(0, "b")]
+
+
+@pytest.mark.broker
+def test_a_publish_that_dies_half_way_leaves_the_previous_state(
+    broker, store_of, monkeypatch, caplog  # noqa: F811
+):
+    servers = broker.bootstrap_servers
+    topic = unique("state-crash")
+    store = store_of(topic, max_record_bytes=8192)
+    store.ensure_topic()
+    for sequence in range(1, 6):
+        store.publish("m", arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                      epoch=0, sequence=sequence)
+    store.publish("n", arrays_of(11), {"s": 1}, next_offset=1, epoch=0, sequence=1)
+    real_send = store._send
+
+    def crash_after(chunks: int) -> None:
+        sent = 0
+
+        def dying_send(key: bytes, value: bytes | None, partition: int) -> Any:
+            nonlocal sent
+            if sent == chunks:
+                raise KeyboardInterrupt("the process dies here")
+            sent += 1
+            return real_send(key, value, partition)
+
+        monkeypatch.setattr(store, "_send", dying_send)
+
+    crash_after(3)
+    with pytest.raises(KeyboardInterrupt):
+        store.publish("m", arrays_of(6), {"s": 6}, next_offset=6, epoch=0, sequence=6)
+    crash_after(2)
+    with pytest.raises(KeyboardInterrupt):
+        store.publish("n", arrays_of(12), {"s": 2}, next_offset=2, epoch=0, sequence=2)
+    store._producer.flush(timeout=10)  # what the dead process had handed over reaches the broker
+    headers = chunk_headers(servers, topic)
+    sixth = [h for h in headers if h["model"] == "m" and h["sequence"] == 6]
+    assert [h["chunk"] for h in sixth] == [0, 1, 2] and sixth[0]["chunks"] > 3
+    second = [h for h in headers if h["model"] == "n" and h["sequence"] == 2]
+    assert [h["chunk"] for h in second] == [0, 1] and second[0]["chunks"] > 2
+    # Sequence 6 of m overwrote the first chunks of sequence 4 (same slot): chunks of two
+    # writes. Sequence 2 of n went to an empty slot: chunks missing. Both are incomplete.
+    caplog.set_level(logging.WARNING, logger="connectors.state_store")
+    reader = store_of(topic)
+    restored = reader.restore()
+    state = restored["m"]
+    assert (state.sequence, state.metadata, state.next_offset) == (5, {"s": 5}, 5)
+    assert_same_arrays(state.arrays, arrays_of(5))
+    assert restored["n"].sequence == 1
+    assert_same_arrays(restored["n"].arrays, arrays_of(11))
+    assert reader.last_report.incomplete == 2 and reader.last_report.corrupt == 0
+    assert "sequence 6: chunk 3" in caplog.text and "sequence 2: chunk 2" in caplog.text
+    # the same after compaction: only the newest record of each key is left
+    compacted = unique("state-crash-compacted")
+    compacted_copy(servers, topic, compacted)
+    assert len(raw_records(servers, compacted)) < len(raw_records(servers, topic))
+    restored = store_of(compacted).restore()
+    assert (restored["m"].sequence, restored["n"].sequence) == (5, 1)
+    assert_same_arrays(restored["m"].arrays, arrays_of(5))
+
+
+@pytest.mark.broker
+def test_a_corrupt_chunk_is_skipped(broker, store_of):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topic = unique("state-corrupt")
+    store = store_of(topic, max_record_bytes=8192)
+    store.ensure_topic()
+    for sequence in (5, 6):
+        store.publish("m", arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                      epoch=0, sequence=sequence)
+    # chunk 1 of sequence 6 again, with its header intact and one bit of its data flipped
+    record = next(r for r in raw_records(servers, topic)
+                  if r.key == chunk_key("m", 0, 6, 1))
+    header, data = _decode_value(record.value)
+    damaged = bytes([data[0] ^ 1]) + data[1:]
+    assert hashlib.sha256(damaged).hexdigest() != header["sha256"]
+    send_raw(servers, topic, [(record.key, _encode_value(header, damaged))],
+             partition=record.partition)
+    # Model "p": sequence 2 (one chunk) replaced by a payload that loads (a valid .npz of
+    # other arrays) but is not the one its header's sha256 names: only the checksum tells.
+    store.publish("p", {"w": np.ones(3)}, {"s": 1}, next_offset=1, epoch=0, sequence=1)
+    store.publish("p", {"w": np.zeros(3)}, {"s": 2}, next_offset=2, epoch=0, sequence=2)
+    record = next(r for r in raw_records(servers, topic) if r.key == chunk_key("p", 0, 2, 0))
+    header, data = _decode_value(record.value)
+    forged = _encode_payload({"w": np.full(3, 7.0)}, {"s": 2})
+    assert len(forged) == len(data) and header["chunks"] == 1
+    send_raw(servers, topic, [(record.key, _encode_value(header, forged))],
+             partition=record.partition)
+    # and a record this store never wrote (a stray producer): skipped, not fatal
+    send_raw(servers, topic, [(b"not-ours", b"hello")])
+    reader = store_of(topic)
+    restored = reader.restore()
+    state = restored["m"]
+    assert (state.sequence, state.metadata) == (5, {"s": 5})
+    assert_same_arrays(state.arrays, arrays_of(5))
+    assert restored["p"].sequence == 1
+    assert_same_arrays(restored["p"].arrays, {"w": np.ones(3)})
+    assert reader.last_report.corrupt == 3 and reader.last_report.incomplete == 0
+
+
+@pytest.mark.broker
+def test_a_zombie_cannot_replace_the_new_owners_state(broker, store_of):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topic = unique("state-zombie")
+    owner_a = store_of(topic, max_record_bytes=8192)
+    owner_a.ensure_topic()
+    assert owner_a.claim_epoch([3, None]) == 0
+    for sequence in (1, 2, 3):
+        owner_a.publish([3, None], arrays_of(sequence), {"owner": "A"}, next_offset=sequence,
+                        epoch=0, sequence=sequence)
+    # the partition moves to B, which restores A's state and takes the next epoch
+    owner_b = store_of(topic, max_record_bytes=8192)
+    assert owner_b.restore()[(3, None)].sequence == 3
+    epoch = owner_b.claim_epoch([3, None])
+    assert epoch == 1
+    owner_b.publish([3, None], arrays_of(40), {"owner": "B"}, next_offset=40, epoch=1,
+                    sequence=4)
+    # B's first state tombstoned the epoch-0 keys (and A's claim) it had seen
+    tombstoned = {r.key for r in raw_records(servers, topic) if r.value is None}
+    assert {chunk_key([3, None], 0, s, 0) for s in (2, 3)} | {claim_key([3, None], 0)} \
+        <= tombstoned
+    # A wakes up, never having re-read the topic, and publishes with its old epoch
+    owner_a.publish([3, None], arrays_of(99), {"owner": "A"}, next_offset=99, epoch=0,
+                    sequence=99)
+    state = store_of(topic).restore()[(3, None)]
+    assert (state.epoch, state.sequence, state.metadata) == (1, 4, {"owner": "B"})
+    assert_same_arrays(state.arrays, arrays_of(40))
+    # a store that has seen epoch 1 refuses epoch 0, and produces nothing
+    before = len(raw_records(servers, topic))
+    owner_a.restore()
+    with pytest.raises(StaleEpochError, match="epoch 1"):
+        owner_a.publish([3, None], arrays_of(100), {}, next_offset=100, epoch=0, sequence=100)
+    with pytest.raises(StaleEpochError):
+        owner_b.publish([3, None], arrays_of(5), {}, next_offset=5, epoch=0, sequence=5)
+    assert len(raw_records(servers, topic)) == before
+
+
+@pytest.mark.broker
+def test_claims_keep_an_epoch_taken_and_a_concurrent_claim_loses(broker, store_of):  # noqa: F811
+    topic = unique("state-claims")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    # B claims epoch 1 and dies before its first state: the epoch stays taken
+    assert store_of(topic).claim_epoch("m") == 1
+    reader = store_of(topic)
+    assert reader.restore()["m"].epoch == 0  # a claim is not a state
+    assert reader.next_epoch("m") == 2
+    # two owners that read the same topic both think epoch 2 is next: the first claim wins
+    c, d = store_of(topic), store_of(topic)
+    c.restore()
+    d.restore()
+    assert c.claim_epoch("m") == 2
+    with pytest.raises(StaleEpochError, match="another owner"):
+        d.claim_epoch("m")
+    assert store_of(topic).next_epoch("m") == 3
+    assert store_of(topic).next_epoch("never-published") == 0
+
+
+@pytest.mark.broker
+def test_delete_tombstones_every_key_of_the_model(broker, store_of):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topic = unique("state-delete")
+    store = store_of(topic, max_record_bytes=8192)
+    store.ensure_topic()
+    store.claim_epoch("gone")
+    for sequence in (1, 2, 3):
+        store.publish("gone", arrays_of(sequence), {}, next_offset=sequence, epoch=0,
+                      sequence=sequence)
+        store.publish("kept", arrays_of(10 + sequence), {}, next_offset=sequence, epoch=0,
+                      sequence=sequence)
+    live_keys = {r.key for r in raw_records(servers, topic) if b'"gone"' in r.key}
+    assert store_of(topic).delete("gone") == len(live_keys)
+    tombstoned = {r.key for r in raw_records(servers, topic) if r.value is None}
+    assert live_keys <= tombstoned
+    restored = store_of(topic).restore()
+    assert list(restored) == ["kept"]
+    assert_same_arrays(restored["kept"].arrays, arrays_of(13))
+    compacted = unique("state-delete-compacted")
+    compacted_copy(servers, topic, compacted)
+    assert list(store_of(compacted).restore()) == ["kept"]
+
+
+@pytest.mark.broker
+def test_ensure_topic_creates_a_compacted_topic_and_leaves_an_existing_one(
+    broker, store_of, caplog  # noqa: F811
+):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    servers = broker.bootstrap_servers
+    compacted, plain = unique("state-ensure"), unique("state-plain")
+    store_of(compacted).ensure_topic(partitions=2)
+    store_of(compacted).ensure_topic(partitions=5)  # exists: left as it is
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=5000)
+    try:
+        admin.create_topics({plain: {"num_partitions": 1, "replication_factor": 1}})
+        configs = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, compacted)], config_filter="all"
+        )
+        assert configs["topic"][compacted]["cleanup.policy"]["value"] == "compact"
+        [described] = admin.describe_topics([compacted])
+        assert len(described["partitions"]) == 2
+    finally:
+        admin.close()
+    caplog.set_level(logging.WARNING, logger="connectors.state_store")
+    store_of(plain).ensure_topic()
+    assert f"state topic {plain} exists with cleanup.policy=" in caplog.text
+
+
+@pytest.mark.broker
+def test_a_missing_topic_is_a_clear_error_and_is_not_created(broker, store_of):  # noqa: F811
+    topic = unique("state-missing")
+    store = store_of(topic, timeout=5)
+    started = time.monotonic()
+    with pytest.raises(StateStoreError, match=f"state topic {topic} does not exist"):
+        store.restore()
+    with pytest.raises(StateStoreError, match=f"state topic {topic} does not exist"):
+        store.publish("m", arrays_of(1), {}, next_offset=0, epoch=0, sequence=0)
+    assert time.monotonic() - started < 5
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()
+
+
+@pytest.mark.broker
+def test_a_restore_that_cannot_reach_the_end_times_out_clearly(
+    broker, store_of, monkeypatch  # noqa: F811
+):
+    from kafka import KafkaConsumer
+
+    topic = unique("state-stuck")
+    store = store_of(topic, timeout=2)
+    store.ensure_topic()
+    store.publish("m", arrays_of(1), {}, next_offset=0, epoch=0, sequence=1)
+    monkeypatch.setattr(KafkaConsumer, "poll", lambda self, *args, **kwargs: {})
+    started = time.monotonic()
+    with pytest.raises(StateStoreError, match=rf"state topic {topic} .*within 2 s"):
+        store.restore()
+    assert time.monotonic() - started < 6
+
+
+def test_an_unreachable_broker_is_a_clear_error_within_the_timeout():
+    port = free_loopback_port()  # nothing listens there
+    topic = unique("state-unreachable")
+    for call in ("ensure_topic", "restore", "publish"):
+        store = StateStore(f"127.0.0.1:{port}", topic, timeout=1.5)
+        started = time.monotonic()
+        with pytest.raises(StateStoreError) as raised:
+            if call == "publish":
+                store.publish("m", {"x": np.zeros(2)}, {}, next_offset=0, epoch=0, sequence=0)
+            else:
+                getattr(store, call)()
+        elapsed = time.monotonic() - started
+        store.close()
+        assert f"state topic {topic} at 127.0.0.1:{port}" in str(raised.value)
+        assert "connecting within 1.5 s failed" in str(raised.value)
+        assert elapsed < 5, (call, elapsed)
