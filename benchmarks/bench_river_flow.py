@@ -171,6 +171,37 @@ def plot(results: list[dict], path) -> None:
     plt.close(fig)
 
 
+def plot_ratios(results: list[dict], path) -> None:
+    """libsvm retrain / MID step at every setting, by gamma and C, with the 5x and 30x lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    gammas = sorted({r["gamma"] for r in results})
+    for gamma in gammas:
+        rows = sorted((r for r in results if r["gamma"] == gamma and
+                       np.isfinite(r["svc_seconds"] / r["mid_seconds"])), key=lambda r: r["C"])
+        ax.semilogx([r["C"] for r in rows], [r["svc_seconds"] / r["mid_seconds"] for r in rows],
+                    "o-", markersize=4, label=f"gamma = {gamma:g}")
+    ratios = [r["svc_seconds"] / r["mid_seconds"] for r in results
+              if np.isfinite(r["svc_seconds"] / r["mid_seconds"])]
+    geo = math.exp(float(np.mean(np.log(ratios))))
+    ax.set_yscale("log")
+    ax.axhline(5, color="grey", linestyle=":", linewidth=1)
+    ax.axhline(geo, color="black", linestyle="--", linewidth=1,
+               label=f"geometric mean {geo:.1f}x")
+    ax.set_xlabel("C")
+    ax.set_ylabel("libsvm retrain / MID step")
+    ax.set_title(f"Fisher window step, {len(ratios)} settings (dotted: 5x)", fontsize=9)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two settings, one step, 3-fold CV")
@@ -213,6 +244,8 @@ def main() -> None:
     figure = (OUT_DIR if args.quick else FIGURES_DIR) / f"river_flow_seconds{suffix}.png"
     figure.parent.mkdir(parents=True, exist_ok=True)
     plot(results, figure)
+    ratio_figure = figure.with_name(f"river_flow_ratios{suffix}.png")
+    plot_ratios(results, ratio_figure)
 
     rows = []
     for r in results:
@@ -245,7 +278,7 @@ def main() -> None:
         (f"Best CV error {best_cv['cv_error']:.4f} at C={best_cv['C']:g}, "
          f"gamma={best_cv['gamma']:g}." if best_cv else ""),
         "Engine failures (ConvergenceError): " + ("; ".join(failures) or "none") + ".",
-        f"Figure: {figure.relative_to(ROOT)}",
+        f"Figures: {figure.relative_to(ROOT)}, {ratio_figure.relative_to(ROOT)}",
         machine_info(),
     ])
     emit(f"river_flow{suffix}", text)
