@@ -734,11 +734,11 @@ cdef int _enter_margin(
 
 
 def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] margin,
-              double[::1] y, double[::1] alpha, signed char[::1] status, double[::1] h,
+              double[::1] y, double[::1] p, double[::1] alpha, signed char[::1] status, double[::1] h,
               double[::1] h_abs, double[::1] h_drift, double b, double kkt_tol, double[::1] g,
               double[::1] terms):
-    """Refresh g_i = y_i f(x_i) - 1 with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the
-    magnitude of the terms summed into it, 1 + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s
+    """Refresh g_i = y_i f(x_i) + p_i with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the
+    magnitude of the terms summed into it, |p_i| + |b| + h_abs_i + sum_S |K(x_i, x_s)| alpha_s
     (PathEngine.g_terms), from S's packed kernel columns (``store`` maps S's factor order to
     their rows); returns what the checks after an update need: (the largest |g| of S
     relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
@@ -764,8 +764,8 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                 g[i] = g[i] + value * coefficient
                 terms[i] = terms[i] + fabs(value) * weight
         for i in range(n):
-            g[i] = y[i] * (h[i] + b + g[i]) - 1.0
-            terms[i] = 1.0 + abs_b + h_abs[i] + terms[i]
+            g[i] = y[i] * (h[i] + b + g[i]) + p[i]
+            terms[i] = fabs(p[i]) + abs_b + h_abs[i] + terms[i]
             if status[i] == ERROR:
                 any_error = True
                 violation = g[i] if g[i] > 0.0 else 0.0

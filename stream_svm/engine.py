@@ -16,6 +16,15 @@ single-point algorithm of Cauwenberghs & Poggio (2000): one code path for both.
 Sets: margin S (g = 0, 0 <= alpha <= C), error E (alpha = C, g <= 0), reserve R (alpha = 0,
 g >= 0), where ``g_i = y_i f(x_i) - 1``.
 
+Formulations. More generally the engine solves ``min 1/2 a'Ka + p'alpha`` with a = y * alpha,
+under the same constraints, for per-point linear terms p given with the points (``linear`` in
+:meth:`PathEngine.update`), so that ``g_i = y_i f(x_i) + p_i``. Classification is p = -1. The
+epsilon-insensitive regression (SVR) of a sample (x, t) is two points with the same x: sign +1
+with p = epsilon - t (alpha) and sign -1 with p = epsilon + t (alpha*), f(x) = sum (alpha -
+alpha*) K + b; both never hold a nonzero coefficient at once (their g sum to 2 epsilon), and
+with epsilon = 0 the second to reach the margin set is its twin's duplicate and is refused
+entry, as any duplicate is. The path, the sets, the factor and every check are the same.
+
 Numerics. With beta = y * dalpha, the margin conditions read ``K_SS beta_S + db 1 = r`` and
 ``1' beta_S = s``. The engine factorizes ``P = K_SS + t 11' (+ ridge I)`` with an upper Cholesky
 factor instead of inverting the bordered matrix: ``P`` is positive definite exactly when the
@@ -160,6 +169,9 @@ class PathEngine:
         self.b = 0.0
         self._X = np.zeros((0, 0))
         self._y = np.zeros(0)
+        # The dual's linear term of each point (see the module docstring): -1 for
+        # classification, epsilon -+ the target for the two points of a regression sample.
+        self._p = np.zeros(0)
         self._alpha = np.zeros(0)
         self._g = np.zeros(0)
         # E's contribution to f at every stored point: sum_{j in E} C y_j K(x_i, x_j).
@@ -221,6 +233,11 @@ class PathEngine:
         return self._alpha[: self.n]
 
     @property
+    def linear(self) -> np.ndarray:
+        """The dual's linear terms p of the stored points (-1 for classification)."""
+        return self._p[: self.n]
+
+    @property
     def g(self) -> np.ndarray:
         """Margin values y_i f(x_i) - 1 of the stored points, as maintained by the engine."""
         return self._g[: self.n]
@@ -271,11 +288,12 @@ class PathEngine:
             return self.kernel(X, support) @ coef + self.b
 
     def dual_objective(self) -> float:
-        """1/2 a'Ka - sum(alpha) with a = y * alpha (the quantity the SVM dual minimizes)."""
+        """1/2 a'Ka + p'alpha with a = y * alpha (the quantity the dual minimizes; p = -1 for
+        classification: 1/2 a'Ka - sum(alpha))."""
         sv = np.flatnonzero(self._alpha[: self.n] > 0)
         a = self._alpha[sv] * self._y[sv]
         K = self.kernel(self._X[sv], self._X[sv]) + self.ridge * np.eye(sv.size)
-        return float(0.5 * a @ K @ a - self._alpha[sv].sum())
+        return float(0.5 * a @ K @ a + self._p[sv] @ self._alpha[sv])
 
     # ------------------------------------------------------------------ storage helpers
     def ensure_dim(self, dim: int) -> None:
@@ -316,6 +334,7 @@ class PathEngine:
 
         self._X = grow(self._X)
         self._y = grow(self._y)
+        self._p = grow(self._p)
         self._alpha = grow(self._alpha)
         self._g = grow(self._g)
         self._h = grow(self._h)
@@ -431,8 +450,10 @@ class PathEngine:
             margin = self._margin
             self._factorize()
             error = np.flatnonzero(self._status[:n] == ERROR)
+            # S's equations y_s f(x_s) + p_s = 0, i.e. f(x_s) = -p_s y_s (y = +1 or -1).
             a_S, b = self._solve(
-                self._y[margin] - self._h[margin], -self.C * self._y[error].sum()
+                -self._p[margin] * self._y[margin] - self._h[margin],
+                -self.C * self._y[error].sum(),
             )
             self._alpha[margin] = np.clip(self._y[margin] * a_S, 0.0, self.C)
             self.b = b
@@ -450,8 +471,8 @@ class PathEngine:
         if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
             return terms, 0.0, True, False
         residual, kkt_ok, h_stale = _pathcore.refresh_g(
-            self._columns, self._store, n, self._margin, self._y, self._alpha, self._status,
-            self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
+            self._columns, self._store, n, self._margin, self._y, self._p, self._alpha,
+            self._status, self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
             self._g if g is None else g, terms)
         return terms, residual, kkt_ok, h_stale
 
@@ -514,6 +535,7 @@ class PathEngine:
             "b": self.b,
             "X": self._X[:n].copy(),
             "y": self._y[:n].copy(),
+            "linear": self._p[:n].copy(),
             "alpha": self._alpha[:n].copy(),
             "g": self._g[:n].copy(),
             "h": self._h[:n].copy(),
@@ -542,6 +564,7 @@ class PathEngine:
         self.b = snap["b"]
         self._X = snap["X"].copy()
         self._y = snap["y"].copy()
+        self._p = snap["linear"].copy()
         self._alpha = snap["alpha"].copy()
         self._g = snap["g"].copy()
         self._h = snap["h"].copy()
@@ -575,23 +598,27 @@ class PathEngine:
         y_add: np.ndarray | None = None,
         keys: Sequence[Hashable] | None = None,
         remove: Sequence[Hashable] = (),
+        linear: np.ndarray | None = None,
     ) -> UpdateStats:
         """Add the rows of ``X_add`` (labels ``y_add``, keys ``keys``) and remove the stored
         points named in ``remove``, in one exact path. Returns (and stores in
         ``last_update``) the update's statistics.
+
+        ``linear`` gives the new points' linear terms p of the dual (default -1 each: the
+        classification SVM); a regression sample is two points, see the module docstring.
 
         Raises KeyError for an unknown or duplicate key, ValueError for malformed arrays, and
         ConvergenceError when the path needs more than ``max_breakpoints`` breakpoints; in every
         case the engine is left exactly as it was.
         """
         started = time.perf_counter()
-        X_add, y_add, keys = self._check_update(X_add, y_add, keys, remove)
+        X_add, y_add, keys, linear = self._check_update(X_add, y_add, keys, remove, linear)
         snapshot = self._snapshot()
         remove = list(remove)
         try:
             self.ensure_dim(X_add.shape[1])
             try:
-                stats = self._run_update(X_add, y_add, keys, remove)
+                stats = self._run_update(X_add, y_add, keys, remove, linear)
                 derailed = not self._kkt_holds()
             except ConvergenceError:
                 derailed = True
@@ -604,7 +631,7 @@ class PathEngine:
                 self.ensure_dim(X_add.shape[1])
                 if self.n:
                     self.recompute_error_contributions()
-                stats = self._one_at_a_time(X_add, y_add, keys, remove)
+                stats = self._one_at_a_time(X_add, y_add, keys, remove, linear)
         except BaseException:
             self._restore(snapshot)
             raise
@@ -614,13 +641,14 @@ class PathEngine:
         self.updates_total += 1
         return stats
 
-    def _one_at_a_time(self, X_add, y_add, keys, remove) -> UpdateStats:
+    def _one_at_a_time(self, X_add, y_add, keys, remove, linear) -> UpdateStats:
         total = UpdateStats(added=len(keys), removed=len(remove), retried=True)
-        steps = [([], [], [], [key]) for key in remove]
-        steps += [(X_add[i : i + 1], y_add[i : i + 1], [key], []) for i, key in enumerate(keys)]
-        for X_one, y_one, key_one, remove_one in steps:
+        steps = [([], [], [], [key], []) for key in remove]
+        steps += [(X_add[i : i + 1], y_add[i : i + 1], [key], [], linear[i : i + 1])
+                  for i, key in enumerate(keys)]
+        for X_one, y_one, key_one, remove_one, linear_one in steps:
             if len(key_one):
-                stats = self._run_update(X_one, y_one, key_one, remove_one)
+                stats = self._run_update(X_one, y_one, key_one, remove_one, linear_one)
             else:
                 stats = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], remove_one)
             total.absorb(stats)
@@ -664,12 +692,13 @@ class PathEngine:
             keys = [self._keys[position] for position in violators]
             X_back = self._X[violators].copy()
             y_back = self._y[violators].copy()
+            p_back = self._p[violators].copy()
             sequence = self._seq[violators].copy()
             next_sequence = self._next_seq
             removal = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], keys)
             removal.migrations.pop("removed")  # the points are still stored: not a removal
             total.absorb(removal)
-            total.absorb(self._run_update(X_back, y_back, keys, []))
+            total.absorb(self._run_update(X_back, y_back, keys, [], p_back))
             self._seq[[self._pos[key] for key in keys]] = sequence
             self._next_seq = next_sequence
             if self._kkt_holds():
@@ -703,11 +732,12 @@ class PathEngine:
         worst = max(worst, float(np.max(g, where=status == ERROR, initial=0.0)))
         return max(worst, float(-np.min(g, where=status == RESERVE, initial=0.0)))
 
-    def _check_update(self, X_add, y_add, keys, remove):
+    def _check_update(self, X_add, y_add, keys, remove, linear=None):
         if X_add is None:
             X_add = np.zeros((0, self.dim))
             y_add = np.zeros(0)
             keys = []
+            linear = None
         X_add = np.atleast_2d(np.asarray(X_add, dtype=float))
         y_add = np.asarray(y_add, dtype=float).reshape(-1)
         keys = list(keys) if keys is not None else []
@@ -720,6 +750,14 @@ class PathEngine:
             raise ValueError("X_add contains non-finite values")
         if not np.all((y_add == 1.0) | (y_add == -1.0)):
             raise ValueError("labels must be +1 or -1")
+        if linear is None:
+            linear = np.full(m, -1.0)
+        else:
+            linear = np.asarray(linear, dtype=float).reshape(-1)
+            if linear.size != m:
+                raise ValueError(f"X_add has {m} rows but linear has {linear.size} terms")
+            if not np.all(np.isfinite(linear)):
+                raise ValueError("linear contains non-finite values")
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
         seen: set = set()
@@ -734,14 +772,16 @@ class PathEngine:
             if key in removing:
                 raise KeyError(f"key {key!r} is listed twice for removal")
             removing.add(key)
-        return X_add, y_add, keys
+        return X_add, y_add, keys, linear
 
-    def _append(self, X_add: np.ndarray, y_add: np.ndarray, keys: list) -> np.ndarray:
+    def _append(self, X_add: np.ndarray, y_add: np.ndarray, keys: list,
+                linear: np.ndarray) -> np.ndarray:
         n, m = self.n, X_add.shape[0]
         self._reserve_rows(n + m)
         positions = np.arange(n, n + m)
         self._X[positions] = X_add
         self._y[positions] = y_add
+        self._p[positions] = linear
         self._alpha[positions] = 0.0
         self._g[positions] = 0.0
         self._h[positions] = 0.0
@@ -755,7 +795,7 @@ class PathEngine:
         self.n = n + m
         return positions
 
-    def _run_update(self, X_add, y_add, keys, remove) -> UpdateStats:
+    def _run_update(self, X_add, y_add, keys, remove, linear=None) -> UpdateStats:
         self._terms_cache = None
         self._kkt_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))
@@ -768,7 +808,9 @@ class PathEngine:
 
         # New points: their kernel columns, f at them, and those already satisfied.
         if keys:
-            new = self._append(X_add, y_add, keys)
+            if linear is None:
+                linear = np.full(len(keys), -1.0)
+            new = self._append(X_add, y_add, keys, linear)
             n = self.n
             features = self._features_by_column()
             K_new = self._kernel_columns(new, features)
@@ -795,7 +837,7 @@ class PathEngine:
             f_new = self._h[new] + self.b
             if k:
                 f_new += (self._y[margin] * self._alpha[margin]) @ K_new_S
-            self._g[new] = self._y[new] * f_new - 1.0
+            self._g[new] = self._y[new] * f_new + self._p[new]
             satisfied = self._g[new] >= 0
             self._status[new[satisfied]] = RESERVE
             stats.count("added->reserve", int(satisfied.sum()))
@@ -1008,7 +1050,7 @@ class PathEngine:
         for position in positions:
             del self._pos[self._keys[position]]
         if holes.size:
-            for array in (self._X, self._y, self._alpha, self._g, self._h, self._h_abs,
+            for array in (self._X, self._y, self._p, self._alpha, self._g, self._h, self._h_abs,
                           self._h_drift, self._status, self._seq, self._slot):
                 array[holes] = array[movers]
             self._columns[:, holes] = self._columns[:, movers]
@@ -1057,12 +1099,14 @@ class PathEngine:
         return decisions
 
     # ------------------------------------------------------------------ persistence
-    def get_state(self) -> dict[str, np.ndarray]:
-        """The solution as plain arrays (enough to rebuild every cache exactly)."""
+    def get_state(self, linear: bool = False) -> dict[str, np.ndarray]:
+        """The solution as plain arrays (enough to rebuild every cache exactly); with
+        ``linear``, the points' linear terms too (without it they are -1: classification)."""
         n = self.n
         return {
             "X": self._X[:n].copy(),
             "y": self._y[:n].copy(),
+            **({"linear": self._p[:n].copy()} if linear else {}),
             "alpha": self._alpha[:n].copy(),
             "status": self._status[:n].copy(),
             "sequence": self._seq[:n].copy(),
@@ -1094,6 +1138,8 @@ class PathEngine:
         fresh.n = n
         fresh._X[:n] = X
         fresh._y[:n] = state["y"]
+        # States written before regression existed hold classification points only.
+        fresh._p[:n] = state["linear"] if "linear" in state else -1.0
         fresh._alpha[:n] = state["alpha"]
         fresh._status[:n] = status
         fresh._seq[:n] = state["sequence"]

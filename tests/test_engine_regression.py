@@ -1,0 +1,241 @@
+"""The engine's regression formulation (epsilon-SVR) against an independent batch optimum.
+
+A regression sample (x, t) is two engine points with the same x: one with sign +1 and linear
+term epsilon - t (the coefficient alpha), one with sign -1 and epsilon + t (alpha*); the
+decision function is f(x) = sum_i (alpha_i - alpha*_i) K(x_i, x) + b. The oracle is libsvm's
+epsilon-SVR on the precomputed kernel, polished in float64 on the sets it found (libsvm keeps
+its kernel cache in float32).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import SVR
+
+from stream_svm.engine import ERROR, MARGIN, RESERVE, PathEngine
+from stream_svm.kernels import make_kernel
+
+
+def learn(engine: PathEngine, X: np.ndarray, t: np.ndarray, keys: list, epsilon: float,
+          forget: list = ()) -> None:
+    """Add the samples (X, t) under ``keys`` and remove the samples ``forget``, in one path."""
+    signs = np.tile([1.0, -1.0], len(keys))
+    targets = np.repeat(np.asarray(t, dtype=float), 2)
+    engine.update(np.repeat(np.atleast_2d(X), 2, axis=0), signs,
+                  [(key, side) for key in keys for side in (1, -1)],
+                  remove=[(key, side) for key in forget for side in (1, -1)],
+                  linear=epsilon - signs * targets)
+
+
+def samples(engine: PathEngine) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stored samples: x, target and theta = alpha - alpha*, one row per sample."""
+    position = {key: i for i, key in enumerate(engine.keys)}
+    firsts = [i for i, (key, side) in enumerate(engine.keys) if side == 1]
+    X, y, alpha, p = engine.X, engine.y, engine.alpha, engine.linear
+    rows, targets, theta = [], [], []
+    for i in firsts:
+        j = position[(engine.keys[i][0], -1)]
+        rows.append(X[i])
+        # p_i = epsilon - t and p_j = epsilon + t: t = (p_j - p_i) / 2.
+        targets.append((p[j] - p[i]) / 2.0)
+        theta.append(alpha[i] * y[i] + alpha[j] * y[j])
+    return np.array(rows), np.array(targets), np.array(theta)
+
+
+class RegressionOptimum:
+    """The batch epsilon-SVR optimum on (X, t): libsvm's sets, equalities re-solved in float64."""
+
+    def __init__(self, kernel, X: np.ndarray, t: np.ndarray, C: float, epsilon: float) -> None:
+        self.kernel, self.X, self.t, self.C, self.epsilon = kernel, X, t, C, epsilon
+        K = self.K = kernel(X, X)
+        svr = SVR(kernel="precomputed", C=C, epsilon=epsilon, tol=1e-8, shrinking=False,
+                  max_iter=10**6)
+        with warnings.catch_warnings():
+            # At C = 1e5 libsvm may stop short of tol: its sets are only the polish's start,
+            # and the polish verifies the KKT conditions in float64 (or fails the test).
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            svr.fit(K, t)
+        theta = np.zeros(len(t))
+        theta[svr.support_] = svr.dual_coef_[0]
+        self.theta, self.b = self._polish(theta, float(svr.intercept_[0]))
+
+    def _polish(self, theta: np.ndarray, b: float) -> tuple[np.ndarray, float]:
+        """Active-set refinement: state 0 inside the tube (theta = 0), +-1 on its upper/lower
+        edge (f = t -+ epsilon, 0 < +-theta < C), +-2 outside (theta = +-C)."""
+        K, t, C, eps = self.K, self.t, self.C, self.epsilon
+        n = len(t)
+        state = np.where(np.abs(theta) >= C * (1 - 1e-9), 2 * np.sign(theta),
+                         np.where(np.abs(theta) > 1e-9 * C, np.sign(theta), 0)).astype(int)
+        for _ in range(10 * n + 50):
+            free = np.flatnonzero(np.abs(state) == 1)
+            bound = np.where(np.abs(state) == 2, C * np.sign(state), 0.0)
+            if free.size == 0:
+                self.b_unique = False
+                return bound, b
+            M = np.zeros((free.size + 1, free.size + 1))
+            M[0, 1:] = 1.0
+            M[1:, 0] = 1.0
+            M[1:, 1:] = K[np.ix_(free, free)]
+            rhs = np.concatenate([[-bound.sum()],
+                                  t[free] - eps * np.sign(state[free]) - K[free] @ bound])
+            solution = np.linalg.lstsq(M, rhs, rcond=1e-13)[0]
+            candidate = bound.copy()
+            candidate[free] = solution[1:]
+            b = float(solution[0])
+            wrong = candidate[free] * np.sign(state[free])  # must lie in [0, C]
+            if np.any(wrong < -1e-10 * C) or np.any(wrong > C * (1 + 1e-10)):
+                worst = int(np.argmax(np.maximum(-wrong, wrong - C)))
+                state[free[worst]] = 0 if wrong[worst] < 0 else 2 * state[free[worst]]
+                continue
+            residual = t - (K @ candidate + b)  # t - f
+            # Inside the tube |t - f| <= eps; outside, (t - f) sign >= eps.
+            violation = np.where(
+                state == 0, np.abs(residual) - eps,
+                np.where(np.abs(state) == 2, eps - residual * np.sign(state), 0.0))
+            worst = int(np.argmax(violation))
+            # Relative to the size of the terms summed into f (large and cancelling at large C).
+            size = max(1.0, np.abs(t).max(), float((np.abs(K) @ np.abs(candidate)).max()))
+            if violation[worst] <= 1e-11 * size:
+                self.b_unique = True
+                return candidate, b
+            if abs(state[worst]) == 2:  # at +-C but back on the tube's edge: free, same side
+                state[worst] //= 2
+            else:  # inside the tube but outside it in fact: free on the side it lies
+                state[worst] = 1 if residual[worst] > 0 else -1
+        raise AssertionError("the oracle's active-set refinement did not converge")
+
+    def objective(self, theta: np.ndarray) -> float:
+        return float(0.5 * theta @ self.K @ theta + self.epsilon * np.abs(theta).sum()
+                     - self.t @ theta)
+
+    def decision(self, Q: np.ndarray) -> np.ndarray:
+        return self.kernel(Q, self.X) @ self.theta + self.b
+
+
+def check(engine: PathEngine, epsilon: float, probes: np.ndarray, tol: float = 1e-8) -> None:
+    """KKT conditions from a fresh kernel, then decisions and dual objective vs the oracle."""
+    X, t, theta = samples(engine)
+    C = engine.C
+    # The pair of a sample never holds two nonzero coefficients (their g sum to 2 epsilon).
+    assert np.all(np.abs(theta) <= C * (1 + 1e-12))
+    K = engine.kernel(engine.X, engine.X)
+    g = engine.y * (K @ (engine.alpha * engine.y) + engine.b) + engine.linear
+    terms = np.abs(engine.linear) + abs(engine.b) + np.abs(K) @ engine.alpha
+    status = engine.status
+    violation = np.where(status == MARGIN, np.abs(g),
+                         np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0)))
+    assert np.all((status == MARGIN) | (status == ERROR) | (status == RESERVE))
+    assert np.all(violation <= 1e-8 * terms), float((violation / terms).max())
+    oracle = RegressionOptimum(engine.kernel, X, t, C, epsilon)
+    ours, theirs = engine.decision_function(probes), oracle.decision(probes)
+    if engine.n_margin == 0 or not oracle.b_unique:
+        ours, theirs = ours - engine.b, theirs - oracle.b  # b is not unique then
+    scale = 1.0 + np.abs(theirs).max()
+    assert np.abs(ours - theirs).max() <= tol * scale, np.abs(ours - theirs).max()
+    assert oracle.objective(theta) == pytest.approx(oracle.objective(oracle.theta),
+                                                    rel=1e-9, abs=1e-9)
+    assert engine.dual_objective() == pytest.approx(oracle.objective(theta), rel=1e-9,
+                                                    abs=1e-9)
+
+
+def interleave(engine: PathEngine, X: np.ndarray, t: np.ndarray, epsilon: float, seed: int,
+               probes: np.ndarray, checks: int = 4) -> None:
+    """Random learn / forget / multiple updates, checked against the oracle along the way."""
+    rng = np.random.default_rng(seed)
+    stored: list[int] = []
+    waiting = list(rng.permutation(len(t)))
+    done = 0
+    while waiting:
+        m = int(rng.integers(1, 6))
+        add, waiting = waiting[:m], waiting[m:]
+        forget = (list(rng.choice(stored, size=min(len(stored), int(rng.integers(0, 4))),
+                                  replace=False)) if stored and rng.random() < 0.5 else [])
+        learn(engine, X[add], t[add], [int(i) for i in add], epsilon,
+              forget=[int(i) for i in forget])
+        stored = [i for i in stored if i not in forget] + [int(i) for i in add]
+        done += 1
+        if done % max(1, (len(t) // 3) // checks) == 0:
+            check(engine, epsilon, probes)
+    check(engine, epsilon, probes)
+
+
+def sinc(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-4, 4, (n, 1))
+    return X, np.sinc(X[:, 0]) + 0.05 * rng.standard_normal(n)
+
+
+@pytest.mark.parametrize(("C", "epsilon", "gamma"), [
+    (1.0, 0.1, 0.5), (100.0, 0.05, 1.0), (10.0, 0.0, 0.5),
+])
+def test_sinc_through_interleaved_updates(C, epsilon, gamma):
+    X, t = sinc(70, 1)
+    engine = PathEngine(make_kernel("rbf", gamma=gamma), C=C)
+    interleave(engine, X, t, epsilon, seed=2, probes=np.linspace(-4, 4, 40)[:, None])
+
+
+@pytest.mark.parametrize(("C", "epsilon"), [(30.0, 0.0), (30.0, 0.2), (1e5, 0.01)])
+def test_noisy_five_dimensional_set(C, epsilon):
+    # (A 1-D set at C = 1e5 has a kernel matrix singular to working precision, where libsvm
+    # cannot serve as the oracle: it stops far from the optimum.)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((80, 5))
+    t = X[:, 0] - 2 * X[:, 1] * X[:, 2] + 0.3 * rng.standard_normal(80)
+    engine = PathEngine(make_kernel("rbf", gamma=0.2), C=C)
+    interleave(engine, X, t, epsilon, seed=4, probes=rng.standard_normal((30, 5)))
+
+
+def test_duplicates_and_identical_x_with_other_targets():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-2, 2, (25, 2))
+    X = np.vstack([X, X[:8], X[:8]])  # each of 8 points three times
+    t = np.concatenate([np.sin(X[:25, 0]), np.sin(X[:8, 0]), np.sin(X[:8, 0]) + 0.5])
+    engine = PathEngine(make_kernel("rbf", gamma=0.7), C=20.0)
+    interleave(engine, X, t, 0.05, seed=6, probes=rng.uniform(-2, 2, (20, 2)))
+
+
+def test_a_tube_wide_enough_holds_every_sample_inside():
+    """epsilon above the targets' spread: every coefficient 0, f constant inside the tube."""
+    X, t = sinc(30, 7)
+    epsilon = float(t.max() - t.min())
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    learn(engine, X, t, list(range(30)), epsilon)
+    assert not engine.alpha.any()
+    f = engine.decision_function(X)
+    assert np.all(np.abs(t - f) <= epsilon * (1 + 1e-12))
+    check(engine, epsilon, X)
+
+
+def test_forgetting_a_sample_equals_never_learning_it():
+    X, t = sinc(50, 8)
+    forgetting = PathEngine(make_kernel("rbf", gamma=0.5), C=50.0)
+    learn(forgetting, X, t, list(range(50)), 0.05)
+    learn(forgetting, X[:0], t[:0], [], 0.05, forget=[3, 17, 41])
+    never = PathEngine(make_kernel("rbf", gamma=0.5), C=50.0)
+    kept = [i for i in range(50) if i not in (3, 17, 41)]
+    learn(never, X[kept], t[kept], kept, 0.05)
+    probes = np.linspace(-4, 4, 60)[:, None]
+    np.testing.assert_allclose(forgetting.decision_function(probes),
+                               never.decision_function(probes), atol=1e-9)
+
+
+def test_linear_terms_are_checked_and_kept_through_a_checkpoint():
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    with pytest.raises(ValueError, match="linear has 1 terms"):
+        engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1])
+    with pytest.raises(ValueError, match="linear contains non-finite"):
+        engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1, np.nan])
+    assert engine.n == 0
+    X, t = sinc(20, 9)
+    learn(engine, X, t, list(range(20)), 0.1)
+    restored = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    restored.set_state(engine.get_state(linear=True), engine.keys)
+    probes = np.linspace(-4, 4, 30)[:, None]
+    assert np.array_equal(restored.decision_function(probes), engine.decision_function(probes))
+    np.testing.assert_array_equal(restored.linear, engine.linear)
+    # Without the linear terms a state is a classification state (every term -1).
+    assert "linear" not in engine.get_state()
