@@ -6,30 +6,26 @@ keys; all learning and unlearning is :class:`stream_svm.engine.PathEngine`'s.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import numbers
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from river import base
 
+from stream_svm._engine_model import (
+    AutoKey,
+    _EngineModel,
+    check_checkpoint_names,
+    keys_from_arrays,
+    keys_to_arrays,
+)
 from stream_svm._input import FeatureSpace, check_classes, class_of, label_sign, label_signs
-from stream_svm.engine import PathEngine, UpdateStats
-from stream_svm.kernels import make_kernel
+from stream_svm.engine import UpdateStats
 
 __all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC", "proba_from_decision"]
-
-
-@dataclass(frozen=True, order=True)
-class AutoKey:
-    """The key of a point learned without one (equal only to itself, never to a user key)."""
-
-    number: int
 
 
 def proba_from_decision(score: np.ndarray | float) -> np.ndarray | float:
@@ -45,89 +41,12 @@ def proba_from_decision(score: np.ndarray | float) -> np.ndarray | float:
 _sigmoid = proba_from_decision
 
 
-def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
-    """Point keys as three checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
-    1 int, 2 str), ``key_int`` and ``key_str``; TypeError for any other key type."""
-    kinds, ints, texts = [], [], []
-    for key in keys:
-        if isinstance(key, AutoKey):
-            kinds.append(0)
-            ints.append(key.number)
-            texts.append("")
-        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            kinds.append(1)
-            ints.append(int(key))
-            texts.append("")
-        elif isinstance(key, str):
-            kinds.append(2)
-            ints.append(0)
-            texts.append(key)
-        else:
-            raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
-    return {
-        "key_kind": np.array(kinds, dtype=np.int8),
-        "key_int": np.array(ints, dtype=np.int64),
-        "key_str": np.array(texts, dtype=str) if texts else np.zeros(0, dtype="<U1"),
-    }
-
-
-def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
-    """The keys that :func:`keys_to_arrays` wrote."""
-    return [
-        AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else str(text)
-        for kind, number, text in zip(
-            arrays["key_kind"], arrays["key_int"], arrays["key_str"], strict=True
-        )
-    ]
-
-
-def check_checkpoint_names(names: Iterable[Hashable]) -> None:
-    """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
-    for name in names:
-        if not isinstance(name, (str, int)) or isinstance(name, bool):
-            raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
-
-
-def _check_feature_limit(name: str, value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
-    ):
-        raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
-
-
-#: Feature names may grow to twice those in use (plus this) before unused ones are dropped.
-_COMPACTION_SLACK = 64
-
-
-def _check_C(C: object) -> float:
-    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not math.isfinite(float(C)):
-        raise ValueError(f"C must be a finite number > 0, got {C!r}")
-    if C <= 0:
-        raise ValueError(f"C must be > 0, got {C!r}")
-    return float(C)
-
-
-class _EngineClassifier(base.MiniBatchClassifier):
+class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
     """What every engine-backed binary classifier shares: vectorizing, predicting, counters."""
 
     def _init_engine(self) -> None:
-        _check_C(self.C)
-        if self.ridge < 0 or not math.isfinite(self.ridge):
-            raise ValueError(f"ridge must be finite and >= 0, got {self.ridge!r}")
-        if self.max_breakpoints is not None and (
-            not isinstance(self.max_breakpoints, numbers.Integral) or self.max_breakpoints < 1
-        ):
-            raise ValueError(f"max_breakpoints must be None or an integer >= 1, "
-                             f"got {self.max_breakpoints!r}")
-        _check_feature_limit("max_features", self.max_features)
-        _check_feature_limit("max_new_features", self.max_new_features)
-        kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
-        self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
-                                  max_breakpoints=self.max_breakpoints)
+        self._init_common()
         self._classes = check_classes(self.classes)
-        self._features = FeatureSpace()
-        self._auto_keys = 0
-        self._compacted_at = 0  # feature names after the latest drop of unused ones
 
     @property
     def _multiclass(self) -> bool:
@@ -148,41 +67,6 @@ class _EngineClassifier(base.MiniBatchClassifier):
         """The probability of the positive class for decision values f(x):
         1 / (1 + exp(-f(x))), as :meth:`predict_proba_one` gives it."""
         return np.asarray(_sigmoid(np.asarray(decisions, dtype=float)), dtype=float)
-
-    # ---------------------------------------------------------------- counters
-    @property
-    def last_update(self) -> UpdateStats:
-        """Statistics of the latest engine update (breakpoints, migrations, seconds)."""
-        return self._engine.last_update
-
-    @property
-    def breakpoints_total(self) -> int:
-        return self._engine.breakpoints_total
-
-    @property
-    def updates_total(self) -> int:
-        return self._engine.updates_total
-
-    @property
-    def n_margin(self) -> int:
-        return self._engine.n_margin
-
-    @property
-    def n_error(self) -> int:
-        return self._engine.n_error
-
-    @property
-    def n_reserve(self) -> int:
-        return self._engine.n_reserve
-
-    @property
-    def n_stored(self) -> int:
-        return self._engine.n
-
-    @property
-    def intercept(self) -> float:
-        """The bias b of f(x) = sum_i dual_coef_i K(x_i, x) + b."""
-        return self._engine.b
 
     def _support_positions(self) -> np.ndarray:
         engine = self._engine
@@ -266,137 +150,6 @@ class _EngineClassifier(base.MiniBatchClassifier):
             self.forget_one(key=key)
             self.learn_one(x, self._class(label > 0), key=key)
 
-    @contextlib.contextmanager
-    def _all_or_nothing(self) -> Iterator[None]:
-        """Run several updates as one: on any exception the model returns to its state before
-        them (the engine from its snapshot, everything else from a deep copy), then re-raises."""
-        engine = self._engine
-        snapshot = engine._snapshot()
-        counters = (engine.last_update, engine.breakpoints_total, engine.updates_total)
-        rest = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_engine"})
-        try:
-            yield
-        except BaseException:
-            engine._restore(snapshot)
-            engine.last_update, engine.breakpoints_total, engine.updates_total = counters
-            self.__dict__.update(rest)
-            raise
-
-    # ---------------------------------------------------------------- input plumbing
-    def _row(self, x: Mapping) -> tuple[np.ndarray, list[Hashable]]:
-        return self._features.vectorize(x)
-
-    def _frame(self, X: pd.DataFrame) -> tuple[np.ndarray, list[Hashable]]:
-        if not isinstance(X, pd.DataFrame):
-            raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
-        return self._features.vectorize_many(X.to_dict(orient="records"))
-
-    def _new_key(self) -> AutoKey:
-        self._auto_keys += 1
-        return AutoKey(self._auto_keys)
-
-    def _keys_for(self, X: pd.DataFrame, keys: Iterable[Hashable] | None) -> list[Hashable]:
-        if keys is not None:
-            keys = list(keys)
-            if len(keys) != len(X):
-                raise ValueError(f"{len(keys)} keys for {len(X)} rows")
-            return keys
-        if isinstance(X.index, pd.RangeIndex):
-            # pandas' default index carries no identity: such rows get automatic keys.
-            return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
-        return list(X.index)
-
-    def _commit_keys(self, keys: list[Hashable]) -> None:
-        used = [key.number for key in keys if isinstance(key, AutoKey)]
-        if used:
-            self._auto_keys = max(self._auto_keys, max(used))
-
-    # ---------------------------------------------------------------- bounded features
-    @property
-    def n_features(self) -> int:
-        """Feature names the model holds columns for (those of its stored points, and unused
-        ones not dropped yet)."""
-        return len(self._features)
-
-    def _admitted(
-        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]]
-    ) -> tuple[np.ndarray, list[Hashable]]:
-        """Vectorize input to learn, within ``max_new_features`` and ``max_features``
-        (ValueError naming the limit, model unchanged); unused names are dropped first when
-        that makes room, and the input vectorized again on the new columns."""
-        rows, new = vectorize()
-        if self.max_new_features is not None and len(new) > self.max_new_features:
-            raise ValueError(
-                f"the input brings {len(new)} features the model does not know; "
-                f"max_new_features={self.max_new_features}"
-            )
-        limit = self.max_features
-        if limit is None or len(self._features) + len(new) <= limit:
-            return rows, new
-        used = int(self._used_columns().sum())
-        if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
-            raise ValueError(
-                f"learning the input would give the model {used + len(new)} features ({used} "
-                f"used by its stored points and {len(new)} new); max_features={limit}"
-            )
-        self._compact_features()
-        return vectorize()
-
-    def _extra_rows(self) -> list[np.ndarray]:
-        """Feature rows the model holds besides the engine's (buffers, kept samples)."""
-        return []
-
-    def _keep_extra_columns(self, columns: np.ndarray) -> None:
-        """Keep only the given feature columns in :meth:`_extra_rows`' rows."""
-
-    def _used_columns(self) -> np.ndarray:
-        """Which feature names some stored or buffered point has a non-zero value for."""
-        width = len(self._features)
-        used = np.zeros(width, dtype=bool)
-        for block in [self._engine.X, *self._extra_rows()]:
-            block = np.atleast_2d(block)
-            span = min(width, block.shape[1])
-            if block.shape[0] and span:
-                used[:span] |= np.any(block[:, :span] != 0, axis=0)
-        return used
-
-    def _compact_features(self) -> None:
-        """Drop the feature names no stored or buffered point uses (decisions unchanged)."""
-        if not self._engine.kernel.folds_absent_features:
-            return  # a user's kernel may depend on all-zero columns
-        used = self._used_columns()
-        if not used.all():
-            columns = np.flatnonzero(used)
-            self._engine.keep_columns(columns[columns < self._engine.dim])
-            self._keep_extra_columns(columns)
-            self._features.keep(columns)
-        self._compacted_at = len(self._features)
-
-    def _maybe_compact(self) -> None:
-        """Amortized :meth:`_compact_features`: when the names have doubled since the last."""
-        if len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK:
-            self._compact_features()
-
-    def _fold(self, rows: np.ndarray) -> np.ndarray:
-        """Query rows with the features no stored point has folded into one column of their
-        norm: the same kernel values (see Kernel.folds_absent_features) at O(known) cost."""
-        known = self._engine.dim
-        if rows.shape[1] <= known + 1 or not self._engine.kernel.folds_absent_features:
-            return rows
-        absent = np.sqrt(np.einsum("ij,ij->i", rows[:, known:], rows[:, known:]))
-        return np.hstack([rows[:, :known], absent[:, None]])
-
-    def _check_kernel_values(self, rows: np.ndarray) -> None:
-        """ValueError (nothing changed) when K(x, x) is not finite for a row to be buffered: such
-        a point could never be learned, and would block every later slide."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            diagonal = self._engine.kernel.diagonal(np.atleast_2d(rows))
-        if not np.all(np.isfinite(diagonal)):
-            raise ValueError(
-                "the kernel value K(x, x) of the input is not finite (features too large for "
-                "this kernel); the model is unchanged"
-            )
-
     def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
                        ) -> Hashable:
         """Key of the oldest stored point equal to x with label y (skipping ``taken``)."""
@@ -417,18 +170,6 @@ class _EngineClassifier(base.MiniBatchClassifier):
         raise KeyError(f"no stored point equals x={dict(x)!r} with y={y!r}")
 
     # ---------------------------------------------------------------- predictions
-    def decision_function_one(self, x: Mapping) -> float:
-        """f(x) = sum_i alpha_i y_i K(x_i, x) + b (positive means the True class)."""
-        row, _ = self._row(x)
-        return float(self._engine.decision_function(self._fold(row[None, :]))[0])
-
-    def decision_function_many(self, X: pd.DataFrame) -> np.ndarray:
-        """f(x) for every row of X."""
-        if len(X) == 0:
-            return np.zeros(0)
-        rows, _ = self._frame(X)
-        return self._engine.decision_function(self._fold(rows))
-
     def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[Any, float]:
         """``{False: 1 - p, True: p}`` with p = 1 / (1 + exp(-f(x))) (keyed by ``classes``
         when they are set).

@@ -47,13 +47,13 @@ import pandas as pd
 from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from stream_svm._input import FeatureSpace, check_classes, class_of, label_signs
-from stream_svm.classifiers import (
+from stream_svm._engine_model import (
     _check_feature_limit,
     check_checkpoint_names,
     keys_from_arrays,
     keys_to_arrays,
 )
+from stream_svm._input import FeatureSpace, check_classes, class_of, label_signs
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
