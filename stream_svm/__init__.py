@@ -10,6 +10,7 @@ from stream_svm.classifiers import (
 )
 from stream_svm.engine import ConvergenceError, PathEngine, UpdateStats
 from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
+from stream_svm.regressors import IncrementalSVR
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,7 @@ __all__ = [
     "IncrementalLSSVC",
     "IncrementalLSSVR",
     "IncrementalSVC",
+    "IncrementalSVR",
     "PathEngine",
     "SlidingWindowSVC",
     "UpdateStats",

@@ -1077,6 +1077,23 @@ class PathEngine:
             self._sv_cache = None
         return int(far.size)
 
+    def discard(self, keys: Sequence[Hashable]) -> None:
+        """Forget stored reserve points (alpha = 0) without a path: the solution does not
+        change. KeyError for an unknown key, ValueError for a point not in the reserve set;
+        nothing is changed then."""
+        positions = []
+        for key in keys:
+            if key not in self._pos:
+                raise KeyError(f"no stored point has key {key!r}")
+            positions.append(self._pos[key])
+        if len(set(positions)) != len(positions):
+            raise KeyError("a key is listed twice")
+        if positions and np.any(self._status[positions] != RESERVE):
+            raise ValueError("only reserve points (alpha = 0) can be discarded without a path")
+        self._delete_positions(positions)
+        if positions:
+            self._sv_cache = None
+
     def leave_one_out_decisions(self) -> np.ndarray:
         """f_{-i}(x_i) for every stored point: the decision at x_i of the exact solution
         trained without it, obtained by decremental unlearning and restoring (C&P sec 3).

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from river import checks
 
 from stream_svm import AlphaISVC, ConvergenceError
 from stream_svm.engine import MARGIN, PathEngine
 from tests.oracle import BatchOptimum, dual_objective, kkt_violation
+from tests.river_checks import run_river_checks
 
 
 def ring(n: int, seed: int, linear: bool = False) -> tuple[pd.DataFrame, pd.Series]:
@@ -407,9 +407,5 @@ def test_stats_breakpoints_and_seconds():
     for params in AlphaISVC._unit_test_params()
 ])
 def test_river_estimator_checks(estimator):
-    ran = 0
-    for check in checks.yield_checks(estimator):
-        check(estimator.clone())
-        ran += 1
-    assert ran > 20
+    run_river_checks(estimator, at_least=21)
 

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from river import checks, datasets, evaluate, metrics, multiclass, preprocessing
+from river import datasets, evaluate, metrics, multiclass, preprocessing
 from sklearn.svm import SVC
 
 from stream_svm import ConvergenceError, IncrementalSVC, SlidingWindowSVC
 from tests.oracle import assert_matches_batch, kkt_violation
+from tests.river_checks import run_river_checks
 
 
 def ring_stream(n: int, seed: int) -> list[tuple[dict, bool]]:
@@ -37,14 +38,7 @@ def _check_id(check) -> str:
     for model in [cls(**params)]
 ])
 def test_river_estimator_checks(estimator):
-    skips = estimator._unit_test_skips()
-    ran = 0
-    for check in checks.yield_checks(estimator):
-        if check.__name__ in skips:
-            continue
-        check(estimator.clone())
-        ran += 1
-    assert ran > 20
+    run_river_checks(estimator, at_least=21)
 
 
 def test_learn_then_forget_restores_decisions():
