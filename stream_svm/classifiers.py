@@ -23,7 +23,7 @@ from stream_svm._engine_model import (
     keys_to_arrays,
 )
 from stream_svm._input import FeatureSpace, check_classes, class_of, label_sign, label_signs
-from stream_svm.engine import UpdateStats
+from stream_svm._window import _SlidingWindow
 
 __all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC", "proba_from_decision"]
 
@@ -467,7 +467,7 @@ class IncrementalSVC(_EngineClassifier):
         return float(np.mean(predicted != engine.y))
 
 
-class SlidingWindowSVC(_EngineClassifier):
+class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
     """Exact SVM on the latest ``window_size`` points of a stream.
 
     ``learn_one`` buffers arrivals; every ``step`` arrivals the window slides in one update that
@@ -530,179 +530,36 @@ class SlidingWindowSVC(_EngineClassifier):
         self.max_features = max_features
         self.max_new_features = max_new_features
         self.classes = classes
-        for name, value in (("window_size", window_size), ("step", step)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if strategy not in ("multiple", "single"):
-            raise ValueError(f"strategy must be 'multiple' or 'single', got {strategy!r}")
         self._init_engine()
-        self._buffer_rows: list[np.ndarray] = []
-        self._buffer_labels: list[float] = []
-        self._buffer_keys: list[Hashable] = []
+        self._init_window()
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         yield {"window_size": 50, "step": 1, "C": 1.0, "gamma": 0.1}
         yield {"window_size": 30, "step": 1, "strategy": "single", "kernel": "linear"}
 
-    @property
-    def n_window(self) -> int:
-        """Points in the current window solution."""
+    # ---------------------------------------------------------------- window hooks
+    def _value(self, y: object) -> float:
+        return self._sign(y)
+
+    def _values(self, ys: Iterable[object]) -> np.ndarray:
+        return self._signs(ys)
+
+    def _value_out(self, value: float) -> object:
+        return self._class(value > 0)
+
+    def _in_engine(self, key: object) -> bool:
+        return key in self._engine
+
+    def _n_window(self) -> int:
         return self._engine.n
 
-    @property
-    def n_buffered(self) -> int:
-        """Arrivals waiting for the next slide."""
-        return len(self._buffer_keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._engine or key in self._buffer_keys
-
-    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], bool]:
-        """The features and label of a point in the window or waiting in the buffer."""
-        if key in self._buffer_keys:
-            index = self._buffer_keys.index(key)
-            row, names = self._buffer_rows[index], self._features.names
-            x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
-            return x, self._class(self._buffer_labels[index] > 0)
-        return super().stored_point(key)
-
-    def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
-        """Buffer one point; slide the window when ``step`` points are buffered.
-
-        All or nothing: a point refused by the slide's update is not buffered either."""
-        label = self._sign(y)
-        row, new = self._admitted(lambda: self._row(x))
-        if key is not None and key in self:
-            raise KeyError(f"key {key!r} is already stored; keys must be unique")
-        self._check_kernel_values(row)
-        point_key = key if key is not None else AutoKey(self._auto_keys + 1)
-        self._buffer([row], [label], [point_key], new, slide=len(self._buffer_keys) + 1
-                     >= self.step)
-
-    def learn_many(
-        self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
-    ) -> None:
-        """Slide the window by the whole batch (plus anything buffered) in one update."""
-        if len(X) == 0:
-            return
-        if len(y) != len(X):
-            raise ValueError("y must have one label per row of X")
-        labels = self._signs(y)
-        rows, new = self._admitted(lambda: self._frame(X))
-        batch_keys = self._keys_for(X, keys)
-        if len(set(batch_keys)) != len(batch_keys):
-            raise KeyError("keys repeat within the batch")
-        for key in batch_keys:
-            if key in self:
-                raise KeyError(f"key {key!r} is already stored; keys must be unique")
-        self._check_kernel_values(rows)
-        self._buffer(list(rows), labels.tolist(), batch_keys, new, slide=True)
-
-    def _buffer(self, rows: list[np.ndarray], labels: list[float], keys: list[Hashable],
-                new: list[Hashable], slide: bool) -> None:
-        """Buffer arrivals (and slide), all or nothing."""
-        names, auto_keys, buffered = len(self._features), self._auto_keys, len(self._buffer_keys)
-        self._features.add(new)
-        self._commit_keys(keys)
-        self._buffer_rows.extend(rows)
-        self._buffer_labels.extend(labels)
-        self._buffer_keys.extend(keys)
-        if slide:
-            try:
-                self._slide()  # the engine is unchanged when its update fails
-            except BaseException:
-                del self._buffer_rows[buffered:], self._buffer_labels[buffered:]
-                del self._buffer_keys[buffered:]
-                self._features.truncate(names)
-                self._auto_keys = auto_keys
-                raise
-            self._maybe_compact()
-
-    def forget_one(
-        self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
-    ) -> None:
-        """Remove one point from the window (or the buffer), by key or else by value."""
-        if key is None:
-            if x is None or y is None:
-                raise ValueError("forget_one needs a key, or both x and y")
-            key = self._find_by_value(x, y)
-        if key in self._buffer_keys:
-            index = self._buffer_keys.index(key)
-            del self._buffer_rows[index], self._buffer_labels[index], self._buffer_keys[index]
-            return
-        if key not in self._engine:
-            raise KeyError(f"no point in the window has key {key!r}")
-        self._engine.update(remove=[key])
-        self._maybe_compact()
-
-    def _slide(self) -> None:
-        if not self._buffer_keys:
-            return
-        # As wide as the names known (the engine widens itself inside its all-or-nothing update).
-        rows = np.zeros((len(self._buffer_rows), max(len(self._features), self._engine.dim)))
-        for i, row in enumerate(self._buffer_rows):
-            rows[i, : row.size] = row
-        labels = np.array(self._buffer_labels)
-        keys = list(self._buffer_keys)
-        # Arrivals that would leave the window in the same slide are never learned.
-        rows, labels, keys = rows[-self.window_size :], labels[-self.window_size :], \
-            keys[-self.window_size :]
-        overflow = self._engine.n + len(keys) - self.window_size
+    def _oldest(self, count: int) -> list[Hashable]:
         engine = self._engine
-        oldest: list[Hashable] = []
-        if overflow > 0:
-            order = np.argsort(engine.sequence, kind="stable")[:overflow]
-            stored_keys = engine.keys
-            oldest = [stored_keys[i] for i in order]
-        if self.strategy == "multiple":
-            engine.update(rows, labels, keys, remove=oldest)
-        else:
-            self._slide_single(rows, labels, keys, oldest)
-        self._buffer_rows, self._buffer_labels, self._buffer_keys = [], [], []
+        order = np.argsort(engine.sequence, kind="stable")[:count]
+        stored_keys = engine.keys
+        return [stored_keys[i] for i in order]
 
-    def _slide_single(self, rows, labels, keys, oldest) -> None:
-        engine = self._engine
-        started = engine.breakpoints_total
-        seconds = 0.0
-        steps = 0
-        migrations: dict[str, int] = {}
-        for key in oldest:
-            stats = engine.update(remove=[key])
-            seconds += stats.seconds
-            steps += stats.steps
-            for name, count in stats.migrations.items():
-                migrations[name] = migrations.get(name, 0) + count
-        for row, label, key in zip(rows, labels, keys, strict=True):
-            stats = engine.update(row[None, :], np.array([label]), [key])
-            seconds += stats.seconds
-            steps += stats.steps
-            for name, count in stats.migrations.items():
-                migrations[name] = migrations.get(name, 0) + count
-        # Report the slide as one update so both strategies can be compared per slide.
-        engine.last_update = UpdateStats(
-            added=len(keys), removed=len(oldest), breakpoints=engine.breakpoints_total - started,
-            steps=steps, migrations=migrations, seconds=seconds,
-        )
-
-    def _extra_rows(self) -> list[np.ndarray]:
-        return list(self._buffer_rows)
-
-    def _keep_extra_columns(self, columns: np.ndarray) -> None:
-        self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
-
-    def _checkpoint_extra(self) -> dict[str, Any]:
-        return {"buffer_labels": list(self._buffer_labels),
-                "buffer_keys": [k.number if isinstance(k, AutoKey) else k
-                                for k in self._buffer_keys],
-                "buffer_auto": [isinstance(k, AutoKey) for k in self._buffer_keys],
-                "buffer_rows": [row.tolist() for row in self._buffer_rows]}
-
-    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        self._buffer_labels = list(extra.get("buffer_labels", []))
-        self._buffer_rows = [np.array(row, dtype=float) for row in extra.get("buffer_rows", [])]
-        self._buffer_keys = [AutoKey(k) if auto else k for k, auto in
-                             zip(
-                                 extra.get("buffer_keys", []),
-                                 extra.get("buffer_auto", []), strict=True)]
-
+    def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
+                       remove: list[Hashable]) -> None:
+        self._engine.update(rows, values, keys, remove=remove)

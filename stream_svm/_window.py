@@ -1,0 +1,188 @@
+"""The sliding window shared by the windowed models: arrivals are buffered and, every ``step``
+of them, the window slides in one update that adds them and removes the oldest samples (one
+multiple path, or one sample at a time), all or nothing."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stream_svm._engine_model import AutoKey
+from stream_svm.engine import UpdateStats
+
+
+class _SlidingWindow:
+    """Window logic over an engine-backed model (a mixin before it in the bases). The model
+    supplies ``_value`` / ``_values`` (a label or target as the float it learns),
+    ``_value_out`` (back to what the user gave), ``_in_engine(key)``, ``_oldest(count)`` (the
+    keys of the oldest samples in the window) and ``_engine_update(rows, values, keys,
+    remove)``; ``_n_window()`` counts the samples in the window."""
+
+    def _init_window(self) -> None:
+        for name, value in (("window_size", self.window_size), ("step", self.step)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.strategy not in ("multiple", "single"):
+            raise ValueError(f"strategy must be 'multiple' or 'single', got {self.strategy!r}")
+        self._buffer_rows: list[np.ndarray] = []
+        self._buffer_values: list[float] = []
+        self._buffer_keys: list[Hashable] = []
+
+    @property
+    def n_window(self) -> int:
+        """Samples in the current window solution."""
+        return self._n_window()
+
+    @property
+    def n_buffered(self) -> int:
+        """Arrivals waiting for the next slide."""
+        return len(self._buffer_keys)
+
+    def __contains__(self, key: object) -> bool:
+        return self._in_engine(key) or key in self._buffer_keys
+
+    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], Any]:
+        """The features and the label (or target) of a sample in the window or waiting in the
+        buffer."""
+        if key in self._buffer_keys:
+            index = self._buffer_keys.index(key)
+            row, names = self._buffer_rows[index], self._features.names
+            x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
+            return x, self._value_out(self._buffer_values[index])
+        return super().stored_point(key)
+
+    def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
+        """Buffer one sample; slide the window when ``step`` samples are buffered.
+
+        All or nothing: a sample refused by the slide's update is not buffered either."""
+        value = self._value(y)
+        row, new = self._admitted(lambda: self._row(x))
+        if key is not None and key in self:
+            raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        self._check_kernel_values(row)
+        point_key = key if key is not None else AutoKey(self._auto_keys + 1)
+        self._buffer([row], [value], [point_key], new, slide=len(self._buffer_keys) + 1
+                     >= self.step)
+
+    def learn_many(
+        self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
+    ) -> None:
+        """Slide the window by the whole batch (plus anything buffered) in one update."""
+        if len(X) == 0:
+            return
+        if len(y) != len(X):
+            raise ValueError("y must have one label per row of X")
+        values = self._values(y)
+        rows, new = self._admitted(lambda: self._frame(X))
+        batch_keys = self._keys_for(X, keys)
+        if len(set(batch_keys)) != len(batch_keys):
+            raise KeyError("keys repeat within the batch")
+        for key in batch_keys:
+            if key in self:
+                raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        self._check_kernel_values(rows)
+        self._buffer(list(rows), values.tolist(), batch_keys, new, slide=True)
+
+    def _buffer(self, rows: list[np.ndarray], values: list[float], keys: list[Hashable],
+                new: list[Hashable], slide: bool) -> None:
+        """Buffer arrivals (and slide), all or nothing."""
+        names, auto_keys, buffered = len(self._features), self._auto_keys, len(self._buffer_keys)
+        self._features.add(new)
+        self._commit_keys(keys)
+        self._buffer_rows.extend(rows)
+        self._buffer_values.extend(values)
+        self._buffer_keys.extend(keys)
+        if slide:
+            try:
+                self._slide()  # the engine is unchanged when its update fails
+            except BaseException:
+                del self._buffer_rows[buffered:], self._buffer_values[buffered:]
+                del self._buffer_keys[buffered:]
+                self._features.truncate(names)
+                self._auto_keys = auto_keys
+                raise
+            self._maybe_compact()
+
+    def forget_one(
+        self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
+    ) -> None:
+        """Remove one sample from the window (or the buffer), by key or else by value."""
+        if key is None:
+            if x is None or y is None:
+                raise ValueError("forget_one needs a key, or both x and y")
+            key = self._find_by_value(x, y)
+        if key in self._buffer_keys:
+            index = self._buffer_keys.index(key)
+            del self._buffer_rows[index], self._buffer_values[index], self._buffer_keys[index]
+            return
+        if not self._in_engine(key):
+            raise KeyError(f"no sample in the window has key {key!r}")
+        self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
+        self._maybe_compact()
+
+    def _slide(self) -> None:
+        if not self._buffer_keys:
+            return
+        # As wide as the names known (the engine widens itself inside its all-or-nothing update).
+        rows = np.zeros((len(self._buffer_rows), max(len(self._features), self._engine.dim)))
+        for i, row in enumerate(self._buffer_rows):
+            rows[i, : row.size] = row
+        values = np.array(self._buffer_values)
+        keys = list(self._buffer_keys)
+        # Arrivals that would leave the window in the same slide are never learned.
+        rows, values, keys = rows[-self.window_size :], values[-self.window_size :], \
+            keys[-self.window_size :]
+        overflow = self._n_window() + len(keys) - self.window_size
+        oldest = self._oldest(overflow) if overflow > 0 else []
+        if self.strategy == "multiple":
+            self._engine_update(rows, values, keys, oldest)
+        else:
+            self._slide_single(rows, values, keys, oldest)
+        self._buffer_rows, self._buffer_values, self._buffer_keys = [], [], []
+
+    def _slide_single(self, rows, values, keys, oldest) -> None:
+        engine = self._engine
+        started = engine.breakpoints_total
+        seconds = 0.0
+        steps = 0
+        migrations: dict[str, int] = {}
+        updates = [(np.zeros((0, engine.dim)), np.zeros(0), [], [key]) for key in oldest]
+        updates += [(row[None, :], np.array([value]), [key], [])
+                    for row, value, key in zip(rows, values, keys, strict=True)]
+        for update in updates:
+            self._engine_update(*update)
+            stats = engine.last_update
+            seconds += stats.seconds
+            steps += stats.steps
+            for name, count in stats.migrations.items():
+                migrations[name] = migrations.get(name, 0) + count
+        # Report the slide as one update so both strategies can be compared per slide.
+        engine.last_update = UpdateStats(
+            added=len(keys), removed=len(oldest), breakpoints=engine.breakpoints_total - started,
+            steps=steps, migrations=migrations, seconds=seconds,
+        )
+
+    def _extra_rows(self) -> list[np.ndarray]:
+        return list(self._buffer_rows)
+
+    def _keep_extra_columns(self, columns: np.ndarray) -> None:
+        self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"buffer_labels": list(self._buffer_values),
+                "buffer_keys": [k.number if isinstance(k, AutoKey) else k
+                                for k in self._buffer_keys],
+                "buffer_auto": [isinstance(k, AutoKey) for k in self._buffer_keys],
+                "buffer_rows": [row.tolist() for row in self._buffer_rows]}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self._buffer_values = list(extra.get("buffer_labels", []))
+        self._buffer_rows = [np.array(row, dtype=float) for row in extra.get("buffer_rows", [])]
+        self._buffer_keys = [AutoKey(k) if auto else k for k, auto in
+                             zip(
+                                 extra.get("buffer_keys", []),
+                                 extra.get("buffer_auto", []), strict=True)]
