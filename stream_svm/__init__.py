@@ -10,7 +10,7 @@ from stream_svm.classifiers import (
 )
 from stream_svm.engine import ConvergenceError, PathEngine, UpdateStats
 from stream_svm.lssvm import IncrementalLSSVC, IncrementalLSSVR
-from stream_svm.regressors import IncrementalSVR
+from stream_svm.regressors import IncrementalSVR, SlidingWindowSVR
 
 __version__ = "0.1.0"
 
@@ -24,6 +24,7 @@ __all__ = [
     "IncrementalSVR",
     "PathEngine",
     "SlidingWindowSVC",
+    "SlidingWindowSVR",
     "UpdateStats",
     "datasets",
     "proba_from_decision",

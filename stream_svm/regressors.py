@@ -27,9 +27,10 @@ from stream_svm._engine_model import (
     keys_to_arrays,
 )
 from stream_svm._input import FeatureSpace
+from stream_svm._window import _SlidingWindow
 from stream_svm.engine import MARGIN, RESERVE
 
-__all__ = ["IncrementalSVR"]
+__all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 
 #: The two engine points of a sample: its upper (alpha) and lower (alpha*) coefficient.
 UPPER, LOWER = 1, -1
@@ -54,96 +55,20 @@ def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> No
                          f">= 0, got {value!r}")
 
 
-class IncrementalSVR(_EngineModel, base.MiniBatchRegressor):
-    """Exact incremental and decremental epsilon-insensitive support vector regression.
+class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
+    """What the engine-backed SVR models share: a sample as two engine points, the targets,
+    the tube's sets, predictions and checkpoints."""
 
-    Every ``learn_one`` adds a sample and every ``forget_one`` removes one while keeping the
-    Kuhn-Tucker conditions of the batch SVR optimum on the stored samples, so the model equals
-    an epsilon-SVR (libsvm's) retrained from scratch on exactly the samples it holds.
-    ``learn_many``, ``forget_many`` and ``update_many`` add and remove several samples in one
-    path.
-
-    Parameters
-    ----------
-    C
-        Penalty on errors beyond the tube (> 0).
-    epsilon
-        Half-width of the tube (>= 0): residuals |t - f(x)| up to epsilon cost nothing.
-    kernel, gamma, degree, coef0
-        ``"rbf"`` (exp(-gamma ||a-b||^2)), ``"linear"``, ``"poly"`` ((gamma <a,b> + coef0)^degree)
-        or a callable ``f(A, B) -> Gram block`` (must be PSD), and its parameters.
-    reserve_epsilon
-        ``None`` keeps every sample (exact). A number eps forgets samples inside the tube by
-        at least eps (both coefficients 0, |t - f(x)| <= epsilon - eps) after each update:
-        the current solution does not change, but such a sample can no longer come back into
-        it later, the price of the smaller memory.
-    ridge, max_breakpoints, max_features, max_new_features
-        As for :class:`stream_svm.IncrementalSVC`.
-
-    Attributes ``n_margin`` (samples on the tube's edge), ``n_error`` (outside it),
-    ``n_inside``, ``n_stored``, ``last_update`` and ``breakpoints_total`` describe the solution
-    and the work of the updates.
-
-    Examples
-    --------
-    >>> from stream_svm import IncrementalSVR
-    >>> model = IncrementalSVR(C=10.0, epsilon=0.05, gamma=1.0)
-    >>> for i in range(20):
-    ...     model.learn_one({"x": i / 10}, (i / 10) ** 2, key=i)
-    >>> round(model.predict_one({"x": 1.05}), 1)
-    1.1
-    >>> before = model.predict_one({"x": 0.5})
-    >>> model.learn_one({"x": 0.5}, 3.0, key="outlier")
-    >>> model.forget_one(key="outlier")
-    >>> abs(model.predict_one({"x": 0.5}) - before) < 1e-9
-    True
-    """
-
-    def __init__(
-        self,
-        C: float = 1.0,
-        epsilon: float = 0.1,
-        kernel: str | Any = "rbf",
-        gamma: float = 1.0,
-        degree: int = 3,
-        coef0: float = 0.0,
-        reserve_epsilon: float | None = None,
-        ridge: float = 0.0,
-        max_breakpoints: int | None = None,
-        max_features: int | None = 10_000,
-        max_new_features: int | None = None,
-    ) -> None:
-        self.C = C
-        self.epsilon = epsilon
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.reserve_epsilon = reserve_epsilon
-        self.ridge = ridge
-        self.max_breakpoints = max_breakpoints
-        self.max_features = max_features
-        self.max_new_features = max_new_features
-        _check_nonnegative("epsilon", epsilon)
-        _check_nonnegative("reserve_epsilon", reserve_epsilon, allow_none=True)
+    def _init_regressor(self) -> None:
+        _check_nonnegative("epsilon", self.epsilon)
         self._init_common()
         # Each stored sample's target, as learned (the engine keeps epsilon -+ t, whose
         # difference does not give t back to the last bit).
         self._targets: dict[Hashable, float] = {}
-        self.reserve_discarded = 0
-
-    @classmethod
-    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        # River's check data have raw features (dates near 7e5): a linear kernel's values of
-        # 5e11 leave the optimum defined only to ~1e-11 of its terms, which moves predictions
-        # by more than the checks' 1e-6 when the features are shuffled. RBF kernels are
-        # well-posed there.
-        yield {"C": 1.0, "epsilon": 0.1, "gamma": 0.1}
-        yield {"C": 100.0, "epsilon": 0.0, "gamma": 0.01}
 
     def _unit_test_skips(self) -> set[str]:
         # An exact SVR keeps its training samples (forget_one and the exact path need them),
-        # so memory grows with the stream unless reserve_epsilon bounds it.
+        # so memory grows with the stream unless reserve_epsilon or a window bounds it.
         return {"check_bounded_memory_growth"}
 
     # ---------------------------------------------------------------- samples and points
@@ -257,7 +182,197 @@ class IncrementalSVR(_EngineModel, base.MiniBatchRegressor):
         return pd.Series(theta[support], index=pd.Index([keys[i] for i in support],
                                                         dtype=object), name="dual_coef")
 
+    def _apply(self, rows: np.ndarray, targets: np.ndarray, add_keys: list[Hashable],
+               forget_keys: list[Hashable]) -> None:
+        """One engine path adding the samples (rows, targets) under ``add_keys`` and removing
+        ``forget_keys`` (all known to be stored), with the targets kept in step."""
+        points, signs, linear = self._pairs(rows, targets)
+        self._engine.update(points, signs, self._points(add_keys),
+                            remove=self._points(forget_keys), linear=linear)
+        for key in forget_keys:
+            del self._targets[key]
+        self._targets.update(zip(add_keys, np.asarray(targets, dtype=float).tolist(),
+                                 strict=True))
+
+    def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
+                       ) -> Hashable:
+        """Key of the oldest stored sample equal to x with target y (skipping ``taken``)."""
+        row, new = self._row(x)
+        target = _target(y)
+        engine = self._engine
+        stored = engine.X
+        width = min(row.size, stored.shape[1])
+        if not new and not row[width:].any():
+            match = np.all(stored[:, :width] == row[:width], axis=1)
+            match &= ~np.any(stored[:, width:] != 0, axis=1)
+            keys = engine.keys
+            candidates = [i for i in np.flatnonzero(match) if keys[i][1] == UPPER
+                          and self._targets[keys[i][0]] == target and keys[i][0] not in taken]
+            if candidates:
+                return keys[min(candidates, key=lambda i: engine.sequence[i])][0]
+        raise KeyError(f"no stored sample equals x={dict(x)!r} with y={y!r}")
+
+    # ---------------------------------------------------------------- predictions
+    def predict_one(self, x: Mapping, **kwargs: Any) -> float:
+        """f(x) = sum_i theta_i K(x_i, x) + b."""
+        return self.decision_function_one(x)
+
+    def predict_many(self, X: pd.DataFrame) -> pd.Series:
+        return pd.Series(self.decision_function_many(X), index=X.index, dtype=float)
+
+    # ---------------------------------------------------------------- persistence
+    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The model as numpy arrays (no object dtype) and JSON-ready metadata; keys must be
+        str or int (AutoKeys are kept as such), feature names likewise.
+
+        >>> model = IncrementalSVR(C=1.0)
+        >>> model.learn_one({"a": 1.0}, 2.0, key="s")
+        >>> arrays, meta = model.to_checkpoint()
+        >>> clone = IncrementalSVR.from_checkpoint(arrays, meta)
+        >>> clone.predict_one({"a": 1.0}) == model.predict_one({"a": 1.0})
+        True
+        """
+        engine = self._engine
+        check_checkpoint_names(self._features.names)
+        arrays = dict(engine.get_state(linear=True))
+        keys = engine.keys
+        arrays.update(keys_to_arrays([key for key, _ in keys]))
+        arrays["key_side"] = np.array([side for _, side in keys], dtype=np.int8)
+        arrays["target"] = np.array([self._targets[key] for key, _ in keys], dtype=float)
+        meta = {
+            "class": type(self).__name__,
+            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "features": list(self._features.names),
+            "auto_keys": self._auto_keys,
+            "breakpoints_total": engine.breakpoints_total,
+            "updates_total": engine.updates_total,
+            "extra": self._checkpoint_extra(),
+        }
+        return arrays, meta
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        return None
+
+    @classmethod
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+                        ) -> _EngineRegressor:
+        """Rebuild a model saved by :meth:`to_checkpoint` (predictions reproduced exactly)."""
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        model = cls(**meta["params"])
+        sides = np.asarray(arrays["key_side"])
+        samples = keys_from_arrays(arrays)
+        if len(sides) != len(samples) or not np.all(np.isin(sides, (UPPER, LOWER))):
+            raise ValueError("the checkpoint's key sides do not match its keys")
+        keys = [(key, int(side)) for key, side in zip(samples, sides, strict=True)]
+        model._engine.set_state(dict(arrays), keys)
+        if any((key, -side) not in model._engine for key, side in keys):
+            raise ValueError("the checkpoint holds a sample without its second point")
+        model._targets = {key: float(t) for (key, side), t in
+                          zip(keys, np.asarray(arrays["target"], dtype=float), strict=True)
+                          if side == UPPER}
+        model._features = FeatureSpace(meta["features"])
+        model._compacted_at = len(model._features)
+        model._auto_keys = int(meta["auto_keys"])
+        model._engine.breakpoints_total = int(meta["breakpoints_total"])
+        model._engine.updates_total = int(meta["updates_total"])
+        model._restore_extra(meta.get("extra", {}), dict(arrays))
+        return model
+
+
+class IncrementalSVR(_EngineRegressor):
+    """Exact incremental and decremental epsilon-insensitive support vector regression.
+
+    Every ``learn_one`` adds a sample and every ``forget_one`` removes one while keeping the
+    Kuhn-Tucker conditions of the batch SVR optimum on the stored samples, so the model equals
+    an epsilon-SVR (libsvm's) retrained from scratch on exactly the samples it holds.
+    ``learn_many``, ``forget_many`` and ``update_many`` add and remove several samples in one
+    path.
+
+    Parameters
+    ----------
+    C
+        Penalty on errors beyond the tube (> 0).
+    epsilon
+        Half-width of the tube (>= 0): residuals |t - f(x)| up to epsilon cost nothing.
+    kernel, gamma, degree, coef0
+        ``"rbf"`` (exp(-gamma ||a-b||^2)), ``"linear"``, ``"poly"`` ((gamma <a,b> + coef0)^degree)
+        or a callable ``f(A, B) -> Gram block`` (must be PSD), and its parameters.
+    reserve_epsilon
+        ``None`` keeps every sample (exact). A number eps forgets samples inside the tube by
+        at least eps (both coefficients 0, |t - f(x)| <= epsilon - eps) after each update:
+        the current solution does not change, but such a sample can no longer come back into
+        it later, the price of the smaller memory.
+    ridge, max_breakpoints, max_features, max_new_features
+        As for :class:`stream_svm.IncrementalSVC`.
+
+    Attributes ``n_margin`` (samples on the tube's edge), ``n_error`` (outside it),
+    ``n_inside``, ``n_stored``, ``last_update`` and ``breakpoints_total`` describe the solution
+    and the work of the updates.
+
+    Examples
+    --------
+    >>> from stream_svm import IncrementalSVR
+    >>> model = IncrementalSVR(C=10.0, epsilon=0.05, gamma=1.0)
+    >>> for i in range(20):
+    ...     model.learn_one({"x": i / 10}, (i / 10) ** 2, key=i)
+    >>> round(model.predict_one({"x": 1.05}), 1)
+    1.1
+    >>> before = model.predict_one({"x": 0.5})
+    >>> model.learn_one({"x": 0.5}, 3.0, key="outlier")
+    >>> model.forget_one(key="outlier")
+    >>> abs(model.predict_one({"x": 0.5}) - before) < 1e-9
+    True
+    """
+
+    def __init__(
+        self,
+        C: float = 1.0,
+        epsilon: float = 0.1,
+        kernel: str | Any = "rbf",
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 0.0,
+        reserve_epsilon: float | None = None,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+        max_features: int | None = 10_000,
+        max_new_features: int | None = None,
+    ) -> None:
+        self.C = C
+        self.epsilon = epsilon
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.reserve_epsilon = reserve_epsilon
+        self.ridge = ridge
+        self.max_breakpoints = max_breakpoints
+        self.max_features = max_features
+        self.max_new_features = max_new_features
+        _check_nonnegative("reserve_epsilon", reserve_epsilon, allow_none=True)
+        self._init_regressor()
+        self.reserve_discarded = 0
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        # River's check data have raw features (dates near 7e5): a linear kernel's values of
+        # 5e11 leave the optimum defined only to ~1e-11 of its terms, which moves predictions
+        # by more than the checks' 1e-6 when the features are shuffled. RBF kernels are
+        # well-posed there.
+        yield {"C": 1.0, "epsilon": 0.1, "gamma": 0.1}
+        yield {"C": 100.0, "epsilon": 0.0, "gamma": 0.01}
+
     # ---------------------------------------------------------------- learning
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"reserve_discarded": self.reserve_discarded}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.reserve_discarded = int(extra.get("reserve_discarded", 0))
+
     def _after_update(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._discard_inside(self.reserve_epsilon)
@@ -348,41 +463,10 @@ class IncrementalSVR(_EngineModel, base.MiniBatchRegressor):
         for key in forget_keys:
             if key not in self:
                 raise KeyError(f"no stored sample has key {key!r}")
-        points, signs, linear = self._pairs(rows, targets)
-        self._engine.update(points, signs, self._points(add_keys),
-                            remove=self._points(forget_keys), linear=linear)
-        for key in forget_keys:
-            del self._targets[key]
-        self._targets.update(zip(add_keys, targets.tolist(), strict=True))
+        self._apply(rows, targets, add_keys, forget_keys)
         self._features.add(new)
         self._commit_keys(add_keys)
         self._after_update()
-
-    def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
-                       ) -> Hashable:
-        """Key of the oldest stored sample equal to x with target y (skipping ``taken``)."""
-        row, new = self._row(x)
-        target = _target(y)
-        engine = self._engine
-        stored = engine.X
-        width = min(row.size, stored.shape[1])
-        if not new and not row[width:].any():
-            match = np.all(stored[:, :width] == row[:width], axis=1)
-            match &= ~np.any(stored[:, width:] != 0, axis=1)
-            keys = engine.keys
-            candidates = [i for i in np.flatnonzero(match) if keys[i][1] == UPPER
-                          and self._targets[keys[i][0]] == target and keys[i][0] not in taken]
-            if candidates:
-                return keys[min(candidates, key=lambda i: engine.sequence[i])][0]
-        raise KeyError(f"no stored sample equals x={dict(x)!r} with y={y!r}")
-
-    # ---------------------------------------------------------------- predictions
-    def predict_one(self, x: Mapping, **kwargs: Any) -> float:
-        """f(x) = sum_i theta_i K(x_i, x) + b."""
-        return self.decision_function_one(x)
-
-    def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(self.decision_function_many(X), index=X.index, dtype=float)
 
     # ---------------------------------------------------------------- leave-one-out
     def loo_error(self) -> float:
@@ -408,59 +492,101 @@ class IncrementalSVR(_EngineModel, base.MiniBatchRegressor):
         targets = np.array([self._targets[key] for key in keys])
         return float(np.mean(np.abs(targets - predictions)))
 
-    # ---------------------------------------------------------------- persistence
-    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The model as numpy arrays (no object dtype) and JSON-ready metadata; keys must be
-        str or int (AutoKeys are kept as such), feature names likewise.
 
-        >>> model = IncrementalSVR(C=1.0)
-        >>> model.learn_one({"a": 1.0}, 2.0, key="s")
-        >>> arrays, meta = model.to_checkpoint()
-        >>> clone = IncrementalSVR.from_checkpoint(arrays, meta)
-        >>> clone.predict_one({"a": 1.0}) == model.predict_one({"a": 1.0})
-        True
-        """
-        engine = self._engine
-        check_checkpoint_names(self._features.names)
-        arrays = dict(engine.get_state(linear=True))
-        keys = engine.keys
-        arrays.update(keys_to_arrays([key for key, _ in keys]))
-        arrays["key_side"] = np.array([side for _, side in keys], dtype=np.int8)
-        arrays["target"] = np.array([self._targets[key] for key, _ in keys], dtype=float)
-        meta = {
-            "class": type(self).__name__,
-            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
-            "features": list(self._features.names),
-            "auto_keys": self._auto_keys,
-            "breakpoints_total": engine.breakpoints_total,
-            "updates_total": engine.updates_total,
-            "reserve_discarded": self.reserve_discarded,
-        }
-        return arrays, meta
+
+class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
+    """Exact epsilon-SVR on the latest ``window_size`` samples of a stream.
+
+    ``learn_one`` buffers arrivals; every ``step`` arrivals the window slides in one update that
+    adds the buffered samples and removes the oldest ones (one multiple path with
+    ``strategy="multiple"``, or one sample at a time with ``"single"``: the same solution).
+    ``learn_many`` slides by a whole batch. Predictions come from the current window's exact
+    solution (buffered samples are not in it yet).
+
+    Parameters
+    ----------
+    window_size
+        Samples in the window (>= 1).
+    step
+        Arrivals per slide (>= 1).
+    strategy
+        ``"multiple"`` or ``"single"``.
+    C, epsilon, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features,
+    max_new_features
+        As in :class:`IncrementalSVR`.
+
+    Examples
+    --------
+    >>> from stream_svm import SlidingWindowSVR
+    >>> model = SlidingWindowSVR(window_size=20, step=5, C=10.0, epsilon=0.05)
+    >>> for i in range(40):
+    ...     model.learn_one({"x": i / 10}, (i / 10) ** 2)
+    >>> model.n_window, model.n_buffered
+    (20, 0)
+    >>> round(model.predict_one({"x": 3.0}))
+    9
+    """
+
+    def __init__(
+        self,
+        window_size: int = 1000,
+        step: int = 1,
+        strategy: str = "multiple",
+        C: float = 1.0,
+        epsilon: float = 0.1,
+        kernel: str | Any = "rbf",
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 0.0,
+        ridge: float = 0.0,
+        max_breakpoints: int | None = None,
+        max_features: int | None = 10_000,
+        max_new_features: int | None = None,
+    ) -> None:
+        self.window_size = window_size
+        self.step = step
+        self.strategy = strategy
+        self.C = C
+        self.epsilon = epsilon
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.ridge = ridge
+        self.max_breakpoints = max_breakpoints
+        self.max_features = max_features
+        self.max_new_features = max_new_features
+        self._init_regressor()
+        self._init_window()
 
     @classmethod
-    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
-                        ) -> IncrementalSVR:
-        """Rebuild a model saved by :meth:`to_checkpoint` (predictions reproduced exactly)."""
-        if meta.get("class") != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
-        model = cls(**meta["params"])
-        sides = np.asarray(arrays["key_side"])
-        samples = keys_from_arrays(arrays)
-        if len(sides) != len(samples) or not np.all(np.isin(sides, (UPPER, LOWER))):
-            raise ValueError("the checkpoint's key sides do not match its keys")
-        keys = [(key, int(side)) for key, side in zip(samples, sides, strict=True)]
-        model._engine.set_state(dict(arrays), keys)
-        if any((key, -side) not in model._engine for key, side in keys):
-            raise ValueError("the checkpoint holds a sample without its second point")
-        model._targets = {key: float(t) for (key, side), t in
-                          zip(keys, np.asarray(arrays["target"], dtype=float), strict=True)
-                          if side == UPPER}
-        model._features = FeatureSpace(meta["features"])
-        model._compacted_at = len(model._features)
-        model._auto_keys = int(meta["auto_keys"])
-        model._engine.breakpoints_total = int(meta["breakpoints_total"])
-        model._engine.updates_total = int(meta["updates_total"])
-        model.reserve_discarded = int(meta.get("reserve_discarded", 0))
-        return model
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        yield {"window_size": 50, "step": 1, "C": 1.0, "epsilon": 0.1, "gamma": 0.1}
+        yield {"window_size": 30, "step": 3, "strategy": "single", "C": 10.0, "gamma": 0.01}
 
+    def _unit_test_skips(self) -> set[str]:
+        return set()  # the window bounds memory
+
+    # ---------------------------------------------------------------- window hooks
+    def _value(self, y: object) -> float:
+        return _target(y)
+
+    def _values(self, ys: Iterable[object]) -> np.ndarray:
+        return np.array([_target(y) for y in ys], dtype=float)
+
+    def _value_out(self, value: float) -> float:
+        return float(value)
+
+    def _in_engine(self, key: object) -> bool:
+        return _EngineRegressor.__contains__(self, key)
+
+    def _n_window(self) -> int:
+        return self._engine.n // 2
+
+    def _oldest(self, count: int) -> list[Hashable]:
+        keys, _, _ = self._theta()  # oldest first
+        return keys[:count]
+
+    def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
+                       remove: list[Hashable]) -> None:
+        self._apply(rows, values, keys, remove)

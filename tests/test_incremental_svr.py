@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import AutoKey, IncrementalSVR
+from stream_svm import AutoKey, IncrementalSVR, SlidingWindowSVR
 from stream_svm.kernels import make_kernel
 from tests.river_checks import run_river_checks
 from tests.test_engine_regression import RegressionOptimum
@@ -186,3 +186,58 @@ def test_dual_coefficients_and_support_vectors():
     support = model.support_vectors()[["u", "v"]].to_numpy()
     by_hand = kernel(np.array([[0.3, -1.0]]), support)[0] @ coef.to_numpy() + model.intercept
     assert model.predict_one(x) == pytest.approx(by_hand, abs=1e-12)
+
+
+# ------------------------------------------------------------------------- SlidingWindowSVR
+@pytest.mark.parametrize("estimator", [
+    pytest.param(SlidingWindowSVR(**params), id=f"SlidingWindowSVR({params})")
+    for params in SlidingWindowSVR._unit_test_params()
+])
+def test_window_river_estimator_checks(estimator):
+    run_river_checks(estimator, at_least=11)
+
+
+@pytest.mark.parametrize("step", [1, 7])
+def test_window_is_the_batch_optimum_of_its_latest_samples(step):
+    stream = sinc_stream(100, 10)
+    model = SlidingWindowSVR(window_size=40, step=step, C=5.0, epsilon=0.05, gamma=0.5)
+    single = SlidingWindowSVR(window_size=40, step=step, strategy="single", C=5.0,
+                              epsilon=0.05, gamma=0.5)
+    for i, (x, t) in enumerate(stream):
+        model.learn_one(x, t, key=i)
+        single.learn_one(x, t, key=i)
+    in_window = 100 - model.n_buffered
+    assert model.n_window == 40
+    assert sorted(model.stored_keys()) == list(range(in_window - 40, in_window))
+    probes = [x for x, _ in sinc_stream(20, 11)]
+    assert_exact(model, probes)
+    np.testing.assert_allclose([single.predict_one(x) for x in probes],
+                               [model.predict_one(x) for x in probes], atol=1e-9)
+
+
+def test_window_buffer_forget_stored_point_and_checkpoint():
+    stream = sinc_stream(30, 12)
+    model = SlidingWindowSVR(window_size=10, step=4, C=5.0, epsilon=0.05, gamma=0.5)
+    for i, (x, t) in enumerate(stream[:26]):
+        model.learn_one(x, t, key=f"k{i}")
+    assert model.n_buffered == 2 and "k25" in model and "k24" in model
+    assert model.stored_point("k25") == ({"u": stream[25][0]["u"], "v": stream[25][0]["v"]},
+                                         stream[25][1])
+    model.forget_one(key="k24")  # from the buffer
+    assert "k24" not in model and model.n_buffered == 1
+    model.forget_one(key="k20")  # from the window: one exact removal
+    assert model.n_window == 9
+    with pytest.raises(TypeError, match="real number"):
+        model.learn_one(stream[26][0], "x", key="bad")
+    assert model.n_buffered == 1 and "bad" not in model  # all or nothing
+    arrays, meta = model.to_checkpoint()
+    clone = SlidingWindowSVR.from_checkpoint(arrays, meta)
+    assert clone.n_buffered == 1 and clone.stored_point("k25") == model.stored_point("k25")
+    probes = [x for x, _ in sinc_stream(10, 13)]
+    assert [clone.predict_one(x) for x in probes] == [model.predict_one(x) for x in probes]
+    for i, (x, t) in enumerate(stream[26:]):
+        model.learn_one(x, t, key=f"n{i}")
+        clone.learn_one(x, t, key=f"n{i}")
+    # The restored factor was computed afresh: later updates agree to round-off.
+    np.testing.assert_allclose([clone.predict_one(x) for x in probes],
+                               [model.predict_one(x) for x in probes], atol=1e-12)
