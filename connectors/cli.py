@@ -39,6 +39,8 @@ SETTING_FLAGS = {
     "output_topic": "kafka.output_topic",
     "dead_letter_topic": "kafka.dead_letter_topic",
     "group_id": "kafka.group_id",
+    "state_topic": "kafka.state_topic",
+    "role": "daemon.role",
     "model_type": "model.type",
     "checkpoint_dir": "checkpoint.dir",
     "metrics_host": "metrics.host",

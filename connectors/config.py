@@ -145,6 +145,25 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "on_partition_reset": Setting(
             str, "stop", _one_of("stop", "earliest", "latest", "resume")
         ),
+        # The compacted topic carrying the model's state from a learner to its predictors
+        # (connectors.state_store). Unset: "<group_id>.state", resolved in load_config.
+        "state_topic": Setting(str, "", _topic, optional=True),
+        # A learner publishes its state there at every checkpoint (off by default: a learner
+        # that nobody reads from changes nothing).
+        "publish_state": Setting(bool, False),
+    },
+    # "learner": consumes, predicts, learns and checkpoints (one per model). "predictor": a
+    # replica that answers the input topic with the newest state a learner published on
+    # kafka.state_topic, never learns and writes no checkpoint.
+    "daemon": {
+        "role": Setting(str, "learner", _one_of("learner", "predictor")),
+    },
+    "predictor": {
+        # How often a predictor reads the state topic for a newer state.
+        "refresh_seconds": Setting(float, 1.0, _positive),
+        # How long a predictor without any state waits for a first one (consuming nothing)
+        # before it stops with an error; 0: no bound.
+        "max_wait_seconds": Setting(float, 300.0, _non_negative),
     },
     # Each setting applies to the model types whose constructor has a parameter of its name
     # (connectors.models); setting one that does not apply to model.type is an error.
@@ -357,6 +376,8 @@ def load_config(
             sources[name] = source
         sections[section] = SimpleNamespace(**values)
     config = Config(**sections, sources=sources)
+    if config.kafka.state_topic is None:
+        config.kafka.state_topic = f"{config.kafka.group_id}.state"
     _cross_checks(config)
     return config
 
@@ -370,6 +391,9 @@ def _cross_checks(config: Config) -> None:
     }
     if kafka.label_topic:
         topics["kafka.label_topic"] = kafka.label_topic
+    _check_role(config)
+    if kafka.publish_state or config.daemon.role == "predictor":
+        topics["kafka.state_topic"] = kafka.state_topic
     seen: dict[str, str] = {}
     for name, topic in topics.items():
         if topic in seen:
@@ -395,6 +419,45 @@ def _cross_checks(config: Config) -> None:
     from connectors.models import check_model_config  # models imports this module
 
     check_model_config(config)
+
+
+def _check_role(config: Config) -> None:
+    """The settings of a learner that publishes its state and of a predictor that reads it."""
+    kafka, role = config.kafka, config.daemon.role
+    derived = config.sources["kafka.state_topic"] == "default"
+    if role == "predictor":
+        if derived:
+            # Its default would come from the predictor's own group_id, which must differ from
+            # the learner's (each reads the whole input topic in its own group): it would name
+            # a topic no learner writes to.
+            raise ConfigError(
+                "setting daemon.role = \"predictor\" needs kafka.state_topic set explicitly to "
+                "the topic its learner publishes to (the learner's default is "
+                "\"<learner's group_id>.state\"; the predictor's own group_id must differ)"
+            )
+        if kafka.publish_state:
+            raise ConfigError(
+                "setting kafka.publish_state = true applies to daemon.role = \"learner\": a "
+                "predictor never changes the model, it reads the learner's state"
+            )
+        if not kafka.bootstrap_servers:
+            raise ConfigError(
+                "setting daemon.role = \"predictor\" needs kafka.bootstrap_servers: it reads "
+                "its learner's state from that broker (an embedded broker holds none)"
+            )
+    else:
+        for key, setting in SCHEMA["predictor"].items():
+            name = f"predictor.{key}"
+            if (config.sources[name] != "default"
+                    and getattr(config.predictor, key) != setting.default):
+                raise ConfigError(f"setting {name} needs daemon.role = \"predictor\"")
+    if derived and (kafka.publish_state or role == "predictor"):
+        problem = _topic(kafka.state_topic)
+        if problem:
+            raise ConfigError(
+                f"setting kafka.state_topic (default \"<kafka.group_id>.state\" = "
+                f"{kafka.state_topic!r}) {problem}: set kafka.state_topic"
+            )
 
 
 def kafka_client_settings(
