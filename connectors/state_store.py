@@ -643,8 +643,9 @@ class StateStore:
         next_offset: int,
         epoch: int,
         sequence: int,
-    ) -> None:
-        """Write one state of a model; returns once every chunk is acknowledged (acks=all).
+    ) -> int:
+        """Write one state of a model; returns once every chunk is acknowledged (acks=all),
+        with the offset of its last chunk (for :meth:`newest_epoch`).
 
         ``sequence`` must grow within an epoch. Raises :class:`StaleEpochError` (nothing
         produced) when this store has seen a higher epoch of the model, StateStoreError when
@@ -673,7 +674,7 @@ class StateStore:
         )
         deadline = self._deadline()
         partition = self.partition_of(model, self._partitions(deadline))
-        self._send_all(
+        written = self._send_all(
             records, partition, deadline,
             f"publishing model {_jsonable_id(model)} epoch {epoch} sequence {sequence}",
         )
@@ -691,6 +692,23 @@ class StateStore:
         ]
         if stale:
             self._tombstone(model, stale, partition, deadline)
+        return max(metadata.offset for metadata in written)
+
+    def newest_epoch(self, model_id: Any, through_offset: int) -> int:
+        """The highest epoch of a model in its partition up to ``through_offset`` (inclusive;
+        -1: none), reading on from where this store has read: how an owner learns after a
+        publish (which returns that offset) that another owner claimed a newer epoch since.
+        The end is an offset this store was acknowledged, never the broker's end offset
+        (Tansu 0.6.0's falls short of a batch's last records). It reads the owner's own
+        records again, once."""
+        model = normalize_model_id(model_id)
+        deadline = self._deadline()
+        partition = self.partition_of(model, self._partitions(deadline))
+        start = self._read_until.get(partition, 0)
+        if start <= through_offset:
+            self._read(deadline, {partition: (start, through_offset + 1)})
+        view = self._views.get(model)
+        return -1 if view is None else view.max_epoch
 
     def _tombstone(self, model: Hashable, keys: list[bytes], partition: int,
                    deadline: float) -> None:
