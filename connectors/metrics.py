@@ -21,7 +21,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-__all__ = ["OUTCOMES", "Metrics"]
+__all__ = ["OUTCOMES", "PUBLISH_OUTCOMES", "RESTORE_OUTCOMES", "Metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 OUTCOMES = (
     "learned", "predicted", "labelled", "forgotten", "relabeled", "dead_lettered", "skipped",
 )
+
+#: Label values of ``stream_svm_state_publish_total`` and ``stream_svm_state_restores_total``.
+PUBLISH_OUTCOMES = ("published", "failed", "stale")
+RESTORE_OUTCOMES = ("newer", "unchanged", "none", "refused", "failed")
 
 _SECONDS_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -187,6 +191,7 @@ class Metrics:
             "checkpointing or committing them)",
             registry=r,
         )
+        self._replica: tuple[Gauge, Counter, Histogram, Counter] | None = None
         self._server: Any = None
 
     def checkpointed(self, seconds: float) -> None:
@@ -241,6 +246,48 @@ class Metrics:
             for gauge in self._errors:
                 gauge.set(float("nan"))  # until a target is scored
         return self._errors
+
+    @property
+    def replica(self) -> tuple[Gauge, Counter, Histogram, Counter]:
+        """``stream_svm_model_generation``, ``stream_svm_state_publish_total{outcome}``,
+        ``stream_svm_state_restore_seconds`` and ``stream_svm_state_restores_total{outcome}``,
+        registered on first use: only a learner that publishes its state and a predictor have
+        them."""
+        if self._replica is None:
+            r = self.registry
+            generation = Gauge(
+                "stream_svm_model_generation",
+                "Sequence of the model state a predictor serves, or a learner last published, "
+                "within its epoch (0: none yet)",
+                registry=r,
+            )
+            publish = Counter(
+                "stream_svm_state_publish",
+                "States a learner published on the state topic, by outcome (published; failed: "
+                "retried at the next checkpoint; stale: another learner took the model over)",
+                ["outcome"],
+                registry=r,
+            )
+            for outcome in PUBLISH_OUTCOMES:
+                publish.labels(outcome=outcome)
+            restore_seconds = Histogram(
+                "stream_svm_state_restore_seconds",
+                "Wall time of one read of the state topic by a predictor (to its newest state)",
+                buckets=_SECONDS_BUCKETS,
+                registry=r,
+            )
+            restores = Counter(
+                "stream_svm_state_restores",
+                "Reads of the state topic by a predictor, by outcome (newer: swapped in; "
+                "unchanged; none: no state yet; refused: a state it cannot serve; failed: the "
+                "topic could not be read)",
+                ["outcome"],
+                registry=r,
+            )
+            for outcome in RESTORE_OUTCOMES:
+                restores.labels(outcome=outcome)
+            self._replica = (generation, publish, restore_seconds, restores)
+        return self._replica
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port

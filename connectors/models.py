@@ -21,6 +21,7 @@ __all__ = [
     "applicable_settings", "build_model", "build_scaler", "check_model_config",
     "checkpoint_bounds", "checkpointed_settings",
     "default_model_settings", "limit_settings", "model_settings", "restore_model",
+    "settings_mismatch",
 ]
 
 #: Bounds on the input that do not change what the model learns from the points it accepts:
@@ -94,6 +95,32 @@ def checkpointed_settings(config: Config) -> dict[str, Any]:
         else:
             settings["scaler"].update(means=scaler.means or {}, scales=scaler.scales or {})
     return settings
+
+
+def settings_mismatch(saved: Any, settings: dict[str, Any]) -> str | None:
+    """None when a checkpoint or published state made with ``saved`` settings (its
+    ``model_settings``) can serve a configuration whose :func:`checkpointed_settings` are
+    ``settings``; else the differences, as ``C 1.0 -> 2.0, ...``. A setting added after the
+    state was written had its default then.
+
+    >>> settings_mismatch({"type": "IncrementalSVC", "C": 2.0},
+    ...                   {**default_model_settings("IncrementalSVC"), "C": 1.0})
+    'C 2.0 -> 1.0'
+    """
+    if isinstance(saved, dict) and isinstance(saved.get("type"), str):
+        try:
+            saved = {**default_model_settings(saved["type"]), **saved}
+        except ImportError:
+            pass  # an unknown type: reported as a difference below
+    if saved == settings:
+        return None
+    if not isinstance(saved, dict):
+        return f"{saved!r} -> {settings!r}"
+    return ", ".join(
+        f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
+        for name in sorted(set(settings) | set(saved))
+        if saved.get(name) != settings.get(name)
+    )
 
 
 def build_scaler(config: Config) -> FeatureScaler | None:

@@ -169,6 +169,11 @@ class Processor:
     multiple update: faster on a backlog, but a prediction then ignores its poll's earlier
     points and the accuracy is not River's progressive validation.
 
+    With ``learns=False`` (a prediction replica, ``daemon.role = "predictor"``) the model is
+    never changed: feature messages are predicted (their labels ignored, ``learned`` false,
+    nothing cached), and label, forget and relabel messages are dead-lettered ``unsupported``.
+    ``generation`` (None: none) is written into every output as ``model_generation``.
+
     The unlabelled cache is bounded by ``cache_max_size`` entries, ``cache_max_bytes`` of
     estimated memory and ``cache_max_age_seconds`` of processing time (``clock``, seconds).
 
@@ -191,8 +196,13 @@ class Processor:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         scaler: FeatureScaler | None = None,
+        learns: bool = True,
     ) -> None:
         self.model = model
+        self.learns = learns
+        #: the published state the model is (predictor) or was last published as (learner),
+        #: "<epoch>.<sequence>", written into every output as "model_generation"
+        self.generation: str | None = None
         self.scaler = scaler
         #: messages held while the scaler warms up, in arrival order
         self.held: list[Record] = []
@@ -364,7 +374,7 @@ class Processor:
     def _segments(self, entries: list[_Entry]) -> Iterator[list[_Entry]]:
         """Cut the batch after every message that may change the model (lazily: a window's
         next slide depends on its buffer once the previous segment is learned)."""
-        if self.predict_per_poll:
+        if self.predict_per_poll or not self.learns:
             yield entries
             return
         segment: list[_Entry] = []
@@ -485,7 +495,9 @@ class Processor:
             if op is None or entry.error is not None:
                 continue
             try:
-                if isinstance(op, Observe):
+                if not self.learns:
+                    self._serve_only(entry, op)
+                elif isinstance(op, Observe):
                     self._observe(entry, op, pending, pending_ids)
                 elif isinstance(op, Label):
                     self._label(entry, op, pending, pending_ids)
@@ -521,6 +533,26 @@ class Processor:
         self._score(entry.prediction, op.y)
         pending.append(entry)
         pending_ids.add(op.id)
+
+    def _serve_only(self, entry: _Entry, op: Operation) -> None:
+        """A predictor's handling: answer feature messages, refuse anything that would change
+        the model (the learner, reading the same input, applies it)."""
+        if isinstance(op, Observe):
+            assert entry.prediction is not None
+            entry.output = {"id": op.id, "prediction": self.targets.shown(entry.prediction)}
+            if not self.regression:
+                entry.output.update(score=entry.score, proba=entry.proba)
+            entry.output.update(learned=False, model_updates=entry.updates_before,
+                                source=entry.source.as_dict())
+            self._count("predicted")
+            return
+        what = {Label: "label", Forget: "forget", Relabel: "relabel"}[type(op)]
+        self._reject(
+            entry,
+            f"this daemon is a predictor (daemon.role = \"predictor\"): it never changes the "
+            f"model, so it does not {what}; the learner reading the same input applies it",
+            "unsupported",
+        )
 
     def _label(
         self, entry: _Entry, op: Label, pending: list[_Entry], pending_ids: set[Id]
@@ -679,6 +711,8 @@ class Processor:
             try:
                 output = entry.output
                 assert output is not None
+                if self.generation is not None:
+                    output["model_generation"] = self.generation
                 result.outputs.append(
                     Produced(encode_key(output["id"]), output, encode(output))
                 )
