@@ -55,10 +55,18 @@ from connectors.models import (
     build_scaler,
     checkpoint_bounds,
     checkpointed_settings,
-    default_model_settings,
     restore_model,
+    settings_mismatch,
 )
 from connectors.processor import Processor
+from connectors.replica import (
+    GLOBAL_MODEL_ID,
+    StateFollower,
+    generation,
+    state_of,
+    state_store_for,
+)
+from connectors.state_store import StaleEpochError, StateStore, StateStoreError
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
 
@@ -270,6 +278,18 @@ class Daemon:
         # shows afterwards is that same loss, and must not re-position (and re-read) them.
         self._repositioned: dict[str, float] = {}
         self._missing_topics: set[str] = set()  # input topics the metadata lacks, once warned
+        self.role: str = config.daemon.role
+        # A learner that publishes its model for predictors (connectors.replica).
+        self._publishes = self.role == "learner" and config.kafka.publish_state
+        self._state_store: StateStore | None = None
+        self._epoch: int | None = None  # claimed at connection
+        self._sequence = 0  # of the last state published in this epoch
+        self._published_offsets: dict[str, int] | None = None
+        self._fenced = False  # another learner took the model over: publish nothing more
+        # A predictor's reader of the state topic, and its own stop (it also stops when the
+        # daemon returns without a stop request, e.g. until_drained).
+        self._follower: StateFollower | None = None
+        self._follower_stop = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -295,6 +315,16 @@ class Daemon:
             config = self.config
             if config.metrics.enabled and self.metrics_port is None:
                 self.metrics_port = self.metrics.serve(config.metrics.host, config.metrics.port)
+            if self.role == "predictor":
+                # A replica writes no checkpoint: checkpoint.dir is neither locked nor read.
+                self.processor = self._first_state()
+                if self.processor is not None:
+                    try:
+                        if self._connect():
+                            self._loop()
+                    finally:
+                        self._shutdown()
+                return self.summary.exit_code
             directory = Path(config.checkpoint.dir)
             with _locked(directory):
                 self._store = CheckpointStore(directory, keep=config.checkpoint.keep)
@@ -313,6 +343,9 @@ class Daemon:
                 finally:
                     self._shutdown()
         finally:
+            self._follower_stop.set()
+            if self._follower is not None:
+                self._follower.join(timeout=self.config.kafka.request_timeout_ms / 1000 + 5)
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
             if self.broker is not None:
@@ -338,6 +371,72 @@ class Daemon:
             metrics=self.metrics,
         )
 
+    def _new_replica_processor(self, model: Any) -> Processor:
+        """A processor that serves ``model`` and never changes it (daemon.role = predictor)."""
+        config = self.config
+        return Processor(
+            model,
+            scaler=build_scaler(config),
+            max_message_bytes=config.kafka.max_message_bytes,
+            metrics=self.metrics,
+            learns=False,
+        )
+
+    #: Seconds between two log lines of a predictor still waiting for its first state.
+    WAIT_LOG_SECONDS = 30.0
+
+    def _first_state(self) -> Processor | None:
+        """A predictor's start: follow the state topic and wait for a state to serve, consuming
+        nothing meanwhile (the input waits in Kafka); None when stopped meanwhile. Raises
+        DaemonError after predictor.max_wait_seconds without one."""
+        config = self.config
+        gauge = self.metrics.replica[0]
+        gauge.set(0)
+        self._follower = StateFollower(
+            config, self._new_replica_processor, self.metrics, self._follower_stop
+        )
+        self._follower.start()
+        limit = config.predictor.max_wait_seconds
+        started = last_log = time.monotonic()
+        log.info("predictor: waiting for a state of model %s on %s (consuming nothing until "
+                 "then)", list(GLOBAL_MODEL_ID), config.kafka.state_topic)
+        while not self.stop_event.is_set():
+            processor = self._follower.take()
+            if processor is not None:
+                self._serving(processor)
+                return processor
+            now = time.monotonic()
+            if limit and now - started >= limit:
+                raise DaemonError(
+                    f"predictor: no state of model {list(GLOBAL_MODEL_ID)} to serve on "
+                    f"{config.kafka.state_topic} after {limit:g} s (predictor.max_wait_seconds):"
+                    " is a learner with kafka.publish_state = true publishing to that topic, "
+                    "with the same [model] and [scaler] settings?"
+                )
+            if now - last_log >= self.WAIT_LOG_SECONDS:
+                last_log = now
+                log.warning("predictor: still no state to serve on %s after %.0f s",
+                            config.kafka.state_topic, now - started)
+            self.stop_event.wait(0.05)
+        return None
+
+    def _serving(self, processor: Processor) -> None:
+        assert self._follower is not None and self._follower.newest is not None
+        self.metrics.replica[0].set(self._follower.newest[1])
+        log.info("predictor: serving model generation %s (%d model updates)",
+                 processor.generation, processor.updates)
+
+    def _swap_model(self) -> None:
+        """Between two polls: serve the newest state the follower built, if any."""
+        assert self._follower is not None and self.processor is not None
+        fresh = self._follower.take()
+        if fresh is None:
+            return
+        # The predictor's own progress through the input stays.
+        fresh.offsets, fresh.topic_ids = self.processor.offsets, self.processor.topic_ids
+        self.processor = fresh
+        self._serving(fresh)
+
     def _restore(self) -> Processor:
         config = self.config
         store = self._store
@@ -348,19 +447,8 @@ class Daemon:
         bounds = checkpoint_bounds(config)
 
         def accept(model_meta: dict[str, Any], state: dict[str, Any]) -> None:
-            saved = state.get("model_settings")
-            if isinstance(saved, dict) and isinstance(saved.get("type"), str):
-                # A setting added after the checkpoint was written had its default then.
-                try:
-                    saved = {**default_model_settings(saved["type"]), **saved}
-                except ImportError:
-                    pass  # an unknown type: reported as a mismatch below
-            if saved != settings:
-                changed = ", ".join(
-                    f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
-                    for name in sorted(set(settings) | set(saved or {}))
-                    if (saved or {}).get(name) != settings.get(name)
-                ) if isinstance(saved, dict) else f"{saved!r} -> {settings!r}"
+            changed = settings_mismatch(state.get("model_settings"), settings)
+            if changed is not None:
                 raise CheckpointMismatch(
                     f"the checkpoints in {config.checkpoint.dir} hold a model made with other "
                     f"settings ({changed}). Nothing was changed. Start with the settings the "
@@ -415,6 +503,8 @@ class Daemon:
 
     def _topics(self) -> list[str]:
         kafka = self.config.kafka
+        if self.role == "predictor":
+            return [kafka.input_topic]  # late labels are for the learner
         return [kafka.input_topic] + ([kafka.label_topic] if kafka.label_topic else [])
 
     def _connect(self) -> bool:
@@ -442,6 +532,8 @@ class Daemon:
             try:
                 if config.kafka.create_topics:
                     self._create_topics(client)
+                if self._publishes and self._epoch is None:
+                    self._claim()
                 consumer = KafkaConsumer(
                     **client,
                     group_id=config.kafka.group_id,
@@ -481,7 +573,7 @@ class Daemon:
                 with contextlib.suppress(Exception):
                     consumer.close()  # type: ignore[possibly-undefined]
                 raise
-            except (KafkaError, OSError, DaemonError) as exc:
+            except (KafkaError, OSError, DaemonError, StateStoreError) as exc:
                 self.metrics.broker_errors.inc()
                 self.metrics.connected.set(0)
                 with contextlib.suppress(Exception):
@@ -500,6 +592,27 @@ class Daemon:
             )
             return True
         return False
+
+    def _claim(self) -> None:
+        """A publishing learner's start: create the state topic if missing and claim the next
+        epoch of the model, so that predictors prefer its states to any older learner's."""
+        if self._state_store is None:
+            self._state_store = state_store_for(self.config)
+        store = self._state_store
+        store.ensure_topic(partitions=1)  # one model: one partition holds all its records
+        try:
+            epoch = store.claim_epoch(GLOBAL_MODEL_ID)
+        except StaleEpochError as exc:
+            raise StartRefused(
+                f"{exc}: another learner of this model started at the same moment; two "
+                "learners of one model must not both publish. Stop one of them."
+            ) from None
+        self._epoch, self._sequence = epoch, 0
+        assert self.processor is not None
+        self.processor.generation = generation(epoch, 0)
+        self.metrics.replica[0].set(0)
+        log.info("publishing the model's state on %s as model %s, epoch %d",
+                 store.topic, list(GLOBAL_MODEL_ID), epoch)
 
     def _create_topics(self, client: dict[str, Any]) -> None:
         kafka = self.config.kafka
@@ -537,6 +650,15 @@ class Daemon:
                 consumer.seek(tp, self.processor.offsets[name])
                 continue
             committed = consumer.committed(tp)
+            if self.role == "predictor":
+                # A predictor's progress is its group's committed offsets (it writes no
+                # checkpoint); a new group answers the topic from its beginning.
+                if committed is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, committed)
+                    self.processor.offsets[name] = committed
+                continue
             if committed is not None and not self._restored:
                 # The group committed offsets: a model served this stream, and its checkpoints
                 # are gone (or were never written here).
@@ -756,6 +878,8 @@ class Daemon:
         retry = config.retry
         backoff = _Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds, 0)
         while not self.stop_event.is_set():
+            if self._follower is not None:
+                self._swap_model()
             try:
                 polled = self._consumer.poll(
                     timeout_ms=config.kafka.poll_timeout_ms, max_records=config.kafka.max_batch
@@ -897,6 +1021,8 @@ class Daemon:
     # -- checkpoints and commits -----------------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
+        if self._store is None:
+            return  # a predictor writes no checkpoint
         due_messages = self._since_checkpoint >= self.config.checkpoint.every_messages
         due_time = time.monotonic() - self._last_checkpoint >= self.config.checkpoint.every_seconds
         if self._since_checkpoint and (due_messages or due_time):
@@ -916,12 +1042,61 @@ class Daemon:
         except CheckpointError as exc:
             self.metrics.checkpoint_failures.inc()
             log.error("%s (the previous checkpoint stays in use)", exc)
+            self._publish()  # predictors need not wait for the disk
             return
+        self._publish()
         self.metrics.checkpointed(time.perf_counter() - started)
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self.summary.checkpoints += 1
         log.debug("checkpoint %s written", path)
+
+    def _publish(self) -> None:
+        """Publish the model on the state topic (a learner with kafka.publish_state), at the
+        moments it is checkpointed. A failure is logged and counted, and the next checkpoint
+        publishes again; another learner's newer epoch stops this one (exit 1)."""
+        processor = self.processor
+        store = self._state_store
+        if not self._publishes or self._fenced or store is None or self._epoch is None:
+            return
+        assert processor is not None
+        if processor.offsets == self._published_offsets:
+            return  # nothing new since the last state (a checkpoint retried after a failure)
+        if processor.scaler is not None and not processor.scaler.frozen:
+            log.debug("the scaler is warming up: no state to publish yet")
+            return
+        _, outcomes, _, _ = self.metrics.replica
+        arrays, metadata, next_offset = state_of(processor, self.config)
+        epoch, sequence = self._epoch, self._sequence + 1
+        try:
+            last = store.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset, epoch, sequence)
+            # Reading on to that offset shows a newer learner's claim, if any.
+            newest = store.newest_epoch(GLOBAL_MODEL_ID, last)
+            if newest > epoch:
+                raise StaleEpochError(
+                    f"state topic {store.topic}: model {list(GLOBAL_MODEL_ID)} has epoch "
+                    f"{newest}, claimed by another learner; this one has epoch {epoch}"
+                )
+        except StaleEpochError as exc:
+            outcomes.labels(outcome="stale").inc()
+            self._fenced = True
+            self.summary.exit_code = 1
+            self.stop_event.set()
+            log.error("%s. Another learner took this model over (predictors follow its newer "
+                      "epoch): stopping, since two learners of one model must not both "
+                      "publish. The local checkpoint is kept.", exc)
+            return
+        except (StateStoreError, ValueError) as exc:
+            outcomes.labels(outcome="failed").inc()
+            log.error("publishing the model's state failed (%s); the stream goes on and the "
+                      "next checkpoint publishes again", exc)
+            return
+        outcomes.labels(outcome="published").inc()
+        self._sequence = sequence
+        self._published_offsets = dict(processor.offsets)
+        processor.generation = generation(epoch, sequence)
+        self.metrics.replica[0].set(sequence)
+        log.debug("published model generation %s", processor.generation)
 
     def _commit(self) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
@@ -960,6 +1135,8 @@ class Daemon:
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=self.config.kafka.request_timeout_ms / 1000)
+        if self._state_store is not None:
+            self._state_store.close()
         self.summary.seconds = time.monotonic() - self._started
         if self.processor is not None:
             self.summary.accuracy = self.processor.accuracy

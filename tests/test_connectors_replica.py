@@ -1,0 +1,399 @@
+"""Prediction replicas: a learner publishes its model on the state topic at every checkpoint, a
+predictor in its own consumer group answers the input topic with the newest published model,
+swaps in newer ones while it runs, and never changes the model.
+
+The broker tests run the daemons in threads on the embedded broker; the decision values of a
+predictor are compared with the model rebuilt in this process from the state it served."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from connectors.cli import _config as config_of_flags
+from connectors.cli import build_parser
+from connectors.config import ConfigError, load_config
+from connectors.daemon import Daemon, DaemonError, ensure_topics
+from connectors.metrics import Metrics
+from connectors.models import build_model, restore_model
+from connectors.processor import Processor, Record
+from connectors.replica import GLOBAL_MODEL_ID, generation
+from connectors.sources import iter_source
+from connectors.state_store import StaleEpochError, StateStore, StateStoreError
+from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
+
+MODEL = {"model.C": 1.0, "model.gamma": 0.5}
+#: Bananas (River's, shipped in its wheel): the demo's data.
+BANANAS = list(itertools.islice(iter_source("bananas"), 200))
+
+
+def _labelled(first: int, count: int) -> list[dict[str, Any]]:
+    return [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(BANANAS[first:first + count],
+                                                                  start=first)]
+
+
+def _probes(count: int, prefix: str) -> list[dict[str, Any]]:
+    """Unlabelled points (the last ones of the sample): predicted, never learned."""
+    return [{"id": f"{prefix}{i}", "x": x} for i, (x, _) in enumerate(BANANAS[-count:])]
+
+
+# -- settings (no broker) ----------------------------------------------------------------------
+
+
+def test_defaults_leave_a_learner_as_it_was():
+    config = load_config(None, environ={})
+    assert config.daemon.role == "learner" and config.kafka.publish_state is False
+    assert config.kafka.state_topic == "stream-svm.state"  # "<group_id>.state"
+    assert load_config(None, {"kafka.group_id": "g7"}, {}).kafka.state_topic == "g7.state"
+
+
+def test_a_predictor_needs_its_learners_state_topic_set_explicitly():
+    settings = {"daemon.role": "predictor", "kafka.bootstrap_servers": "k:9092",
+                "kafka.group_id": "replica-1"}
+    with pytest.raises(ConfigError, match=r"kafka\.state_topic set explicitly"):
+        load_config(None, settings, {})
+    config = load_config(None, settings, {"STREAM_SVM_KAFKA_STATE_TOPIC": "learner.state"})
+    assert config.kafka.state_topic == "learner.state"
+    args = build_parser().parse_args(["serve", "--role", "predictor", "--bootstrap-servers",
+                                      "k:9092", "--state-topic", "learner.state"])
+    assert config_of_flags(args).daemon.role == "predictor"
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"daemon.role": "replica"}, r"daemon\.role.*must be one of learner, predictor"),
+        ({"daemon.role": "predictor", "kafka.bootstrap_servers": "k:1",
+          "kafka.state_topic": "s", "predictor.refresh_seconds": "0"},
+         r"predictor\.refresh_seconds.*must be > 0"),
+        ({"daemon.role": "predictor", "kafka.bootstrap_servers": "k:1",
+          "kafka.state_topic": "s", "predictor.refresh_seconds": "-1"},
+         r"predictor\.refresh_seconds.*must be > 0"),
+        ({"daemon.role": "predictor", "kafka.bootstrap_servers": "k:1",
+          "kafka.state_topic": "s", "predictor.refresh_seconds": "soon"},
+         r"predictor\.refresh_seconds.*not a valid float"),
+        ({"predictor.refresh_seconds": "2"}, r"predictor\.refresh_seconds needs daemon\.role"),
+        ({"daemon.role": "predictor", "kafka.bootstrap_servers": "k:1",
+          "kafka.state_topic": "s", "kafka.publish_state": "true"}, r"kafka\.publish_state"),
+        ({"daemon.role": "predictor", "kafka.state_topic": "s"}, r"kafka\.bootstrap_servers"),
+        ({"kafka.publish_state": "true", "kafka.state_topic": "stream-svm.input"},
+         r"kafka\.state_topic: topic 'stream-svm\.input' is already used"),
+        ({"kafka.publish_state": "true", "kafka.group_id": "a group"},
+         r"kafka\.state_topic \(default"),
+        ({"kafka.publish_state": "maybe"}, r"kafka\.publish_state"),
+    ],
+)
+def test_invalid_replica_settings_fail_naming_the_setting(settings, named):
+    with pytest.raises(ConfigError, match=named):
+        load_config(None, settings, {})
+
+
+# -- a processor that never learns (no broker) -------------------------------------------------
+
+
+def _records(messages: list[Any], topic: str = "in") -> list[Record]:
+    import json
+
+    return [Record(topic, 0, offset, json.dumps(m).encode(), 0)
+            for offset, m in enumerate(messages)]
+
+
+def test_a_predictor_processor_answers_everything_and_changes_nothing():
+    trained = build_model(load_config(None, {"model.gamma": "0.5"}, {}))
+    for i, (x, y) in enumerate(BANANAS[:30]):
+        trained.learn_one(x, y, key=i)
+    processor = Processor(trained, learns=False, metrics=Metrics())
+    processor.updates, processor.generation = 30, "4.2"
+    grid = pd.DataFrame([x for x, _ in BANANAS[100:150]])
+    before = trained.decision_function_many(grid)
+    messages = [
+        *_labelled(30, 40),
+        {"id": 3, "y": True}, {"op": "forget", "id": 3}, {"op": "relabel", "id": 5, "y": True},
+        {"id": 0, "x": BANANAS[0][0], "y": BANANAS[0][1]},  # learned by the learner: no duplicate
+        {"id": "bad", "x": {"1": "high"}},
+    ]
+    result = processor.process(_records(messages))
+    assert len(result.outputs) + len(result.dead_letters) == len(messages)
+    assert [o.record["id"] for o in result.outputs] == [*range(30, 70), 0]
+    for output in result.outputs:
+        assert output.record["learned"] is False and output.record["model_generation"] == "4.2"
+        assert output.record["model_updates"] == 30
+    reasons = [(d.record["source"]["offset"], d.record["reason"]) for d in result.dead_letters]
+    assert reasons == [(40, "unsupported"), (41, "unsupported"), (42, "unsupported"),
+                       (44, "malformed")]
+    assert "predictor" in result.dead_letters[0].record["error"]
+    np.testing.assert_array_equal(trained.decision_function_many(grid), before)
+    assert trained.n_stored == 30 and processor.updates == 30 and len(processor.cache) == 0
+
+
+class _FailingStore:
+    """Stands for the state store: every publish raises ``error``."""
+
+    topic = "learner.state"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def publish(self, *args: Any, **kwargs: Any) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "exit_code"),
+    [(StateStoreError("broker gone"), "failed", 0),
+     (StaleEpochError("model has epoch 3"), "stale", 1)],
+)
+def test_a_failed_publish_goes_on_and_a_newer_learner_stops_this_one(error, outcome, exit_code):
+    config = load_config(None, {"kafka.publish_state": "true", "metrics.enabled": "false"}, {})
+    daemon = Daemon(config)
+    daemon.processor = Processor(build_model(config), metrics=daemon.metrics)
+    daemon.processor.offsets = {"in:0": 5}
+    daemon._state_store, daemon._epoch = _FailingStore(error), 2  # type: ignore[assignment]
+    daemon._publish()
+    publish = daemon.metrics.replica[1]
+    assert publish.labels(outcome=outcome)._value.get() == 1
+    assert publish.labels(outcome="published")._value.get() == 0
+    assert daemon.summary.exit_code == exit_code
+    assert daemon.stop_event.is_set() == bool(exit_code)
+
+
+# -- on the broker -----------------------------------------------------------------------------
+
+
+def _topics() -> dict[str, str]:
+    return {name: unique(f"replica-{name}") for name in
+            ("input", "learner-out", "learner-dead", "predictor-out", "predictor-dead", "state")}
+
+
+def _learner(broker, tmp_path, topics, **extra):  # noqa: F811
+    return load_config(None, {
+        "kafka.bootstrap_servers": broker.bootstrap_servers,
+        "kafka.input_topic": topics["input"],
+        "kafka.output_topic": topics["learner-out"],
+        "kafka.dead_letter_topic": topics["learner-dead"],
+        "kafka.group_id": unique("learner"),
+        "kafka.state_topic": topics["state"],
+        "kafka.publish_state": True,
+        "kafka.max_batch": 16,
+        "kafka.request_timeout_ms": 10000,
+        "checkpoint.dir": str(tmp_path / "learner"),
+        "checkpoint.every_seconds": 3600.0,
+        "metrics.enabled": False,
+        **MODEL,
+        **extra,
+    }, environ={})
+
+
+def _predictor(broker, topics, **extra):  # noqa: F811
+    return load_config(None, {
+        "daemon.role": "predictor",
+        "kafka.bootstrap_servers": broker.bootstrap_servers,
+        "kafka.input_topic": topics["input"],
+        "kafka.output_topic": topics["predictor-out"],
+        "kafka.dead_letter_topic": topics["predictor-dead"],
+        "kafka.group_id": unique("predictor"),
+        "kafka.state_topic": topics["state"],
+        "kafka.request_timeout_ms": 10000,
+        "predictor.refresh_seconds": 0.2,
+        "predictor.max_wait_seconds": 30.0,
+        "metrics.enabled": False,
+        **MODEL,
+        **extra,
+    }, environ={})
+
+
+class _Running:
+    """A daemon in a thread, stopped and joined on exit."""
+
+    def __init__(self, config) -> None:
+        self.daemon = Daemon(config)
+        self.thread = threading.Thread(target=self.daemon.run, daemon=True)
+
+    def __enter__(self) -> Daemon:
+        self.thread.start()
+        return self.daemon
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.daemon.stop()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+
+
+def _published(servers: str, config) -> tuple[Any, Any]:
+    """(the newest state on the state topic, its model rebuilt here)."""
+    with StateStore(servers, config.kafka.state_topic, timeout=10) as store:
+        state = store.restore([GLOBAL_MODEL_ID])[GLOBAL_MODEL_ID]
+    return state, restore_model(config, state.arrays, state.metadata["model_meta"])
+
+
+def _scores(outputs: list[dict[str, Any]]) -> np.ndarray:
+    return np.array([o["score"] for o in outputs])
+
+
+def _frame(messages: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame([m["x"] for m in messages])
+
+
+@pytest.mark.broker
+def test_a_predictor_serves_the_published_model_and_follows_newer_ones(
+        broker, tmp_path):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    # A checkpoint, and so a state, every 60 messages: after the first 60 and the next 60.
+    learner_config = _learner(broker, tmp_path, topics, **{"checkpoint.every_messages": 60})
+    first, second = _labelled(0, 60), _labelled(60, 60)
+    with _Running(learner_config) as learner:
+        produce(servers, topics["input"], first)
+        assert wait_for(lambda: learner._sequence == 1, 30)
+        epoch = learner._epoch
+        state, model = _published(servers, learner_config)
+        assert (state.epoch, state.sequence) == (epoch, 1)
+        assert state.metadata["updates"] == 60 and model.n_stored == 60
+        assert state.next_offset == 60
+
+        with _Running(_predictor(broker, topics)) as predictor:
+            # It answers the whole topic from its beginning with the state's model.
+            answers = read_all(servers, topics["predictor-out"], 60)
+            assert [a["id"] for a in answers] == list(range(60))
+            assert {a["model_generation"] for a in answers} == {generation(epoch, 1)}
+            assert {a["model_updates"] for a in answers} == {60}
+            assert not any(a["learned"] for a in answers)
+            np.testing.assert_allclose(_scores(answers), model.decision_function_many(
+                _frame(first)), rtol=0, atol=1e-12)
+
+            # The learner learns 60 more and publishes again: the predictor follows within a
+            # few refresh periods, without a restart.
+            produce(servers, topics["input"], second)
+            assert wait_for(lambda: learner._sequence == 2, 30)
+            published = time.monotonic()
+            assert wait_for(lambda: predictor.processor.generation == generation(epoch, 2), 10)
+            delay = time.monotonic() - published
+            assert delay < 5.0, delay
+            newer_state, newer = _published(servers, learner_config)
+            assert (newer_state.epoch, newer_state.sequence) == (epoch, 2)
+            assert newer.n_stored == 120
+
+            probes = _probes(20, "p")
+            produce(servers, topics["input"], probes)
+            answers = read_all(servers, topics["predictor-out"], 140)
+            assert len(answers) == 140  # every input answered once
+            last = answers[-20:]
+            assert [a["id"] for a in last] == [p["id"] for p in probes]
+            assert {a["model_generation"] for a in last} == {generation(epoch, 2)}
+            np.testing.assert_allclose(_scores(last), newer.decision_function_many(
+                _frame(probes)), rtol=0, atol=1e-12)
+            assert predictor.metrics.replica[0]._value.get() == 2
+    # The learner answered the probes with the same model (nothing learned since state 2), and
+    # said so.
+    learned = read_all(servers, topics["learner-out"], 140)
+    mine = learned[-20:]
+    assert {a["model_generation"] for a in mine} == {generation(epoch, 2)}
+    assert {a["model_updates"] for a in mine} == {120}
+    np.testing.assert_allclose(_scores(mine), _scores(last), rtol=0, atol=1e-12)
+    assert learner.summary.exit_code == 0 and predictor.summary.exit_code == 0
+
+
+@pytest.mark.broker
+def test_a_predictor_waits_for_a_state_and_never_changes_the_model(
+        broker, tmp_path):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    learner_config = _learner(broker, tmp_path, topics, **{"checkpoint.every_messages": 1000})
+    trained = _labelled(0, 40)
+    # One partition each (the broker would make more for a topic that a producer creates).
+    ensure_topics({"bootstrap_servers": servers}, [topics["input"], topics["predictor-out"]])
+    produce(servers, topics["input"], trained)
+    probes = _probes(10, "q")
+    extra = [
+        *_labelled(40, 30),
+        {"id": 41, "y": True},  # a late label
+        {"op": "forget", "id": 3},
+        {"op": "relabel", "id": 5, "y": not BANANAS[5][1]},
+        *probes,
+    ]
+    predictor_config = _predictor(broker, topics, **{
+        "checkpoint.dir": str(tmp_path / "predictor")})
+    with _Running(predictor_config) as predictor:
+        # No state yet: it answers nothing (the input waits in Kafka) and says so.
+        assert wait_for(lambda: predictor._follower is not None, 10)
+        time.sleep(1.0)  # five refresh periods
+        assert predictor.processor is None and predictor._consumer is None
+        assert predictor.metrics.replica[0]._value.get() == 0
+        assert read_all(servers, topics["predictor-out"], idle=0.5) == []
+
+        learner = Daemon(learner_config, until_drained=True)
+        assert learner.run() == 0  # publishes once, at its stop
+        state, model = _published(servers, learner_config)
+        assert state.sequence == 1 and model.n_stored == 40
+        served = generation(state.epoch, 1)
+        answers = read_all(servers, topics["predictor-out"], 40)
+        assert [a["id"] for a in answers] == list(range(40))
+
+        # Labels, forgets and relabels while the learner is away: the predictor changes
+        # nothing (and publishes nothing).
+        produce(servers, topics["input"], extra)
+        answers = read_all(servers, topics["predictor-out"], 40 + 30 + 10)
+        dead = read_all(servers, topics["predictor-dead"], 3)
+    # Every input has exactly one outcome.
+    offsets = sorted([a["source"]["offset"] for a in answers]
+                     + [d["source"]["offset"] for d in dead])
+    assert offsets == list(range(len(trained) + len(extra)))
+    assert {a["model_generation"] for a in answers} == {served}
+    assert not any(a["learned"] for a in answers)
+    assert [d["reason"] for d in dead] == ["unsupported"] * 3
+    # The labels it saw changed nothing: the probes get the published model's answers.
+    np.testing.assert_allclose(_scores(answers[-10:]), model.decision_function_many(
+        _frame(probes)), rtol=0, atol=1e-12)
+    assert predictor.processor.model.n_stored == 40 and predictor.processor.updates == 40
+    assert predictor.summary.exit_code == 0
+    assert not (tmp_path / "predictor").exists()  # it writes no checkpoint
+    again, _ = _published(servers, learner_config)
+    assert (again.epoch, again.sequence) == (state.epoch, 1)
+
+
+@pytest.mark.broker
+def test_a_predictor_without_any_state_stops_after_max_wait(broker):  # noqa: F811
+    topics = _topics()
+    config = _predictor(broker, topics, **{"predictor.max_wait_seconds": 1.0})
+    daemon = Daemon(config)
+    started = time.monotonic()
+    with pytest.raises(DaemonError, match=r"no state .* after 1 s"):
+        daemon.run()
+    assert time.monotonic() - started < 10
+    assert daemon._consumer is None  # it consumed nothing
+
+
+@pytest.mark.broker
+def test_a_learner_stops_when_another_learner_takes_the_model_over(
+        broker, tmp_path):  # noqa: F811
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    config = _learner(broker, tmp_path, topics, **{"checkpoint.every_messages": 20})
+    learner = Daemon(config)
+    thread = threading.Thread(target=learner.run, daemon=True)
+    thread.start()
+    try:
+        produce(servers, topics["input"], _labelled(0, 20))
+        assert wait_for(lambda: learner._sequence == 1, 30)
+        # A second learner of the model starts: it claims the next epoch.
+        with StateStore(servers, topics["state"], timeout=10) as other:
+            assert other.claim_epoch(GLOBAL_MODEL_ID) == learner._epoch + 1
+        produce(servers, topics["input"], _labelled(20, 20))
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    finally:
+        learner.stop()
+        thread.join(timeout=30)
+    assert learner.summary.exit_code == 1
+    assert learner.metrics.replica[1].labels(outcome="stale")._value.get() == 1
+    # Its local checkpoint has every message it answered.
+    from connectors.checkpoint import CheckpointStore
+
+    saved = CheckpointStore(config.checkpoint.dir).load_latest()
+    assert saved.state["processor"]["offsets"] == {f"{topics['input']}:0": 40}
