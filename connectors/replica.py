@@ -188,7 +188,7 @@ class StateFollower:
         _, _, seconds, outcomes = self.metrics.replica
         started = time.perf_counter()
         try:
-            states = store.restore([GLOBAL_MODEL_ID])
+            states = store.restore([GLOBAL_MODEL_ID], log_level=logging.DEBUG)
         except StateStoreError as exc:
             self._problem(f"{exc} (a learner with kafka.publish_state = true creates and writes "
                           f"it); retried every {self.config.predictor.refresh_seconds:g} s")

@@ -884,8 +884,10 @@ class StateStore:
             for model, view in self._views.items():
                 view.live = live.get(model, {})
 
-    def restore(self, model_ids: Iterable[Any] | None = None) -> dict[Hashable, StoredState]:
+    def restore(self, model_ids: Iterable[Any] | None = None, *,
+                log_level: int = logging.INFO) -> dict[Hashable, StoredState]:
         """The newest complete state of each model (or of ``model_ids`` only) in the topic.
+        ``log_level`` is that of the summary line (a reader that polls every second lowers it).
 
         Reads every partition from its beginning to the end offsets taken when the call starts
         (whole record batches: records written meanwhile may come along with the last one,
@@ -967,9 +969,9 @@ class StateStore:
         report.models = len(states)
         report.seconds = time.monotonic() - started
         self.last_report = report
-        log.info("state topic %s: restored %d models from %d records in %.3f s (%d incomplete, "
-                 "%d corrupt skipped)", self.topic, report.models, report.records,
-                 report.seconds, report.incomplete, report.corrupt)
+        log.log(log_level, "state topic %s: restored %d models from %d records in %.3f s (%d "
+                "incomplete, %d corrupt skipped)", self.topic, report.models, report.records,
+                report.seconds, report.incomplete, report.corrupt)
         return states
 
 
