@@ -285,6 +285,8 @@ class Daemon:
         self._epoch: int | None = None  # claimed at connection
         self._sequence = 0  # of the last state published in this epoch
         self._published_offsets: dict[str, int] | None = None
+        self._last_publish = time.monotonic()  # of the last attempt
+        self._publish_failed = False  # the last attempt failed: retried on an idle stream too
         self._fenced = False  # another learner took the model over: publish nothing more
         # A predictor's reader of the state topic, and its own stop (it also stops when the
         # daemon returns without a stop request, e.g. until_drained).
@@ -1027,6 +1029,11 @@ class Daemon:
         due_time = time.monotonic() - self._last_checkpoint >= self.config.checkpoint.every_seconds
         if self._since_checkpoint and (due_messages or due_time):
             self.checkpoint()
+        elif (self._publish_failed
+              and time.monotonic() - self._last_publish >= self.config.checkpoint.every_seconds):
+            # A publish failed and the stream went idle: no checkpoint is due, but predictors
+            # should not serve the older state for as long as the stream stays idle.
+            self._publish()
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the model and the processed offsets (outputs are flushed)."""
@@ -1066,6 +1073,7 @@ class Daemon:
             log.debug("the scaler is warming up: no state to publish yet")
             return
         _, outcomes, _, _ = self.metrics.replica
+        self._last_publish = time.monotonic()
         arrays, metadata, next_offset = state_of(processor, self.config)
         epoch, sequence = self._epoch, self._sequence + 1
         try:
@@ -1087,10 +1095,12 @@ class Daemon:
                       "publish. The local checkpoint is kept.", exc)
             return
         except (StateStoreError, ValueError) as exc:
+            self._publish_failed = True
             outcomes.labels(outcome="failed").inc()
             log.error("publishing the model's state failed (%s); the stream goes on and the "
                       "next checkpoint publishes again", exc)
             return
+        self._publish_failed = False
         outcomes.labels(outcome="published").inc()
         self._sequence = sequence
         self._published_offsets = dict(processor.offsets)

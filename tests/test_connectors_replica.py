@@ -161,6 +161,14 @@ def test_a_failed_publish_goes_on_and_a_newer_learner_stops_this_one(error, outc
     assert publish.labels(outcome="published")._value.get() == 0
     assert daemon.summary.exit_code == exit_code
     assert daemon.stop_event.is_set() == bool(exit_code)
+    # Nothing more arrives: a failed publish is tried again after checkpoint.every_seconds all
+    # the same; a stopped learner publishes nothing more.
+    daemon._store = object()  # type: ignore[assignment]  # a learner has its checkpoints
+    daemon._maybe_checkpoint()
+    assert publish.labels(outcome=outcome)._value.get() == 1  # not due yet
+    daemon._last_publish -= config.checkpoint.every_seconds
+    daemon._maybe_checkpoint()
+    assert publish.labels(outcome=outcome)._value.get() == (1 if exit_code else 2)
 
 
 # -- on the broker -----------------------------------------------------------------------------
@@ -200,7 +208,7 @@ def _predictor(broker, topics, **extra):  # noqa: F811
         "kafka.group_id": unique("predictor"),
         "kafka.state_topic": topics["state"],
         "kafka.request_timeout_ms": 10000,
-        "predictor.refresh_seconds": 0.2,
+        "predictor.refresh_seconds": 0.25,
         "predictor.max_wait_seconds": 30.0,
         "metrics.enabled": False,
         **MODEL,
@@ -274,7 +282,8 @@ def test_a_predictor_serves_the_published_model_and_follows_newer_ones(
             published = time.monotonic()
             assert wait_for(lambda: predictor.processor.generation == generation(epoch, 2), 10)
             delay = time.monotonic() - published
-            assert delay < 5.0, delay
+            refresh = predictor.config.predictor.refresh_seconds
+            assert delay < 5 * refresh, f"{delay:.2f} s, refreshing every {refresh} s"
             newer_state, newer = _published(servers, learner_config)
             assert (newer_state.epoch, newer_state.sequence) == (epoch, 2)
             assert newer.n_stored == 120
@@ -322,7 +331,7 @@ def test_a_predictor_waits_for_a_state_and_never_changes_the_model(
     with _Running(predictor_config) as predictor:
         # No state yet: it answers nothing (the input waits in Kafka) and says so.
         assert wait_for(lambda: predictor._follower is not None, 10)
-        time.sleep(1.0)  # five refresh periods
+        time.sleep(1.0)  # four refresh periods
         assert predictor.processor is None and predictor._consumer is None
         assert predictor.metrics.replica[0]._value.get() == 0
         assert read_all(servers, topics["predictor-out"], idle=0.5) == []
