@@ -42,7 +42,8 @@ Fencing of zombies
     :meth:`next_epoch` after :meth:`restore`), and readers take the highest epoch first, so the
     zombie's states are ignored; since each epoch has its own keys, the zombie cannot overwrite
     the new owner's records either. Besides, :meth:`publish` raises :class:`StaleEpochError`,
-    producing nothing, when this store has already seen a higher epoch of that model. After each
+    producing nothing, when this store has already seen a higher epoch of that model; an owner
+    learns of one by :meth:`newest_epoch`, reading on to its own publish. After each
     complete state, an owner tombstones the keys of older epochs it has seen (and chunks left
     over in the slot it wrote), so that once compacted the topic holds one epoch's two slots
     and claim per model; a zombie's writes after that stay until an owner reads them.

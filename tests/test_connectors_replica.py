@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from connectors.cli import _config as config_of_flags
-from connectors.cli import build_parser
+from connectors.cli import build_parser, main
 from connectors.config import ConfigError, load_config
 from connectors.daemon import Daemon, DaemonError, ensure_topics
 from connectors.metrics import Metrics
@@ -53,7 +53,9 @@ def test_defaults_leave_a_learner_as_it_was():
     assert load_config(None, {"kafka.group_id": "g7"}, {}).kafka.state_topic == "g7.state"
 
 
-def test_a_predictor_needs_its_learners_state_topic_set_explicitly():
+def test_a_predictor_needs_its_learners_state_topic_set_explicitly(capsys):
+    assert main(["serve", "--role", "predictor", "--bootstrap-servers", "k:9092"]) == 2
+    assert "kafka.state_topic set explicitly" in capsys.readouterr().err
     settings = {"daemon.role": "predictor", "kafka.bootstrap_servers": "k:9092",
                 "kafka.group_id": "replica-1"}
     with pytest.raises(ConfigError, match=r"kafka\.state_topic set explicitly"):

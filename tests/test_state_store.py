@@ -408,6 +408,24 @@ def test_claims_keep_an_epoch_taken_and_a_concurrent_claim_loses(broker, store_o
 
 
 @pytest.mark.broker
+def test_an_owner_sees_a_newer_claim_by_reading_on_to_its_own_publish(
+        broker, store_of):  # noqa: F811
+    topic = unique("state-newest-epoch")
+    owner = store_of(topic, max_record_bytes=8192)
+    owner.ensure_topic()
+    assert owner.claim_epoch("m") == 0
+    # Chunked: the offset returned is that of the last chunk.
+    last = owner.publish("m", arrays_of(60), {}, next_offset=1, epoch=0, sequence=1)
+    assert last >= 2
+    assert owner.newest_epoch("m", last) == 0
+    assert store_of(topic).claim_epoch("m") == 1  # another owner takes the model over
+    last = owner.publish("m", arrays_of(2), {}, next_offset=2, epoch=0, sequence=2)
+    assert owner.newest_epoch("m", last) == 1
+    with pytest.raises(StaleEpochError):
+        owner.publish("m", arrays_of(3), {}, next_offset=3, epoch=0, sequence=3)
+
+
+@pytest.mark.broker
 def test_delete_tombstones_every_key_of_the_model(broker, store_of):  # noqa: F811
     servers = broker.bootstrap_servers
     topic = unique("state-delete")
