@@ -16,6 +16,10 @@ Guarantees
       topic, a broker that lost its data) each stop the daemon with a message saying what to
       do, unless the operator chose a policy (``checkpoint.start_fresh``,
       ``kafka.on_partition_reset``).
+    - With ``daemon.role = "predictor"`` it is a prediction replica instead: it serves the
+      newest model a learner published on ``kafka.state_topic`` (connectors.replica), swapped
+      in between two polls, never changes it, writes no checkpoint and commits its own group's
+      offsets. Until it has a model it consumes nothing.
     - Every message gets an output or a dead letter; a failure while handling one message
       dead-letters it. A batch that fails as a whole (a bug) stops the daemon without
       checkpointing or committing anything of that batch.

@@ -177,7 +177,14 @@ class StateFollower:
         store = state_store_for(self.config)
         try:
             while not self.stop_event.is_set():
-                self.refresh(store)
+                try:
+                    self.refresh(store)
+                except Exception:
+                    # A bug here must not leave the predictor serving one model for ever
+                    # without a word: logged, counted, tried again at the next refresh.
+                    log.exception("reading the state topic %s failed unexpectedly",
+                                  self.config.kafka.state_topic)
+                    self.metrics.replica[3].labels(outcome="failed").inc()
                 self.stop_event.wait(self.config.predictor.refresh_seconds)
         finally:
             store.close()
