@@ -100,7 +100,7 @@ def _positive_numbers(value: dict) -> str | None:
 
 #: The estimators the daemon serves (``model.type``).
 MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
-               "IncrementalLSSVR")
+               "IncrementalLSSVR", "IncrementalSVR", "SlidingWindowSVR")
 
 
 def _port(value: int) -> str | None:
@@ -175,6 +175,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "degree": Setting(int, 3, _positive),
         "coef0": Setting(float, 0.0),
         "reserve_epsilon": Setting(float, None, _non_negative, optional=True),
+        "epsilon": Setting(float, 0.1, _non_negative),
         "ridge": Setting(float, 0.0, _non_negative),
         "max_breakpoints": Setting(int, None, _positive, optional=True),
         "classes": Setting(list, None, _two_classes, optional=True),

@@ -182,6 +182,23 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return pd.Series(theta[support], index=pd.Index([keys[i] for i in support],
                                                         dtype=object), name="dual_coef")
 
+    def relabel_one(self, key: Hashable, y: object) -> None:
+        """Give a stored sample a new target: exact forget, then exact learn under the same
+        key (in a window the sample comes back as the newest arrival). All or nothing: if the
+        learn is refused after the forget, the model is exactly as before.
+
+        >>> model = IncrementalSVR(C=1.0, epsilon=0.0, kernel="linear")
+        >>> model.learn_one({"a": 1.0}, 1.0, key="s")
+        >>> model.relabel_one("s", 3.0)
+        >>> model.stored_point("s")
+        ({'a': 1.0}, 3.0)
+        """
+        target = _target(y)
+        x, _ = self.stored_point(key)
+        with self._all_or_nothing():
+            self.forget_one(key=key)
+            self.learn_one(x, target, key=key)
+
     def _apply(self, rows: np.ndarray, targets: np.ndarray, add_keys: list[Hashable],
                forget_keys: list[Hashable]) -> None:
         """One engine path adding the samples (rows, targets) under ``add_keys`` and removing

@@ -20,7 +20,13 @@ from connectors.models import (
     restore_model,
 )
 from connectors.processor import Processor, Record
-from stream_svm import AlphaISVC, IncrementalLSSVC, IncrementalLSSVR
+from stream_svm import (
+    AlphaISVC,
+    IncrementalLSSVC,
+    IncrementalLSSVR,
+    IncrementalSVR,
+    SlidingWindowSVR,
+)
 
 
 def _points(count: int, seed: int = 0):
@@ -101,15 +107,20 @@ def test_checkpoints_written_before_a_setting_existed_match_its_default():
 # ------------------------------------------------------------------------------ regressor
 
 
-def test_a_regressor_predicts_numbers_and_reports_mae_and_rmse():
+REGRESSORS = [IncrementalLSSVR(rho=0.1), IncrementalSVR(C=10.0, epsilon=0.01, gamma=0.5),
+              SlidingWindowSVR(window_size=100, step=5, C=10.0, epsilon=0.01, gamma=0.5)]
+
+
+@pytest.mark.parametrize("regressor", REGRESSORS, ids=[type(r).__name__ for r in REGRESSORS])
+def test_a_regressor_predicts_numbers_and_reports_mae_and_rmse(regressor):
     xs = _points(60, seed=1)
     targets = [2.0 * x["a"] - x["b"] + 0.5 for x in xs]
-    processor = Processor(IncrementalLSSVR(rho=0.1))
+    processor = Processor(regressor.clone())
     messages = [{"id": i, "x": x, "y": t} for i, (x, t) in enumerate(zip(xs, targets,
                                                                        strict=True))]
     result = processor.process(_records(messages))
     assert not result.dead_letters
-    reference = IncrementalLSSVR(rho=0.1)
+    reference = regressor.clone()
     errors = []
     for i, (output, x, t) in enumerate(zip(result.outputs, xs, targets, strict=True)):
         record = output.record
@@ -212,6 +223,8 @@ CHECKPOINTED = [
                           "classes": "no,yes"}, False),
     ("IncrementalLSSVR", {"rho": 0.2}, True),
     ("IncrementalSVC", {"reserve_epsilon": 0.5, "classes": "no,yes"}, False),
+    ("IncrementalSVR", {"epsilon": 0.05, "C": 5.0, "gamma": 0.5}, True),
+    ("SlidingWindowSVR", {"window_size": 30, "step": 4, "epsilon": 0.0}, True),
 ]
 
 
