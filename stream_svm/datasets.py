@@ -157,13 +157,19 @@ def available_rivers(directory: str | Path) -> list[str]:
     )
 
 
+#: What :func:`load_river_flow` can predict.
+RIVER_FLOW_TARGETS = ("rises", "flow")
+
+
 def load_river_flow(
     directory: str | Path,
     river: str = "fisher",
     lags: int = 7,
     scaled: bool = True,
+    target: str = "rises",
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Build the river-flow classification task of Karasuyama & Takeuchi (2009) as arrays.
+    """Build the river-flow task of Karasuyama & Takeuchi (2009) as arrays: the classification
+    (does the flow rise?) or, with ``target="flow"``, the regression (the flow itself).
 
     With days numbered ``0..n-1`` in file order, there is one sample per day ``t = lags..n-1``
     (``n - lags`` samples, in time order; 1454 for the Fisher River with ``lags=7``):
@@ -173,7 +179,8 @@ def load_river_flow(
       never a feature.
     - ``y[t - lags]`` is ``+1.0`` if ``flow[t] > flow[t-1]`` and ``-1.0`` otherwise; days of
       unchanged flow count as ``-1`` (as in the paper's counts: 563 rises and 891 others for
-      the Fisher River, of which 103 unchanged).
+      the Fisher River, of which 103 unchanged). With ``target="flow"`` it is ``flow[t]``, in
+      the file's units and never scaled: the next day's flow from the previous ``lags`` days.
 
     With ``scaled=True`` every column of ``X`` is min-max scaled to ``[0, 1]`` over all the
     samples, as in the paper; a constant column becomes 0. This is a global transform that looks
@@ -191,13 +198,16 @@ def load_river_flow(
         Number of previous days per variable; gives ``3 * lags`` features.
     scaled
         Min-max scale the columns (``True``) or return the raw values (``False``).
+    target
+        ``"rises"`` (+1 / -1, the paper's classification) or ``"flow"`` (the day's flow).
 
     Returns
     -------
     X
         Float array of shape ``(n - lags, 3 * lags)``.
     y
-        Float array of ``+1.0`` (flow rises) and ``-1.0`` (otherwise), shape ``(n - lags,)``.
+        Float array of ``+1.0`` (flow rises) and ``-1.0`` (otherwise), or of the flows with
+        ``target="flow"``, shape ``(n - lags,)``.
     feature_names
         The column names of ``X``, see :func:`river_flow_feature_names`.
 
@@ -206,8 +216,8 @@ def load_river_flow(
     FileNotFoundError
         If the directory or one of the three files is missing.
     ValueError
-        If a file is malformed, the three series differ in length, or there are not more than
-        ``lags`` days.
+        If a file is malformed, the three series differ in length, there are not more than
+        ``lags`` days, or ``target`` is unknown.
 
     Example
     -------
@@ -215,6 +225,8 @@ def load_river_flow(
     >>> X.shape, int((y == 1).sum()), names[:2]  # doctest: +SKIP
     ((1454, 21), 563, ['temperature_lag1', 'temperature_lag2'])
     """
+    if target not in RIVER_FLOW_TARGETS:
+        raise ValueError(f"target must be one of {RIVER_FLOW_TARGETS}, got {target!r}")
     names = river_flow_feature_names(lags)
     series = _read_river(Path(directory), river)
     n_days = len(series[-1])
@@ -227,7 +239,10 @@ def load_river_flow(
     columns = [values[lags - k : n_days - k] for values in series for k in range(1, lags + 1)]
     X = np.column_stack(columns)
     flow = series[-1]
-    y = np.where(flow[lags:] > flow[lags - 1 : -1], 1.0, -1.0)
+    if target == "flow":
+        y = np.array(flow[lags:], dtype=float)
+    else:
+        y = np.where(flow[lags:] > flow[lags - 1 : -1], 1.0, -1.0)
 
     if scaled:
         X = _min_max_scale(X)
@@ -238,7 +253,8 @@ class RiverFlow(base.Dataset):
     """The river-flow task as a River stream of ``(x, y)`` in time order.
 
     ``x`` is a dict from the feature names of :func:`river_flow_feature_names` to floats and
-    ``y`` is ``True`` when the flow of the day rises above the previous day's. The samples are
+    ``y`` is ``True`` when the flow of the day rises above the previous day's (or, with
+    ``target="flow"``, the day's flow: a regression stream). The samples are
     exactly the rows of :func:`load_river_flow` (read once, when the stream is created), so see
     there for which days each lag refers to and for the scaling.
 
@@ -252,6 +268,8 @@ class RiverFlow(base.Dataset):
         Number of previous days per variable; gives ``3 * lags`` features.
     scaled
         Min-max scale every feature to ``[0, 1]`` over the whole series, as in the paper.
+    target
+        ``"rises"`` (default) or ``"flow"``.
 
     Examples
     --------
@@ -268,11 +286,17 @@ class RiverFlow(base.Dataset):
         river: str = "fisher",
         lags: int = 7,
         scaled: bool = True,
+        target: str = "rises",
     ) -> None:
-        X, y, names = load_river_flow(directory, river=river, lags=lags, scaled=scaled)
-        super().__init__(
-            task=base.BINARY_CLF, n_features=X.shape[1], n_samples=X.shape[0], n_classes=2
-        )
+        X, y, names = load_river_flow(directory, river=river, lags=lags, scaled=scaled,
+                                      target=target)
+        if target == "flow":
+            super().__init__(task=base.REG, n_features=X.shape[1], n_samples=X.shape[0])
+        else:
+            super().__init__(
+                task=base.BINARY_CLF, n_features=X.shape[1], n_samples=X.shape[0], n_classes=2
+            )
+        self.target = target
         self.directory = Path(directory)
         self.river = river
         self.lags = lags
@@ -290,9 +314,10 @@ class RiverFlow(base.Dataset):
         """``(X, y, feature_names)`` as returned by :func:`load_river_flow` (copies)."""
         return self._X.copy(), self._y.copy(), list(self._names)
 
-    def __iter__(self) -> Iterator[tuple[dict[str, float], bool]]:
-        for row, label in zip(self._X.tolist(), self._y.tolist(), strict=True):
-            yield dict(zip(self._names, row, strict=True)), label > 0
+    def __iter__(self) -> Iterator[tuple[dict[str, float], bool | float]]:
+        regression = self.target == "flow"
+        for row, value in zip(self._X.tolist(), self._y.tolist(), strict=True):
+            yield dict(zip(self._names, row, strict=True)), value if regression else value > 0
 
 
 def _check_lags(lags: int) -> None:

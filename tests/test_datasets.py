@@ -71,6 +71,15 @@ def test_fisher_task_has_the_papers_counts(fisher_dir: Path) -> None:
     assert names == FISHER_NAMES
 
 
+def test_fisher_flow_target_is_the_next_samples_first_flow_lag(fisher_dir: Path) -> None:
+    X, y, names = load_river_flow(fisher_dir, "fisher", scaled=False, target="flow")
+    rises = load_river_flow(fisher_dir, "fisher")[1]
+    assert y.shape == (1454,) and np.all(y >= 0)
+    # Today's flow is tomorrow's flow_lag1, and rises are the flow going up.
+    np.testing.assert_array_equal(y[:-1], X[1:, names.index("flow_lag1")])
+    np.testing.assert_array_equal(rises > 0, y > X[:, names.index("flow_lag1")])
+
+
 def test_fisher_first_sample_holds_the_first_seven_days_newest_first(fisher_dir: Path) -> None:
     X, y, names = load_river_flow(fisher_dir, "fisher", scaled=False)
     first = dict(zip(names, X[0], strict=True))
@@ -194,6 +203,20 @@ def test_toy_river_exact_layout(tmp_path: Path) -> None:
         dict(zip(names, [13.0, 12.0, 2.0, 0.0, 4.0, 6.0], strict=True)),
         True,
     )
+
+
+def test_toy_river_flow_target_is_the_days_flow(tmp_path: Path) -> None:
+    _write_river(tmp_path, [10.0, 11.0, 12.0, 13.0, 14.0], [0.0, 1.0, 0.0, 2.0, 0.0],
+                 [5.0, 6.0, 6.0, 4.0, 7.0])
+    X, y, _ = load_river_flow(tmp_path, "toy", lags=2, scaled=True, target="flow")
+    # The flows of days 2, 3, 4, unscaled, beside the same (scaled) features as the classes'.
+    np.testing.assert_array_equal(y, [6.0, 4.0, 7.0])
+    np.testing.assert_array_equal(X, load_river_flow(tmp_path, "toy", lags=2)[0])
+    stream = RiverFlow(tmp_path, "toy", lags=2, target="flow")
+    assert [target for _, target in stream] == [6.0, 4.0, 7.0]
+    assert stream.task == "Regression"
+    with pytest.raises(ValueError, match="target must be one of"):
+        load_river_flow(tmp_path, "toy", lags=2, target="level")
 
 
 def test_constant_column_scales_to_zero(tmp_path: Path) -> None:
