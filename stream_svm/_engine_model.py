@@ -169,6 +169,9 @@ class _EngineModel:
     def _frame(self, X: pd.DataFrame) -> tuple[np.ndarray, list[Hashable]]:
         if not isinstance(X, pd.DataFrame):
             raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
+        fast = self._features.vectorize_frame(X)
+        if fast is not None:
+            return fast
         return self._features.vectorize_many(X.to_dict(orient="records"))
 
     def _new_key(self) -> AutoKey:

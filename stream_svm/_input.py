@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -208,6 +209,37 @@ class FeatureSpace:
             row[column] = value
         row[len(self.names) :] = new_values
         return row, new_names
+
+    def vectorize_frame(self, frame: Any) -> tuple[np.ndarray, list[Hashable]] | None:
+        """:meth:`vectorize_many` of a DataFrame's rows straight from its numeric columns (the
+        same matrix and new names, in the same order), or None when the frame needs the
+        row-by-row path: non-numeric or boolean columns, repeated names, or infinite values
+        (whose error that path names)."""
+        names = list(frame.columns)
+        if len(set(names)) != len(names) or not all(
+                dtype.kind in "fiu" for dtype in frame.dtypes):
+            return None
+        values = frame.to_numpy(dtype=float, copy=True)
+        if np.isinf(values).any():
+            return None
+        values[np.isnan(values)] = 0.0
+        known = [(j, self.index[name]) for j, name in enumerate(names) if name in self.index]
+        unknown = [j for j, name in enumerate(names) if name not in self.index]
+        # New names in first-seen order: by the first row where they are nonzero, then by
+        # their place in the row (a dict's order), as vectorize_many meets them.
+        first_seen = []
+        for j in unknown:
+            nonzero = np.flatnonzero(values[:, j])
+            if nonzero.size:
+                first_seen.append((int(nonzero[0]), j))
+        first_seen.sort()
+        width = len(self.names) + len(first_seen)
+        matrix = np.zeros((values.shape[0], width))
+        for j, column in known:
+            matrix[:, column] = values[:, j]
+        for offset, (_, j) in enumerate(first_seen):
+            matrix[:, len(self.names) + offset] = values[:, j]
+        return matrix, [names[j] for _, j in first_seen]
 
     def vectorize_many(
         self, rows: Iterable[Mapping[Hashable, object]]

@@ -100,9 +100,9 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         engine = self._engine
         if engine.n == 0:
             return 0, 0
-        keys, upper, theta = self._theta()
-        status = engine.status
-        lower = np.array([engine.position((key, LOWER)) for key in keys], dtype=np.int64)
+        upper, lower = self._pairs_by_age()
+        alpha, y, status = engine.alpha, engine.y, engine.status
+        theta = alpha[upper] * y[upper] + alpha[lower] * y[lower]
         on_edge = (status[upper] == MARGIN) | (status[lower] == MARGIN)
         # With epsilon = 0 a sample may hold both coefficients at C (theta = 0, f = t): the
         # same solution as both at 0, so it counts as inside, not as an error.
@@ -143,17 +143,26 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}, \
             self._targets[key]
 
+    def _pairs_by_age(self) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of every stored sample's upper and lower point, oldest sample first.
+
+        The two points of a sample are added and removed together with consecutive sequence
+        numbers (upper first), so in sequence order they alternate upper, lower."""
+        engine = self._engine
+        order = np.argsort(engine.sequence, kind="stable")
+        upper, lower = order[0::2], order[1::2]
+        if not (np.all(engine.y[upper] > 0) and np.all(engine.y[lower] < 0)):
+            raise AssertionError("a sample's two points are not stored together")
+        return upper, lower
+
     def _theta(self) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
         """Per stored sample, oldest first: its key, its position (upper point) and theta =
         alpha - alpha*."""
         engine = self._engine
-        keys = engine.keys
-        upper = [i for i, (_, side) in enumerate(keys) if side == UPPER]
-        upper = np.array(upper, dtype=np.int64)
-        upper = upper[np.argsort(engine.sequence[upper], kind="stable")]
-        lower = np.array([engine.position((keys[i][0], LOWER)) for i in upper], dtype=np.int64)
+        upper, lower = self._pairs_by_age()
         alpha, y = engine.alpha, engine.y
         theta = alpha[upper] * y[upper] + alpha[lower] * y[lower]
+        keys = engine.keys
         return [keys[i][0] for i in upper], upper, theta
 
     def support_vectors(self) -> pd.DataFrame:
@@ -601,8 +610,9 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         return self._engine.n // 2
 
     def _oldest(self, count: int) -> list[Hashable]:
-        keys, _, _ = self._theta()  # oldest first
-        return keys[:count]
+        upper, _ = self._pairs_by_age()
+        keys = self._engine.keys
+        return [keys[i][0] for i in upper[:count]]
 
     def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
                        remove: list[Hashable]) -> None:

@@ -42,3 +42,30 @@ def test_vectorize_many():
     matrix, new = space.vectorize_many([{"a": 1, "b": 2}, {"c": 3}])
     assert new == ["b", "c"]
     assert matrix.tolist() == [[1, 2, 0], [0, 0, 3]]
+
+
+def test_a_numeric_frame_vectorizes_as_its_rows_do():
+    """The fast path for DataFrames gives the matrix and the new names (in first-seen order)
+    that vectorizing the rows one by one gives; frames it cannot take fall back."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        known = [f"k{i}" for i in range(int(rng.integers(0, 4)))]
+        columns = list(rng.permutation(known + [f"n{i}" for i in range(int(rng.integers(0, 4)))]))
+        values = rng.standard_normal((int(rng.integers(1, 6)), len(columns)))
+        values[rng.random(values.shape) < 0.4] = 0.0
+        values[rng.random(values.shape) < 0.1] = np.nan
+        frame = pd.DataFrame(values, columns=columns)
+        if trial % 3 == 0 and columns:
+            frame[columns[0]] = rng.integers(-3, 3, len(frame))  # an int column
+        space = FeatureSpace(known)
+        fast = space.vectorize_frame(frame)
+        slow = space.vectorize_many(frame.to_dict(orient="records"))
+        assert fast is not None
+        np.testing.assert_array_equal(fast[0], slow[0])
+        assert fast[1] == slow[1]
+    space = FeatureSpace(["a"])
+    assert space.vectorize_frame(pd.DataFrame({"a": [1.0], "b": [True]})) is None
+    assert space.vectorize_frame(pd.DataFrame({"a": ["x"]})) is None
+    assert space.vectorize_frame(pd.DataFrame({"a": [np.inf]})) is None
