@@ -371,8 +371,32 @@ class PathEngine:
                         features: np.ndarray | None = None) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p (``features``:
         ``_features_by_column()`` when the caller has it)."""
-        n = self.n
         positions = np.asarray(positions, dtype=np.int64)
+        starts = None
+        if positions.size > 1:
+            # A point equal to the one before it in the list (the two points of a regression
+            # sample) has the same kernel column: each run of equal points is computed once.
+            repeats = np.all(self._X[positions[1:]] == self._X[positions[:-1]], axis=1)
+            if repeats.any():
+                starts = np.concatenate([[True], ~repeats])
+        if starts is None:
+            columns = self._kernel_block(positions, features)
+        else:
+            columns = self._kernel_block(positions[starts], features)[:, np.cumsum(starts) - 1]
+        if not np.all(np.isfinite(columns)):
+            # inf or nan would propagate silently into f, g and the factor (a nan compares
+            # False with every threshold): refuse the points instead.
+            raise ValueError(
+                "a kernel value of a new or stored point is not finite (features too large for "
+                "this kernel); the model is unchanged"
+            )
+        if self.ridge:
+            columns[positions, np.arange(positions.size)] += self.ridge
+        return columns
+
+    def _kernel_block(self, positions: np.ndarray, features: np.ndarray | None) -> np.ndarray:
+        """K(x_i, x_p) for all stored i and the given positions p, without the ridge."""
+        n = self.n
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         # Compiled, one contiguous column per position: RBF always (with numpy's vectorized
         # exp), the others for one column (many go faster through BLAS).
@@ -385,20 +409,9 @@ class PathEngine:
                                          block, not rbf)
                 if rbf:
                     np.exp(block, out=block)
-            columns = block.T
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):
-                columns = self.kernel(self._X[:n], self._X[positions])
-        if not np.all(np.isfinite(columns)):
-            # inf or nan would propagate silently into f, g and the factor (a nan compares
-            # False with every threshold): refuse the points instead.
-            raise ValueError(
-                "a kernel value of a new or stored point is not finite (features too large for "
-                "this kernel); the model is unchanged"
-            )
-        if self.ridge:
-            columns[positions, np.arange(positions.size)] += self.ridge
-        return columns
+            return block.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.kernel(self._X[:n], self._X[positions])
 
     # ------------------------------------------------------------------ margin set
     def _shift(self, diag_max: float) -> float:
