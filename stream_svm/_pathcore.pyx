@@ -201,7 +201,7 @@ N_INTS = 10
 
 # Migration counters (``counts``), in this order.
 MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
-              "reserve->margin", "error->margin", "added->error")
+              "reserve->margin", "error->margin", "added->error", "flipped")
 cdef enum:
     M_MARGIN_ERROR = 0
     M_MARGIN_RESERVE = 1
@@ -210,6 +210,7 @@ cdef enum:
     M_RESERVE_MARGIN = 4
     M_ERROR_MARGIN = 5
     M_ADDED_ERROR = 6
+    M_FLIPPED = 7
 
 cdef int REFRESH_STEPS = 64
 
@@ -306,7 +307,8 @@ cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_dri
 def follow_path(
     int kernel_kind, double gamma, int degree, double coef0, double ridge,
     double[:, ::1] XT, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
-    double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
+    double[::1] y, double[::1] p, double[::1] gap, double[::1] alpha, double[::1] g,
+    signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
     double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
     double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding,
@@ -325,7 +327,7 @@ def follow_path(
     cdef int code
     with nogil:
         code = _follow(kernel_kind, gamma, degree, coef0, ridge, XT, n, C, kkt_tol,
-                       degeneracy_tol, y, alpha, g, status, slot_of, h, h_abs, h_drift,
+                       degeneracy_tol, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift,
                        columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D,
                        driven_effect, fs,
                        ints, counts, column, work, recent, recent_of, change, eta,
@@ -350,9 +352,11 @@ cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, dou
 
 
 cdef Py_ssize_t _tied_event(long[::1] candidate, double[::1] eta, double[::1] sensitivity,
-                            Py_ssize_t n_candidates, double window, Py_ssize_t* best) noexcept nogil:
+                            Py_ssize_t n_candidates, double window, Py_ssize_t n_points,
+                            Py_ssize_t* best) noexcept nogil:
     """How many listed events lie within ``window``; ``best`` gets the index (in the list)
-    of the one of largest sensitivity, then lowest position."""
+    of the one of largest sensitivity, then lowest position (a flip is listed as its position
+    plus ``n_points``)."""
     cdef Py_ssize_t c, n_ties = 0
     best[0] = -1
     for c in range(n_candidates):
@@ -360,7 +364,7 @@ cdef Py_ssize_t _tied_event(long[::1] candidate, double[::1] eta, double[::1] se
             n_ties += 1
             if (best[0] < 0 or sensitivity[c] > sensitivity[best[0]]
                     or (sensitivity[c] == sensitivity[best[0]]
-                        and candidate[c] < candidate[best[0]])):
+                        and candidate[c] % n_points < candidate[best[0]] % n_points)):
                 best[0] = c
     return n_ties
 
@@ -368,7 +372,8 @@ cdef Py_ssize_t _tied_event(long[::1] candidate, double[::1] eta, double[::1] se
 cdef int _follow(
     int kernel_kind, double gamma, int degree, double coef0, double ridge,
     double[:, ::1] XT, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
-    double[::1] y, double[::1] alpha, double[::1] g, signed char[::1] status,
+    double[::1] y, double[::1] p, double[::1] gap, double[::1] alpha, double[::1] g,
+    signed char[::1] status,
     long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
     double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
     double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding,
@@ -385,7 +390,7 @@ cdef int _follow(
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha
-    cdef bint any_active, bias_only, finish, any_event, rising, falling
+    cdef bint any_active, bias_only, finish, any_event, rising, falling, flipping
     cdef signed char state
     cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
     cdef double* row
@@ -515,11 +520,14 @@ cdef int _follow(
             state = status[i]
             rising = (state == ERROR or state == ADDING) and value > tol_g
             falling = state == RESERVE and value < -tol_g
-            if (rising or falling) and not blocked[i]:
-                step = -g[i] / value
+            # A reserve point whose g rises to its gap reaches its other side's margin (a
+            # regression sample at the tube's other edge): listed as i + n, a flip.
+            flipping = state == RESERVE and value > tol_g and gap[i] < INFINITY
+            if (rising or falling or flipping) and not blocked[i]:
+                step = ((gap[i] - g[i]) if flipping else -g[i]) / value
                 if step < 0.0:
                     step = 0.0
-                candidate[n_candidates] = i
+                candidate[n_candidates] = i + n if flipping else i
                 eta[n_candidates] = step
                 sensitivity[n_candidates] = fabs(value)
                 n_candidates += 1
@@ -588,7 +596,7 @@ cdef int _follow(
             for i in range(n):
                 driven_effect[i] *= value
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
-        n_ties = _tied_event(candidate, eta, sensitivity, n_candidates, window, &best)
+        n_ties = _tied_event(candidate, eta, sensitivity, n_candidates, window, n, &best)
         if n_ties > 1:
             eta_unit = 1.0
             if any_event and 1.0 / sens_max < eta_unit:
@@ -601,8 +609,14 @@ cdef int _follow(
                 if coefficient_scale > 0 and coefficient_scale / beta_scale < eta_unit:
                     eta_unit = coefficient_scale / beta_scale
             window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
-            _tied_event(candidate, eta, sensitivity, n_candidates, window, &best)
+            _tied_event(candidate, eta, sensitivity, n_candidates, window, n, &best)
         chosen = candidate[best]
+        if chosen >= n:  # a flip: the point joins S on its other side
+            chosen -= n
+            y[chosen] = -y[chosen]
+            p[chosen] = gap[chosen] - p[chosen]
+            g[chosen] = gap[chosen] - g[chosen]
+            counts[M_FLIPPED] += 1
         ints[I_BREAKPOINTS_] += 1
         state = status[chosen]
         if state == MARGIN:
@@ -734,7 +748,7 @@ cdef int _enter_margin(
 
 
 def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] margin,
-              double[::1] y, double[::1] p, double[::1] alpha, signed char[::1] status, double[::1] h,
+              double[::1] y, double[::1] p, double[::1] gap, double[::1] alpha, signed char[::1] status, double[::1] h,
               double[::1] h_abs, double[::1] h_drift, double b, double kkt_tol, double[::1] g,
               double[::1] terms):
     """Refresh g_i = y_i f(x_i) + p_i with f = h + b + sum_S K(x_i, x_s) y_s alpha_s, and the
@@ -773,8 +787,8 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                 violation = fabs(g[i])
                 if violation / terms[i] > residual:
                     residual = violation / terms[i]
-            else:
-                violation = -g[i] if g[i] < 0.0 else 0.0
+            else:  # reserve: 0 <= g <= gap (the other side's g is gap - g)
+                violation = -g[i] if g[i] < 0.0 else (g[i] - gap[i] if g[i] > gap[i] else 0.0)
             if not (isfinite(g[i]) and violation <= kkt_tol * terms[i]):
                 kkt_ok = False
             if h_drift[i] != 0.0:

@@ -18,41 +18,15 @@ g >= 0), where ``g_i = y_i f(x_i) - 1``.
 
 Formulations. More generally the engine solves ``min 1/2 a'Ka + p'alpha`` with a = y * alpha,
 under the same constraints, for per-point linear terms p given with the points (``linear`` in
-:meth:`PathEngine.update`), so that ``g_i = y_i f(x_i) + p_i``. Classification is p = -1. The
-epsilon-insensitive regression (SVR) of a sample (x, t) is two points with the same x: sign +1
-with p = epsilon - t (alpha) and sign -1 with p = epsilon + t (alpha*), f(x) = sum (alpha -
-alpha*) K + b; both never hold a nonzero coefficient at once (their g sum to 2 epsilon), and
-with epsilon = 0 the second to reach the margin set is its twin's duplicate and is refused
-entry, as any duplicate is. The path, the sets, the factor and every check are the same.
-
-Numerics. With beta = y * dalpha, the margin conditions read ``K_SS beta_S + db 1 = r`` and
-``1' beta_S = s``. The engine factorizes ``P = K_SS + t 11' (+ ridge I)`` with an upper Cholesky
-factor instead of inverting the bordered matrix: ``P`` is positive definite exactly when the
-bordered system is nonsingular (for any t > 0), so the same factor serves linear kernels with
-|S| = d + 1, and a point whose Schur complement in ``P`` is numerically zero (a duplicate, the
-same x under the opposite label, a linear kernel with |S| > d + 1) is refused entry to S. Points
-leave S by Givens rotations on the factor (stable, O(|S|^2)). A residual check after every update
-re-solves the margin system from a fresh factorization when round-off has accumulated.
-
-Recovery. An update whose result fails the KKT check is redone from the snapshot one point at a
-time; a point whose path still ends off the KKT conditions (typically after its removal shrank
-the solution's terms by orders of magnitude, so that its set changes were resolved only to the
-round-off of the old terms) is repaired: the few violators are removed and added back along the
-path, at the new scale. Only then is the update refused (ConvergenceError, model unchanged).
-
-Scale. Every tolerance is relative to the quantity it guards, never absolute: kernel values to
-the largest K(x, x) seen, coefficients to C and to the coefficients themselves, g (dimensionless)
-to the magnitude of the terms summed into it, point by point (``g_terms``). Learning is
-therefore invariant to
-a common rescaling: features times s with C / s^2 under a linear kernel (or gamma / s^2 under
-RBF and polynomial kernels, the same Gram matrix) follows the same path. Kernel values that are
-not finite are refused with ValueError.
-
-Empty margin set (Karasuyama sec 3.3). With sum(y dalpha_D) != 0 the driven points cannot move
-alone: b moves to the end of its feasible interval from which a point can enter S and absorb the
-imbalance (a "bias-only" step). With sum(y dalpha_D) = 0 the driven points move with b fixed
-until a point reaches the margin; b stays feasible because every crossing is an event. (The
-paper traces both bounds of the bias interval instead; both paths end at the same optimum.)
+:meth:`PathEngine.update`), so that ``g_i = y_i f(x_i) + p_i``. Classification is p = -1. A
+point may also have a finite *gap* (``gap``): it then has two sides, the second with sign -y
+and linear term gap - p, whose g is gap - g. That is epsilon-insensitive regression (SVR): a
+sample (x, t) is one point with y = +1, p = epsilon - t (the upper edge of the tube, its
+coefficient alpha) and gap 2 epsilon, whose other side is y = -1, p = epsilon + t (the lower
+edge, alpha*); f(x) = sum theta_i K(x_i, x) + b with theta = y alpha in [-C, C]. A reserve
+point holds 0 <= g <= gap (inside the tube); when its g reaches the gap along the path it
+changes side (y, p and g flip) and enters S there, its coefficient passing through 0. The
+path, the sets, the factor and every check are otherwise the same.
 """
 
 from __future__ import annotations
@@ -172,6 +146,9 @@ class PathEngine:
         # The dual's linear term of each point (see the module docstring): -1 for
         # classification, epsilon -+ the target for the two points of a regression sample.
         self._p = np.zeros(0)
+        # A point's gap: the sum of the linear terms of its two sides (2 epsilon for a
+        # regression sample, which is one point whose side flips; inf for classification).
+        self._gap = np.zeros(0)
         self._alpha = np.zeros(0)
         self._g = np.zeros(0)
         # E's contribution to f at every stored point: sum_{j in E} C y_j K(x_i, x_j).
@@ -236,6 +213,11 @@ class PathEngine:
     def linear(self) -> np.ndarray:
         """The dual's linear terms p of the stored points (-1 for classification)."""
         return self._p[: self.n]
+
+    @property
+    def gap(self) -> np.ndarray:
+        """The gaps of the stored points (inf for classification, see the module docstring)."""
+        return self._gap[: self.n]
 
     @property
     def g(self) -> np.ndarray:
@@ -335,6 +317,7 @@ class PathEngine:
         self._X = grow(self._X)
         self._y = grow(self._y)
         self._p = grow(self._p)
+        self._gap = grow(self._gap)
         self._alpha = grow(self._alpha)
         self._g = grow(self._g)
         self._h = grow(self._h)
@@ -484,8 +467,8 @@ class PathEngine:
         if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
             return terms, 0.0, True, False
         residual, kkt_ok, h_stale = _pathcore.refresh_g(
-            self._columns, self._store, n, self._margin, self._y, self._p, self._alpha,
-            self._status, self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
+            self._columns, self._store, n, self._margin, self._y, self._p, self._gap,
+            self._alpha, self._status, self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
             self._g if g is None else g, terms)
         return terms, residual, kkt_ok, h_stale
 
@@ -549,6 +532,7 @@ class PathEngine:
             "X": self._X[:n].copy(),
             "y": self._y[:n].copy(),
             "linear": self._p[:n].copy(),
+            "gap": self._gap[:n].copy(),
             "alpha": self._alpha[:n].copy(),
             "g": self._g[:n].copy(),
             "h": self._h[:n].copy(),
@@ -578,6 +562,7 @@ class PathEngine:
         self._X = snap["X"].copy()
         self._y = snap["y"].copy()
         self._p = snap["linear"].copy()
+        self._gap = snap["gap"].copy()
         self._alpha = snap["alpha"].copy()
         self._g = snap["g"].copy()
         self._h = snap["h"].copy()
@@ -612,26 +597,29 @@ class PathEngine:
         keys: Sequence[Hashable] | None = None,
         remove: Sequence[Hashable] = (),
         linear: np.ndarray | None = None,
+        gap: np.ndarray | None = None,
     ) -> UpdateStats:
         """Add the rows of ``X_add`` (labels ``y_add``, keys ``keys``) and remove the stored
         points named in ``remove``, in one exact path. Returns (and stores in
         ``last_update``) the update's statistics.
 
         ``linear`` gives the new points' linear terms p of the dual (default -1 each: the
-        classification SVM); a regression sample is two points, see the module docstring.
+        classification SVM) and ``gap`` their gaps (default inf; a regression sample is one
+        point with gap 2 epsilon, see the module docstring).
 
         Raises KeyError for an unknown or duplicate key, ValueError for malformed arrays, and
         ConvergenceError when the path needs more than ``max_breakpoints`` breakpoints; in every
         case the engine is left exactly as it was.
         """
         started = time.perf_counter()
-        X_add, y_add, keys, linear = self._check_update(X_add, y_add, keys, remove, linear)
+        X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,
+                                                             linear, gap)
         snapshot = self._snapshot()
         remove = list(remove)
         try:
             self.ensure_dim(X_add.shape[1])
             try:
-                stats = self._run_update(X_add, y_add, keys, remove, linear)
+                stats = self._run_update(X_add, y_add, keys, remove, linear, gap)
                 derailed = not self._kkt_holds()
             except ConvergenceError:
                 derailed = True
@@ -644,7 +632,7 @@ class PathEngine:
                 self.ensure_dim(X_add.shape[1])
                 if self.n:
                     self.recompute_error_contributions()
-                stats = self._one_at_a_time(X_add, y_add, keys, remove, linear)
+                stats = self._one_at_a_time(X_add, y_add, keys, remove, linear, gap)
         except BaseException:
             self._restore(snapshot)
             raise
@@ -654,14 +642,15 @@ class PathEngine:
         self.updates_total += 1
         return stats
 
-    def _one_at_a_time(self, X_add, y_add, keys, remove, linear) -> UpdateStats:
+    def _one_at_a_time(self, X_add, y_add, keys, remove, linear, gap) -> UpdateStats:
         total = UpdateStats(added=len(keys), removed=len(remove), retried=True)
-        steps = [([], [], [], [key], []) for key in remove]
-        steps += [(X_add[i : i + 1], y_add[i : i + 1], [key], [], linear[i : i + 1])
-                  for i, key in enumerate(keys)]
-        for X_one, y_one, key_one, remove_one, linear_one in steps:
+        steps = [([], [], [], [key], [], []) for key in remove]
+        steps += [(X_add[i : i + 1], y_add[i : i + 1], [key], [], linear[i : i + 1],
+                   gap[i : i + 1]) for i, key in enumerate(keys)]
+        for X_one, y_one, key_one, remove_one, linear_one, gap_one in steps:
             if len(key_one):
-                stats = self._run_update(X_one, y_one, key_one, remove_one, linear_one)
+                stats = self._run_update(X_one, y_one, key_one, remove_one, linear_one,
+                                         gap_one)
             else:
                 stats = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], remove_one)
             total.absorb(stats)
@@ -676,12 +665,19 @@ class PathEngine:
 
     def _violators(self) -> np.ndarray:
         """Positions whose KKT condition fails (relative to their terms, as in ``_kkt_holds``)."""
-        n = self.n
-        g, status = self._g[:n], self._status[:n]
-        violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
-        violation[self._margin] = np.abs(g[self._margin])
+        violation = self._violations()
         terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
         return np.flatnonzero(~(violation <= self.kkt_tol * terms))
+
+    def _violations(self) -> np.ndarray:
+        """Each point's violation of its KKT condition: |g| in S, g > 0 in E, g < 0 or (the
+        other side) g > gap in the reserve set."""
+        n = self.n
+        g, status = self._g[:n], self._status[:n]
+        violation = np.where(status == ERROR, np.maximum(g, 0.0),
+                             np.maximum(np.maximum(-g, 0.0), g - self._gap[:n]))
+        violation[self._margin] = np.abs(g[self._margin])
+        return violation
 
     def _repair(self, total: UpdateStats, rounds: int = 3) -> bool:
         """Bring a complete but derailed solution back to the KKT conditions; True on success.
@@ -706,12 +702,13 @@ class PathEngine:
             X_back = self._X[violators].copy()
             y_back = self._y[violators].copy()
             p_back = self._p[violators].copy()
+            gap_back = self._gap[violators].copy()
             sequence = self._seq[violators].copy()
             next_sequence = self._next_seq
             removal = self._run_update(np.zeros((0, self.dim)), np.zeros(0), [], keys)
             removal.migrations.pop("removed")  # the points are still stored: not a removal
             total.absorb(removal)
-            total.absorb(self._run_update(X_back, y_back, keys, [], p_back))
+            total.absorb(self._run_update(X_back, y_back, keys, [], p_back, gap_back))
             self._seq[[self._pos[key] for key in keys]] = sequence
             self._next_seq = next_sequence
             if self._kkt_holds():
@@ -723,7 +720,7 @@ class PathEngine:
         to the size of its own terms (``g_terms``), and sum(y alpha) = 0 to kkt_tol * C (False
         for anything non-finite)."""
         n = self.n
-        g, status = self._g[:n], self._status[:n]
+        g = self._g[:n]
         if not np.isfinite(self.b):
             return False
         if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
@@ -732,10 +729,8 @@ class PathEngine:
             return self._kkt_cache  # judged with g and its terms at the end of the update
         if not np.all(np.isfinite(g)):
             return False
-        violation = np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0))
-        violation[self._margin] = np.abs(g[self._margin])
         terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
-        return bool(np.all(violation <= self.kkt_tol * terms))
+        return bool(np.all(self._violations() <= self.kkt_tol * terms))
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -743,14 +738,16 @@ class PathEngine:
         g, status = self._g[:n], self._status[:n]
         worst = float(np.abs(g[self._margin]).max()) if self._margin.size else 0.0
         worst = max(worst, float(np.max(g, where=status == ERROR, initial=0.0)))
+        worst = max(worst, float(np.max(g - self._gap[:n], where=status == RESERVE,
+                                        initial=0.0)))
         return max(worst, float(-np.min(g, where=status == RESERVE, initial=0.0)))
 
-    def _check_update(self, X_add, y_add, keys, remove, linear=None):
+    def _check_update(self, X_add, y_add, keys, remove, linear=None, gap=None):
         if X_add is None:
             X_add = np.zeros((0, self.dim))
             y_add = np.zeros(0)
             keys = []
-            linear = None
+            linear = gap = None
         X_add = np.atleast_2d(np.asarray(X_add, dtype=float))
         y_add = np.asarray(y_add, dtype=float).reshape(-1)
         keys = list(keys) if keys is not None else []
@@ -771,6 +768,14 @@ class PathEngine:
                 raise ValueError(f"X_add has {m} rows but linear has {linear.size} terms")
             if not np.all(np.isfinite(linear)):
                 raise ValueError("linear contains non-finite values")
+        if gap is None:
+            gap = np.full(m, np.inf)
+        else:
+            gap = np.asarray(gap, dtype=float).reshape(-1)
+            if gap.size != m:
+                raise ValueError(f"X_add has {m} rows but gap has {gap.size} values")
+            if np.any(np.isnan(gap)) or np.any(gap < 0):
+                raise ValueError("gap must hold numbers >= 0 (inf: no second side)")
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
         seen: set = set()
@@ -785,16 +790,17 @@ class PathEngine:
             if key in removing:
                 raise KeyError(f"key {key!r} is listed twice for removal")
             removing.add(key)
-        return X_add, y_add, keys, linear
+        return X_add, y_add, keys, linear, gap
 
     def _append(self, X_add: np.ndarray, y_add: np.ndarray, keys: list,
-                linear: np.ndarray) -> np.ndarray:
+                linear: np.ndarray, gap: np.ndarray) -> np.ndarray:
         n, m = self.n, X_add.shape[0]
         self._reserve_rows(n + m)
         positions = np.arange(n, n + m)
         self._X[positions] = X_add
         self._y[positions] = y_add
         self._p[positions] = linear
+        self._gap[positions] = gap
         self._alpha[positions] = 0.0
         self._g[positions] = 0.0
         self._h[positions] = 0.0
@@ -808,7 +814,14 @@ class PathEngine:
         self.n = n + m
         return positions
 
-    def _run_update(self, X_add, y_add, keys, remove, linear=None) -> UpdateStats:
+    def _flip(self, positions: np.ndarray) -> None:
+        """Move points (not in S or E) to their other side: y -> -y, p -> gap - p, g -> gap - g
+        (the same f, the other edge of the tube)."""
+        self._y[positions] = -self._y[positions]
+        self._p[positions] = self._gap[positions] - self._p[positions]
+        self._g[positions] = self._gap[positions] - self._g[positions]
+
+    def _run_update(self, X_add, y_add, keys, remove, linear=None, gap=None) -> UpdateStats:
         self._terms_cache = None
         self._kkt_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))
@@ -823,7 +836,9 @@ class PathEngine:
         if keys:
             if linear is None:
                 linear = np.full(len(keys), -1.0)
-            new = self._append(X_add, y_add, keys, linear)
+            if gap is None:
+                gap = np.full(len(keys), np.inf)
+            new = self._append(X_add, y_add, keys, linear, gap)
             n = self.n
             features = self._features_by_column()
             K_new = self._kernel_columns(new, features)
@@ -851,6 +866,11 @@ class PathEngine:
             if k:
                 f_new += (self._y[margin] * self._alpha[margin]) @ K_new_S
             self._g[new] = self._y[new] * f_new + self._p[new]
+            # A point with a finite gap takes the side nearer to its violation (the other
+            # side's g is gap - g).
+            flip = new[self._g[new] > self._gap[new] - self._g[new]]
+            if flip.size:
+                self._flip(flip)
             satisfied = self._g[new] >= 0
             self._status[new[satisfied]] = RESERVE
             stats.count("added->reserve", int(satisfied.sum()))
@@ -1002,7 +1022,8 @@ class PathEngine:
             while True:
                 code = _pathcore.follow_path(
                     kind, gamma, degree, coef0, self.ridge, features, n, C, self.kkt_tol,
-                    self.degeneracy_tol, self._y, self._alpha, self._g, self._status,
+                    self.degeneracy_tol, self._y, self._p, self._gap, self._alpha, self._g,
+                    self._status,
                     self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
                     margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
                     driven_effect, fs, ints, counts, column, work, recent, recent_of,
@@ -1063,8 +1084,8 @@ class PathEngine:
         for position in positions:
             del self._pos[self._keys[position]]
         if holes.size:
-            for array in (self._X, self._y, self._p, self._alpha, self._g, self._h, self._h_abs,
-                          self._h_drift, self._status, self._seq, self._slot):
+            for array in (self._X, self._y, self._p, self._gap, self._alpha, self._g, self._h,
+                          self._h_abs, self._h_drift, self._status, self._seq, self._slot):
                 array[holes] = array[movers]
             self._columns[:, holes] = self._columns[:, movers]
             for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
@@ -1084,7 +1105,10 @@ class PathEngine:
         longer re-enter the solution later, which is the price of the bounded memory.
         """
         n = self.n
-        far = np.flatnonzero((self._status[:n] == RESERVE) & (self._g[:n] >= epsilon))
+        g = self._g[:n]
+        # Inside by epsilon on both sides (the other side's g is gap - g).
+        far = np.flatnonzero((self._status[:n] == RESERVE) & (g >= epsilon)
+                             & (self._gap[:n] - g >= epsilon))
         self._delete_positions(far.tolist())
         if far.size:
             self._sv_cache = None
@@ -1136,7 +1160,7 @@ class PathEngine:
         return {
             "X": self._X[:n].copy(),
             "y": self._y[:n].copy(),
-            **({"linear": self._p[:n].copy()} if linear else {}),
+            **({"linear": self._p[:n].copy(), "gap": self._gap[:n].copy()} if linear else {}),
             "alpha": self._alpha[:n].copy(),
             "status": self._status[:n].copy(),
             "sequence": self._seq[:n].copy(),
@@ -1170,6 +1194,7 @@ class PathEngine:
         fresh._y[:n] = state["y"]
         # States written before regression existed hold classification points only.
         fresh._p[:n] = state["linear"] if "linear" in state else -1.0
+        fresh._gap[:n] = state["gap"] if "gap" in state else np.inf
         fresh._alpha[:n] = state["alpha"]
         fresh._status[:n] = status
         fresh._seq[:n] = state["sequence"]

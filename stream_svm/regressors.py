@@ -2,10 +2,10 @@
 regression kept exact through additions and removals (Ma, Theiler & Perkins 2003; Martin 2002),
 with the multiple-update path of Karasuyama & Takeuchi.
 
-A sample (x, t) is two points of the engine with the same x (see :mod:`stream_svm.engine`,
-"Formulations"): the coefficient alpha of the upper edge of the tube and alpha* of the lower
-one, f(x) = sum_i (alpha_i - alpha*_i) K(x_i, x) + b. The estimator only translates River's
-dicts and DataFrames into pairs of engine points; all learning is the engine's.
+A sample (x, t) is one point of the engine (see :mod:`stream_svm.engine`, "Formulations"),
+on the edge of the tube it lies on or beyond: theta = alpha - alpha* in [-C, C] is its signed
+coefficient and f(x) = sum_i theta_i K(x_i, x) + b. The estimator only translates River's
+dicts and DataFrames into engine points; all learning is the engine's.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from stream_svm._engine_model import (
 )
 from stream_svm._input import FeatureSpace
 from stream_svm._window import _SlidingWindow
-from stream_svm.engine import MARGIN, RESERVE
+from stream_svm.engine import RESERVE
 
 __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 
-#: The two engine points of a sample: its upper (alpha) and lower (alpha*) coefficient.
-UPPER, LOWER = 1, -1
 
 
 def _target(y: object) -> float:
@@ -72,61 +70,29 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return {"check_bounded_memory_growth"}
 
     # ---------------------------------------------------------------- samples and points
-    @staticmethod
-    def _points(keys: Iterable[Hashable]) -> list[tuple[Hashable, int]]:
-        """The engine keys of the samples named by ``keys``: (key, UPPER), (key, LOWER)."""
-        return [(key, side) for key in keys for side in (UPPER, LOWER)]
-
-    def _pairs(self, rows: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The engine's rows, signs and linear terms of samples (two points each)."""
-        signs = np.tile([float(UPPER), float(LOWER)], len(targets))
-        doubled = np.repeat(targets, 2)
-        return np.repeat(rows, 2, axis=0), signs, self.epsilon - signs * doubled
+    def _engine_rows(self, targets: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The engine's signs, linear terms and gaps of samples: each starts on the upper edge
+        (sign +1, p = epsilon - t); the engine moves it to the edge it lies beyond."""
+        m = len(targets)
+        return np.ones(m), self.epsilon - np.asarray(targets, dtype=float), \
+            np.full(m, 2.0 * self.epsilon)
 
     def __contains__(self, key: object) -> bool:
-        try:
-            return (key, UPPER) in self._engine
-        except TypeError:
-            return False
+        return key in self._engine
 
     @property
     def n_stored(self) -> int:
         """Samples stored."""
-        return self._engine.n // 2
-
-    def _sample_sets(self) -> tuple[int, int]:
-        """How many samples lie on the tube's edge (a point in the margin set) and outside it
-        (|theta| = C)."""
-        engine = self._engine
-        if engine.n == 0:
-            return 0, 0
-        upper, lower = self._pairs_by_age()
-        alpha, y, status = engine.alpha, engine.y, engine.status
-        theta = alpha[upper] * y[upper] + alpha[lower] * y[lower]
-        on_edge = (status[upper] == MARGIN) | (status[lower] == MARGIN)
-        # With epsilon = 0 a sample may hold both coefficients at C (theta = 0, f = t): the
-        # same solution as both at 0, so it counts as inside, not as an error.
-        outside = ~on_edge & (np.abs(theta) == self.C)
-        return int(on_edge.sum()), int(outside.sum())
-
-    @property
-    def n_margin(self) -> int:
-        """Samples on the tube's edge (|t - f(x)| = epsilon, 0 < |theta| < C)."""
-        return self._sample_sets()[0]
-
-    @property
-    def n_error(self) -> int:
-        """Samples outside the tube (|theta| = C)."""
-        return self._sample_sets()[1]
+        return self._engine.n
 
     @property
     def n_inside(self) -> int:
         """Samples inside the tube (theta = 0)."""
-        return self.n_stored - sum(self._sample_sets())
+        return self._engine.n_reserve
 
     def stored_keys(self) -> list[Hashable]:
         """Keys of the stored samples (AutoKey for samples learned without a key)."""
-        return [key for key, side in self._engine.keys if side == UPPER]
+        return self._engine.keys
 
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], float]:
         """The features (non-zero ones, as learned) and the target of a stored sample.
@@ -138,32 +104,21 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         """
         if key not in self:
             raise KeyError(f"no stored sample has key {key!r}")
-        row = self._engine.X[self._engine.position((key, UPPER))]
+        row = self._engine.X[self._engine.position(key)]
         names = self._features.names
         return {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}, \
             self._targets[key]
 
-    def _pairs_by_age(self) -> tuple[np.ndarray, np.ndarray]:
-        """The positions of every stored sample's upper and lower point, oldest sample first.
-
-        The two points of a sample are added and removed together with consecutive sequence
-        numbers (upper first), so in sequence order they alternate upper, lower."""
-        engine = self._engine
-        order = np.argsort(engine.sequence, kind="stable")
-        upper, lower = order[0::2], order[1::2]
-        if not (np.all(engine.y[upper] > 0) and np.all(engine.y[lower] < 0)):
-            raise AssertionError("a sample's two points are not stored together")
-        return upper, lower
+    def _by_age(self) -> np.ndarray:
+        """The positions of the stored samples, oldest first."""
+        return np.argsort(self._engine.sequence, kind="stable")
 
     def _theta(self) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
-        """Per stored sample, oldest first: its key, its position (upper point) and theta =
-        alpha - alpha*."""
+        """Per stored sample, oldest first: its key, its position and theta = alpha - alpha*."""
         engine = self._engine
-        upper, lower = self._pairs_by_age()
-        alpha, y = engine.alpha, engine.y
-        theta = alpha[upper] * y[upper] + alpha[lower] * y[lower]
+        order = self._by_age()
         keys = engine.keys
-        return [keys[i][0] for i in upper], upper, theta
+        return [keys[i] for i in order], order, engine.alpha[order] * engine.y[order]
 
     def support_vectors(self) -> pd.DataFrame:
         """The support vectors (stored samples with theta != 0, oldest first), indexed by key,
@@ -212,9 +167,9 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
                forget_keys: list[Hashable]) -> None:
         """One engine path adding the samples (rows, targets) under ``add_keys`` and removing
         ``forget_keys`` (all known to be stored), with the targets kept in step."""
-        points, signs, linear = self._pairs(rows, targets)
-        self._engine.update(points, signs, self._points(add_keys),
-                            remove=self._points(forget_keys), linear=linear)
+        signs, linear, gap = self._engine_rows(targets)
+        self._engine.update(rows, signs, list(add_keys), remove=list(forget_keys),
+                            linear=linear, gap=gap)
         for key in forget_keys:
             del self._targets[key]
         self._targets.update(zip(add_keys, np.asarray(targets, dtype=float).tolist(),
@@ -232,10 +187,10 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
             match = np.all(stored[:, :width] == row[:width], axis=1)
             match &= ~np.any(stored[:, width:] != 0, axis=1)
             keys = engine.keys
-            candidates = [i for i in np.flatnonzero(match) if keys[i][1] == UPPER
-                          and self._targets[keys[i][0]] == target and keys[i][0] not in taken]
+            candidates = [i for i in np.flatnonzero(match)
+                          if self._targets[keys[i]] == target and keys[i] not in taken]
             if candidates:
-                return keys[min(candidates, key=lambda i: engine.sequence[i])][0]
+                return keys[min(candidates, key=lambda i: engine.sequence[i])]
         raise KeyError(f"no stored sample equals x={dict(x)!r} with y={y!r}")
 
     # ---------------------------------------------------------------- predictions
@@ -262,9 +217,8 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         check_checkpoint_names(self._features.names)
         arrays = dict(engine.get_state(linear=True))
         keys = engine.keys
-        arrays.update(keys_to_arrays([key for key, _ in keys]))
-        arrays["key_side"] = np.array([side for _, side in keys], dtype=np.int8)
-        arrays["target"] = np.array([self._targets[key] for key, _ in keys], dtype=float)
+        arrays.update(keys_to_arrays(keys))
+        arrays["target"] = np.array([self._targets[key] for key in keys], dtype=float)
         meta = {
             "class": type(self).__name__,
             "params": {k: v for k, v in self._get_params().items() if not callable(v)},
@@ -289,17 +243,12 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         if meta.get("class") != cls.__name__:
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
         model = cls(**meta["params"])
-        sides = np.asarray(arrays["key_side"])
-        samples = keys_from_arrays(arrays)
-        if len(sides) != len(samples) or not np.all(np.isin(sides, (UPPER, LOWER))):
-            raise ValueError("the checkpoint's key sides do not match its keys")
-        keys = [(key, int(side)) for key, side in zip(samples, sides, strict=True)]
+        keys = keys_from_arrays(arrays)
+        targets = np.asarray(arrays["target"], dtype=float)
+        if targets.shape != (len(keys),):
+            raise ValueError("the checkpoint's targets do not match its keys")
         model._engine.set_state(dict(arrays), keys)
-        if any((key, -side) not in model._engine for key, side in keys):
-            raise ValueError("the checkpoint holds a sample without its second point")
-        model._targets = {key: float(t) for (key, side), t in
-                          zip(keys, np.asarray(arrays["target"], dtype=float), strict=True)
-                          if side == UPPER}
+        model._targets = dict(zip(keys, targets.tolist(), strict=True))
         model._features = FeatureSpace(meta["features"])
         model._compacted_at = len(model._features)
         model._auto_keys = int(meta["auto_keys"])
@@ -405,15 +354,15 @@ class IncrementalSVR(_EngineRegressor):
         self._maybe_compact()
 
     def _discard_inside(self, margin: float) -> int:
-        """Forget samples whose two points are both reserve points with g >= ``margin``
-        (inside the tube by at least that much); returns how many."""
+        """Forget samples inside the tube by at least ``margin`` on both edges (theta = 0, a
+        reserve point with margin <= g <= gap - margin); returns how many."""
         engine = self._engine
-        far = (engine.status == RESERVE) & (engine.g >= margin)
+        g, gap = engine.g, engine.gap
+        far = np.flatnonzero((engine.status == RESERVE) & (g >= margin) & (gap - g >= margin))
         keys = engine.keys
-        samples = [key for i, (key, side) in enumerate(keys) if side == UPPER and far[i]
-                   and far[engine.position((key, LOWER))]]
+        samples = [keys[i] for i in far]
         if samples:
-            engine.discard(self._points(samples))
+            engine.discard(samples)
             for key in samples:
                 del self._targets[key]
         return len(samples)
@@ -510,7 +459,7 @@ class IncrementalSVR(_EngineRegressor):
         for index in np.flatnonzero(theta != 0):
             snapshot = engine._snapshot()
             try:
-                engine.update(remove=self._points([keys[index]]))
+                engine.update(remove=[keys[index]])
                 predictions[index] = engine.decision_function(X[index : index + 1])[0]
             finally:
                 engine._restore(snapshot)
@@ -607,12 +556,11 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         return _EngineRegressor.__contains__(self, key)
 
     def _n_window(self) -> int:
-        return self._engine.n // 2
+        return self._engine.n
 
     def _oldest(self, count: int) -> list[Hashable]:
-        upper, _ = self._pairs_by_age()
         keys = self._engine.keys
-        return [keys[i][0] for i in upper[:count]]
+        return [keys[i] for i in self._by_age()[:count]]
 
     def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
                        remove: list[Hashable]) -> None:

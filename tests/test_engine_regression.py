@@ -1,10 +1,11 @@
 """The engine's regression formulation (epsilon-SVR) against an independent batch optimum.
 
-A regression sample (x, t) is two engine points with the same x: one with sign +1 and linear
-term epsilon - t (the coefficient alpha), one with sign -1 and epsilon + t (alpha*); the
-decision function is f(x) = sum_i (alpha_i - alpha*_i) K(x_i, x) + b. The oracle is libsvm's
-epsilon-SVR on the precomputed kernel, polished in float64 on the sets it found (libsvm keeps
-its kernel cache in float32).
+A regression sample (x, t) is one engine point on one edge of the tube: sign +1 with linear
+term epsilon - t (its coefficient is alpha) or sign -1 with epsilon + t (alpha*), and gap
+2 epsilon, the sum of both: a point whose g reaches its gap moves to the other edge. The
+decision function is f(x) = sum_i theta_i K(x_i, x) + b with theta = y alpha. The oracle is
+libsvm's epsilon-SVR on the precomputed kernel, polished in float64 on the sets it found
+(libsvm keeps its kernel cache in float32).
 """
 
 from __future__ import annotations
@@ -22,28 +23,18 @@ from stream_svm.kernels import make_kernel
 
 def learn(engine: PathEngine, X: np.ndarray, t: np.ndarray, keys: list, epsilon: float,
           forget: list = ()) -> None:
-    """Add the samples (X, t) under ``keys`` and remove the samples ``forget``, in one path."""
-    signs = np.tile([1.0, -1.0], len(keys))
-    targets = np.repeat(np.asarray(t, dtype=float), 2)
-    engine.update(np.repeat(np.atleast_2d(X), 2, axis=0), signs,
-                  [(key, side) for key in keys for side in (1, -1)],
-                  remove=[(key, side) for key in forget for side in (1, -1)],
-                  linear=epsilon - signs * targets)
+    """Add the samples (X, t) under ``keys`` and remove the samples ``forget``, in one path
+    (each sample starts on the upper edge; the engine moves it to the edge it violates)."""
+    m = len(keys)
+    engine.update(np.atleast_2d(X), np.ones(m), list(keys), remove=list(forget),
+                  linear=epsilon - np.asarray(t, dtype=float), gap=np.full(m, 2 * epsilon))
 
 
 def samples(engine: PathEngine) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stored samples: x, target and theta = alpha - alpha*, one row per sample."""
-    position = {key: i for i, key in enumerate(engine.keys)}
-    firsts = [i for i, (key, side) in enumerate(engine.keys) if side == 1]
-    X, y, alpha, p = engine.X, engine.y, engine.alpha, engine.linear
-    rows, targets, theta = [], [], []
-    for i in firsts:
-        j = position[(engine.keys[i][0], -1)]
-        rows.append(X[i])
-        # p_i = epsilon - t and p_j = epsilon + t: t = (p_j - p_i) / 2.
-        targets.append((p[j] - p[i]) / 2.0)
-        theta.append(alpha[i] * y[i] + alpha[j] * y[j])
-    return np.array(rows), np.array(targets), np.array(theta)
+    """The stored samples: x, target and theta = y alpha."""
+    y, p, gap = engine.y, engine.linear, engine.gap
+    # p = gap / 2 - y t on either edge: t = y (gap / 2 - p).
+    return engine.X.copy(), y * (gap / 2 - p), engine.alpha * y
 
 
 class RegressionOptimum:
@@ -120,14 +111,15 @@ def check(engine: PathEngine, epsilon: float, probes: np.ndarray, tol: float = 1
     """KKT conditions from a fresh kernel, then decisions and dual objective vs the oracle."""
     X, t, theta = samples(engine)
     C = engine.C
-    # The pair of a sample never holds two nonzero coefficients (their g sum to 2 epsilon).
     assert np.all(np.abs(theta) <= C * (1 + 1e-12))
     K = engine.kernel(engine.X, engine.X)
     g = engine.y * (K @ (engine.alpha * engine.y) + engine.b) + engine.linear
     terms = np.abs(engine.linear) + abs(engine.b) + np.abs(K) @ engine.alpha
     status = engine.status
+    # A reserve sample is inside the tube on both edges: 0 <= g <= gap.
     violation = np.where(status == MARGIN, np.abs(g),
-                         np.where(status == ERROR, np.maximum(g, 0.0), np.maximum(-g, 0.0)))
+                         np.where(status == ERROR, np.maximum(g, 0.0),
+                                  np.maximum(np.maximum(-g, 0.0), g - engine.gap)))
     assert np.all((status == MARGIN) | (status == ERROR) | (status == RESERVE))
     assert np.all(violation <= 1e-8 * terms), float((violation / terms).max())
     oracle = RegressionOptimum(engine.kernel, X, t, C, epsilon)
@@ -229,6 +221,8 @@ def test_linear_terms_are_checked_and_kept_through_a_checkpoint():
         engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1])
     with pytest.raises(ValueError, match="linear contains non-finite"):
         engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1, np.nan])
+    with pytest.raises(ValueError, match="gap must hold numbers >= 0"):
+        engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], gap=[0.1, -1.0])
     assert engine.n == 0
     X, t = sinc(20, 9)
     learn(engine, X, t, list(range(20)), 0.1)
@@ -237,5 +231,21 @@ def test_linear_terms_are_checked_and_kept_through_a_checkpoint():
     probes = np.linspace(-4, 4, 30)[:, None]
     assert np.array_equal(restored.decision_function(probes), engine.decision_function(probes))
     np.testing.assert_array_equal(restored.linear, engine.linear)
-    # Without the linear terms a state is a classification state (every term -1).
-    assert "linear" not in engine.get_state()
+    np.testing.assert_array_equal(restored.gap, engine.gap)
+    # Without the linear terms a state is a classification state (every term -1, gap inf).
+    assert "linear" not in engine.get_state() and "gap" not in engine.get_state()
+
+
+def test_samples_cross_to_the_other_edge_of_the_tube():
+    """Moving the targets across the model makes samples flip edges along the path (their
+    coefficient passing through 0), and the result is still the batch optimum."""
+    X, t = sinc(40, 10)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    learn(engine, X, t, list(range(40)), 0.05)
+    flips = 0
+    for i in range(40):  # each sample's target mirrored around the model, one at a time
+        mirrored = 2 * engine.decision_function(X[i : i + 1])[0] - t[i]
+        learn(engine, X[i : i + 1], [mirrored], [f"m{i}"], 0.05, forget=[i])
+        flips += engine.last_update.migrations.get("flipped", 0)
+    assert flips > 0
+    check(engine, 0.05, np.linspace(-4, 4, 30)[:, None])
