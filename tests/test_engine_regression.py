@@ -17,7 +17,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import SVR
 
-from stream_svm.engine import ERROR, MARGIN, RESERVE, PathEngine
+from stream_svm.engine import ERROR, MARGIN, RESERVE, ConvergenceError, PathEngine
 from stream_svm.kernels import make_kernel
 
 
@@ -249,3 +249,63 @@ def test_samples_cross_to_the_other_edge_of_the_tube():
         flips += engine.last_update.migrations.get("flipped", 0)
     assert flips > 0
     check(engine, 0.05, np.linspace(-4, 4, 30)[:, None])
+
+
+def adversarial_scenario(seed: int) -> tuple[int, int, float]:
+    """Random learns and forgets (1-5 samples, some repeating a stored x) under a linear, RBF
+    or polynomial kernel, features scaled by 1e-4 to 1e4 (C or gamma scaled to match), C from
+    1e-3 to 1e5, epsilon from 0 to 10: (updates, refused, worst relative KKT violation from a
+    freshly computed kernel)."""
+    rng = np.random.default_rng(seed)
+    kind = ("rbf", "linear", "poly")[seed % 3]
+    dim, scale = int(rng.integers(1, 5)), 10.0 ** rng.uniform(-4, 4)
+    C, epsilon = 10.0 ** rng.uniform(-3, 5), (0.0, 0.01, 0.1, 1.0, 10.0)[seed % 5]
+    kernel = make_kernel(kind, gamma=float(10 ** rng.uniform(-2, 1)) / scale**2, degree=2,
+                         coef0=1.0)
+    engine = PathEngine(kernel, C=C / scale**2 if kind == "linear" else C)
+    stored: list[int] = []
+    updates = refused = 0
+    worst = 0.0
+    for step in range(40):
+        m = int(rng.integers(1, 6))
+        X = rng.standard_normal((m, dim)) * scale
+        if stored and rng.random() < 0.3:
+            X[0] = engine.X[engine.position(stored[0])]
+        t = 3 * np.sin(X[:, 0] / scale) + 0.3 * rng.standard_normal(m)
+        keys = list(range(step * 5, step * 5 + m))
+        forget = ([int(k) for k in rng.choice(stored, size=min(len(stored),
+                                                                int(rng.integers(0, 3))),
+                                               replace=False)]
+                  if stored and rng.random() < 0.5 else [])
+        try:
+            learn(engine, X, t, keys, epsilon, forget=forget)
+        except ConvergenceError:
+            refused += 1
+            continue
+        stored = [k for k in stored if k not in forget] + keys
+        updates += 1
+        K = engine.kernel(engine.X, engine.X)
+        g = engine.y * (K @ (engine.alpha * engine.y) + engine.b) + engine.linear
+        terms = np.abs(engine.linear) + abs(engine.b) + np.abs(K) @ engine.alpha
+        status = engine.status
+        violation = np.where(status == MARGIN, np.abs(g),
+                             np.where(status == ERROR, np.maximum(g, 0.0),
+                                      np.maximum(np.maximum(-g, 0.0), g - engine.gap)))
+        worst = max(worst, float(np.max(violation / terms, initial=0.0)))
+    return updates, refused, worst
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_adversarial_regression_scenarios_hold_the_kkt_conditions(seed):
+    updates, refused, worst = adversarial_scenario(seed)
+    assert refused == 0 and updates == 40
+    assert worst < 1e-8
+
+
+if __name__ == "__main__":  # python -m tests.test_engine_regression SCENARIOS
+    import sys
+
+    totals = [adversarial_scenario(seed) for seed in range(int(sys.argv[1]))]
+    print(f"{len(totals)} scenarios, {sum(t[0] for t in totals)} updates, "
+          f"{sum(t[1] for t in totals)} refused, worst relative KKT "
+          f"{max(t[2] for t in totals):.2e}")
