@@ -36,6 +36,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -96,6 +97,7 @@ class RunSummary:
     skipped: int = 0
     batches: int = 0
     checkpoints: int = 0
+    checkpoint_failures: int = 0
     seconds: float = 0.0
     accuracy: float = float("nan")
     mae: float = float("nan")  # regressors
@@ -261,6 +263,7 @@ class Daemon:
         self._store: CheckpointStore | None = None
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
+        self._checkpoint_retry_at = 0.0  # after a failed checkpoint, not before this
         self._last_commit = 0.0
         self._committed: dict[str, int] = {}
         self._started = time.monotonic()
@@ -1031,7 +1034,8 @@ class Daemon:
             return  # a predictor writes no checkpoint
         due_messages = self._since_checkpoint >= self.config.checkpoint.every_messages
         due_time = time.monotonic() - self._last_checkpoint >= self.config.checkpoint.every_seconds
-        if self._since_checkpoint and (due_messages or due_time):
+        retry_due = time.monotonic() >= self._checkpoint_retry_at
+        if self._since_checkpoint and (due_messages or due_time) and retry_due:
             self.checkpoint()
         elif (self._publish_failed
               and time.monotonic() - self._last_publish >= self.config.checkpoint.every_seconds):
@@ -1052,6 +1056,11 @@ class Daemon:
             path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
         except CheckpointError as exc:
             self.metrics.checkpoint_failures.inc()
+            self.summary.checkpoint_failures += 1
+            # Not again at every poll: a failure that persists (a full disk) is retried on the
+            # checkpoint's own clock, a second at least.
+            self._checkpoint_retry_at = time.monotonic() + max(
+                1.0, min(self.config.checkpoint.every_seconds, 30.0))
             log.error("%s (the previous checkpoint stays in use)", exc)
             self._publish()  # predictors need not wait for the disk
             return
@@ -1140,7 +1149,12 @@ class Daemon:
         if self._undelivered:
             self.summary.exit_code = 1  # an unclean stop: outputs are repeated on restart
         elif self.processor is not None and self._store is not None and self._since_checkpoint:
+            failures = self.summary.checkpoint_failures
             self.checkpoint()
+            if self.summary.checkpoint_failures > failures:
+                # The model's latest updates are not on disk: a restart repeats them from the
+                # last checkpoint. Not a clean stop.
+                self.summary.exit_code = 1
         if self._consumer is not None:
             if not self._undelivered:
                 self._commit()
@@ -1164,4 +1178,6 @@ class Daemon:
                 "%d messages are held for the scaler's warm-up (%d of %d feature messages "
                 "measured): they are in the checkpoint and are answered once the warm-up is "
                 "complete", len(self.processor.held), scaler.seen, scaler.target)
-        log.info("stopped: %s", json.dumps(self.summary.__dict__, default=str))
+        log.info("stopped: %s", json.dumps(
+            {name: None if isinstance(value, float) and not math.isfinite(value) else value
+             for name, value in self.summary.__dict__.items()}, default=str))

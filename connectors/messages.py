@@ -169,6 +169,10 @@ class Targets:
                 raise Malformed(f"target {_shown(value)} is too large for a float") from None
             if not math.isfinite(number):
                 raise Malformed(f"target {_shown(value)} is not finite")
+            if abs(number) > MAX_TARGET:
+                # Its squared error, summed into the progressive RMSE, would overflow.
+                raise Malformed(f"target {_shown(value)} is too large: |y| must be at most "
+                                f"{MAX_TARGET:g}")
             return number
         if self.classes is not None:
             negative, positive = self.classes
@@ -279,6 +283,11 @@ def _check_fields(document: dict[str, Any], kind: str) -> None:
     unknown = set(document) - _FIELDS[kind]
     if unknown:
         raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in a {kind}")
+
+
+#: The largest |target| a regressor takes from a message: squares of errors of this size
+#: stay finite when summed over 1e7 messages.
+MAX_TARGET = 1e150
 
 
 def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY) -> Operation:

@@ -133,6 +133,10 @@ def _tabular(xs: list[dict[str, float]]) -> bool:
     return len(xs) * len(names) <= 4 * max(values, 1)
 
 
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)
+
+
 def _is_sliding(model: Any) -> bool:
     return hasattr(model, "window_size")
 
@@ -243,8 +247,9 @@ class Processor:
             "updates": self.updates,
             "scored": self.scored,
             "correct": self.correct,
-            "absolute_error": self.absolute_error,
-            "squared_error": self.squared_error,
+            # As text when not finite (JSON has no inf): float() reads it back.
+            "absolute_error": _json_float(self.absolute_error),
+            "squared_error": _json_float(self.squared_error),
             **({"scaler": self.scaler.state()} if self.scaler is not None else {}),
             "held": [[r.topic, r.partition, r.offset,
                       None if r.value is None else base64.b64encode(r.value).decode("ascii"),

@@ -914,6 +914,7 @@ class PathEngine:
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
+        self._center_b()
 
         # g, the size of its terms, S's residual, the points' KKT conditions and h's staleness
         # in one compiled pass over S's kernel columns.
@@ -932,6 +933,50 @@ class PathEngine:
             self._kkt_cache = kkt_ok
         self._sv_cache = None
         return stats
+
+    def b_is_fixed(self) -> bool:
+        """Whether some coefficient lies strictly between 0 and C, whose margin equation fixes
+        b; otherwise b is only bounded by the other points (and centered between them)."""
+        alpha = self._alpha[self._margin]
+        return bool(np.any((alpha > 0.0) & (alpha < self.C)))
+
+    def _center_b(self) -> None:
+        """When no coefficient is strictly between 0 and C (S empty, or its members all at a
+        bound), b is not unique: every b in an interval keeps the KKT conditions. Take its
+        middle, as libsvm does, so that the model does not depend on the order in which the
+        points came. Members of S at a bound then leave it for the set of their bound (their
+        g is no longer 0); g follows in the refresh after the update."""
+        n = self.n
+        if n == 0:
+            return
+        if self.b_is_fixed():
+            return
+        margin = self._margin
+        alpha = self._alpha[:n]
+        y, g, gap = self._y[:n], self._g[:n], self._gap[:n]
+        status = self._status[:n].copy()
+        status[margin] = np.where(alpha[margin] >= self.C, ERROR, RESERVE)
+        c = g - y * self.b  # g = y (f - b) + p + y b
+        reserve, error = status == RESERVE, status == ERROR
+        up, down = y > 0, y < 0
+        # Reserve: 0 <= c + y b <= gap; error: c + y b <= 0.
+        lows = np.concatenate([-c[reserve & up], c[reserve & down] - gap[reserve & down],
+                               c[error & down]])
+        highs = np.concatenate([gap[reserve & up] - c[reserve & up], c[reserve & down],
+                                -c[error & up]])
+        low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
+        if not (np.isfinite(low) and np.isfinite(high) and low <= high):
+            return
+        middle = 0.5 * (low + high)
+        for slot in range(margin.size - 1, -1, -1):  # S empties, last member first
+            position = int(self._margin[slot])
+            column = self._margin_remove(slot)
+            self._status[position] = status[position]
+            if status[position] == ERROR:
+                self._move_error_columns(column, self._y[position : position + 1],
+                                         joining=True)
+        self._g[:n] += y * (middle - self.b)
+        self.b = middle
 
     def _follow_path(self, D: np.ndarray, K_D: np.ndarray, features: np.ndarray,
                      stats: UpdateStats) -> None:
@@ -1105,6 +1150,9 @@ class PathEngine:
         longer re-enter the solution later, which is the price of the bounded memory.
         """
         n = self.n
+        if not self.b_is_fixed():
+            # b is then centered between the points: discarding some would move it.
+            return 0
         g = self._g[:n]
         # Inside by epsilon on both sides (the other side's g is gap - g).
         far = np.flatnonzero((self._status[:n] == RESERVE) & (g >= epsilon)

@@ -357,6 +357,8 @@ class IncrementalSVR(_EngineRegressor):
         """Forget samples inside the tube by at least ``margin`` on both edges (theta = 0, a
         reserve point with margin <= g <= gap - margin); returns how many."""
         engine = self._engine
+        if not engine.b_is_fixed():
+            return 0  # b is centered between the samples: discarding some would move it
         g, gap = engine.g, engine.gap
         far = np.flatnonzero((engine.status == RESERVE) & (g >= margin) & (gap - g >= margin))
         keys = engine.keys

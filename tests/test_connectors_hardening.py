@@ -519,3 +519,48 @@ def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_pa
     with pytest.raises(CheckpointError, match=r"6 features, more than model\.max_features=4"):
         store.read(path, check=checkpoint_bounds(narrow))
     assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
+
+
+def test_a_huge_regression_target_is_refused_and_checkpoints_keep_working(tmp_path):
+    """A finite target whose square would overflow the progressive RMSE is a dead letter; an
+    accumulator that is not finite anyway (a wild prediction) still checkpoints."""
+    config = _settings(tmp_path, **{"model.type": "IncrementalSVR"})
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    result = daemon.processor.process(
+        [_record(i, {"id": i, "x": {"a": i / 10}, "y": float(i)}) for i in range(5)]
+        + [_record(5, {"id": 5, "x": {"a": 0.5}, "y": 1e200})])
+    assert len(result.outputs) == 5
+    assert [d.record["reason"] for d in result.dead_letters] == ["malformed"]
+    assert "too large" in result.dead_letters[0].record["error"]
+    daemon.processor.squared_error = math.inf
+    daemon._since_checkpoint = 6
+    daemon.checkpoint()
+    assert daemon.summary.checkpoints == 1 and daemon.summary.checkpoint_failures == 0
+    restored = daemon._new_processor(build_model(config))
+    restored.load_state(json.loads(json.dumps(daemon.processor.state())))
+    assert restored.squared_error == math.inf and restored.scored == 5
+
+
+def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch):
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                              for i in range(4)])
+    daemon._since_checkpoint = 4
+
+    def full_disk(*args, **kwargs):
+        raise CheckpointError("no space left on device")
+
+    monkeypatch.setattr(daemon._store, "save", full_disk)
+    daemon._maybe_checkpoint()  # not due yet by messages or time: nothing happens
+    daemon._shutdown()
+    assert daemon.summary.checkpoint_failures == 1
+    assert daemon.summary.exit_code == 1
+    # After a failure the next attempt waits (no retry at every poll).
+    daemon._last_checkpoint = 0.0
+    daemon._maybe_checkpoint()
+    assert daemon.summary.checkpoint_failures == 1

@@ -241,3 +241,29 @@ def test_window_buffer_forget_stored_point_and_checkpoint():
     # The restored factor was computed afresh: later updates agree to round-off.
     np.testing.assert_allclose([clone.predict_one(x) for x in probes],
                                [model.predict_one(x) for x in probes], atol=1e-12)
+
+
+def test_without_a_free_coefficient_b_is_the_middle_of_its_interval_whatever_the_order():
+    """b is not unique when no coefficient is strictly inside (0, C): it is then centered in
+    its feasible interval, as libsvm does, so the model does not depend on the order."""
+    from sklearn.svm import SVR
+
+    cases = [
+        ("linear", 0.1, 0.1, [0.0, 1.0], [0.0, 10.0]),  # both samples at C
+        ("rbf", 1.0, 0.5, [0.0, 1.0, 2.0, 3.0, 4.0], [7.0] * 5),  # every sample inside
+        ("rbf", 1.0, 0.1, [1.0], [3.0]),  # one sample
+        ("rbf", 1.0, 100.0, [0.0, 1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0, 4.0]),
+    ]
+    for kernel, C, epsilon, xs, ts in cases:
+        forward = IncrementalSVR(C=C, epsilon=epsilon, kernel=kernel)
+        backward = IncrementalSVR(C=C, epsilon=epsilon, kernel=kernel)
+        for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
+            forward.learn_one({"x": x}, t, key=i)
+        for i, (x, t) in reversed(list(enumerate(zip(xs, ts, strict=True)))):
+            backward.learn_one({"x": x}, t, key=i)
+        reference = SVR(kernel=kernel, C=C, epsilon=epsilon, gamma=1.0, tol=1e-10).fit(
+            np.array(xs)[:, None], ts)
+        for probe in (0.5, 2.0):
+            expected = float(reference.predict([[probe]])[0])
+            assert forward.predict_one({"x": probe}) == pytest.approx(expected, abs=1e-6)
+            assert backward.predict_one({"x": probe}) == pytest.approx(expected, abs=1e-6)
