@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="produce a data set into a topic",
                                  parents=[common])
-    replay.add_argument("source", help="bananas, phishing, river-flow:DIR, FILE.csv or FILE.jsonl")
+    replay.add_argument("source", help="bananas, phishing, river-flow:DIR[#RIVER], FILE.csv or "
+                                       "FILE.jsonl")
     replay.add_argument("--topic", default="stream-svm.input")
     replay.add_argument("--bootstrap-servers", required=True)
     replay.add_argument("--target", default="y", help="label column of a CSV/JSONL file")

@@ -436,6 +436,14 @@ def _check_role(config: Config) -> None:
                 "the topic its learner publishes to (the learner's default is "
                 "\"<learner's group_id>.state\"; the predictor's own group_id must differ)"
             )
+        if kafka.state_topic == f"{kafka.group_id}.state":
+            # The learner's default topic name under the predictor's own group_id: the two
+            # share a group, so the predictor would take the learner's partitions and offsets.
+            raise ConfigError(
+                f"setting kafka.group_id = {kafka.group_id!r} is the group whose default state "
+                f"topic is kafka.state_topic = {kafka.state_topic!r}, i.e. the learner's: give "
+                "the predictor a group_id of its own"
+            )
         if kafka.publish_state:
             raise ConfigError(
                 "setting kafka.publish_state = true applies to daemon.role = \"learner\": a "

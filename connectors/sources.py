@@ -140,8 +140,9 @@ def iter_source(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label,
 ) -> Iterator[tuple[dict[str, float], Any]]:
-    """``(x, y)`` pairs of a source: ``bananas``, ``phishing``, ``river-flow:DIR`` (a directory
-    with the river's three series), or a ``.csv`` / ``.jsonl`` file whose label is ``target``;
+    """``(x, y)`` pairs of a source: ``bananas``, ``phishing``, ``river-flow:DIR[#RIVER]`` (a
+    directory with the river's three series; ``target`` ``"flow"`` for the regression, else
+    whether the flow rises), or a ``.csv`` / ``.jsonl`` file whose label is ``target``;
     labels read by ``read_label`` (default: binary; :func:`raw_label` keeps them as they
     are)."""
     return ((x, y) for _, x, y in iter_records(source, target, limit, read_label))
@@ -162,14 +163,22 @@ def iter_records(
         stream = iter(getattr(datasets, BUNDLED[source.lower()])())
         stream = ((None, x, read_label(y, source)) for x, y in stream)
     elif source.startswith("river-flow:"):
-        from stream_svm.datasets import RiverFlow
+        from stream_svm.datasets import RIVER_FLOW_TARGETS, RiverFlow
 
-        directory = source.partition(":")[2]
+        # river-flow:DIR (the Fisher river) or river-flow:DIR#RIVER; the label is whether the
+        # flow rises, or with target "flow" the flow itself.
+        directory, _, river = source.partition(":")[2].partition("#")
+        if target not in ("y", *RIVER_FLOW_TARGETS):
+            raise SourceError(f"{source}: the target is one of {RIVER_FLOW_TARGETS}, "
+                              f"not {target!r}")
+        flow = target == "flow"
         try:
-            dataset = RiverFlow(directory)
+            dataset = RiverFlow(directory, river=river or "fisher",
+                                target="flow" if flow else "rises")
         except (OSError, ValueError) as exc:
             raise SourceError(f"{source}: {exc}") from None
-        stream = ((None, dict(x), read_label(bool(y), source)) for x, y in dataset)
+        stream = ((None, dict(x), read_label(y if flow else bool(y), source))
+                  for x, y in dataset)
     else:
         path = Path(source)
         if not path.is_file():

@@ -780,8 +780,10 @@ class PathEngine:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
         seen: set = set()
         for key in keys:
-            if key in self._pos or key in seen:
+            if key in self._pos:
                 raise KeyError(f"key {key!r} is already stored; keys must be unique")
+            if key in seen:
+                raise KeyError(f"key {key!r} repeats among the points to add")
             seen.add(key)
         removing: set = set()
         for key in remove:

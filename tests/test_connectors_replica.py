@@ -65,6 +65,10 @@ def test_a_predictor_needs_its_learners_state_topic_set_explicitly(capsys):
     args = build_parser().parse_args(["serve", "--role", "predictor", "--bootstrap-servers",
                                       "k:9092", "--state-topic", "learner.state"])
     assert config_of_flags(args).daemon.role == "predictor"
+    # The learner's group under the predictor: its default state topic gives it away.
+    with pytest.raises(ConfigError, match=r"give the predictor a group_id of its own"):
+        load_config(None, {**settings, "kafka.group_id": "learner"},
+                    {"STREAM_SVM_KAFKA_STATE_TOPIC": "learner.state"})
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,19 @@ def test_fisher_flow_target_is_the_next_samples_first_flow_lag(fisher_dir: Path)
     np.testing.assert_array_equal(rises > 0, y > X[:, names.index("flow_lag1")])
 
 
+def test_the_cli_source_reads_any_river_and_the_flow_target(more_rivers_dir: Path) -> None:
+    from connectors.sources import SourceError, iter_source, raw_label
+
+    pairs = list(iter_source(f"river-flow:{more_rivers_dir}#oldman", target="flow",
+                             read_label=raw_label))
+    _, flow, _ = load_river_flow(more_rivers_dir, "oldman", target="flow")
+    assert [y for _, y in pairs] == flow.tolist()
+    rises = list(iter_source(f"river-flow:{more_rivers_dir}#oldman"))
+    assert {y for _, y in rises} == {True, False}
+    with pytest.raises(SourceError, match="the target is one of"):
+        list(iter_source(f"river-flow:{more_rivers_dir}#oldman", target="level"))
+
+
 def test_fisher_first_sample_holds_the_first_seven_days_newest_first(fisher_dir: Path) -> None:
     X, y, names = load_river_flow(fisher_dir, "fisher", scaled=False)
     first = dict(zip(names, X[0], strict=True))

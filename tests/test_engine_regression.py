@@ -221,6 +221,8 @@ def test_linear_terms_are_checked_and_kept_through_a_checkpoint():
         engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1])
     with pytest.raises(ValueError, match="linear contains non-finite"):
         engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], linear=[0.1, np.nan])
+    with pytest.raises(KeyError, match="repeats among the points to add"):
+        engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "a"])
     with pytest.raises(ValueError, match="gap must hold numbers >= 0"):
         engine.update(np.zeros((2, 1)), [1.0, -1.0], ["a", "b"], gap=[0.1, -1.0])
     assert engine.n == 0
