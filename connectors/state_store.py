@@ -570,7 +570,7 @@ class StateStore:
     def _missing(self) -> StateStoreError:
         return StateStoreError(
             f"state topic {self.topic} does not exist at {self.bootstrap_servers}; create it "
-            "with ensure_topic()"
+            "first (StateStore.ensure_topic creates it with compaction)"
         )
 
     def partition_of(self, model_id: Any, partitions: int) -> int:
