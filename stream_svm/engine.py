@@ -940,7 +940,14 @@ class PathEngine:
         """Whether some coefficient lies strictly between 0 and C, whose margin equation fixes
         b; otherwise b is only bounded by the other points (and centered between them)."""
         alpha = self._alpha[self._margin]
-        return bool(np.any((alpha > 0.0) & (alpha < self.C)))
+        return bool(np.any((alpha > 0.0) & (alpha < self._upper_bound())))
+
+    def _upper_bound(self) -> float:
+        """Where a coefficient of S is at C: a path that ends exactly where a member reaches C
+        can leave it an ulp or two below (C - 1e-16), which must not decide b (the model would
+        then depend on the order the points came in). No such band at 0: a free coefficient
+        can be legitimately tiny (1e-15 with kernel values of 1e14)."""
+        return self.C * (1.0 - 64.0 * np.finfo(float).eps)
 
     def _center_b(self) -> None:
         """When no coefficient is strictly between 0 and C (S empty, or its members all at a
@@ -957,7 +964,10 @@ class PathEngine:
         alpha = self._alpha[:n]
         y, g, gap = self._y[:n], self._g[:n], self._gap[:n]
         status = self._status[:n].copy()
-        status[margin] = np.where(alpha[margin] >= self.C, ERROR, RESERVE)
+        at_upper = alpha[margin] >= self._upper_bound()
+        status[margin] = np.where(at_upper, ERROR, RESERVE)
+        # Exactly at their bound, as members of E and R are.
+        self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         c = g - y * self.b  # g = y (f - b) + p + y b
         reserve, error = status == RESERVE, status == ERROR
         up, down = y > 0, y < 0

@@ -206,3 +206,40 @@ if __name__ == "__main__":
     print(f"{count} scenarios, {operations} updates, {refusals} refused "
           f"({100 * refusals / max(operations, 1):.3f} %), {inexact} scenarios with a relative "
           f"KKT violation >= 1e-8, {time.perf_counter() - started:.0f} s")
+
+
+def test_b_does_not_depend_on_a_member_of_s_an_ulp_below_c():
+    # A path that ends exactly where a margin point reaches C left it in S at C - 1e-16; b
+    # then stayed where that point put it, while the same points learned after a checkpoint
+    # round trip centred b in its interval: two models 7.5e-3 apart on Bananas. b is now
+    # centred in both (the member counts as at its bound).
+    import itertools
+
+    import pandas as pd
+    from river import datasets
+
+    from stream_svm import IncrementalSVC
+
+    bananas = list(itertools.islice(datasets.Bananas(), 1200))
+    # Twelve points, one more, then the first one forgotten.
+    stream: list = [("learn", i, *bananas[i]) for i in range(0, 60, 5)]
+    stream += [("learn", "late", *bananas[1199]), ("forget", 0, None, None)]
+
+    def apply(model: IncrementalSVC, steps: list) -> None:
+        for op, key, x, y in steps:
+            if op == "learn":
+                model.learn_one(x, y, key=key)
+            else:
+                model.forget_one(key=key)
+
+    whole = IncrementalSVC(C=1.0, gamma=0.5)
+    apply(whole, stream)
+    grid = pd.DataFrame(np.random.default_rng(0).uniform(-3, 3, (100, 2)), columns=["1", "2"])
+    for cut in range(1, len(stream)):
+        first = IncrementalSVC(C=1.0, gamma=0.5)
+        apply(first, stream[:cut])
+        resumed = IncrementalSVC.from_checkpoint(*first.to_checkpoint())
+        apply(resumed, stream[cut:])
+        np.testing.assert_allclose(resumed.decision_function_many(grid),
+                                   whole.decision_function_many(grid), rtol=0, atol=1e-12,
+                                   err_msg=f"checkpoint after {cut} points")
