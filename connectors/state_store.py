@@ -92,7 +92,7 @@ import struct
 import time
 import uuid
 import zipfile
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,13 +139,18 @@ class StaleEpochError(StateStoreError):
 
 @dataclass(frozen=True)
 class StoredState:
-    """One model's state as restored: its arrays, metadata and the offset it resumes from."""
+    """One model's state as restored: its arrays, metadata and the offset it resumes from.
+
+    ``location`` is ``(partition, first offset, last offset)`` of its chunks in the topic; a
+    state restored with ``decode=False`` has empty ``arrays`` and ``metadata`` until
+    :meth:`StateStore.fetch` reads them from there."""
 
     arrays: dict[str, np.ndarray]
     metadata: dict[str, Any]
     next_offset: int
     epoch: int
     sequence: int
+    location: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -320,6 +325,8 @@ class _ModelView:
     live: dict[bytes, _Key] = field(default_factory=dict)
     #: epoch -> highest sequence with a complete state
     complete: dict[int, int] = field(default_factory=dict)
+    #: the newest state this store published or restored (arrays not kept), for fetch()
+    newest: StoredState | None = None
 
 
 @dataclass(frozen=True)
@@ -681,6 +688,9 @@ class StateStore:
         )
         view.max_epoch = max(view.max_epoch, epoch)
         view.complete[epoch] = sequence
+        offsets = [metadata.offset for metadata in written]
+        view.newest = StoredState({}, {}, next_offset, epoch, sequence,
+                                  (partition, min(offsets), max(offsets)))
         slot = sequence % 2
         for key, _ in records:
             parsed = _parse_key(key)
@@ -693,7 +703,7 @@ class StateStore:
         ]
         if stale:
             self._tombstone(model, stale, partition, deadline)
-        return max(metadata.offset for metadata in written)
+        return max(offsets)
 
     def newest_epoch(self, model_id: Any, through_offset: int) -> int:
         """The highest epoch of a model in its partition up to ``through_offset`` (inclusive;
@@ -782,12 +792,14 @@ class StateStore:
     # ----------------------------------------------------------------- reading
 
     def _read(self, deadline: float, ranges: dict[int, tuple[int, int]] | None = None,
-              ) -> list[_Record]:
+              *, track: bool = True) -> list[_Record]:
         """Records of the topic in offset order per partition, and the views updated.
 
         Without ``ranges``: every partition from its beginning to its end offset as taken now,
         and the views rebuilt from what was read. With ``ranges`` (partition -> (start, end)):
-        those records only, applied on top of the views.
+        those records only, applied on top of the views. ``track=False`` reads without
+        updating the views or the offsets read so far (a range in the middle of the topic:
+        records before it are still unread).
         """
         from kafka import TopicPartition
         from kafka.errors import KafkaError
@@ -821,6 +833,8 @@ class StateStore:
             raise self._fail("reading the topic", exc) from exc
         finally:
             _close_consumer(consumer, self.topic)
+        if not track:
+            return records
         self._apply(records, rebuild=ranges is None)
         for partition, position in positions.items():
             self._read_until[partition] = max(self._read_until.get(partition, 0), position)
@@ -886,9 +900,13 @@ class StateStore:
                 view.live = live.get(model, {})
 
     def restore(self, model_ids: Iterable[Any] | None = None, *,
+                select: Callable[[Hashable], bool] | None = None, decode: bool = True,
                 log_level: int = logging.INFO) -> dict[Hashable, StoredState]:
-        """The newest complete state of each model (or of ``model_ids`` only) in the topic.
-        ``log_level`` is that of the summary line (a reader that polls every second lowers it).
+        """The newest complete state of each model (or of ``model_ids`` only, or of the models
+        whose id ``select`` accepts) in the topic. ``log_level`` is that of the summary line
+        (a reader that polls every second lowers it). With ``decode=False`` the states come
+        without their arrays and metadata (checksums verified, nothing unpacked), to be read
+        one at a time with :meth:`fetch` (memory for one model, not for all of them).
 
         Reads every partition from its beginning to the end offsets taken when the call starts
         (whole record batches: records written meanwhile may come along with the last one,
@@ -914,9 +932,12 @@ class StateStore:
                 log.warning("state topic %s: partition %d offset %d has a key this store did "
                             "not write: skipped", self.topic, record.partition, record.offset)
                 continue
-            if wanted is None or parsed.model in wanted:
+            if ((wanted is None or parsed.model in wanted)
+                    and (select is None or select(parsed.model))):
                 latest[bytes(record.key)] = record
         groups: dict[tuple[Hashable, int, int], dict[int, tuple[dict[str, Any], bytes]]] = {}
+        # (model, epoch, slot) -> chunk -> (partition, offset) of its record
+        places: dict[tuple[Hashable, int, int], dict[int, tuple[int, int]]] = {}
         for raw_key, record in latest.items():
             parsed = _parse_key(raw_key)
             assert parsed is not None
@@ -931,10 +952,11 @@ class StateStore:
                             "a valid chunk: %s; skipped", self.topic, record.partition,
                             record.offset, _jsonable_id(parsed.model), parsed.epoch, exc)
                 continue
-            groups.setdefault((parsed.model, parsed.epoch, parsed.slot), {})[parsed.chunk] = (
-                header, data
-            )
-        candidates: dict[Hashable, list[tuple[int, int, dict[str, Any], bytes]]] = {}
+            group = (parsed.model, parsed.epoch, parsed.slot)
+            groups.setdefault(group, {})[parsed.chunk] = (header, data)
+            places.setdefault(group, {})[parsed.chunk] = (record.partition, record.offset)
+        candidates: dict[Hashable, list[tuple[int, int, dict[str, Any], bytes,
+                                              tuple[int, int, int]]]] = {}
         for (model, epoch, slot), chunks in groups.items():
             where = f"model {_jsonable_id(model)} epoch {epoch} slot {slot}"
             problem, payload, first = _assemble(chunks)
@@ -947,15 +969,22 @@ class StateStore:
                 continue
             assert first is not None and payload is not None
             report.complete += 1
+            where_chunks = [places[(model, epoch, slot)][i] for i in range(first["chunks"])]
+            offsets = [offset for _, offset in where_chunks]
+            location = (where_chunks[0][0], min(offsets), max(offsets))
             candidates.setdefault(model, []).append(
-                (epoch, first["sequence"], first, payload)
+                (epoch, first["sequence"], first, payload, location)
             )
             view = self._views.setdefault(model, _ModelView())
             view.complete[epoch] = max(view.complete.get(epoch, -1), first["sequence"])
         states: dict[Hashable, StoredState] = {}
         for model, found in candidates.items():
-            for epoch, sequence, first, payload in sorted(found, key=lambda c: c[:2],
-                                                           reverse=True):
+            for epoch, sequence, first, payload, location in sorted(
+                    found, key=lambda c: c[:2], reverse=True):
+                if not decode:
+                    states[model] = StoredState({}, {}, first["next_offset"], epoch, sequence,
+                                                location)
+                    break
                 try:
                     arrays, metadata = _decode_payload(payload)
                 except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
@@ -965,8 +994,11 @@ class StateStore:
                                 exc)
                     continue
                 states[model] = StoredState(arrays, metadata, first["next_offset"], epoch,
-                                            sequence)
+                                            sequence, location)
                 break
+        for model, state in states.items():
+            self._views.setdefault(model, _ModelView()).newest = StoredState(
+                {}, {}, state.next_offset, state.epoch, state.sequence, state.location)
         report.models = len(states)
         report.seconds = time.monotonic() - started
         self.last_report = report
@@ -974,6 +1006,53 @@ class StateStore:
                 "incomplete, %d corrupt skipped)", self.topic, report.models, report.records,
                 report.seconds, report.incomplete, report.corrupt)
         return states
+
+    def newest(self, model_id: Any) -> StoredState | None:
+        """The newest state of a model this store published or restored (without arrays), or
+        None: what :meth:`fetch` would read."""
+        view = self._views.get(normalize_model_id(model_id))
+        return None if view is None else view.newest
+
+    def fetch(self, model_id: Any) -> StoredState:
+        """The arrays and metadata of :meth:`newest` state of a model, read from where its
+        chunks lie (a few records, not the whole topic). Raises StateStoreError when there is
+        none, when it cannot be read within ``timeout``, or when it is no longer whole there
+        (its keys were overwritten since: read the topic again with :meth:`restore`)."""
+        model = normalize_model_id(model_id)
+        known = self.newest(model)
+        if known is None or known.location is None:
+            raise StateStoreError(
+                f"state topic {self.topic}: no state of model {_jsonable_id(model)} is known "
+                "to this store (restore or publish one first)")
+        partition, first_offset, last_offset = known.location
+        records = self._read(self._deadline(), {partition: (first_offset, last_offset + 1)},
+                             track=False)
+        chunks: dict[int, tuple[dict[str, Any], bytes]] = {}
+        for record in records:
+            parsed = _parse_key(record.key)
+            if (record.value is None or parsed is None or parsed.model != model
+                    or parsed.epoch != known.epoch or parsed.slot != known.sequence % 2
+                    or not first_offset <= record.offset <= last_offset):
+                continue
+            try:
+                header, data = _decode_value(record.value)
+                _check_header(header, parsed)
+            except (ValueError, TypeError, KeyError):
+                continue
+            if header["sequence"] == known.sequence:
+                chunks[parsed.chunk] = (header, data)  # type: ignore[index]
+        where = (f"state topic {self.topic}: model {_jsonable_id(model)} epoch {known.epoch} "
+                 f"sequence {known.sequence} at offsets {first_offset}-{last_offset}")
+        problem, payload, _ = _assemble(chunks)
+        if problem is not None:
+            raise StateStoreError(f"{where}: {problem}")
+        assert payload is not None
+        try:
+            arrays, metadata = _decode_payload(payload)
+        except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
+            raise StateStoreError(f"{where} does not load: {exc}") from None
+        return StoredState(arrays, metadata, known.next_offset, known.epoch, known.sequence,
+                           known.location)
 
 
 def _check_header(header: dict[str, Any], key: _Key) -> None:
