@@ -44,9 +44,15 @@ _BREAKPOINT_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610,
 class Metrics:
     """All metrics of one daemon. ``serve(host, port)`` starts the HTTP endpoint."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 per_model: bool = False) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        #: With one model per partition or key (model.scope), the gauges that describe one
+        #: model carry a ``model`` label: see :meth:`for_model`.
+        self.per_model = per_model
+        labels = ["model"] if per_model else []
+        self._model_labels = labels
         self.breakpoints = Counter(
             "stream_svm_breakpoints", "Breakpoints of the path-following updates", registry=r
         )
@@ -91,12 +97,16 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.margin = Gauge("stream_svm_margin_vectors", "Points in the margin set", registry=r)
-        self.error = Gauge("stream_svm_error_vectors", "Points in the error set", registry=r)
-        self.reserve = Gauge("stream_svm_reserve_vectors", "Points in the reserve set", registry=r)
+        self.margin = Gauge("stream_svm_margin_vectors", "Points in the margin set", labels,
+                            registry=r)
+        self.error = Gauge("stream_svm_error_vectors", "Points in the error set", labels,
+                           registry=r)
+        self.reserve = Gauge("stream_svm_reserve_vectors", "Points in the reserve set", labels,
+                             registry=r)
         self.stored = Gauge(
             "stream_svm_stored_points",
             "Points the model holds (learned and not forgotten, discarded or slid out)",
+            labels,
             registry=r,
         )
         self._window: Gauge | None = None
@@ -105,16 +115,19 @@ class Metrics:
         self.cached = Gauge(
             "stream_svm_cached_unlabelled",
             "Unlabelled feature vectors waiting for a label",
+            labels,
             registry=r,
         )
         self.cached_bytes = Gauge(
             "stream_svm_cached_unlabelled_bytes",
             "Estimated memory of the unlabelled feature vectors waiting for a label",
+            labels,
             registry=r,
         )
         self.held = Gauge(
             "stream_svm_held_messages",
             "Messages held until the scaler's warm-up is complete (then processed in order)",
+            labels,
             registry=r,
         )
         self.cache_evictions = Counter(
@@ -192,6 +205,7 @@ class Metrics:
             registry=r,
         )
         self._replica: tuple[Gauge, Counter, Histogram, Counter] | None = None
+        self._scale_out: tuple[Gauge, Counter] | None = None
         self._server: Any = None
 
     def checkpointed(self, seconds: float) -> None:
@@ -212,6 +226,7 @@ class Metrics:
                 "stream_svm_window_points",
                 "Points in the sliding window's current solution (arrivals waiting for the "
                 "next slide not included)",
+                self._model_labels,
                 registry=self.registry,
             )
         return self._window
@@ -225,9 +240,11 @@ class Metrics:
                 "stream_svm_progressive_accuracy",
                 "Accuracy of test-then-train predictions (labels scored against the prediction "
                 "made before learning)",
+                self._model_labels,
                 registry=self.registry,
             )
-            self._accuracy.set(float("nan"))
+            if not self.per_model:
+                self._accuracy.set(float("nan"))
         return self._accuracy
 
     @property
@@ -238,13 +255,15 @@ class Metrics:
             self._errors = (
                 Gauge("stream_svm_progressive_mae",
                       "Mean absolute error of test-then-train predictions (each target against "
-                      "the prediction made before learning it)", registry=self.registry),
+                      "the prediction made before learning it)", self._model_labels,
+                      registry=self.registry),
                 Gauge("stream_svm_progressive_rmse",
                       "Root mean squared error of test-then-train predictions",
-                      registry=self.registry),
+                      self._model_labels, registry=self.registry),
             )
             for gauge in self._errors:
-                gauge.set(float("nan"))  # until a target is scored
+                if not self.per_model:
+                    gauge.set(float("nan"))  # until a target is scored
         return self._errors
 
     @property
@@ -272,7 +291,9 @@ class Metrics:
                 publish.labels(outcome=outcome)
             restore_seconds = Histogram(
                 "stream_svm_state_restore_seconds",
-                "Wall time of one read of the state topic by a predictor (to its newest state)",
+                "Wall time of one read of the state topic to its end: by a predictor (to its "
+                "newest state), or by a daemon with model.scope partition or key when it is "
+                "assigned partitions (to the states of their models)",
                 buckets=_SECONDS_BUCKETS,
                 registry=r,
             )
@@ -288,6 +309,50 @@ class Metrics:
                 restores.labels(outcome=outcome)
             self._replica = (generation, publish, restore_seconds, restores)
         return self._replica
+
+    @property
+    def scale_out(self) -> tuple[Gauge, Counter]:
+        """``stream_svm_models`` (live models in this process) and
+        ``stream_svm_rebalances_total`` (partitions assigned or revoked by the consumer
+        group), registered on first use: only a daemon with ``model.scope`` partition or key
+        has them."""
+        if self._scale_out is None:
+            r = self.registry
+            self._scale_out = (
+                Gauge("stream_svm_models",
+                      "Models live in this process (at most model.max_models; others are on "
+                      "the state topic until their next message)", registry=r),
+                Counter("stream_svm_rebalances",
+                        "Partitions the consumer group gave this process or took from it, by "
+                        "kind (assigned; revoked: handed over; lost: taken while this process "
+                        "missed its session)", ["kind"], registry=r),
+            )
+            for kind in ("assigned", "revoked", "lost"):
+                self._scale_out[1].labels(kind=kind)
+        return self._scale_out
+
+    #: Gauges that describe one model: labelled by ``model`` when ``per_model``.
+    MODEL_GAUGES = ("margin", "error", "reserve", "stored", "cached", "cached_bytes", "held",
+                    "window", "accuracy")
+
+    def for_model(self, label: str) -> Any:
+        """The metrics as one model's processor sees them: the gauges of
+        :attr:`MODEL_GAUGES` (and the progressive MAE and RMSE) with ``model=label``, every
+        other metric shared. Without ``per_model``: these metrics themselves."""
+        return _ModelMetrics(self, label) if self.per_model else self
+
+    def forget_model(self, label: str) -> None:
+        """Remove a model's labelled gauges (evicted, or its partition moved away), so that
+        the number of series stays bounded by the live models."""
+        families = [getattr(self, name) for name in self.MODEL_GAUGES
+                    if name not in ("window", "accuracy")]
+        families += [f for f in (self._window, self._accuracy) if f is not None]
+        families += list(self._errors or ())
+        for family in families:
+            try:
+                family.remove(label)
+            except KeyError:
+                pass
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` in a background thread; returns the bound port
@@ -311,3 +376,19 @@ class Metrics:
             server.server_close()
             thread.join(timeout=5)
             self._server = None
+
+
+class _ModelMetrics:
+    """One model's view of :class:`Metrics` (see :meth:`Metrics.for_model`)."""
+
+    def __init__(self, metrics: Metrics, label: str) -> None:
+        self._metrics = metrics
+        self._label = label
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._metrics, name)
+        if name in Metrics.MODEL_GAUGES:
+            return found.labels(model=self._label)
+        if name == "regression_errors":
+            return tuple(gauge.labels(model=self._label) for gauge in found)
+        return found
