@@ -42,6 +42,8 @@ SETTING_FLAGS = {
     "state_topic": "kafka.state_topic",
     "role": "daemon.role",
     "model_type": "model.type",
+    "scope": "model.scope",
+    "max_models": "model.max_models",
     "checkpoint_dir": "checkpoint.dir",
     "metrics_host": "metrics.host",
     "metrics_port": "metrics.port",
@@ -146,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "not a feature")
     replay.add_argument("--unlabelled-every", type=int, default=0,
                         help="every Nth point is sent without its label (0: none)")
+    replay.add_argument("--key", default=None, metavar="KEY",
+                        help="Kafka key of every message, e.g. a gauge's name (one model per "
+                        "key with model.scope = key; default: each message's id)")
     replay.add_argument("--no-progress", action="store_true")
 
     evaluate = commands.add_parser(
@@ -231,10 +236,11 @@ def replay(
     id_column: str | None = None,
     unlabelled_every: int = 0,
     progress: bool = True,
+    key: str | None = None,
 ) -> int:
     """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id: the
-    file's ``id_column``, else the row number, after ``id_prefix``); returns how many were
-    sent."""
+    file's ``id_column``, else the row number, after ``id_prefix``; or all by ``key``, e.g. a
+    gauge's name for ``model.scope = "key"``); returns how many were sent."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
@@ -262,7 +268,8 @@ def replay(
             message: dict[str, Any] = {"id": identifier, "x": x}
             if not (unlabelled_every and (index + 1) % unlabelled_every == 0):
                 message["y"] = y
-            producer.send(topic, key=str(identifier).encode(), value=encode(message))
+            kafka_key = str(identifier if key is None else key).encode()
+            producer.send(topic, key=kafka_key, value=encode(message))
             sent += 1
             bar.update()
         producer.flush(timeout=60)
@@ -532,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 id_column=args.id_column,
                 unlabelled_every=args.unlabelled_every,
                 progress=not args.no_progress,
+                key=args.key,
             )
             print(f"sent {sent} messages to {args.topic}")
             return 0

@@ -99,6 +99,10 @@ def _positive_numbers(value: dict) -> str | None:
 
 
 #: The estimators the daemon serves (``model.type``).
+#: Values of model.scope.
+SCOPES = ("global", "partition", "key")
+#: model.* settings that configure the daemon's models, not a model's constructor.
+DAEMON_MODEL_SETTINGS = ("scope", "max_models")
 MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
                "IncrementalLSSVR", "IncrementalSVR", "SlidingWindowSVR")
 
@@ -151,6 +155,10 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         # A learner publishes its state there at every checkpoint (off by default: a learner
         # that nobody reads from changes nothing).
         "publish_state": Setting(bool, False),
+        # Consumer-group membership (model.scope partition or key): a member that sends no
+        # heartbeat for session_timeout_ms is dropped and its partitions move to the others.
+        "session_timeout_ms": Setting(int, 10_000, _positive),
+        "heartbeat_interval_ms": Setting(int, 3_000, _positive),
     },
     # "learner": consumes, predicts, learns and checkpoints (one per model). "predictor": a
     # replica that answers the input topic with the newest state a learner published on
@@ -169,6 +177,13 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     # (connectors.models); setting one that does not apply to model.type is an error.
     "model": {
         "type": Setting(str, "IncrementalSVC", _one_of(*MODEL_TYPES)),
+        # One model for the whole stream ("global"), one per input partition, or one per
+        # message key within each partition; the latter two share the partitions among the
+        # daemons of one kafka.group_id and keep every model's state on kafka.state_topic.
+        "scope": Setting(str, "global", _one_of(*SCOPES)),
+        # Live models per process (scope partition or key): the least recently used one is
+        # published and evicted, and restored from the state topic on its next message.
+        "max_models": Setting(int, 1000, _positive),
         "C": Setting(float, 1.0, _positive),
         "kernel": Setting(str, "rbf", _one_of("rbf", "linear", "poly")),
         "gamma": Setting(float, 1.0, _positive),
@@ -393,7 +408,9 @@ def _cross_checks(config: Config) -> None:
     if kafka.label_topic:
         topics["kafka.label_topic"] = kafka.label_topic
     _check_role(config)
-    if kafka.publish_state or config.daemon.role == "predictor":
+    _check_scope(config)
+    if (kafka.publish_state or config.daemon.role == "predictor"
+            or config.model.scope != "global"):
         topics["kafka.state_topic"] = kafka.state_topic
     seen: dict[str, str] = {}
     for name, topic in topics.items():
@@ -420,6 +437,44 @@ def _cross_checks(config: Config) -> None:
     from connectors.models import check_model_config  # models imports this module
 
     check_model_config(config)
+
+
+def _check_scope(config: Config) -> None:
+    """The settings of a daemon with one model per partition or key (a member of a consumer
+    group whose models live on the state topic)."""
+    kafka, model = config.kafka, config.model
+    if model.scope == "global":
+        if (config.sources["model.max_models"] != "default"
+                and model.max_models != SCHEMA["model"]["max_models"].default):
+            raise ConfigError("setting model.max_models needs model.scope = \"partition\" or "
+                              "\"key\" (a global model is one model)")
+        return
+    scoped = f"model.scope = \"{model.scope}\""
+    if config.daemon.role != "learner":
+        raise ConfigError(f"setting daemon.role = \"{config.daemon.role}\" serves one global "
+                          f"model; {scoped} needs daemon.role = \"learner\"")
+    if kafka.publish_state:
+        raise ConfigError(
+            f"setting kafka.publish_state = true publishes a global model for predictors; with "
+            f"{scoped} every model's state is on kafka.state_topic anyway: remove the setting")
+    if kafka.on_partition_reset != "stop":
+        raise ConfigError(
+            f"setting kafka.on_partition_reset = {kafka.on_partition_reset!r} needs model.scope "
+            f"= \"global\": with {scoped} a partition that lost its offsets stops the daemon "
+            "(the models of that partition would need resetting one by one)")
+    if config.sources["kafka.state_topic"] == "default":
+        problem = _topic(kafka.state_topic)
+        if problem:
+            raise ConfigError(
+                f"setting kafka.state_topic (default \"<kafka.group_id>.state\" = "
+                f"{kafka.state_topic!r}) {problem}: set kafka.state_topic")
+    if kafka.heartbeat_interval_ms >= kafka.session_timeout_ms:
+        raise ConfigError("setting kafka.heartbeat_interval_ms must be below "
+                          "kafka.session_timeout_ms")
+    if kafka.request_timeout_ms <= kafka.session_timeout_ms:
+        raise ConfigError("setting kafka.request_timeout_ms must be above "
+                          "kafka.session_timeout_ms (a group join waits up to the session "
+                          "timeout)")
 
 
 def _check_role(config: Config) -> None:

@@ -7,9 +7,16 @@ Guarantees
       anything below them.
     - No output is lost: a checkpoint is written, and offsets are committed, only after the
       outputs up to them are flushed to the broker. After a crash some outputs may repeat.
-    - One daemon owns a model and reads every partition of its topics (partitions are assigned,
-      not balanced in a consumer group: several daemons on one group would split the stream
-      between several models). The checkpoint directory is locked against a second daemon.
+    - With ``model.scope = "global"`` (the default) one daemon owns the model and reads every
+      partition of its topics (partitions are assigned, not balanced in a consumer group:
+      several daemons on one group would split the stream between several models). The
+      checkpoint directory is locked against a second daemon.
+    - With ``model.scope = "partition"`` or ``"key"`` there is one model per input partition
+      or per message key (connectors.scoped), and the daemons of one ``kafka.group_id`` share
+      the partitions as a consumer group: each owns the models of its partitions, publishes
+      their states on ``kafka.state_topic`` and commits a partition's offsets once its models
+      are published; when partitions move (a rebalance, a killed daemon), the new owner
+      restores their models from the state topic and resumes at the committed offsets.
     - Nothing resets the model silently: a checkpoint made with other model settings, checkpoints
       that cannot be restored, a consumer group that served a model whose checkpoints are gone,
       and a partition that no longer holds the offsets the model resumes from (a recreated
@@ -71,6 +78,7 @@ from connectors.replica import (
     state_of,
     state_store_for,
 )
+from connectors.scoped import ScopedModels, ScopedStateRefused
 from connectors.state_store import StaleEpochError, StateStore, StateStoreError
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
@@ -248,7 +256,11 @@ class Daemon:
         on_batch: Callable[[Daemon], None] | None = None,
     ) -> None:
         self.config = config
-        self.metrics = metrics or Metrics()
+        per_model = config.model.scope != "global"
+        self.metrics = metrics or Metrics(per_model=per_model)
+        if self.metrics.per_model != per_model:
+            raise ValueError(f"model.scope = {config.model.scope!r} needs Metrics(per_model="
+                             f"{per_model})")
         self.until_drained = until_drained
         self.install_signal_handlers = install_signal_handlers
         self.on_batch = on_batch
@@ -299,6 +311,10 @@ class Daemon:
         # daemon returns without a stop request, e.g. until_drained).
         self._follower: StateFollower | None = None
         self._follower_stop = threading.Event()
+        # model.scope partition or key: the models of this process's partitions.
+        self.scope: str = config.model.scope
+        self.models: ScopedModels | None = None
+        self._rebalancing = False  # between a revocation and the next assignment
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -328,29 +344,18 @@ class Daemon:
                 # A replica writes no checkpoint: checkpoint.dir is neither locked nor read.
                 self.processor = self._first_state()
                 if self.processor is not None:
-                    try:
-                        if self._connect():
-                            self._loop()
-                    finally:
-                        self._shutdown()
-                return self.summary.exit_code
-            directory = Path(config.checkpoint.dir)
-            with _locked(directory):
-                self._store = CheckpointStore(directory, keep=config.checkpoint.keep)
-                self.processor = self._restore()
-                if not config.kafka.bootstrap_servers:
-                    self.broker = EmbeddedBroker().start()
-                    config.kafka.bootstrap_servers = self.broker.bootstrap_servers
-                    log.warning(
-                        "no kafka.bootstrap_servers configured: started the embedded broker at "
-                        "%s (memory only: its topics vanish when the daemon stops)",
-                        self.broker.bootstrap_servers,
-                    )
-                try:
-                    if self._connect():
-                        self._loop()
-                finally:
-                    self._shutdown()
+                    self._serve()
+            elif self.scope != "global":
+                # Models live on the state topic; checkpoint.dir is neither locked nor used.
+                self._start_embedded_broker()
+                self._serve()
+            else:
+                directory = Path(config.checkpoint.dir)
+                with _locked(directory):
+                    self._store = CheckpointStore(directory, keep=config.checkpoint.keep)
+                    self.processor = self._restore()
+                    self._start_embedded_broker()
+                    self._serve()
         finally:
             self._follower_stop.set()
             if self._follower is not None:
@@ -364,9 +369,27 @@ class Daemon:
             self.summary.seconds = time.monotonic() - started
         return self.summary.exit_code
 
+    def _serve(self) -> None:
+        try:
+            if self._connect():
+                self._loop()
+        finally:
+            self._shutdown()
+
     # -- start -----------------------------------------------------------------------------
 
-    def _new_processor(self, model: Any) -> Processor:
+    def _start_embedded_broker(self) -> None:
+        config = self.config
+        if config.kafka.bootstrap_servers:
+            return
+        self.broker = EmbeddedBroker().start()
+        config.kafka.bootstrap_servers = self.broker.bootstrap_servers
+        log.warning(
+            "no kafka.bootstrap_servers configured: started the embedded broker at %s (memory "
+            "only: its topics vanish when the daemon stops)", self.broker.bootstrap_servers,
+        )
+
+    def _new_processor(self, model: Any, metrics: Any = None) -> Processor:
         config = self.config
         return Processor(
             model,
@@ -377,7 +400,7 @@ class Daemon:
             cache_max_age_seconds=config.cache.max_age_seconds,
             max_message_bytes=config.kafka.max_message_bytes,
             predict_per_poll=config.kafka.predict_per_poll,
-            metrics=self.metrics,
+            metrics=self.metrics if metrics is None else metrics,
         )
 
     def _new_replica_processor(self, model: Any) -> Processor:
@@ -545,6 +568,7 @@ class Daemon:
                     self._claim()
                 consumer = KafkaConsumer(
                     **client,
+                    **self._group_settings(),
                     group_id=config.kafka.group_id,
                     enable_auto_commit=False,
                     # Every position is set explicitly (_seek); an offset out of range must
@@ -561,10 +585,14 @@ class Daemon:
                     fetch_max_wait_ms=min(100, max(1, config.kafka.poll_timeout_ms)),
                 )
                 _forbid_auto_creation(consumer)
-                partitions = self._partitions(consumer)
-                consumer.assign(partitions)
-                self._seek(consumer, partitions)
-                self._check_topic_ids(consumer)
+                if self.scope != "global":
+                    partitions = []
+                    self._subscribe(consumer)
+                else:
+                    partitions = self._partitions(consumer)
+                    consumer.assign(partitions)
+                    self._seek(consumer, partitions)
+                    self._check_topic_ids(consumer)
                 producer = KafkaProducer(
                     **client,
                     acks="all",
@@ -595,12 +623,174 @@ class Daemon:
             log.info(
                 "connected to %s: reading %s, writing %s and %s",
                 servers,
-                ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions),
+                ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or
+                f"the partitions consumer group {config.kafka.group_id!r} assigns of "
+                f"{', '.join(self._topics())} (one model per {self.scope})",
                 config.kafka.output_topic,
                 config.kafka.dead_letter_topic,
             )
             return True
         return False
+
+    def _group_settings(self) -> dict[str, Any]:
+        """Consumer settings of a member of the consumer group (model.scope partition or key):
+        the range assignor gives partition i of the input and label topics to the same
+        member, so that a label reaches the process that owns its message's model."""
+        if self.scope == "global":
+            return {}
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        kafka = self.config.kafka
+        return {
+            "session_timeout_ms": kafka.session_timeout_ms,
+            "heartbeat_interval_ms": kafka.heartbeat_interval_ms,
+            "partition_assignment_strategy": [RangePartitionAssignor],
+        }
+
+    def _subscribe(self, consumer: Any) -> None:
+        """Join the consumer group (model.scope partition or key); partitions arrive through
+        the rebalance listener at the next polls."""
+        from kafka import ConsumerRebalanceListener
+
+        config = self.config
+        counts = {tp.topic: 0 for tp in self._partitions(consumer)}  # raises if missing
+        for tp in self._partitions(consumer):
+            counts[tp.topic] += 1
+        if len(set(counts.values())) > 1:
+            raise StartRefused(
+                f"the label topic must have as many partitions as the input topic with "
+                f"model.scope = {self.scope!r} (a label reaches the model of its own partition "
+                f"and key), but they have {counts}. Nothing was read.")
+        if self._state_store is None:
+            self._state_store = state_store_for(config)
+        self._state_store.ensure_topic(partitions=1)
+        if self.models is None:
+            self.models = ScopedModels(config, self._state_store, self._new_processor,
+                                       lambda: build_model(config), self.metrics)
+        daemon = self
+
+        # kafka-python calls these on its IO thread, possibly while the main thread handles a
+        # batch (a join that outlived a poll): they take the models' lock, and block on
+        # nothing of this consumer (a blocking commit there fails: it commits asynchronously).
+        class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                daemon._revoked(revoked)
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                daemon._assigned(assigned)
+
+            def on_partitions_lost(self, lost: Any) -> None:
+                daemon._lost(lost)
+
+        consumer.subscribe(self._topics(), listener=Rebalance())
+
+    def _revoked(self, revoked: Any) -> None:
+        """The group takes partitions away (called inside poll, between two batches: every
+        output of this process is flushed): publish their models and commit their offsets."""
+        models = self.models
+        partitions = {tp.partition for tp in revoked}
+        if models is None or not partitions:
+            return
+        self._rebalancing = True
+        log.info("partitions %s revoked: publishing their models and committing",
+                 sorted(partitions))
+        try:
+            with models.lock:
+                if self._undelivered:
+                    log.error("the models of the revoked partitions are neither published nor "
+                              "committed (outputs were given up): their next owner resumes "
+                              "from the last commit")
+                models.revoke(partitions, self._commit_async, hand_over=not self._undelivered)
+        except Exception:
+            # kafka-python swallows a listener's exceptions: say what happened here.
+            log.exception("handing over partitions %s failed; their next owner resumes from "
+                          "the last commit", sorted(partitions))
+
+    def _lost(self, lost: Any) -> None:
+        """The group gave partitions to others while this process missed its session (paused,
+        overloaded): their models are dropped unpublished, since the new owner resumed from
+        the last commit and its states win over any this process would still write."""
+        models = self.models
+        partitions = {tp.partition for tp in lost}
+        if models is None or not partitions:
+            return
+        self._rebalancing = True
+        with models.lock:
+            dropped = sum(m[0] in partitions and v.dirty for m, v in models.live.items())
+            models.lose(partitions)
+        log.warning("partitions %s were lost (this process missed its session, %d ms): their "
+                    "models are dropped (%d with changes, which their new owner makes again)",
+                    sorted(partitions), self.config.kafka.session_timeout_ms, dropped)
+
+    def _assigned(self, assigned: Any) -> None:
+        """The group gives partitions: pause them until their models' states are indexed
+        (:meth:`_settle`, after the poll)."""
+        self._rebalancing = False
+        if self.models is None or not assigned:
+            return
+        with self.models.lock:
+            self.models.assign({tp.partition for tp in assigned})
+        # Positions for now (no committed offset must not raise); _settle seeks for real.
+        self._consumer.pause(*assigned)
+        self._consumer.seek_to_beginning(*assigned)
+
+    def _settle(self) -> bool:
+        """Make the pending partitions ready: index their models' states, seek to the
+        committed offsets, resume fetching. False when the state topic could not be read (the
+        partitions stay paused; retried after a pause)."""
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        models = self.models
+        assert models is not None
+        try:
+            # Outside the lock: committed() waits for the consumer's IO thread, which may be
+            # waiting for the lock in a listener.
+            committed = {
+                partition: {f"{topic}:{partition}": self._consumer.committed(
+                    TopicPartition(topic, partition)) for topic in self._topics()}
+                for partition in set(models.pending)
+            }
+            with models.lock:
+                resume = models.settle(committed, self.config.checkpoint.start_fresh)
+        except ScopedStateRefused as exc:
+            raise StartRefused(str(exc)) from None
+        except (StateStoreError, KafkaError) as exc:
+            self.metrics.broker_errors.inc()
+            log.warning("partitions %s wait: %s", sorted(models.pending), exc)
+            return False
+        tps = []
+        for name, offset in resume.items():
+            topic, _, partition = name.rpartition(":")
+            tp = TopicPartition(topic, int(partition))
+            if offset is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, offset)
+            tps.append(tp)
+        self._consumer.resume(*tps)
+        return True
+
+    @staticmethod
+    def _offsets_of(offsets: dict[str, int]) -> dict[Any, Any]:
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        return {
+            TopicPartition(name.rpartition(":")[0], int(name.rpartition(":")[2])):
+                OffsetAndMetadata(offset, "", -1)
+            for name, offset in offsets.items()
+        }
+
+    def _commit_async(self, offsets: dict[str, int]) -> None:
+        """Commit from a rebalance listener (on the consumer's IO thread, where a blocking
+        commit fails); a failure only means the next owner reads a little more again."""
+
+        def done(committed: Any, result: Any) -> None:
+            if isinstance(result, Exception):
+                log.warning("committing the offsets of revoked partitions failed (%s): their "
+                            "next owner resumes from the previous commit", result)
+
+        self._consumer.commit_async(self._offsets_of(offsets), callback=done)
 
     def _claim(self) -> None:
         """A publishing learner's start: create the state topic if missing and claim the next
@@ -793,15 +983,16 @@ class Daemon:
                     f"the model resumes at offset {position}, the partition ends at {high}",
                 )
         now = time.monotonic()
+        if self.models is not None:
+            return  # the consumer group assigns new partitions; a lost offset stops (above)
         if now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until:
             self._last_topic_check = now
             self._check_topic_ids(consumer)
             self._check_new_partitions(consumer)
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
-        assert self.processor is not None
         name = f"{tp.topic}:{tp.partition}"
-        policy = self.config.kafka.on_partition_reset
+        policy = self.config.kafka.on_partition_reset  # always "stop" with model.scope != global
         self.metrics.partition_resets.labels(
             topic=tp.topic, partition=str(tp.partition), cause=cause
         ).inc()
@@ -810,6 +1001,8 @@ class Daemon:
             "the topic was deleted and recreated, or the broker lost its data (the embedded "
             "broker keeps topics in memory only)"
         )
+        if policy != "stop":
+            assert self.processor is not None
         if policy == "resume":
             # The operator vouches that the partition holds the same messages at the same
             # offsets (restored from a backup): keep reading at the model's offsets.
@@ -882,16 +1075,25 @@ class Daemon:
     def _loop(self) -> None:
         from kafka.errors import KafkaError, OffsetOutOfRangeError
 
-        assert self.processor is not None
+        assert self.processor is not None or self.models is not None
         config = self.config
         retry = config.retry
         backoff = _Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds, 0)
+        settle_backoff = _Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds, 0)
         while not self.stop_event.is_set():
             if self._follower is not None:
                 self._swap_model()
+            if self.models is not None and self.models.pending:
+                if self._settle():
+                    settle_backoff.reset()
+                else:
+                    settle_backoff.failures += 1
+                    self.stop_event.wait(min(retry.max_backoff_seconds,
+                                             retry.initial_backoff_seconds
+                                             * 2 ** (settle_backoff.failures - 1)))
             try:
                 polled = self._consumer.poll(
-                    timeout_ms=config.kafka.poll_timeout_ms, max_records=config.kafka.max_batch
+                    timeout_ms=self._poll_timeout_ms(), max_records=config.kafka.max_batch
                 )
             except OffsetOutOfRangeError as exc:
                 lost = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
@@ -916,7 +1118,7 @@ class Daemon:
                 if self.until_drained and self._drained():
                     log.info("every partition is read up to its high watermark: stopping")
                     break
-                self.processor.expire_cache()
+                (self.models or self.processor).expire_cache()  # type: ignore[union-attr]
                 self._maybe_checkpoint()
                 continue
             self._handle(records)
@@ -924,11 +1126,40 @@ class Daemon:
             if self.on_batch is not None:
                 self.on_batch(self)
 
+    def _poll_timeout_ms(self) -> int:
+        """kafka.poll_timeout_ms, except while joining the consumer group: kafka-python 3.0
+        throws away a join that completes while no poll waits for it and starts another one
+        (the broker holds each join for up to half the session timeout), so a short poll then
+        stretched a rebalance from ~2 s to 12 s."""
+        timeout = self.config.kafka.poll_timeout_ms
+        if self.models is not None and (self._rebalancing or not (
+                self.models.owned or self.models.pending)):
+            return max(timeout, self.config.kafka.session_timeout_ms)
+        return timeout
+
     def _handle(self, records: list[Any]) -> None:
-        assert self.processor is not None
+        if self.models is None:
+            self._handle_batch(records)
+            return
+        # The lock keeps a listener from publishing the models between learning a batch and
+        # delivering its outputs (nothing published may run ahead of what was delivered).
+        with self.models.lock:
+            again = self._handle_batch(records)
+        self._read_again(again)
+        if time.monotonic() - self._last_commit >= 1.0:
+            self._commit()
+
+    def _handle_batch(self, records: list[Any]) -> dict[str, int]:
+        """Process, deliver, count; returns the offsets to read again (models that could not
+        be fetched)."""
         started = time.perf_counter()
+        again: dict[str, int] = {}
         try:
-            result = self.processor.process(records)
+            if self.models is not None:
+                result, again = self.models.process(records)
+            else:
+                assert self.processor is not None
+                result = self.processor.process(records)
         except Exception:
             # Every message is guarded inside the processor, so this is a bug. Part of the batch
             # may be in the model without its outcome written: checkpointing or committing now
@@ -941,13 +1172,13 @@ class Daemon:
             self.metrics.batch_failures.inc()
             self._undelivered = True
             self.stop_event.set()
-            return
+            return again
         kafka = self.config.kafka
         sends = [(kafka.output_topic, o.key, o.value) for o in result.outputs] + [
             (kafka.dead_letter_topic, d.key, d.value) for d in result.dead_letters
         ]
         if not self._deliver(sends):
-            return  # given up on a second stop: this batch must not be checkpointed/committed
+            return again  # given up on a second stop: this batch must not be checkpointed
         now_ms = time.time() * 1000
         for timestamp in result.input_timestamps:
             if timestamp > 0:
@@ -963,9 +1194,25 @@ class Daemon:
         self._since_checkpoint += len(records) - result.skipped
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        if self.models is not None:
+            self._maybe_publish()
+            return again
         self._maybe_checkpoint()
         if time.monotonic() - self._last_commit >= 1.0:
             self._commit()
+        return again
+
+    def _read_again(self, offsets: dict[str, int]) -> None:
+        """Seek back to messages whose model could not be fetched from the state topic (the
+        models that handled later ones skip them, being past them)."""
+        from kafka import TopicPartition
+
+        for name, offset in offsets.items():
+            self._consumer.seek(TopicPartition(name.rpartition(":")[0],
+                                               int(name.rpartition(":")[2])), offset)
+        if offsets:
+            self.metrics.broker_errors.inc()
+            self.stop_event.wait(self.config.retry.initial_backoff_seconds)
 
     def _deliver(self, sends: list[tuple[str, bytes | None, bytes]]) -> bool:
         """Send and flush, retrying failed sends until every one is acknowledged (or stop is
@@ -1020,6 +1267,8 @@ class Daemon:
             )
 
     def _drained(self) -> bool:
+        if self.models is not None and (self.models.pending or not self.models.owned):
+            return False  # not a member with its partitions yet
         for tp in self._consumer.assignment():
             high = self._consumer.highwater(tp)
             position = _position(self._consumer, tp, self.config.kafka.poll_timeout_ms)
@@ -1030,6 +1279,12 @@ class Daemon:
     # -- checkpoints and commits -----------------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
+        if self.models is not None:
+            with self.models.lock:
+                self._maybe_publish()
+            if time.monotonic() - self._last_commit >= 1.0:
+                self._commit()
+            return
         if self._store is None:
             return  # a predictor writes no checkpoint
         due_messages = self._since_checkpoint >= self.config.checkpoint.every_messages
@@ -1044,7 +1299,12 @@ class Daemon:
             self._publish()
 
     def checkpoint(self) -> None:
-        """Write a checkpoint of the model and the processed offsets (outputs are flushed)."""
+        """Write a checkpoint of the model and the processed offsets (outputs are flushed);
+        with model.scope partition or key, publish every changed model's state and commit
+        the offsets of the partitions whose models are all published."""
+        if self.models is not None:
+            self._checkpoint_models()
+            return
         assert self.processor is not None and self._store is not None
         started = time.perf_counter()
         arrays, meta = self.processor.model.to_checkpoint()
@@ -1070,6 +1330,46 @@ class Daemon:
         self._last_checkpoint = time.monotonic()
         self.summary.checkpoints += 1
         log.debug("checkpoint %s written", path)
+
+    def _maybe_publish(self) -> bool:
+        """With model.scope partition or key, inside the models' lock: publish the changed
+        models when a checkpoint is due; True when all are published."""
+        assert self.models is not None
+        config = self.config.checkpoint
+        now = time.monotonic()
+        due = (self._since_checkpoint >= config.every_messages
+               or now - self._last_checkpoint >= config.every_seconds)
+        if not (self._since_checkpoint and due and now >= self._checkpoint_retry_at):
+            return False
+        started = time.perf_counter()
+        if not self.models.publish():
+            self.metrics.checkpoint_failures.inc()
+            self.summary.checkpoint_failures += 1
+            self._checkpoint_retry_at = now + max(1.0, min(config.every_seconds, 30.0))
+            return False
+        self.metrics.checkpointed(time.perf_counter() - started)
+        self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self.summary.checkpoints += 1
+        self._last_commit = 0.0  # commit right after (outside the lock)
+        return True
+
+    def _checkpoint_models(self) -> None:
+        assert self.models is not None
+        started = time.perf_counter()
+        with self.models.lock:
+            published = self.models.publish()
+        self._commit()
+        if not published:
+            self.metrics.checkpoint_failures.inc()
+            self.summary.checkpoint_failures += 1
+            self._checkpoint_retry_at = time.monotonic() + max(
+                1.0, min(self.config.checkpoint.every_seconds, 30.0))
+            return
+        self.metrics.checkpointed(time.perf_counter() - started)
+        self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self.summary.checkpoints += 1
 
     def _publish(self) -> None:
         """Publish the model on the state topic (a learner with kafka.publish_state), at the
@@ -1121,10 +1421,40 @@ class Daemon:
         self.metrics.replica[0].set(sequence)
         log.debug("published model generation %s", processor.generation)
 
+    def _summarize_models(self) -> None:
+        """Progressive figures over the live models (pooled), breakpoints of them."""
+        assert self.models is not None
+        processors = self.models.processors()
+        scored = sum(p.scored for p in processors)
+        if scored and processors[0].regression:
+            self.summary.mae = sum(p.absolute_error for p in processors) / scored
+            self.summary.rmse = math.sqrt(sum(p.squared_error for p in processors) / scored)
+        elif scored:
+            self.summary.accuracy = sum(p.correct for p in processors) / scored
+        self.summary.breakpoints = sum(
+            int(getattr(p.model, "breakpoints_total", 0)) for p in processors)
+
     def _commit(self) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
         from kafka.errors import KafkaError
 
+        if self.models is not None:
+            self._last_commit = time.monotonic()
+            with self.models.lock:
+                offsets = self.models.committable()
+            if not offsets:
+                return
+            try:
+                # Outside the lock: commit() waits for the consumer's IO thread.
+                self._consumer.commit(self._offsets_of(offsets))
+                with self.models.lock:
+                    self.models.mark_committed(offsets)
+            except KafkaError as exc:
+                # A commit of a process the group dropped (a zombie) is refused: its next poll
+                # rejoins the group, and the new owner resumed from the last commit anyway.
+                log.warning("offset commit failed (%s: %s); retrying with the next batch",
+                            type(exc).__name__, exc)
+            return
         assert self.processor is not None
         offsets = {
             TopicPartition(name.rpartition(":")[0], int(name.rpartition(":")[2])): (
@@ -1148,6 +1478,16 @@ class Daemon:
     def _shutdown(self) -> None:
         if self._undelivered:
             self.summary.exit_code = 1  # an unclean stop: outputs are repeated on restart
+        elif self.models is not None and self._consumer is not None:
+            failures = self.summary.checkpoint_failures
+            self._checkpoint_models()
+            if self.summary.checkpoint_failures > failures or self.models.committable():
+                # Some model's latest updates are not on the state topic, or its partition's
+                # offsets not committed: the next owner repeats them. Not a clean stop.
+                log.error("stopping with %d models unpublished or offsets uncommitted: their "
+                          "partitions' next owner learns their latest messages again",
+                          self.models.dirty())
+                self.summary.exit_code = 1
         elif self.processor is not None and self._store is not None and self._since_checkpoint:
             failures = self.summary.checkpoint_failures
             self.checkpoint()
@@ -1155,8 +1495,10 @@ class Daemon:
                 # The model's latest updates are not on disk: a restart repeats them from the
                 # last checkpoint. Not a clean stop.
                 self.summary.exit_code = 1
+        if self.models is not None:
+            self._summarize_models()  # before closing: the close revokes their partitions
         if self._consumer is not None:
-            if not self._undelivered:
+            if not self._undelivered and self.models is None:
                 self._commit()
             with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from connectors.checkpoint import CheckpointError, MemberCheck
-from connectors.config import SCHEMA, Config, ConfigError
+from connectors.config import DAEMON_MODEL_SETTINGS, SCHEMA, Config, ConfigError
 from connectors.scaling import FeatureScaler
 
 __all__ = [
@@ -146,6 +146,8 @@ def check_model_config(config: Config) -> None:
     model_type = config.model.type
     applicable = set(applicable_settings(model_type))
     for name in SCHEMA["model"]:
+        if name in DAEMON_MODEL_SETTINGS:
+            continue  # the daemon's, not the model's
         source = config.sources.get(f"model.{name}", "default")
         # A value equal to the default changes nothing (a configuration written out whole,
         # e.g. from Config.as_dict, lists every setting).
@@ -182,7 +184,7 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
     and an LS-SVM's matrices are at most that wide (a crafted or foreign file claiming more is
     refused instead of exhausting memory)."""
     model = config.model
-    rows = model.window_size if model.type == "SlidingWindowSVC" else None
+    rows = model.window_size if model.type in ("SlidingWindowSVC", "SlidingWindowSVR") else None
     columns = limit_settings(config)["max_features"]
     width = None
     if model.type in ("IncrementalLSSVC", "IncrementalLSSVR"):

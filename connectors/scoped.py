@@ -1,0 +1,454 @@
+"""One model per input partition or per message key (``model.scope``), owned by this process
+while the consumer group assigns it their partitions, with their states on the state topic.
+
+Model ids
+    A model is named ``(partition, key)``: ``(3, None)`` with ``model.scope = "partition"``,
+    ``(3, "gauge-17")`` with ``"key"`` (the Kafka key as UTF-8 text; a key that is not UTF-8
+    is written ``0x`` and its bytes in hex; messages without a key share ``(3, None)``). A
+    label on ``kafka.label_topic`` reaches the model of its own partition and key, so the
+    label topic must be co-partitioned with the input topic (same partition count, labels
+    produced with the key of their message), as for any Kafka join. A ``forget`` or
+    ``relabel`` must carry the key of the message that taught the id, for the same reason.
+
+Effectively once
+    Every model's processor skips the records below its own next offsets, so a partition can
+    be read again from any earlier offset without learning anything twice. Offsets are
+    committed per partition only once every model of that partition that changed since has
+    published its state (:meth:`ScopedModels.publish`): after a crash, the new owner resumes at
+    the committed offset, restores each model's newest state, and what the states do not cover
+    is learned again, once. A model evicted to stay within ``model.max_models`` is published
+    first and fetched back from the state topic on its next message.
+
+Fencing
+    A model's first publish in an ownership claims a new epoch of it (its states then win over
+    any earlier owner's); a process that lost its partitions (a zombie) can still publish with
+    its older epoch, which readers ignore, and its offset commits are refused by the group
+    coordinator (the group's generation moved on).
+
+>>> model_id_of("key", 3, b"gauge-17"), model_id_of("partition", 3, b"gauge-17")
+((3, 'gauge-17'), (3, None))
+>>> model_label((3, "gauge-17")), model_label((3, None))
+('3/gauge-17', '3')
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from connectors.config import Config
+from connectors.metrics import Metrics
+from connectors.models import (
+    checkpoint_bounds,
+    checkpointed_settings,
+    restore_model,
+    settings_mismatch,
+)
+from connectors.processor import BatchResult, Processor
+from connectors.state_store import StaleEpochError, StateStore, StateStoreError, StoredState
+
+__all__ = [
+    "ModelId",
+    "ScopedModels",
+    "ScopedStateRefused",
+    "model_id_of",
+    "model_label",
+]
+
+log = logging.getLogger(__name__)
+
+ModelId = tuple[int, str | None]
+#: Version of the layout of a scoped model's state.
+SCOPED_STATE_FORMAT = 1
+#: Prefix of the unlabelled cache's arrays among a state's arrays.
+_CACHE = "cache."
+
+
+class ScopedStateRefused(RuntimeError):
+    """A model's state on the state topic cannot be used (made with other settings, another
+    format, or it does not load): starting a new model instead would silently replace it."""
+
+
+def model_id_of(scope: str, partition: int, key: bytes | None) -> ModelId:
+    """The model a record of ``partition`` with Kafka ``key`` belongs to."""
+    if scope != "key" or key is None:
+        return (partition, None)
+    try:
+        return (partition, bytes(key).decode("utf-8"))
+    except UnicodeDecodeError:
+        return (partition, "0x" + bytes(key).hex())
+
+
+def model_label(model_id: ModelId) -> str:
+    """The ``model`` label of a model's metrics: ``partition`` or ``partition/key``."""
+    partition, key = model_id
+    return str(partition) if key is None else f"{partition}/{key}"
+
+
+def _topic_partition(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition(":")
+    return topic, int(partition)
+
+
+@dataclass
+class _Live:
+    processor: Processor
+    #: changed since its last published state
+    dirty: bool = False
+
+
+class ScopedModels:
+    """The models of the partitions this process owns.
+
+    ``new_processor(model, metrics)`` builds a processor for a model (with the configured
+    scaler, cache bounds and label topic); ``commit(offsets)`` commits ``{"topic:partition":
+    next offset}`` for the consumer group (raising on failure).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        new_processor: Callable[[Any, Any], Processor],
+        build_model: Callable[[], Any],
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.scope: str = config.model.scope
+        self.max_models: int = config.model.max_models
+        self.store = store
+        self.new_processor = new_processor
+        self.build_model = build_model
+        self.metrics = metrics
+        #: kafka-python calls the rebalance listener on its own IO thread: the daemon holds
+        #: this lock around everything that reads or changes the models
+        self.lock = threading.RLock()
+        self.live: OrderedDict[ModelId, _Live] = OrderedDict()
+        #: input partitions owned and ready (their models' states indexed, positions set)
+        self.owned: set[int] = set()
+        #: partitions assigned by the group and not ready yet
+        self.pending: set[int] = set()
+        #: "topic:partition" -> next offset up to which every record was handled
+        self.positions: dict[str, int] = {}
+        #: "topic:partition" -> offset last committed
+        self.committed: dict[str, int] = {}
+        #: epochs claimed in the current ownership of each model, and their last sequence
+        self.epochs: dict[ModelId, int] = {}
+        self.sequences: dict[ModelId, int] = {}
+        #: clean models of revoked partitions, kept in case the group gives them back
+        self._retained: dict[ModelId, tuple[Processor, tuple[int, int] | None]] = {}
+        #: partitions whose models were lost to another owner: nothing of them is committed
+        self._lost: set[int] = set()
+        self._settings = checkpointed_settings(config)
+        self._bounds = checkpoint_bounds(config)
+        # Totals over every model this process handled (for the stop summary).
+        self.updates = 0
+        self.restores = 0
+        self.evictions = 0
+
+    # -- state of one model ----------------------------------------------------------------
+
+    def state_of(self, model_id: ModelId, processor: Processor
+                 ) -> tuple[dict[str, np.ndarray], dict[str, Any], int]:
+        """``(arrays, metadata, next_offset)`` of a model to publish: its checkpoint arrays,
+        the unlabelled cache, the processor's state (offsets, counters, scaler, held
+        messages) and the settings it was made with."""
+        arrays, model_meta = processor.model.to_checkpoint()
+        state = {name: np.asarray(value) for name, value in arrays.items()}
+        for name, value in processor.cache_arrays().items():
+            state[_CACHE + name] = np.asarray(value)
+        metadata = {
+            "format": SCOPED_STATE_FORMAT,
+            "scope": self.scope,
+            "model_meta": model_meta,
+            "model_settings": self._settings,
+            "processor": processor.state(),
+        }
+        topic = f"{self.config.kafka.input_topic}:{model_id[0]}"
+        return state, metadata, processor.offsets.get(topic, 0)
+
+    def _processor_from(self, model_id: ModelId, state: StoredState) -> Processor:
+        metadata = state.metadata
+        where = (f"the state of model {model_label(model_id)} (epoch {state.epoch}, sequence "
+                 f"{state.sequence}) on {self.store.topic}")
+        if metadata.get("format") != SCOPED_STATE_FORMAT:
+            raise ScopedStateRefused(
+                f"{where} has format {metadata.get('format')!r}; this stream-svm reads "
+                f"{SCOPED_STATE_FORMAT}")
+        changed = settings_mismatch(metadata.get("model_settings"), self._settings)
+        if changed is not None:
+            raise ScopedStateRefused(
+                f"{where} was made with other settings ({changed}). Nothing was changed. Start "
+                "with the settings the models were made with, or use another kafka.group_id "
+                "(and state topic) for new models.")
+        try:
+            model_arrays = {name: array for name, array in state.arrays.items()
+                            if not name.startswith(_CACHE)}
+            cache = {name[len(_CACHE):]: array for name, array in state.arrays.items()
+                     if name.startswith(_CACHE)}
+            for name, array in model_arrays.items():
+                self._bounds(name, array.dtype, array.shape)
+            model = restore_model(self.config, model_arrays, metadata["model_meta"])
+            processor = self.new_processor(model, self.metrics.for_model(model_label(model_id)))
+            processor.load_state(metadata["processor"], cache)
+        except Exception as exc:
+            raise ScopedStateRefused(f"{where} does not load: {type(exc).__name__}: {exc}"
+                                     ) from None
+        return processor
+
+    # -- the group's assignments -----------------------------------------------------------
+
+    def revoke(self, partitions: Iterable[int], commit: Callable[[dict[str, int]], None],
+               *, hand_over: bool = True) -> None:
+        """The group takes ``partitions`` away: publish their changed models, hand the offsets
+        of those published to ``commit`` (unless not ``hand_over``: the daemon gave outputs
+        up, so its models are ahead of what was delivered), and let their models go (clean
+        ones are kept aside in case the group gives the partitions back)."""
+        partitions = set(partitions)
+        self.metrics.scale_out[1].labels(kind="revoked").inc(len(partitions))
+        try:
+            if hand_over:
+                self.publish(partitions)
+                offsets = self.committable(partitions)
+                if offsets:
+                    commit(offsets)
+        finally:
+            self._let_go(partitions)
+
+    def lose(self, partitions: Iterable[int]) -> None:
+        """The group gave ``partitions`` to another process already (this one missed its
+        session): drop their models unpublished; the new owner resumed from the last commit."""
+        partitions = set(partitions)
+        self.metrics.scale_out[1].labels(kind="lost").inc(len(partitions))
+        for live in [v for m, v in self.live.items() if m[0] in partitions]:
+            live.dirty = False  # its changes are the new owner's to make again
+        self._let_go(partitions)
+        self._retained = {m: v for m, v in self._retained.items() if m[0] not in partitions}
+
+    def _let_go(self, partitions: set[int]) -> None:
+        for model_id in [m for m in self.live if m[0] in partitions]:
+            live = self.live.pop(model_id)
+            self.metrics.forget_model(model_label(model_id))
+            if not live.dirty:
+                newest = self.store.newest(model_id)
+                self._retained[model_id] = (
+                    live.processor, None if newest is None else (newest.epoch, newest.sequence))
+        for model_id in [m for m in self.epochs if m[0] in partitions]:
+            self.epochs.pop(model_id)
+            self.sequences.pop(model_id, None)
+        self.owned -= partitions
+        self.pending -= partitions
+        self._lost -= partitions
+        for offsets in (self.positions, self.committed):
+            for name in [n for n in offsets if _topic_partition(n)[1] in partitions]:
+                del offsets[name]
+        self._gauge()
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """The group gives this process ``partitions``: they wait (paused by the daemon) until
+        :meth:`settle` indexed their models' states."""
+        partitions = set(partitions)
+        self.metrics.scale_out[1].labels(kind="assigned").inc(len(partitions))
+        self.pending |= partitions
+
+    def settle(self, committed: dict[int, dict[str, int | None]], start_fresh: bool
+               ) -> dict[str, int | None]:
+        """Index the newest state of every model of the pending partitions found in
+        ``committed`` (one read of the state topic); returns per ``"topic:partition"`` the
+        offset to resume from (the group's committed offset; None: from the beginning).
+        ``committed[partition]`` holds the committed offsets of that partition's topics.
+        Raises StateStoreError when the state topic cannot be read (retry),
+        ScopedStateRefused when a partition was served before and none of its models has a
+        state (they would start over, silently)."""
+        pending = self.pending & set(committed)
+        started = time.perf_counter()
+        states = self.store.restore(
+            select=lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending,
+            decode=False)
+        seconds = time.perf_counter() - started
+        self.metrics.replica[2].observe(seconds)
+        resume: dict[str, int | None] = {}
+        with_state = {model_id[0] for model_id in states}  # type: ignore[index]
+        for partition in sorted(pending):
+            offsets = committed[partition]
+            served = {name: offset for name, offset in offsets.items() if offset is not None}
+            if served and partition not in with_state and not start_fresh:
+                raise ScopedStateRefused(
+                    f"the consumer group {self.config.kafka.group_id!r} has committed offsets "
+                    f"{served} for partition {partition}, but the state topic "
+                    f"{self.store.topic} holds no model of it: models served this partition "
+                    "before, and new ones would silently replace them. Nothing was changed. "
+                    "Restore the state topic, or run with --start-fresh (checkpoint.start_fresh"
+                    " = true) to start new, empty models from the committed offsets.")
+            resume.update(offsets)
+        for model_id, (processor, published) in self._retained.items():
+            newest = states.get(model_id)
+            if (model_id[0] in pending and newest is not None
+                    and (newest.epoch, newest.sequence) == published
+                    and len(self.live) < self.max_models):
+                # Back to this process and nobody published it since: no need to fetch it.
+                processor.metrics = self.metrics.for_model(model_label(model_id))
+                self.live[model_id] = _Live(processor)
+        self._retained.clear()
+        for name, offset in resume.items():
+            if offset is not None:  # else only records handled set a position to commit
+                self.positions[name] = offset
+        self.owned |= pending
+        self.pending -= pending
+        log.info("partitions %s ready: %d models on %s (read in %.3f s), resuming at %s",
+                 sorted(pending), len(states), self.store.topic, seconds, resume)
+        self._gauge()
+        return resume
+
+    # -- records ---------------------------------------------------------------------------
+
+    def process(self, records: list[Any]) -> tuple[BatchResult, dict[str, int]]:
+        """Hand each record to its model; returns the merged outcomes and, per
+        ``"topic:partition"``, the offset to read again from when a model could not be
+        fetched (its records are then not handled; the daemon seeks there)."""
+        merged = BatchResult()
+        groups: dict[ModelId, list[Any]] = {}
+        for record in records:
+            if record.partition in self.owned:
+                key = getattr(record, "key", None)
+                groups.setdefault(model_id_of(self.scope, record.partition, key),
+                                  []).append(record)
+        retry: dict[str, int] = {}
+        for model_id, group in groups.items():
+            try:
+                live = self._get(model_id)
+            except StateStoreError as exc:
+                log.warning("model %s cannot be fetched from the state topic (%s): its "
+                            "messages are read again", model_label(model_id), exc)
+                for record in group:
+                    name = f"{record.topic}:{record.partition}"
+                    retry[name] = min(retry.get(name, record.offset), record.offset)
+                continue
+            before = live.processor.updates
+            result = live.processor.process(group)
+            self.updates += live.processor.updates - before
+            live.dirty = True
+            merged.outputs += result.outputs
+            merged.dead_letters += result.dead_letters
+            merged.input_timestamps += result.input_timestamps
+            merged.skipped += result.skipped
+        for record in records:
+            name = f"{record.topic}:{record.partition}"
+            if record.partition in self.owned and name not in retry:
+                self.positions[name] = max(self.positions.get(name, 0), record.offset + 1)
+        for name, offset in retry.items():
+            self.positions[name] = min(self.positions.get(name, offset), offset)
+        self._gauge()
+        return merged, retry
+
+    def _get(self, model_id: ModelId) -> _Live:
+        live = self.live.get(model_id)
+        if live is not None:
+            self.live.move_to_end(model_id)
+            return live
+        stored = self.store.newest(model_id)
+        if stored is not None:
+            processor = self._processor_from(model_id, self.store.fetch(model_id))
+            self.restores += 1
+        else:
+            processor = self.new_processor(self.build_model(),
+                                           self.metrics.for_model(model_label(model_id)))
+        self._make_room()
+        live = self.live[model_id] = _Live(processor)
+        return live
+
+    def _make_room(self) -> None:
+        """Evict least recently used models down to ``max_models - 1`` live ones (each
+        published first; one whose publish fails stays, over the bound, until it succeeds)."""
+        for model_id in list(self.live):
+            if len(self.live) < self.max_models:
+                return
+            live = self.live[model_id]
+            if live.dirty and not self._publish_one(model_id, live):
+                continue
+            if model_id in self.live:
+                del self.live[model_id]
+                self.metrics.forget_model(model_label(model_id))
+                self.evictions += 1
+
+    def expire_cache(self) -> None:
+        for live in self.live.values():
+            live.processor.expire_cache()
+
+    # -- publishing and committing ---------------------------------------------------------
+
+    def publish(self, partitions: set[int] | None = None) -> bool:
+        """Publish every changed model (of ``partitions``); True when all succeeded."""
+        done = True
+        for model_id, live in list(self.live.items()):
+            if live.dirty and (partitions is None or model_id[0] in partitions):
+                done = self._publish_one(model_id, live) and done
+        return done
+
+    def _publish_one(self, model_id: ModelId, live: _Live) -> bool:
+        _, outcomes, _, _ = self.metrics.replica
+        processor = live.processor
+        try:
+            epoch = self.epochs.get(model_id)
+            if epoch is None:
+                epoch = self.epochs[model_id] = self.store.claim_epoch(model_id)
+                self.sequences[model_id] = 0
+            arrays, metadata, next_offset = self.state_of(model_id, processor)
+            sequence = self.sequences[model_id] + 1
+            self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
+        except StaleEpochError as exc:
+            # Another process claimed the model: this one lost its partition (a rebalance
+            # it has not seen yet). Its state is dropped; nothing of the partition is
+            # committed from here, the new owner resumes from the last commit.
+            outcomes.labels(outcome="stale").inc()
+            log.warning("%s: model %s now belongs to another process; dropped here",
+                        exc, model_label(model_id))
+            self.live.pop(model_id, None)
+            self.metrics.forget_model(model_label(model_id))
+            self._lost.add(model_id[0])
+            return False
+        except (StateStoreError, ValueError) as exc:
+            outcomes.labels(outcome="failed").inc()
+            log.error("publishing the state of model %s failed (%s); its partition's offsets "
+                      "are not committed until it succeeds", model_label(model_id), exc)
+            return False
+        outcomes.labels(outcome="published").inc()
+        self.sequences[model_id] = sequence
+        processor.generation = f"{epoch}.{sequence}"
+        live.dirty = False
+        return True
+
+    def committable(self, partitions: set[int] | None = None) -> dict[str, int]:
+        """Next offsets safe to commit: those of the owned partitions whose models are all
+        published."""
+        blocked = {m[0] for m, live in self.live.items() if live.dirty} | self._lost
+        return {
+            name: offset for name, offset in self.positions.items()
+            if (partition := _topic_partition(name)[1]) in self.owned
+            and partition not in blocked
+            and (partitions is None or partition in partitions)
+            and self.committed.get(name) != offset
+        }
+
+    def mark_committed(self, offsets: dict[str, int]) -> None:
+        """Record offsets the group accepted (of partitions still owned)."""
+        self.committed.update({name: offset for name, offset in offsets.items()
+                               if _topic_partition(name)[1] in self.owned})
+
+    def dirty(self) -> int:
+        return sum(live.dirty for live in self.live.values())
+
+    def _gauge(self) -> None:
+        self.metrics.scale_out[0].set(len(self.live))
+
+    # -- summary ---------------------------------------------------------------------------
+
+    def processors(self) -> list[Processor]:
+        return [live.processor for live in self.live.values()]

@@ -1,0 +1,551 @@
+"""Scale-out on Kafka: daemons of one consumer group share a topic's partitions with one model
+per message key (``model.scope = "key"``), their models' states on the state topic.
+
+The broker tests start daemon processes (``stream-svm serve``) on the embedded broker with
+short session timeouts, kill or pause some of them mid-stream, and compare every model left on
+the state topic with the model built in this process from exactly that key's messages, in
+order, each once."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from connectors.config import ConfigError, load_config
+from connectors.daemon import ensure_topics
+from connectors.metrics import Metrics
+from connectors.models import restore_model
+from connectors.processor import Processor, Record
+from connectors.scoped import ScopedModels, model_id_of, model_label
+from connectors.sources import iter_source
+from connectors.state_store import StateStore
+from stream_svm import IncrementalSVC
+from tests.connectors_helpers import broker, read_all, unique, wait_for  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = {"C": 1.0, "gamma": 0.5}
+#: Bananas (River's, shipped in its wheel), split among the keys.
+BANANAS = list(itertools.islice(iter_source("bananas"), 1200))
+
+
+# -- settings and routing (no broker) ----------------------------------------------------------
+
+
+def test_model_ids_and_labels_follow_the_scope():
+    assert model_id_of("key", 2, b"gauge-7") == (2, "gauge-7")
+    assert model_id_of("key", 2, None) == (2, None)  # unkeyed messages share one model
+    assert model_id_of("key", 2, b"\xff\x00") == (2, "0xff00")  # not UTF-8: hex
+    assert model_id_of("partition", 2, b"gauge-7") == (2, None)
+    assert model_label((2, "gauge-7")) == "2/gauge-7" and model_label((2, None)) == "2"
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"model.scope": "everything"}, "model.scope"),
+    ({"model.max_models": "5"}, "model.max_models"),  # a global model is one model
+    ({"model.scope": "key", "model.max_models": "0"}, "model.max_models"),
+    ({"model.scope": "key", "daemon.role": "predictor", "kafka.state_topic": "s",
+      "kafka.bootstrap_servers": "127.0.0.1:1", "kafka.group_id": "p"}, "daemon.role"),
+    ({"model.scope": "partition", "kafka.publish_state": "true"}, "kafka.publish_state"),
+    ({"model.scope": "key", "kafka.on_partition_reset": "earliest"}, "on_partition_reset"),
+    ({"model.scope": "key", "kafka.session_timeout_ms": "40000"}, "request_timeout_ms"),
+    ({"model.scope": "key", "kafka.heartbeat_interval_ms": "20000"}, "heartbeat_interval_ms"),
+])
+def test_invalid_scope_settings_fail_naming_the_setting(settings, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(None, overrides=settings, environ={})
+
+
+def test_scope_settings_are_not_model_settings():
+    config = load_config(None, overrides={"model.scope": "key", "model.max_models": "7"},
+                         environ={})
+    assert (config.model.scope, config.model.max_models) == ("key", 7)
+    from connectors.models import checkpointed_settings
+
+    assert "scope" not in checkpointed_settings(config)  # the models are the same models
+
+
+def test_per_model_gauges_carry_the_model_label_and_go_with_the_model():
+    metrics = Metrics(per_model=True)
+    one, two = metrics.for_model("0/a"), metrics.for_model("1/b")
+    one.margin.set(3)
+    two.margin.set(5)
+    one.accuracy.set(0.75)
+    one.messages.labels(outcome="learned").inc()  # counters are shared, unlabelled by model
+    text = metrics.render().decode()
+    assert 'stream_svm_margin_vectors{model="0/a"} 3.0' in text
+    assert 'stream_svm_margin_vectors{model="1/b"} 5.0' in text
+    assert 'stream_svm_progressive_accuracy{model="0/a"} 0.75' in text
+    metrics.forget_model("0/a")
+    text = metrics.render().decode()
+    assert 'model="0/a"' not in text and 'model="1/b"' in text
+    plain = Metrics()
+    assert plain.for_model("0/a") is plain  # one global model: no label
+
+
+# -- ScopedModels against a store in memory ----------------------------------------------------
+
+
+class _MemoryStore:
+    """The part of StateStore that ScopedModels uses, in memory (payloads really encoded)."""
+
+    topic = "memory.state"
+
+    def __init__(self) -> None:
+        from connectors import state_store
+
+        self._codec = state_store
+        self.records: dict[Any, tuple[bytes, int, int, int]] = {}
+        self.epochs: dict[Any, int] = {}
+        self.publishes = 0
+
+    def restore(self, select=None, decode=True):
+        from connectors.state_store import StoredState
+
+        return {m: StoredState({}, {}, n, e, s, (0, 0, 0))
+                for m, (_, n, e, s) in self.records.items() if select is None or select(m)}
+
+    def newest(self, model_id):
+        from connectors.state_store import StoredState
+
+        found = self.records.get(model_id)
+        return None if found is None else StoredState({}, {}, found[1], found[2], found[3],
+                                                      (0, 0, 0))
+
+    def fetch(self, model_id):
+        from connectors.state_store import StoredState
+
+        payload, next_offset, epoch, sequence = self.records[model_id]
+        arrays, metadata = self._codec._decode_payload(payload)
+        return StoredState(arrays, metadata, next_offset, epoch, sequence, (0, 0, 0))
+
+    def claim_epoch(self, model_id):
+        self.epochs[model_id] = self.epochs.get(model_id, -1) + 1
+        return self.epochs[model_id]
+
+    def publish(self, model_id, arrays, metadata, next_offset, epoch, sequence):
+        self.publishes += 1
+        self.records[model_id] = (self._codec._encode_payload(arrays, metadata), next_offset,
+                                  epoch, sequence)
+        return 0
+
+
+def _scoped(max_models: int, store: _MemoryStore | None = None) -> tuple[ScopedModels, Any]:
+    config = load_config(None, overrides={"model.scope": "key",
+                                          "model.max_models": str(max_models),
+                                          **{f"model.{k}": str(v) for k, v in MODEL.items()}},
+                         environ={})
+    metrics = Metrics(per_model=True)
+
+    def new_processor(model: Any, model_metrics: Any) -> Processor:
+        return Processor(model, metrics=model_metrics)
+
+    models = ScopedModels(config, store or _MemoryStore(), new_processor,
+                          lambda: IncrementalSVC(**MODEL), metrics)
+    return models, metrics
+
+
+def _record(partition: int, offset: int, key: str, message: dict[str, Any]) -> Any:
+    record = Record("stream-svm.input", partition, offset, json.dumps(message).encode(), 0)
+    object.__setattr__(record, "key", key.encode())  # a ConsumerRecord has its key
+    return record
+
+
+def _keyed_stream(keys: int, per_key: int, partitions: int) -> list[tuple[int, str, dict]]:
+    """(partition, key, message) of labelled Bananas points, a late label and a forget per
+    key; key k goes to partition k % partitions."""
+    rows = []
+    for i, (x, y) in enumerate(BANANAS[: keys * per_key]):
+        k = i % keys
+        rows.append((k % partitions, f"k{k}", {"id": f"{k}-{i}", "x": x, "y": y}))
+    for k in range(keys):
+        x, y = BANANAS[-1 - k]
+        rows.append((k % partitions, f"k{k}", {"id": f"late-{k}", "x": x}))
+        rows.append((k % partitions, f"k{k}", {"op": "forget", "id": f"{k}-{k}"}))
+        rows.append((k % partitions, f"k{k}", {"id": f"late-{k}", "y": y}))
+    return rows
+
+
+def _reference(messages: list[dict[str, Any]]) -> IncrementalSVC:
+    """The model of one key's messages, in order, each once."""
+    model = IncrementalSVC(**MODEL)
+    cache: dict[Any, dict] = {}
+    for message in messages:
+        if message.get("op") == "forget":
+            model.forget_one(key=message["id"])
+        elif "x" not in message:
+            model.learn_one(cache.pop(message["id"]), message["y"], key=message["id"])
+        elif "y" in message:
+            model.learn_one(message["x"], message["y"], key=message["id"])
+        else:
+            cache[message["id"]] = message["x"]
+    return model
+
+
+GRID = pd.DataFrame(np.random.default_rng(5).uniform(-3, 3, size=(200, 2)), columns=["1", "2"])
+
+
+def _assert_same_model(model: Any, reference: IncrementalSVC, where: str) -> None:
+    assert sorted(map(str, model.stored_keys())) == sorted(map(str, reference.stored_keys())), \
+        where
+    np.testing.assert_allclose(model.decision_function_many(GRID),
+                               reference.decision_function_many(GRID), rtol=0, atol=1e-9,
+                               err_msg=where)
+
+
+def test_models_evicted_to_stay_within_max_models_come_back_exactly():
+    rows = _keyed_stream(keys=5, per_key=12, partitions=2)
+    models, metrics = _scoped(max_models=2)
+    models.assign({0, 1})
+    models.settle({p: {f"stream-svm.input:{p}": None} for p in (0, 1)}, start_fresh=False)
+    offsets = {0: 0, 1: 0}
+    for start in range(0, len(rows), 7):  # polls of 7 records
+        batch = []
+        for partition, key, message in rows[start:start + 7]:
+            batch.append(_record(partition, offsets[partition], key, message))
+            offsets[partition] += 1
+        result, again = models.process(batch)
+        assert not again and not result.dead_letters
+        assert len(models.live) <= 2
+    assert models.evictions > 0 and models.restores > 0
+    assert metrics.scale_out[0]._value.get() == len(models.live) == 2
+    text = metrics.render().decode()
+    assert text.count("stream_svm_margin_vectors{") == 2  # only live models have series
+    models.publish()
+    store = models.store
+    for k in range(5):
+        model_id = (k % 2, f"k{k}")
+        mine = [m for p, key, m in rows if key == f"k{k}"]
+        restored = models._processor_from(model_id, store.fetch(model_id))
+        _assert_same_model(restored.model, _reference(mine), f"key k{k}")
+
+
+def test_a_partition_served_before_without_any_model_state_is_refused():
+    from connectors.scoped import ScopedStateRefused
+
+    models, _ = _scoped(max_models=4)
+    models.assign({3})
+    with pytest.raises(ScopedStateRefused, match="start-fresh"):
+        models.settle({3: {"stream-svm.input:3": 120}}, start_fresh=False)
+    models.settle({3: {"stream-svm.input:3": 120}}, start_fresh=True)
+    assert models.owned == {3} and models.positions == {"stream-svm.input:3": 120}
+
+
+def test_offsets_are_committed_only_once_the_partitions_models_are_published():
+    rows = _keyed_stream(keys=4, per_key=5, partitions=2)
+    models, _ = _scoped(max_models=10)
+    models.assign({0, 1})
+    models.settle({p: {f"stream-svm.input:{p}": None} for p in (0, 1)}, start_fresh=False)
+    batch = [_record(p, i, key, m) for i, (p, key, m) in enumerate(
+        r for r in rows if r[0] == 0)]
+    models.process(batch)
+    assert models.committable() == {}  # its models are not published yet
+    models.publish({0})
+    assert models.committable() == {"stream-svm.input:0": len(batch)}
+    models.mark_committed(models.committable())
+    assert models.committable() == {}  # nothing new
+    # A revocation publishes what changed and hands the offsets over.
+    models.process([_record(0, len(batch), "k0", {"id": "extra", "x": {"1": 0.1, "2": 0.2},
+                                                   "y": True})])
+    handed: list[dict[str, int]] = []
+    models.revoke({0}, handed.append)
+    assert handed == [{"stream-svm.input:0": len(batch) + 1}]
+    assert not models.live and models.owned == {1}
+
+
+# -- processes on the embedded broker ----------------------------------------------------------
+
+
+def _config_file(path: Path, servers: str, topics: dict[str, str], group: str,
+                 **extra: Any) -> Path:
+    settings = {
+        "kafka": {"bootstrap_servers": servers, "input_topic": topics["input"],
+                  "output_topic": topics["output"], "dead_letter_topic": topics["dead"],
+                  "group_id": group, "max_batch": 10, "request_timeout_ms": 10000,
+                  "session_timeout_ms": 3000, "heartbeat_interval_ms": 300,
+                  "poll_timeout_ms": 50},
+        "model": {"scope": "key", "max_models": 3, **MODEL},
+        "checkpoint": {"every_messages": 20, "every_seconds": 0.5},
+        "metrics": {"enabled": False},
+    }
+    for name, value in extra.items():
+        section, _, key = name.partition("__")
+        settings[section][key] = value
+    lines = []
+    for section, values in settings.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    path.write_text("\n".join(lines).replace("= false", "= false").replace(
+        "= true", "= true") + "\n", encoding="utf-8")
+    return path
+
+
+def _produce_keyed(servers: str, topic: str, rows: list[tuple[int, str, dict]]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=1)
+    try:
+        for partition, key, message in rows:
+            producer.send(topic, key=key.encode(), value=json.dumps(message).encode(),
+                          partition=partition)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=10)
+
+
+class _Answered:
+    """Follows the output topic: which (partition, offset) feature messages have an output,
+    and which (id, op) forgets and labels an acknowledgement."""
+
+    def __init__(self, servers: str, topic: str, partitions: int) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+        self.consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        self.consumer.seek_to_beginning()
+        self.seen: set[tuple[int, int]] = set()
+        self.acks: set[tuple[Any, str]] = set()
+
+    def count(self) -> int:
+        for records in self.consumer.poll(timeout_ms=50).values():
+            for record in records:
+                output = json.loads(record.value)
+                if "op" in output:
+                    self.acks.add((output["id"], output["op"]))
+                else:
+                    self.seen.add((output["source"]["partition"], output["source"]["offset"]))
+        return len(self.seen) + len(self.acks)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _start(config: Path, log_path: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "connectors.cli", "--log-level", "INFO", "serve",
+               "--config", str(config)]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=log, stderr=log, cwd=ROOT)
+
+
+def _stop(processes: list[subprocess.Popen], tails: Any) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+            pytest.fail(f"a daemon did not stop on SIGTERM:\n{tails()}")
+
+
+def _models_on(servers: str, state_topic: str, config: Path) -> dict[Any, Any]:
+    """Every model's newest state on the state topic, as models."""
+    settings = load_config(config, environ={})
+    with StateStore(servers, state_topic, timeout=20) as store:
+        states = store.restore()
+    models = {}
+    for model_id, state in states.items():
+        arrays = {k: v for k, v in state.arrays.items() if not k.startswith("cache.")}
+        models[model_id] = (restore_model(settings, arrays, state.metadata["model_meta"]),
+                            state)
+    return models
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_three_daemons_share_the_partitions_and_survive_a_kill(broker, tmp_path):  # noqa: F811
+    servers = broker.bootstrap_servers
+    partitions, keys = 6, 12
+    topics = {k: unique(f"scale-{k}") for k in ("input", "output", "dead")}
+    ensure_topics({"bootstrap_servers": servers}, [topics["input"]], partitions=partitions)
+    ensure_topics({"bootstrap_servers": servers}, [topics["output"], topics["dead"]])
+    group = unique("scale-group")
+    config = _config_file(tmp_path / "scale.toml", servers, topics, group)
+    rows = _keyed_stream(keys=keys, per_key=60, partitions=partitions)
+    half, three_quarters = len(rows) // 2, len(rows) * 3 // 4
+    _produce_keyed(servers, topics["input"], rows[:half])
+    answered = _Answered(servers, topics["output"], partitions)
+    logs: list[Path] = []
+    processes: list[subprocess.Popen] = []
+
+    def start() -> None:
+        logs.append(tmp_path / f"daemon-{len(logs)}.log")
+        processes.append(_start(config, logs[-1]))
+
+    def tails() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for log in logs)
+
+    def progress(target: int, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while answered.count() < target and time.monotonic() < deadline:
+            for process in processes:
+                if process.poll() is not None and process.returncode != -signal.SIGKILL:
+                    pytest.fail(f"a daemon exited with {process.returncode}:\n{tails()}")
+        assert answered.count() >= target, f"{answered.count()} of {target}:\n{tails()}"
+
+    try:
+        for _ in range(3):
+            start()
+        progress(half // 3, 90)
+        victim = processes[1]
+        victim.send_signal(signal.SIGKILL)  # mid-stream: its models have unpublished changes
+        victim.wait(timeout=10)
+        _produce_keyed(servers, topics["input"], rows[half:three_quarters])
+        progress(half + (three_quarters - half) // 2, 90)
+        start()  # the killed daemon comes back, and takes partitions again
+        assert wait_for(lambda: "ready" in logs[-1].read_text(), 60), tails()
+        _produce_keyed(servers, topics["input"], rows[three_quarters:])
+        progress(len(rows), 120)
+    finally:
+        try:
+            _stop(processes, tails)
+        finally:
+            answered.close()
+    exits = [p.returncode for p in processes]
+    assert exits[1] == -signal.SIGKILL and [e for i, e in enumerate(exits) if i != 1] == [0] * 3, (
+        exits, tails())
+    assert sum("partitions" in log.read_text() and "revoked" in log.read_text()
+               for log in logs) >= 3  # the group rebalanced
+
+    # Every input got at least one output, and valid input no dead letter.
+    feature_offsets, acks = set(), set()
+    next_offset = dict.fromkeys(range(partitions), 0)
+    key_ends = {}  # the offset after each key's last message
+    for partition, key, message in rows:
+        if "x" in message:
+            feature_offsets.add((partition, next_offset[partition]))
+        else:
+            acks.add((message["id"], message.get("op", "label")))
+        next_offset[partition] += 1
+        key_ends[key] = next_offset[partition]
+    assert answered.seen == feature_offsets and answered.acks == acks
+    assert read_all(servers, topics["dead"], idle=1.0) == []
+    # Every key's model equals the one built here from that key's messages, in order, once.
+    models = _models_on(servers, f"{group}.state", config)
+    assert set(models) == {(k % partitions, f"k{k}") for k in range(keys)}
+    for (partition, key), (model, state) in models.items():
+        mine = [m for p, k, m in rows if k == key]
+        _assert_same_model(model, _reference(mine), f"model {partition}/{key}")
+        assert state.next_offset == key_ends[key]
+    # The killed daemon's models moved: some models have states of more than one epoch.
+    assert max(state.epoch for _, state in models.values()) >= 1
+
+
+@pytest.mark.broker
+def test_a_zombie_writer_does_not_overwrite_the_new_owners_state(broker):  # noqa: F811
+    """Two owners of one model on the real state topic: the former owner publishes again
+    with its older epoch after the new owner took over; every reader keeps the new owner's
+    state, and a third owner restores that one."""
+    servers = broker.bootstrap_servers
+    topic = unique("zombie-state")
+    rows = _keyed_stream(keys=2, per_key=30, partitions=1)
+    first, second, third = rows[:20], rows[20:40], rows[40:]
+
+    def owner() -> tuple[ScopedModels, Metrics]:
+        store = StateStore(servers, topic, timeout=20)
+        store.ensure_topic(partitions=1)
+        models, metrics = _scoped(max_models=10, store=store)  # type: ignore[arg-type]
+        models.assign({0})
+        return models, metrics
+
+    def feed(models: ScopedModels, part: list, start: int) -> None:
+        models.process([_record(0, start + i, key, m) for i, (_, key, m) in enumerate(part)])
+
+    zombie, _ = owner()
+    zombie.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    feed(zombie, first, 0)
+    assert zombie.publish()
+    feed(zombie, second, 20)  # learned, not yet published: then it stalls
+    successor, _ = owner()
+    successor.settle({0: {"stream-svm.input:0": 20}}, start_fresh=False)
+    feed(successor, second + third, 20)
+    assert successor.publish()
+    assert zombie.publish()  # it wakes up and publishes with its older epoch
+    try:
+        with StateStore(servers, topic, timeout=20) as reader:
+            states = reader.restore()
+        for key in ("k0", "k1"):
+            newest = states[(0, key)]
+            assert newest.epoch == successor.epochs[(0, key)] > zombie.epochs[(0, key)]
+            assert newest.next_offset == max(i + 1 for i, (_, k, _) in enumerate(rows)
+                                             if k == key)
+        heir, _ = owner()
+        heir.settle({0: {"stream-svm.input:0": len(rows)}}, start_fresh=False)
+        for key in ("k0", "k1"):
+            restored = heir._get((0, key)).processor.model
+            _assert_same_model(restored, _reference([m for _, k, m in rows if k == key]),
+                               f"model 0/{key}")
+        heir.store.close()
+    finally:
+        zombie.store.close()
+        successor.store.close()
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_a_paused_daemon_loses_its_partitions_and_changes_nothing_when_it_wakes(
+        broker, tmp_path):  # noqa: F811
+    """SIGSTOP past the session timeout: the other daemon takes the partitions over; the
+    paused one, woken up, drops its unpublished models (its commit is refused), rejoins, and
+    every model still equals the reference at the end."""
+    servers = broker.bootstrap_servers
+    partitions = 2
+    topics = {k: unique(f"pause-{k}") for k in ("input", "output", "dead")}
+    ensure_topics({"bootstrap_servers": servers}, [topics["input"]], partitions=partitions)
+    ensure_topics({"bootstrap_servers": servers}, [topics["output"], topics["dead"]])
+    group = unique("pause-group")
+    # A state every 40 messages of a daemon, none on the clock.
+    config = _config_file(tmp_path / "pause.toml", servers, topics, group, model__max_models=10,
+                          checkpoint__every_messages=40, checkpoint__every_seconds=3600)
+    rows = _keyed_stream(keys=4, per_key=40, partitions=partitions)
+    answered = _Answered(servers, topics["output"], partitions)
+    logs = [tmp_path / "paused.log", tmp_path / "other.log"]
+    processes: list[subprocess.Popen] = []
+
+    def tails() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for log in logs
+                         if log.exists())
+
+    try:
+        processes.append(_start(config, logs[0]))
+        _produce_keyed(servers, topics["input"], rows[:60])  # one state (at 40), 20 unpublished
+        assert wait_for(lambda: answered.count() >= 60, 60), tails()
+        processes[0].send_signal(signal.SIGSTOP)
+        processes.append(_start(config, logs[1]))
+        assert wait_for(lambda: "ready" in logs[1].read_text(), 60), tails()
+        _produce_keyed(servers, topics["input"], rows[60:120])
+        assert wait_for(lambda: answered.count() >= 120, 60), tails()
+        processes[0].send_signal(signal.SIGCONT)
+        # Woken up, it may still handle a poll fetched before it noticed, and publish with
+        # its old epoch (a zombie write), before its commit is refused and its partitions
+        # are found lost.
+        assert wait_for(lambda: "were lost" in logs[0].read_text(), 60), tails()
+        assert wait_for(lambda: logs[0].read_text().count("ready") >= 2, 60), tails()
+        _produce_keyed(servers, topics["input"], rows[120:])
+        assert wait_for(lambda: answered.count() >= len(rows), 60), tails()
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGCONT)
+        _stop(processes, tails)
+        answered.close()
+    assert [p.returncode for p in processes] == [0, 0], tails()
+    assert read_all(servers, topics["dead"], idle=1.0) == []
+    models = _models_on(servers, f"{group}.state", config)
+    assert set(models) == {(k % partitions, f"k{k}") for k in range(4)}
+    for (partition, key), (model, state) in models.items():
+        _assert_same_model(model, _reference([m for _, k, m in rows if k == key]),
+                           f"model {partition}/{key}")
+        assert state.epoch >= 1  # the successor's (or later) epoch, never the zombie's
