@@ -549,3 +549,82 @@ def test_a_paused_daemon_loses_its_partitions_and_changes_nothing_when_it_wakes(
         _assert_same_model(model, _reference([m for _, k, m in rows if k == key]),
                            f"model {partition}/{key}")
         assert state.epoch >= 1  # the successor's (or later) epoch, never the zombie's
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_one_sliding_window_per_river_gauge_across_a_kill(broker, tmp_path, shared_data):  # noqa: F811
+    """The three rivers of ../shared/data as three keys (one sliding window each, window 1423,
+    step 30) beside three Bananas keys, on a 3-partition topic served by two daemons; one is
+    killed mid-stream and started again. Each gauge's window equals the window built here
+    from that river's messages."""
+    from stream_svm import SlidingWindowSVC
+
+    servers = broker.bootstrap_servers
+    partitions = 3
+    sources = {
+        "fisher": f"river-flow:{shared_data / 'fisher-river'}",
+        "oldman": f"river-flow:{shared_data / 'more-rivers'}#oldman",
+        "saugeen": f"river-flow:{shared_data / 'more-rivers'}#saugeen",
+    }
+    streams = {key: list(iter_source(source)) for key, source in sources.items()}
+    for k in range(3):
+        streams[f"bananas-{k}"] = [(x, y) for i, (x, y) in enumerate(BANANAS[:600]) if i % 3 == k]
+    keys = list(streams)
+    # Interleaved as they would arrive: one message of each gauge in turn.
+    rows = []
+    for i in range(max(len(s) for s in streams.values())):
+        for index, key in enumerate(keys):
+            if i < len(streams[key]):
+                x, y = streams[key][i]
+                rows.append((index % partitions, key, {"id": f"{key}-{i}", "x": x, "y": y}))
+    topics = {k: unique(f"gauges-{k}") for k in ("input", "output", "dead")}
+    ensure_topics({"bootstrap_servers": servers}, [topics["input"]], partitions=partitions)
+    ensure_topics({"bootstrap_servers": servers}, [topics["output"], topics["dead"]])
+    group = unique("gauges")
+    window = {"window_size": 1423, "step": 30, "C": 1.0, "gamma": 1.0}
+    config = _config_file(tmp_path / "gauges.toml", servers, topics, group,
+                          model__type="SlidingWindowSVC", model__max_models=6,
+                          **{f"model__{k}": v for k, v in window.items()},
+                          kafka__max_batch=100, checkpoint__every_messages=300)
+    answered = _Answered(servers, topics["output"], partitions)
+    logs = [tmp_path / f"daemon-{i}.log" for i in range(3)]
+    processes: list[subprocess.Popen] = []
+
+    def tails() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for log in logs
+                         if log.exists())
+
+    two_thirds = len(rows) * 2 // 3
+    try:
+        _produce_keyed(servers, topics["input"], rows[:two_thirds])
+        processes = [_start(config, logs[0]), _start(config, logs[1])]
+        assert wait_for(lambda: answered.count() >= len(rows) // 3, 120), tails()
+        processes[1].send_signal(signal.SIGKILL)
+        processes[1].wait(timeout=10)
+        # The survivor takes the killed daemon's partition over, then the restarted one
+        # takes a share back.
+        assert wait_for(lambda: "partitions [0, 1, 2] ready" in logs[0].read_text(), 60), \
+            tails()
+        assert wait_for(lambda: answered.count() >= two_thirds, 120), tails()
+        processes.append(_start(config, logs[2]))
+        assert wait_for(lambda: "ready" in logs[2].read_text(), 60), tails()
+        _produce_keyed(servers, topics["input"], rows[two_thirds:])
+        assert wait_for(lambda: answered.count() >= len(rows), 180), tails()
+    finally:
+        _stop(processes, tails)
+        answered.close()
+    assert [p.returncode for p in processes] == [0, -signal.SIGKILL, 0], tails()
+    assert read_all(servers, topics["dead"], idle=1.0) == []
+    models = _models_on(servers, f"{group}.state", config)
+    assert set(models) == {(i % partitions, key) for i, key in enumerate(keys)}
+    for (_, key), (model, _) in models.items():
+        reference = SlidingWindowSVC(**window)
+        for x, y in streams[key]:
+            reference.learn_one(x, y)
+        assert model.n_window == reference.n_window == min(1423, len(streams[key])
+                                                           // 30 * 30), key
+        frame = pd.DataFrame([x for x, _ in streams[key][-200:]])
+        np.testing.assert_allclose(model.decision_function_many(frame),
+                                   reference.decision_function_many(frame), rtol=0, atol=1e-9,
+                                   err_msg=key)
