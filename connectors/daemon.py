@@ -759,16 +759,17 @@ class Daemon:
             self.metrics.broker_errors.inc()
             log.warning("partitions %s wait: %s", sorted(models.pending), exc)
             return False
-        tps = []
         for name, offset in resume.items():
             topic, _, partition = name.rpartition(":")
             tp = TopicPartition(topic, int(partition))
-            if offset is None:
-                self._consumer.seek_to_beginning(tp)
-            else:
-                self._consumer.seek(tp, offset)
-            tps.append(tp)
-        self._consumer.resume(*tps)
+            try:
+                if offset is None:
+                    self._consumer.seek_to_beginning(tp)
+                else:
+                    self._consumer.seek(tp, offset)
+                self._consumer.resume(tp)
+            except Exception as exc:  # revoked meanwhile by a join that outlived a poll
+                log.debug("partition %s moved on before it was resumed: %s", name, exc)
         return True
 
     @staticmethod
@@ -1160,6 +1161,14 @@ class Daemon:
             else:
                 assert self.processor is not None
                 result = self.processor.process(records)
+        except ScopedStateRefused as exc:
+            # A model's state cannot be used (other settings): a new model in its place would
+            # replace it silently. Nothing of the batch is published or committed.
+            log.error("%s: stopping without publishing or committing this batch", exc)
+            self.summary.exit_code = 1
+            self._undelivered = True
+            self.stop_event.set()
+            return again
         except Exception:
             # Every message is guarded inside the processor, so this is a bug. Part of the batch
             # may be in the model without its outcome written: checkpointing or committing now

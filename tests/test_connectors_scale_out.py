@@ -628,3 +628,21 @@ def test_one_sliding_window_per_river_gauge_across_a_kill(broker, tmp_path, shar
         np.testing.assert_allclose(model.decision_function_many(frame),
                                    reference.decision_function_many(frame), rtol=0, atol=1e-9,
                                    err_msg=key)
+
+
+def test_a_model_state_made_with_other_settings_is_refused_not_replaced():
+    from connectors.scoped import ScopedStateRefused
+
+    store = _MemoryStore()
+    writer, _ = _scoped(max_models=4, store=store)
+    writer.assign({0})
+    writer.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    writer.process([_record(0, 0, "k0", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
+    assert writer.publish()
+    reader, _ = _scoped(max_models=4, store=store)
+    reader._settings = {**reader._settings, "C": 2.0}  # as if configured with C = 2
+    reader.assign({0})
+    reader.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    with pytest.raises(ScopedStateRefused, match=r"C 1\.0 -> 2\.0"):
+        reader.process([_record(0, 1, "k0", {"id": 2, "x": {"1": 0.1, "2": 0.5}, "y": False})])
+    assert not reader.live and store.publishes == 1  # nothing replaced
