@@ -407,8 +407,8 @@ def _cross_checks(config: Config) -> None:
     }
     if kafka.label_topic:
         topics["kafka.label_topic"] = kafka.label_topic
+    _check_scope(config)  # first: a scope that needs a learner says so before the role's
     _check_role(config)
-    _check_scope(config)
     if (kafka.publish_state or config.daemon.role == "predictor"
             or config.model.scope != "global"):
         topics["kafka.state_topic"] = kafka.state_topic

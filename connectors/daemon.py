@@ -373,6 +373,9 @@ class Daemon:
         try:
             if self._connect():
                 self._loop()
+        except DaemonError:
+            self.summary.exit_code = 1  # said so in the stop line too
+            raise
         finally:
             self._shutdown()
 
@@ -667,6 +670,15 @@ class Daemon:
         if self.models is None:
             self.models = ScopedModels(config, self._state_store, self._new_processor,
                                        lambda: build_model(config), self.metrics)
+            try:
+                self.models.check_group(counts[config.kafka.input_topic])
+            except ScopedStateRefused as exc:
+                self.models = None
+                raise StartRefused(str(exc)) from None
+            if config.sources["checkpoint.dir"] != "default":
+                log.warning("checkpoint.dir %s is not used with model.scope = %r: every "
+                            "model's state is on %s", config.checkpoint.dir, self.scope,
+                            self._state_store.topic)
         daemon = self
 
         # kafka-python calls these on its IO thread, possibly while the main thread handles a
@@ -698,8 +710,8 @@ class Daemon:
             with models.lock:
                 if self._undelivered:
                     log.error("the models of the revoked partitions are neither published nor "
-                              "committed (outputs were given up): their next owner resumes "
-                              "from the last commit")
+                              "committed (the last batch was not delivered whole): their next "
+                              "owner resumes from the last commit")
                 models.revoke(partitions, self._commit_async, hand_over=not self._undelivered)
         except Exception:
             # kafka-python swallows a listener's exceptions: say what happened here.
@@ -1133,10 +1145,18 @@ class Daemon:
         (the broker holds each join for up to half the session timeout), so a short poll then
         stretched a rebalance from ~2 s to 12 s."""
         timeout = self.config.kafka.poll_timeout_ms
-        if self.models is not None and (self._rebalancing or not (
+        if self.models is not None and (self._rebalancing or self._rejoin_needed() or not (
                 self.models.owned or self.models.pending)):
             return max(timeout, self.config.kafka.session_timeout_ms)
         return timeout
+
+    def _rejoin_needed(self) -> bool:
+        """Whether the consumer's heartbeat learned of a rebalance: its next poll joins."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        try:
+            return bool(coordinator is not None and coordinator.need_rejoin())
+        except Exception:  # pragma: no cover - another kafka-python
+            return False
 
     def _handle(self, records: list[Any]) -> None:
         if self.models is None:

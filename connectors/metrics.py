@@ -205,7 +205,7 @@ class Metrics:
             registry=r,
         )
         self._replica: tuple[Gauge, Counter, Histogram, Counter] | None = None
-        self._scale_out: tuple[Gauge, Counter] | None = None
+        self._scale_out: tuple[Gauge, Counter, Counter, Counter] | None = None
         self._server: Any = None
 
     def checkpointed(self, seconds: float) -> None:
@@ -311,11 +311,12 @@ class Metrics:
         return self._replica
 
     @property
-    def scale_out(self) -> tuple[Gauge, Counter]:
-        """``stream_svm_models`` (live models in this process) and
-        ``stream_svm_rebalances_total`` (partitions assigned or revoked by the consumer
-        group), registered on first use: only a daemon with ``model.scope`` partition or key
-        has them."""
+    def scale_out(self) -> tuple[Gauge, Counter, Counter, Counter]:
+        """``stream_svm_models`` (live models in this process),
+        ``stream_svm_rebalances_total{kind}`` (the consumer group gave this process partitions
+        or took them), ``stream_svm_model_evictions_total`` and
+        ``stream_svm_model_fetches_total``, registered on first use: only a daemon with
+        ``model.scope`` partition or key has them."""
         if self._scale_out is None:
             r = self.registry
             self._scale_out = (
@@ -323,9 +324,15 @@ class Metrics:
                       "Models live in this process (at most model.max_models; others are on "
                       "the state topic until their next message)", registry=r),
                 Counter("stream_svm_rebalances",
-                        "Partitions the consumer group gave this process or took from it, by "
-                        "kind (assigned; revoked: handed over; lost: taken while this process "
-                        "missed its session)", ["kind"], registry=r),
+                        "Rebalances of the consumer group that changed this process's "
+                        "partitions, by kind (assigned; revoked: handed over; lost: taken "
+                        "while this process missed its session)", ["kind"], registry=r),
+                Counter("stream_svm_model_evictions",
+                        "Models published and dropped from memory to stay within "
+                        "model.max_models", registry=r),
+                Counter("stream_svm_model_fetches",
+                        "Models read back from the state topic on their first message in this "
+                        "process (after an eviction or a move)", registry=r),
             )
             for kind in ("assigned", "revoked", "lost"):
                 self._scale_out[1].labels(kind=kind)

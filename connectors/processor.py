@@ -207,6 +207,8 @@ class Processor:
         #: the published state the model is (predictor) or was last published as (learner),
         #: "<epoch>.<sequence>", written into every output as "model_generation"
         self.generation: str | None = None
+        #: fields written into every output (with model.scope partition or key: the model)
+        self.output_fields: dict[str, Any] = {}
         self.scaler = scaler
         #: messages held while the scaler warms up, in arrival order
         self.held: list[Record] = []
@@ -718,6 +720,7 @@ class Processor:
                 assert output is not None
                 if self.generation is not None:
                     output["model_generation"] = self.generation
+                output.update(self.output_fields)
                 result.outputs.append(
                     Produced(encode_key(output["id"]), output, encode(output))
                 )

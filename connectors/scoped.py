@@ -65,6 +65,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ModelId = tuple[int, str | None]
+#: The id of the group's own record on the state topic (its scope, settings, partitions).
+GROUP_RECORD_ID = ("group", None)
 #: Version of the layout of a scoped model's state.
 SCOPED_STATE_FORMAT = 1
 #: Prefix of the unlabelled cache's arrays among a state's arrays.
@@ -147,6 +149,8 @@ class ScopedModels:
         #: partitions whose models were lost to another owner: nothing of them is committed
         self._lost: set[int] = set()
         self._settings = checkpointed_settings(config)
+        #: the input topic's partition count the models were made with (check_group)
+        self.partitions: int | None = None
         self._bounds = checkpoint_bounds(config)
         # Totals over every model this process handled (for the stop summary).
         self.updates = 0
@@ -174,20 +178,55 @@ class ScopedModels:
         topic = f"{self.config.kafka.input_topic}:{model_id[0]}"
         return state, metadata, processor.offsets.get(topic, 0)
 
+    def check(self, what: str, metadata: dict[str, Any]) -> None:
+        """ScopedStateRefused unless ``metadata`` (of a model's state, or of the group's
+        record) was written with this daemon's format, scope and settings."""
+        if metadata.get("format") != SCOPED_STATE_FORMAT:
+            raise ScopedStateRefused(
+                f"{what} on {self.store.topic} has format {metadata.get('format')!r}; this "
+                f"stream-svm reads {SCOPED_STATE_FORMAT}")
+        changed = settings_mismatch(metadata.get("model_settings"), self._settings)
+        if metadata.get("scope") != self.scope:
+            changed = ", ".join(filter(None, [f"scope {metadata.get('scope')!r} -> "
+                                              f"{self.scope!r}", changed]))
+        if changed:
+            raise ScopedStateRefused(
+                f"{what} on {self.store.topic} was made with other settings ({changed}). "
+                "Nothing was changed. Start with the settings the models were made with, or "
+                "use another kafka.group_id (and state topic) for new models.")
+
+    def check_group(self, partitions: int) -> None:
+        """At start: the group's record on the state topic (its scope, model settings and the
+        input topic's partition count) must match this daemon's, so that a daemon with other
+        settings is refused before it writes a model, even into partitions that have none
+        yet; the first daemon of a group writes the record. ScopedStateRefused otherwise,
+        StateStoreError when the topic cannot be read or written."""
+        found = self.store.restore([GROUP_RECORD_ID]).get(GROUP_RECORD_ID)
+        if found is None:
+            self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
+            self.partitions = partitions
+            return
+        self.check(f"the record of consumer group {self.config.kafka.group_id!r}",
+                   found.metadata)
+        recorded = found.metadata.get("partitions")
+        if recorded != partitions:
+            raise ScopedStateRefused(
+                f"the input topic {self.config.kafka.input_topic} has {partitions} partitions, "
+                f"but the models on {self.store.topic} were made when it had {recorded}: a "
+                "key's messages now reach another partition, where a new, empty model would "
+                "silently take its place. Nothing was changed. Give the topic its former "
+                "partition count, or use another kafka.group_id for new models.")
+        self.partitions = partitions
+
+    def _group_metadata(self, partitions: int) -> dict[str, Any]:
+        return {"format": SCOPED_STATE_FORMAT, "scope": self.scope,
+                "model_settings": self._settings, "partitions": partitions}
+
     def _processor_from(self, model_id: ModelId, state: StoredState) -> Processor:
         metadata = state.metadata
         where = (f"the state of model {model_label(model_id)} (epoch {state.epoch}, sequence "
-                 f"{state.sequence}) on {self.store.topic}")
-        if metadata.get("format") != SCOPED_STATE_FORMAT:
-            raise ScopedStateRefused(
-                f"{where} has format {metadata.get('format')!r}; this stream-svm reads "
-                f"{SCOPED_STATE_FORMAT}")
-        changed = settings_mismatch(metadata.get("model_settings"), self._settings)
-        if changed is not None:
-            raise ScopedStateRefused(
-                f"{where} was made with other settings ({changed}). Nothing was changed. Start "
-                "with the settings the models were made with, or use another kafka.group_id "
-                "(and state topic) for new models.")
+                 f"{state.sequence})")
+        self.check(where, metadata)
         try:
             model_arrays = {name: array for name, array in state.arrays.items()
                             if not name.startswith(_CACHE)}
@@ -212,7 +251,7 @@ class ScopedModels:
         up, so its models are ahead of what was delivered), and let their models go (clean
         ones are kept aside in case the group gives the partitions back)."""
         partitions = set(partitions)
-        self.metrics.scale_out[1].labels(kind="revoked").inc(len(partitions))
+        self.metrics.scale_out[1].labels(kind="revoked").inc()
         try:
             if hand_over:
                 self.publish(partitions)
@@ -226,7 +265,7 @@ class ScopedModels:
         """The group gave ``partitions`` to another process already (this one missed its
         session): drop their models unpublished; the new owner resumed from the last commit."""
         partitions = set(partitions)
-        self.metrics.scale_out[1].labels(kind="lost").inc(len(partitions))
+        self.metrics.scale_out[1].labels(kind="lost").inc()
         for live in [v for m, v in self.live.items() if m[0] in partitions]:
             live.dirty = False  # its changes are the new owner's to make again
         self._let_go(partitions)
@@ -255,7 +294,7 @@ class ScopedModels:
         """The group gives this process ``partitions``: they wait (paused by the daemon) until
         :meth:`settle` indexed their models' states."""
         partitions = set(partitions)
-        self.metrics.scale_out[1].labels(kind="assigned").inc(len(partitions))
+        self.metrics.scale_out[1].labels(kind="assigned").inc()
         self.pending |= partitions
 
     def settle(self, committed: dict[int, dict[str, int | None]], start_fresh: bool
@@ -268,12 +307,23 @@ class ScopedModels:
         ScopedStateRefused when a partition was served before and none of its models has a
         state (they would start over, silently)."""
         pending = self.pending & set(committed)
+        beyond = sorted(p for p in pending if self.partitions is not None
+                        and p >= self.partitions)
+        if beyond:
+            raise ScopedStateRefused(
+                f"the group assigned partitions {beyond} of {self.config.kafka.input_topic}, "
+                f"which had {self.partitions} when its models were made: the topic gained "
+                "partitions, so keys now reach other partitions, where new, empty models "
+                "would silently take their places. Nothing of them was read. Give the topic "
+                "its former partition count, or use another kafka.group_id for new models.")
         started = time.perf_counter()
         states = self.store.restore(
             select=lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending,
             decode=False)
         seconds = time.perf_counter() - started
         self.metrics.replica[2].observe(seconds)
+        for model_id, state in states.items():  # every one before any is used
+            self.check(f"the state of model {model_label(model_id)}", state.metadata)
         resume: dict[str, int | None] = {}
         with_state = {model_id[0] for model_id in states}  # type: ignore[index]
         for partition in sorted(pending):
@@ -357,9 +407,11 @@ class ScopedModels:
         if stored is not None:
             processor = self._processor_from(model_id, self.store.fetch(model_id))
             self.restores += 1
+            self.metrics.scale_out[3].inc()
         else:
             processor = self.new_processor(self.build_model(),
                                            self.metrics.for_model(model_label(model_id)))
+        processor.output_fields = {"model": model_label(model_id)}
         self._make_room()
         live = self.live[model_id] = _Live(processor)
         return live
@@ -377,6 +429,7 @@ class ScopedModels:
                 del self.live[model_id]
                 self.metrics.forget_model(model_label(model_id))
                 self.evictions += 1
+                self.metrics.scale_out[2].inc()
 
     def expire_cache(self) -> None:
         for live in self.live.values():

@@ -142,7 +142,7 @@ class StoredState:
     """One model's state as restored: its arrays, metadata and the offset it resumes from.
 
     ``location`` is ``(partition, first offset, last offset)`` of its chunks in the topic; a
-    state restored with ``decode=False`` has empty ``arrays`` and ``metadata`` until
+    state restored with ``decode=False`` has its metadata but empty ``arrays`` until
     :meth:`StateStore.fetch` reads them from there."""
 
     arrays: dict[str, np.ndarray]
@@ -301,19 +301,22 @@ def _encode_payload(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any
     return buffer.getvalue()
 
 
-def _decode_payload(payload: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Arrays and metadata of a payload whose checksum was verified; raises on a bad one."""
+def _decode_payload(payload: bytes, *, arrays: bool = True
+                    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Arrays (none unless ``arrays``) and metadata of a payload whose checksum was verified;
+    raises on a bad one."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
         if not isinstance(archive, np.lib.npyio.NpzFile) or _META not in archive.files:
             raise ValueError(f"the archive has no {_META} member")
-        arrays = {name: archive[name] for name in archive.files if name != _META}
+        members = archive.files if arrays else []
+        found = {name: archive[name] for name in members if name != _META}
         raw_meta = archive[_META]
     if raw_meta.dtype != np.uint8 or raw_meta.ndim != 1:
         raise ValueError(f"malformed {_META} member")
     metadata = json.loads(raw_meta.tobytes().decode("utf-8"))
     if not isinstance(metadata, dict):
         raise ValueError("the metadata is not a JSON object")
-    return arrays, metadata
+    return found, metadata
 
 
 @dataclass
@@ -905,8 +908,9 @@ class StateStore:
         """The newest complete state of each model (or of ``model_ids`` only, or of the models
         whose id ``select`` accepts) in the topic. ``log_level`` is that of the summary line
         (a reader that polls every second lowers it). With ``decode=False`` the states come
-        without their arrays and metadata (checksums verified, nothing unpacked), to be read
-        one at a time with :meth:`fetch` (memory for one model, not for all of them).
+        with their metadata but without their arrays (checksums verified, nothing else
+        unpacked), to be read one at a time with :meth:`fetch` (memory for one model, not for
+        all of them).
 
         Reads every partition from its beginning to the end offsets taken when the call starts
         (whole record batches: records written meanwhile may come along with the last one,
@@ -982,8 +986,17 @@ class StateStore:
             for epoch, sequence, first, payload, location in sorted(
                     found, key=lambda c: c[:2], reverse=True):
                 if not decode:
-                    states[model] = StoredState({}, {}, first["next_offset"], epoch, sequence,
-                                                location)
+                    try:
+                        metadata = _decode_payload(payload, arrays=False)[1]
+                    except (ValueError, TypeError, KeyError, OSError,
+                            zipfile.BadZipFile) as exc:
+                        report.corrupt += 1
+                        log.warning("state topic %s: model %s epoch %d sequence %d does not "
+                                    "load: %s; skipped", self.topic, _jsonable_id(model), epoch,
+                                    sequence, exc)
+                        continue
+                    states[model] = StoredState({}, metadata, first["next_offset"], epoch,
+                                                sequence, location)
                     break
                 try:
                     arrays, metadata = _decode_payload(payload)

@@ -109,11 +109,13 @@ class _MemoryStore:
         self.epochs: dict[Any, int] = {}
         self.publishes = 0
 
-    def restore(self, select=None, decode=True):
+    def restore(self, model_ids=None, *, select=None, decode=True):
         from connectors.state_store import StoredState
 
-        return {m: StoredState({}, {}, n, e, s, (0, 0, 0))
-                for m, (_, n, e, s) in self.records.items() if select is None or select(m)}
+        return {m: StoredState(*self._codec._decode_payload(p, arrays=decode), n, e, s,
+                               (0, 0, 0))
+                for m, (p, n, e, s) in self.records.items()
+                if (select is None or select(m)) and (model_ids is None or m in model_ids)}
 
     def newest(self, model_id):
         from connectors.state_store import StoredState
@@ -356,6 +358,10 @@ def _models_on(servers: str, state_topic: str, config: Path) -> dict[Any, Any]:
     settings = load_config(config, environ={})
     with StateStore(servers, state_topic, timeout=20) as store:
         states = store.restore()
+    from connectors.scoped import GROUP_RECORD_ID
+
+    group = states.pop(GROUP_RECORD_ID)  # the group's own record: scope, settings, partitions
+    assert group.metadata["scope"] == settings.model.scope
     models = {}
     for model_id, state in states.items():
         arrays = {k: v for k, v in state.arrays.items() if not k.startswith("cache.")}
@@ -642,7 +648,36 @@ def test_a_model_state_made_with_other_settings_is_refused_not_replaced():
     reader, _ = _scoped(max_models=4, store=store)
     reader._settings = {**reader._settings, "C": 2.0}  # as if configured with C = 2
     reader.assign({0})
-    reader.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    # Refused when the partition is assigned, before any message of it is handled.
     with pytest.raises(ScopedStateRefused, match=r"C 1\.0 -> 2\.0"):
-        reader.process([_record(0, 1, "k0", {"id": 2, "x": {"1": 0.1, "2": 0.5}, "y": False})])
-    assert not reader.live and store.publishes == 1  # nothing replaced
+        reader.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    assert not reader.live and not reader.owned and store.publishes == 1  # nothing replaced
+    # And when fetched (a state written since the partition was assigned).
+    with pytest.raises(ScopedStateRefused, match=r"C 1\.0 -> 2\.0"):
+        reader._processor_from((0, "k0"), store.fetch((0, "k0")))
+
+
+def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
+    from connectors.scoped import ScopedStateRefused
+
+    store = _MemoryStore()
+    first, _ = _scoped(max_models=4, store=store)
+    first.check_group(6)  # the first daemon of the group writes the record
+    first.check_group(6)  # the same settings pass
+    assert store.publishes == 1
+    other_scope, _ = _scoped(max_models=4, store=store)
+    other_scope.scope = "partition"
+    with pytest.raises(ScopedStateRefused, match="scope 'key' -> 'partition'"):
+        other_scope.check_group(6)
+    other_model, _ = _scoped(max_models=4, store=store)
+    other_model._settings = {**other_model._settings, "gamma": 2.0}
+    with pytest.raises(ScopedStateRefused, match="gamma"):
+        other_model.check_group(6)
+    more_partitions, _ = _scoped(max_models=4, store=store)
+    with pytest.raises(ScopedStateRefused, match=r"has 8 partitions.*had 6"):
+        more_partitions.check_group(8)
+    # A partition beyond the recorded count, assigned while running, is refused too.
+    first.assign({6})
+    with pytest.raises(ScopedStateRefused, match=r"partitions \[6\]"):
+        first.settle({6: {"stream-svm.input:6": None}}, start_fresh=False)
+    assert store.publishes == 1
