@@ -346,9 +346,14 @@ class Daemon:
                 if self.processor is not None:
                     self._serve()
             elif self.scope != "global":
-                # Models live on the state topic; checkpoint.dir is neither locked nor used.
+                # Models live on the state topic. An explicit checkpoint.dir keeps evicted
+                # models on local disk too (one directory per daemon: it is locked).
                 self._start_embedded_broker()
-                self._serve()
+                if self._model_cache_dir() is None:
+                    self._serve()
+                else:
+                    with _locked(Path(config.checkpoint.dir)):
+                        self._serve()
             else:
                 directory = Path(config.checkpoint.dir)
                 with _locked(directory):
@@ -635,6 +640,14 @@ class Daemon:
             return True
         return False
 
+    def _model_cache_dir(self) -> Path | None:
+        """With model.scope partition or key and checkpoint.dir set: where evicted models are
+        kept on local disk (read back without the broker while still the newest state)."""
+        config = self.config
+        if self.scope == "global" or config.sources["checkpoint.dir"] == "default":
+            return None
+        return Path(config.checkpoint.dir) / "models"
+
     def _group_settings(self) -> dict[str, Any]:
         """Consumer settings of a member of the consumer group (model.scope partition or key):
         the range assignor gives partition i of the input and label topics to the same
@@ -669,16 +682,13 @@ class Daemon:
         self._state_store.ensure_topic(partitions=1)
         if self.models is None:
             self.models = ScopedModels(config, self._state_store, self._new_processor,
-                                       lambda: build_model(config), self.metrics)
+                                       lambda: build_model(config), self.metrics,
+                                       cache_dir=self._model_cache_dir())
             try:
                 self.models.check_group(counts[config.kafka.input_topic])
             except ScopedStateRefused as exc:
                 self.models = None
                 raise StartRefused(str(exc)) from None
-            if config.sources["checkpoint.dir"] != "default":
-                log.warning("checkpoint.dir %s is not used with model.scope = %r: every "
-                            "model's state is on %s", config.checkpoint.dir, self.scope,
-                            self._state_store.topic)
         daemon = self
 
         # kafka-python calls these on its IO thread, possibly while the main thread handles a

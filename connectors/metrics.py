@@ -331,9 +331,12 @@ class Metrics:
                         "Models published and dropped from memory to stay within "
                         "model.max_models", registry=r),
                 Counter("stream_svm_model_fetches",
-                        "Models read back from the state topic on their first message in this "
-                        "process (after an eviction or a move)", registry=r),
+                        "Models read back on their first message in this process (after an "
+                        "eviction or a move), by source: the state topic, or local disk "
+                        "(an evicted model, with checkpoint.dir set)", ["source"], registry=r),
             )
+            for source in ("topic", "disk"):
+                self._scale_out[3].labels(source=source)
             for kind in ("assigned", "revoked", "lost"):
                 self._scale_out[1].labels(kind=kind)
         return self._scale_out

@@ -33,12 +33,17 @@ Fencing
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import threading
 import time
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,7 +57,14 @@ from connectors.models import (
     settings_mismatch,
 )
 from connectors.processor import BatchResult, Processor
-from connectors.state_store import StaleEpochError, StateStore, StateStoreError, StoredState
+from connectors.state_store import (
+    StaleEpochError,
+    StateStore,
+    StateStoreError,
+    StoredState,
+    decode_state,
+    encode_state,
+)
 
 __all__ = [
     "ModelId",
@@ -121,6 +133,7 @@ class ScopedModels:
         new_processor: Callable[[Any, Any], Processor],
         build_model: Callable[[], Any],
         metrics: Metrics,
+        cache_dir: Path | None = None,
     ) -> None:
         self.config = config
         self.scope: str = config.model.scope
@@ -129,6 +142,11 @@ class ScopedModels:
         self.new_processor = new_processor
         self.build_model = build_model
         self.metrics = metrics
+        #: where evicted models' states are kept on local disk (None: not kept), read back
+        #: instead of the state topic while they are still the newest there
+        self.cache_dir = cache_dir
+        if cache_dir is not None:
+            cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         #: kafka-python calls the rebalance listener on its own IO thread: the daemon holds
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
@@ -272,6 +290,7 @@ class ScopedModels:
         self._retained = {m: v for m, v in self._retained.items() if m[0] not in partitions}
 
     def _let_go(self, partitions: set[int]) -> None:
+        self._clear_disk(partitions)  # their next owner's states will be newer
         for model_id in [m for m in self.live if m[0] in partitions]:
             live = self.live.pop(model_id)
             self.metrics.forget_model(model_label(model_id))
@@ -405,9 +424,13 @@ class ScopedModels:
             return live
         stored = self.store.newest(model_id)
         if stored is not None:
-            processor = self._processor_from(model_id, self.store.fetch(model_id))
+            state = self._from_disk(model_id, stored)
+            source = "disk"
+            if state is None:
+                state, source = self.store.fetch(model_id), "topic"
+            processor = self._processor_from(model_id, state)
             self.restores += 1
-            self.metrics.scale_out[3].inc()
+            self.metrics.scale_out[3].labels(source=source).inc()
         else:
             processor = self.new_processor(self.build_model(),
                                            self.metrics.for_model(model_label(model_id)))
@@ -426,10 +449,72 @@ class ScopedModels:
             if live.dirty and not self._publish_one(model_id, live):
                 continue
             if model_id in self.live:
+                self._to_disk(model_id, live.processor)
                 del self.live[model_id]
                 self.metrics.forget_model(model_label(model_id))
                 self.evictions += 1
                 self.metrics.scale_out[2].inc()
+
+    # -- evicted models on local disk -------------------------------------------------------
+
+    def _disk_path(self, model_id: ModelId, epoch: int, sequence: int) -> Path:
+        assert self.cache_dir is not None
+        digest = hashlib.sha256(json.dumps(list(model_id)).encode()).hexdigest()[:32]
+        return self.cache_dir / f"{model_id[0]}-{digest}.{epoch}.{sequence}.npz"
+
+    def _to_disk(self, model_id: ModelId, processor: Processor) -> None:
+        """Keep an evicted model's published state on local disk (best effort: a failure only
+        means it is read from the state topic)."""
+        newest = self.store.newest(model_id)
+        if self.cache_dir is None or newest is None:
+            return
+        path = self._disk_path(model_id, newest.epoch, newest.sequence)
+        arrays, metadata, _ = self.state_of(model_id, processor)
+        partial = path.with_suffix(".partial")
+        try:
+            descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(encode_state(arrays, metadata))
+            os.replace(partial, path)
+        except (OSError, ValueError) as exc:
+            log.warning("keeping evicted model %s on disk failed (%s): it is read from the "
+                        "state topic on its next message", model_label(model_id), exc)
+
+    def _from_disk(self, model_id: ModelId, newest: StoredState) -> StoredState | None:
+        """The model's state from local disk when the copy there is the newest state on the
+        topic (the same epoch and sequence: nobody published it since), else None. The file
+        goes either way: the model is live again."""
+        if self.cache_dir is None:
+            return None
+        path = self._disk_path(model_id, newest.epoch, newest.sequence)
+        for stale in self.cache_dir.glob(path.name.split(".")[0] + ".*"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
+        try:
+            payload = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("reading model %s from %s failed (%s): read from the state topic",
+                        model_label(model_id), path, exc)
+            return None
+        finally:
+            path.unlink(missing_ok=True)
+        try:
+            arrays, metadata = decode_state(payload)
+        except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
+            log.warning("model %s on disk (%s) does not load (%s): read from the state topic",
+                        model_label(model_id), path, exc)
+            return None
+        return StoredState(arrays, metadata, newest.next_offset, newest.epoch, newest.sequence,
+                           newest.location)
+
+    def _clear_disk(self, partitions: set[int]) -> None:
+        if self.cache_dir is None:
+            return
+        for partition in partitions:
+            for path in self.cache_dir.glob(f"{partition}-*"):
+                path.unlink(missing_ok=True)
 
     def expire_cache(self) -> None:
         for live in self.live.values():

@@ -107,6 +107,8 @@ __all__ = [
     "StoredState",
     "chunk_key",
     "claim_key",
+    "decode_state",
+    "encode_state",
     "normalize_model_id",
 ]
 
@@ -317,6 +319,18 @@ def _decode_payload(payload: bytes, *, arrays: bool = True
     if not isinstance(metadata, dict):
         raise ValueError("the metadata is not a JSON object")
     return found, metadata
+
+
+def encode_state(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> bytes:
+    """A state's payload as the store writes it (an ``.npz`` without object arrays), e.g. to
+    keep a copy on local disk."""
+    return _encode_payload(arrays, metadata)
+
+
+def decode_state(payload: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Arrays and metadata of :func:`encode_state`'s payload (never unpickled); raises
+    ValueError, OSError or zipfile.BadZipFile on a bad one."""
+    return _decode_payload(payload)
 
 
 @dataclass

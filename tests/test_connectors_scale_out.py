@@ -142,7 +142,8 @@ class _MemoryStore:
         return 0
 
 
-def _scoped(max_models: int, store: _MemoryStore | None = None) -> tuple[ScopedModels, Any]:
+def _scoped(max_models: int, store: _MemoryStore | None = None,
+            cache_dir: Path | None = None) -> tuple[ScopedModels, Any]:
     config = load_config(None, overrides={"model.scope": "key",
                                           "model.max_models": str(max_models),
                                           **{f"model.{k}": str(v) for k, v in MODEL.items()}},
@@ -153,7 +154,7 @@ def _scoped(max_models: int, store: _MemoryStore | None = None) -> tuple[ScopedM
         return Processor(model, metrics=model_metrics)
 
     models = ScopedModels(config, store or _MemoryStore(), new_processor,
-                          lambda: IncrementalSVC(**MODEL), metrics)
+                          lambda: IncrementalSVC(**MODEL), metrics, cache_dir=cache_dir)
     return models, metrics
 
 
@@ -205,9 +206,10 @@ def _assert_same_model(model: Any, reference: IncrementalSVC, where: str) -> Non
                                err_msg=where)
 
 
-def test_models_evicted_to_stay_within_max_models_come_back_exactly():
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp_path):
     rows = _keyed_stream(keys=5, per_key=12, partitions=2)
-    models, metrics = _scoped(max_models=2)
+    models, metrics = _scoped(max_models=2, cache_dir=tmp_path / "models" if on_disk else None)
     models.assign({0, 1})
     models.settle({p: {f"stream-svm.input:{p}": None} for p in (0, 1)}, start_fresh=False)
     offsets = {0: 0, 1: 0}
@@ -220,6 +222,11 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly():
         assert not again and not result.dead_letters
         assert len(models.live) <= 2
     assert models.evictions > 0 and models.restores > 0
+    fetches = {source: metrics.scale_out[3].labels(source=source)._value.get()
+               for source in ("topic", "disk")}
+    # With a directory, every evicted model comes back from local disk, not the topic.
+    assert fetches == ({"topic": 0, "disk": models.restores} if on_disk else
+                       {"topic": models.restores, "disk": 0})
     assert metrics.scale_out[0]._value.get() == len(models.live) == 2
     text = metrics.render().decode()
     assert text.count("stream_svm_margin_vectors{") == 2  # only live models have series
@@ -332,9 +339,9 @@ class _Answered:
         self.consumer.close()
 
 
-def _start(config: Path, log_path: Path) -> subprocess.Popen:
+def _start(config: Path, log_path: Path, *flags: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "connectors.cli", "--log-level", "INFO", "serve",
-               "--config", str(config)]
+               "--config", str(config), *flags]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                 stdout=log, stderr=log, cwd=ROOT)
@@ -388,8 +395,10 @@ def test_three_daemons_share_the_partitions_and_survive_a_kill(broker, tmp_path)
     processes: list[subprocess.Popen] = []
 
     def start() -> None:
+        # Each with a directory of its own, where evicted models are kept (3 live of ~4).
         logs.append(tmp_path / f"daemon-{len(logs)}.log")
-        processes.append(_start(config, logs[-1]))
+        processes.append(_start(config, logs[-1], "--checkpoint-dir",
+                                str(tmp_path / f"cache-{len(logs)}")))
 
     def tails() -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for log in logs)
@@ -681,3 +690,25 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     with pytest.raises(ScopedStateRefused, match=r"partitions \[6\]"):
         first.settle({6: {"stream-svm.input:6": None}}, start_fresh=False)
     assert store.publishes == 1
+
+
+def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path):
+    store = _MemoryStore()
+    models, metrics = _scoped(max_models=1, store=store, cache_dir=tmp_path)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    point = {"1": 0.5, "2": 0.1}
+    models.process([_record(0, 0, "a", {"id": 1, "x": point, "y": True})])
+    models.process([_record(0, 1, "b", {"id": 2, "x": point, "y": False})])  # evicts "a"
+    [stale] = tmp_path.glob("0-*.npz")
+    # Another owner publishes a newer state of "a" (one more point) meanwhile.
+    other, _ = _scoped(max_models=4, store=store)
+    other.assign({0})
+    other.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    other.process([_record(0, 2, "a", {"id": 3, "x": {"1": -0.5, "2": 0.3}, "y": False})])
+    assert other.publish()
+    models.store.newest = store.newest  # what this process's store reads now
+    models.process([_record(0, 3, "a", {"id": 4, "x": {"1": 0.0, "2": 0.9}, "y": True})])
+    assert metrics.scale_out[3].labels(source="topic")._value.get() == 1  # the newer state
+    assert models.live[(0, "a")].processor.model.n_stored == 3
+    assert not stale.exists()  # the stale copy is gone
