@@ -284,17 +284,14 @@ class ScopedModels:
         session): drop their models unpublished; the new owner resumed from the last commit."""
         partitions = set(partitions)
         self.metrics.scale_out[1].labels(kind="lost").inc()
-        for live in [v for m, v in self.live.items() if m[0] in partitions]:
-            live.dirty = False  # its changes are the new owner's to make again
-        self._let_go(partitions)
-        self._retained = {m: v for m, v in self._retained.items() if m[0] not in partitions}
+        self._let_go(partitions, retain=False)
 
-    def _let_go(self, partitions: set[int]) -> None:
+    def _let_go(self, partitions: set[int], *, retain: bool = True) -> None:
         self._clear_disk(partitions)  # their next owner's states will be newer
         for model_id in [m for m in self.live if m[0] in partitions]:
             live = self.live.pop(model_id)
             self.metrics.forget_model(model_label(model_id))
-            if not live.dirty:
+            if retain and not live.dirty:
                 newest = self.store.newest(model_id)
                 self._retained[model_id] = (
                     live.processor, None if newest is None else (newest.epoch, newest.sequence))
