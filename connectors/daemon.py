@@ -598,6 +598,7 @@ class Daemon:
                     self._subscribe(consumer)
                 else:
                     partitions = self._partitions(consumer)
+                    self._refuse_scoped_group(consumer)
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
@@ -639,6 +640,30 @@ class Daemon:
             )
             return True
         return False
+
+    def _refuse_scoped_group(self, consumer: Any) -> None:
+        """A global learner must not take over a consumer group whose models are per
+        partition or key (its group record is on the group's state topic): it would read on
+        from their committed offsets, and what it learned no per-key model would ever learn."""
+        if self.role != "learner":
+            return
+        from connectors.scoped import GROUP_RECORD_ID
+
+        topic = self.config.kafka.state_topic
+        if topic not in consumer.topics():
+            return
+        store = state_store_for(self.config)
+        try:
+            found = store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG)
+        finally:
+            store.close()
+        record = found.get(GROUP_RECORD_ID)
+        if record is not None:
+            raise StartRefused(
+                f"consumer group {self.config.kafka.group_id!r} serves one model per "
+                f"{record.metadata.get('scope')} (its record on {topic} says so), but this "
+                "daemon has model.scope = \"global\". Nothing was changed. Start it with the "
+                "group's model.scope, or use another kafka.group_id for a global model.")
 
     def _model_cache_dir(self) -> Path | None:
         """With model.scope partition or key and checkpoint.dir set: where evicted models are

@@ -92,7 +92,7 @@ class ScopedStateRefused(RuntimeError):
 
 def model_id_of(scope: str, partition: int, key: bytes | None) -> ModelId:
     """The model a record of ``partition`` with Kafka ``key`` belongs to."""
-    if scope != "key" or key is None:
+    if scope != "key" or not key:  # no key, or an empty one
         return (partition, None)
     try:
         return (partition, bytes(key).decode("utf-8"))
@@ -169,6 +169,7 @@ class ScopedModels:
         self._settings = checkpointed_settings(config)
         #: the input topic's partition count the models were made with (check_group)
         self.partitions: int | None = None
+        self._group_recorded = True  # check_group says otherwise for a new group
         self._bounds = checkpoint_bounds(config)
         # Totals over every model this process handled (for the stop summary).
         self.updates = 0
@@ -219,10 +220,13 @@ class ScopedModels:
         settings is refused before it writes a model, even into partitions that have none
         yet; the first daemon of a group writes the record. ScopedStateRefused otherwise,
         StateStoreError when the topic cannot be read or written."""
-        found = self.store.restore([GROUP_RECORD_ID]).get(GROUP_RECORD_ID)
+        found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
+            GROUP_RECORD_ID)
+        self.partitions = partitions
         if found is None:
-            self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
-            self.partitions = partitions
+            # Written before this daemon's first model state (_publish_one), not now: a daemon
+            # refused later at start (a partition served before, with no state) writes nothing.
+            self._group_recorded = False
             return
         self.check(f"the record of consumer group {self.config.kafka.group_id!r}",
                    found.metadata)
@@ -234,7 +238,13 @@ class ScopedModels:
                 "key's messages now reach another partition, where a new, empty model would "
                 "silently take its place. Nothing was changed. Give the topic its former "
                 "partition count, or use another kafka.group_id for new models.")
-        self.partitions = partitions
+
+    def _record_group(self) -> None:
+        """Write the group's record before the first model state of a new group."""
+        if self._group_recorded or self.partitions is None:
+            return
+        self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(self.partitions), 0, 0, 1)
+        self._group_recorded = True
 
     def _group_metadata(self, partitions: int) -> dict[str, Any]:
         return {"format": SCOPED_STATE_FORMAT, "scope": self.scope,
@@ -426,6 +436,7 @@ class ScopedModels:
             if state is None:
                 state, source = self.store.fetch(model_id), "topic"
             processor = self._processor_from(model_id, state)
+            processor.generation = f"{state.epoch}.{state.sequence}"
             self.restores += 1
             self.metrics.scale_out[3].labels(source=source).inc()
         else:
@@ -531,6 +542,7 @@ class ScopedModels:
         _, outcomes, _, _ = self.metrics.replica
         processor = live.processor
         try:
+            self._record_group()
             epoch = self.epochs.get(model_id)
             if epoch is None:
                 epoch = self.epochs[model_id] = self.store.claim_epoch(model_id)

@@ -109,7 +109,7 @@ class _MemoryStore:
         self.epochs: dict[Any, int] = {}
         self.publishes = 0
 
-    def restore(self, model_ids=None, *, select=None, decode=True):
+    def restore(self, model_ids=None, *, select=None, decode=True, log_level=None):
         from connectors.state_store import StoredState
 
         return {m: StoredState(*self._codec._decode_payload(p, arrays=decode), n, e, s,
@@ -228,6 +228,8 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
     assert fetches == ({"topic": 0, "disk": models.restores} if on_disk else
                        {"topic": models.restores, "disk": 0})
     assert metrics.scale_out[0]._value.get() == len(models.live) == 2
+    # A model read back answers with the generation of the state it was read from.
+    assert all(live.processor.generation for live in models.live.values())
     text = metrics.render().decode()
     assert text.count("stream_svm_margin_vectors{") == 2  # only live models have series
     models.publish()
@@ -671,9 +673,14 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
 
     store = _MemoryStore()
     first, _ = _scoped(max_models=4, store=store)
-    first.check_group(6)  # the first daemon of the group writes the record
+    first.check_group(6)
+    assert store.publishes == 0  # a new group: nothing written until a model is
+    first.assign({0})
+    first.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    first.process([_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
+    assert first.publish()
+    assert store.publishes == 2  # the group's record, then the model's state
     first.check_group(6)  # the same settings pass
-    assert store.publishes == 1
     other_scope, _ = _scoped(max_models=4, store=store)
     other_scope.scope = "partition"
     with pytest.raises(ScopedStateRefused, match="scope 'key' -> 'partition'"):
@@ -689,7 +696,7 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     first.assign({6})
     with pytest.raises(ScopedStateRefused, match=r"partitions \[6\]"):
         first.settle({6: {"stream-svm.input:6": None}}, start_fresh=False)
-    assert store.publishes == 1
+    assert store.publishes == 2
 
 
 def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path):
@@ -712,3 +719,27 @@ def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path
     assert metrics.scale_out[3].labels(source="topic")._value.get() == 1  # the newer state
     assert models.live[(0, "a")].processor.model.n_stored == 3
     assert not stale.exists()  # the stale copy is gone
+
+
+@pytest.mark.broker
+def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_path):  # noqa: F811
+    from connectors.daemon import Daemon, StartRefused
+    from connectors.scoped import GROUP_RECORD_ID
+
+    servers = broker.bootstrap_servers
+    group = unique("keyed-group")
+    topics = {k: unique(f"keyed-{k}") for k in ("input", "output", "dead")}
+    ensure_topics({"bootstrap_servers": servers}, list(topics.values()))
+    with StateStore(servers, f"{group}.state", timeout=20) as store:
+        store.ensure_topic()
+        store.publish(GROUP_RECORD_ID, {}, {"format": 1, "scope": "key", "partitions": 1},
+                      0, 0, 1)
+    config = load_config(None, overrides={
+        "kafka.bootstrap_servers": servers, "kafka.input_topic": topics["input"],
+        "kafka.output_topic": topics["output"], "kafka.dead_letter_topic": topics["dead"],
+        "kafka.group_id": group, "checkpoint.dir": str(tmp_path / "ck"),
+        "metrics.enabled": "false", "kafka.request_timeout_ms": "10000"}, environ={})
+    daemon = Daemon(config, until_drained=True)
+    with pytest.raises(StartRefused, match="one model per key"):
+        daemon.run()
+    assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
