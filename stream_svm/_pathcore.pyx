@@ -316,7 +316,8 @@ def follow_path(
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[:, ::1] recent, long[::1] recent_of,
-    double[::1] change, double[::1] eta, double[::1] sensitivity, long[::1] candidate,
+    double[::1] change, double[::1] point_eta, double[::1] margin_events,
+    long[::1] margin_candidate,
 ):
     """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
     request, or a failure: LIMIT, EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a
@@ -330,8 +331,8 @@ def follow_path(
                        degeneracy_tol, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift,
                        columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D,
                        driven_effect, fs,
-                       ints, counts, column, work, recent, recent_of, change, eta,
-                       sensitivity, candidate)
+                       ints, counts, column, work, recent, recent_of, change, point_eta,
+                       margin_events, margin_candidate)
     return code
 
 
@@ -351,21 +352,32 @@ cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, dou
     return 0
 
 
-cdef Py_ssize_t _tied_event(long[::1] candidate, double[::1] eta, double[::1] sensitivity,
-                            Py_ssize_t n_candidates, double window, Py_ssize_t n_points,
-                            Py_ssize_t* best) noexcept nogil:
-    """How many listed events lie within ``window``; ``best`` gets the index (in the list)
-    of the one of largest sensitivity, then lowest position (a flip is listed as its position
-    plus ``n_points``)."""
-    cdef Py_ssize_t c, n_ties = 0
-    best[0] = -1
-    for c in range(n_candidates):
-        if eta[c] <= window:
+cdef Py_ssize_t _tied_event(double[::1] point_eta, double[::1] change, Py_ssize_t n,
+                            long[::1] margin_candidate, double[::1] margin_events,
+                            Py_ssize_t n_candidates, double window,
+                            Py_ssize_t* chosen) noexcept nogil:
+    """How many events lie within ``window``; ``chosen`` gets the position of the one of
+    largest sensitivity (|change| of a point, |d alpha| of a margin member), then lowest
+    position."""
+    cdef Py_ssize_t i, c, n_ties = 0, best = -1
+    cdef double best_sensitivity = 0.0, sensitivity
+    for i in range(n):
+        if point_eta[i] <= window:
             n_ties += 1
-            if (best[0] < 0 or sensitivity[c] > sensitivity[best[0]]
-                    or (sensitivity[c] == sensitivity[best[0]]
-                        and candidate[c] % n_points < candidate[best[0]] % n_points)):
-                best[0] = c
+            sensitivity = fabs(change[i])
+            if best < 0 or sensitivity > best_sensitivity:
+                best = i
+                best_sensitivity = sensitivity
+    for c in range(n_candidates):
+        if margin_events[2 * c] <= window:
+            n_ties += 1
+            sensitivity = margin_events[2 * c + 1]
+            i = margin_candidate[c]
+            if (best < 0 or sensitivity > best_sensitivity
+                    or (sensitivity == best_sensitivity and i < best)):
+                best = i
+                best_sensitivity = sensitivity
+    chosen[0] = best
     return n_ties
 
 
@@ -381,10 +393,11 @@ cdef int _follow(
     unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[:, ::1] recent, long[::1] recent_of,
-    double[::1] change, double[::1] eta, double[::1] sensitivity, long[::1] candidate,
+    double[::1] change, double[::1] point_eta, double[::1] margin_events,
+    long[::1] margin_candidate,
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
-    cdef Py_ssize_t n_ties, best, n_candidates
+    cdef Py_ssize_t n_ties, n_candidates
     cdef int lda_r = R.shape[1]
     cdef double eps = DBL_EPSILON, C_ = C
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
@@ -500,14 +513,11 @@ cdef int _follow(
             if 10.0 * fabs(v_sum + beta_sum) > tol_a:
                 tol_a = 10.0 * fabs(v_sum + beta_sum)
 
-        # One pass: sensitivities, the events (error/added points rising to the margin,
-        # reserve points falling to it) and their step lengths, the smallest one. The events
-        # are listed (``candidate``, with their ``eta`` and ``sensitivity``), so that the tie
-        # search after the step looks at them only.
-        any_event = False
-        sens_max = 0.0
-        eta_min = INFINITY
-        n_candidates = 0
+        # g's sensitivities (a pass that vectorizes), then the events: error/added points
+        # rising to the margin, reserve points falling to it, or rising to their other side
+        # (a flip). Every point gets its step length (inf: no event) in ``point_eta``,
+        # branch-free, for the smallest one and the tie search after the step; the margin
+        # points' events are listed with theirs (``margin_events``: eta, sensitivity).
         for i in range(n):
             if k:
                 value = (change[i] + driven_effect[i]) + db
@@ -515,27 +525,28 @@ cdef int _follow(
                 value = db
             else:
                 value = driven_effect[i]
-            value = y[i] * value
-            change[i] = value
+            change[i] = y[i] * value
+        sens_max = 0.0
+        eta_min = INFINITY
+        for i in range(n):
+            value = change[i]
             state = status[i]
             rising = (state == ERROR or state == ADDING) and value > tol_g
             falling = state == RESERVE and value < -tol_g
-            # A reserve point whose g rises to its gap reaches its other side's margin (a
-            # regression sample at the tube's other edge): listed as i + n, a flip.
             flipping = state == RESERVE and value > tol_g and gap[i] < INFINITY
             if (rising or falling or flipping) and not blocked[i]:
                 step = ((gap[i] - g[i]) if flipping else -g[i]) / value
                 if step < 0.0:
                     step = 0.0
-                candidate[n_candidates] = i + n if flipping else i
-                eta[n_candidates] = step
-                sensitivity[n_candidates] = fabs(value)
-                n_candidates += 1
+                point_eta[i] = step
                 if step < eta_min:
                     eta_min = step
-                any_event = True
                 if fabs(value) > sens_max:
                     sens_max = fabs(value)
+            else:
+                point_eta[i] = INFINITY
+        any_event = sens_max > 0.0
+        n_candidates = 0
         if k and not bias_only:
             for i in range(k):
                 d_alpha = y[margin[i]] * beta_S[i]
@@ -547,9 +558,9 @@ cdef int _follow(
                 if value < 0.0:
                     value = 0.0
                 if value < INFINITY:
-                    candidate[n_candidates] = margin[i]
-                    eta[n_candidates] = value
-                    sensitivity[n_candidates] = fabs(d_alpha)
+                    margin_candidate[n_candidates] = margin[i]
+                    margin_events[2 * n_candidates] = value
+                    margin_events[2 * n_candidates + 1] = fabs(d_alpha)
                     n_candidates += 1
                 if value < eta_min:
                     eta_min = value
@@ -596,7 +607,8 @@ cdef int _follow(
             for i in range(n):
                 driven_effect[i] *= value
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
-        n_ties = _tied_event(candidate, eta, sensitivity, n_candidates, window, n, &best)
+        n_ties = _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
+                             window, &chosen)
         if n_ties > 1:
             eta_unit = 1.0
             if any_event and 1.0 / sens_max < eta_unit:
@@ -609,10 +621,10 @@ cdef int _follow(
                 if coefficient_scale > 0 and coefficient_scale / beta_scale < eta_unit:
                     eta_unit = coefficient_scale / beta_scale
             window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
-            _tied_event(candidate, eta, sensitivity, n_candidates, window, n, &best)
-        chosen = candidate[best]
-        if chosen >= n:  # a flip: the point joins S on its other side
-            chosen -= n
+            _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
+                        window, &chosen)
+        if status[chosen] == RESERVE and change[chosen] > 0.0:
+            # a flip: the point joins S on its other side
             y[chosen] = -y[chosen]
             p[chosen] = gap[chosen] - p[chosen]
             g[chosen] = gap[chosen] - g[chosen]
@@ -664,21 +676,22 @@ cdef int _follow(
             counts[M_ADDED_ERROR] += 1
             any_active = True
     if any_active:
-        # Per point, the sums over these points in their order (in change and eta, free now).
+        # Per point, the sums over these points in their order (in change and point_eta,
+        # free now).
         for i in range(n):
             change[i] = 0.0
-            eta[i] = 0.0
+            point_eta[i] = 0.0
         for j in range(m):
             if active[j] and adding[j]:
                 row = &K_D[j, 0]
                 value = C_ * y[D[j]]
                 for i in range(n):
                     change[i] += row[i] * value
-                    eta[i] += fabs(row[i])
+                    point_eta[i] += fabs(row[i])
         for i in range(n):
             h[i] += change[i]
-            h_abs[i] += eta[i] * C_
-            h_drift[i] += eta[i] * C_
+            h_abs[i] += point_eta[i] * C_
+            h_drift[i] += point_eta[i] * C_
     return DONE_
 
 

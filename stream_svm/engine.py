@@ -45,7 +45,16 @@ from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
 MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
-RECENT_COLUMN_BYTES = 4 << 20
+# Kernel columns of points that left S, kept for their return (on this path or a later update):
+# at most 64 columns and this many bytes per engine.
+RECENT_COLUMN_BYTES = 2 << 20
+RECENT_COLUMNS_MAX = 64
+
+
+def _empty_recent(capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """Room for recent kernel columns of ``capacity`` stored points, none held yet."""
+    count = min(RECENT_COLUMNS_MAX, max(4, RECENT_COLUMN_BYTES // (8 * max(capacity, 1))))
+    return np.zeros((count, capacity)), np.full(count, -1, dtype=np.int64)
 
 
 class ConvergenceError(RuntimeError):
@@ -175,6 +184,12 @@ class PathEngine:
         # leaving S hands its row to the last one, so no other column moves.
         self._columns = np.zeros((0, 0))
         self._store = np.zeros(0, dtype=np.int64)  # row of _columns of each factor slot
+        # Kernel columns of points that left S (a ring, oldest overwritten first):
+        # _recent[j, i] = K(x_i, x_recent_of[j]) for every stored i, or recent_of[j] = -1.
+        # Windows and streams move the same points across S's edge update after update;
+        # a returning point's column is then a copy instead of n kernel evaluations.
+        self._recent, self._recent_of = _empty_recent(0)
+        self._recent_next = 0
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
@@ -301,6 +316,7 @@ class PathEngine:
         self._X = np.ascontiguousarray(self._X[:, columns])
         self.dim = int(columns.size)
         self._sv_cache = None
+        self._forget_recent()
 
     def _reserve_rows(self, rows: int) -> None:
         capacity = self._X.shape[0]
@@ -329,6 +345,32 @@ class PathEngine:
         columns = np.zeros((self._columns.shape[0], new_cap))
         columns[:, : self._columns.shape[1]] = self._columns
         self._columns = columns
+        # The newest recent columns that fit the new capacity's budget are kept.
+        recent, recent_of = _empty_recent(new_cap)
+        count, old = recent_of.size, self._recent_of.size
+        oldest_first = [(self._recent_next + j) % old for j in range(old)][-count:]
+        kept = len(oldest_first)
+        width = min(new_cap, self._recent.shape[1])  # a restored snapshot's X can be narrower
+        recent[:kept, :width] = self._recent[oldest_first, :width]
+        recent_of[:kept] = self._recent_of[oldest_first]
+        self._recent, self._recent_of = recent, recent_of
+        self._recent_next = kept % count
+
+    def __getstate__(self) -> dict:
+        # Copies and pickles leave the recent columns behind (a cache, up to 2 MB).
+        state = self.__dict__.copy()
+        state["_recent"] = state["_recent_of"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.__dict__.get("_recent") is None:
+            self._recent, self._recent_of = _empty_recent(self._X.shape[0])
+            self._recent_next = 0
+
+    def _forget_recent(self) -> None:
+        """Drop the recent columns (after the points' positions or features changed)."""
+        self._recent_of[:] = -1
 
     def _reserve_margin(self, members: int) -> None:
         """Room for ``members`` points in S: the factor, the kernel columns and the row map,
@@ -585,6 +627,8 @@ class PathEngine:
         self._store = np.zeros(capacity, dtype=np.int64)
         self._store[:k] = snap["store"]
         self._diag_scale = snap["diag_scale"]
+        # Positions may have moved since the snapshot: its recent columns no longer apply.
+        self._forget_recent()
         self._sv_cache = None
         self._terms_cache = None
         self._kkt_cache = None
@@ -860,6 +904,9 @@ class PathEngine:
             margin = self._margin
             K_new_S = K_new[margin]  # K(x_s, new point) for s in S, by factor slot
             self._columns[self._store[:k], new[0] : new[-1] + 1] = K_new_S
+            cached = np.flatnonzero(self._recent_of >= 0)
+            if cached.size:
+                self._recent[cached, new[0] : new[-1] + 1] = K_new[self._recent_of[cached]]
             error = np.flatnonzero(self._status[:n] == ERROR)
             self._h[new] = K_new[error].T @ (C * self._y[error])
             self._h_abs[new] = np.abs(K_new[error]).sum(axis=0) * C
@@ -1063,17 +1110,16 @@ class PathEngine:
         ints[_pathcore.I_LIMIT] = limit
         counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
         column = np.zeros(n)
-        # change per point; eta and sensitivity of the listed events (at most one per point)
-        per_point = [np.empty(n) for _ in range(3)] + [np.empty(n, dtype=np.int64)]
+        # g's change and event step per point; the margin members' events: (eta, sensitivity)
+        # pairs and their positions
+        per_point = [np.empty(n), np.empty(n), np.empty(2 * n), np.empty(n, dtype=np.int64)]
         blocked = np.zeros(n, dtype=np.uint8)
         active = np.ones(D.size, dtype=np.uint8)
         D = np.ascontiguousarray(D, dtype=np.int64)
         adding = adding.astype(np.uint8)
         w = np.zeros(capacity)  # R^-T 1, kept by the loop as S changes
         work = np.zeros(3 * capacity)
-        # Columns of the last points to leave S on this path (up to 64, and 4 MB).
-        recent = np.empty((min(64, max(4, RECENT_COLUMN_BYTES // (8 * n))), n))
-        recent_of = np.full(recent.shape[0], -1, dtype=np.int64)
+        ints[_pathcore.I_RECENT_NEXT] = self._recent_next
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         try:
             while True:
@@ -1083,8 +1129,8 @@ class PathEngine:
                     self._status,
                     self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
                     margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
-                    driven_effect, fs, ints, counts, column, work, recent, recent_of,
-                    *per_point)
+                    driven_effect, fs, ints, counts, column, work, self._recent,
+                    self._recent_of, *per_point)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
@@ -1119,6 +1165,7 @@ class PathEngine:
             self._margin = margin[:k].copy()
             self.b = float(fs[_pathcore.F_B])
             self._t = float(fs[_pathcore.F_T])
+            self._recent_next = int(ints[_pathcore.I_RECENT_NEXT])
             stats.steps += int(ints[_pathcore.I_STEPS])
             stats.breakpoints += int(ints[_pathcore.I_BREAKPOINTS])
             stats.columns_reused += int(ints[_pathcore.I_REUSED])
@@ -1145,12 +1192,19 @@ class PathEngine:
                           self._h_abs, self._h_drift, self._status, self._seq, self._slot):
                 array[holes] = array[movers]
             self._columns[:, holes] = self._columns[:, movers]
+            self._recent[:, holes] = self._recent[:, movers]
             for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
                 key = self._keys[mover]
                 self._keys[hole] = key
                 self._pos[key] = hole
             in_margin = self._slot[holes] >= 0
             self._margin[self._slot[holes[in_margin]]] = holes[in_margin]
+        # The recent columns follow their points: dropped with them, or to their holes.
+        moved_to = np.arange(n)
+        moved_to[movers] = holes
+        moved_to[removed] = -1
+        cached = self._recent_of >= 0
+        self._recent_of[cached] = moved_to[self._recent_of[cached]]
         del self._keys[end:]
         self.n = end
 

@@ -209,3 +209,46 @@ def test_libsvm_oracle_polish_is_sharper_than_raw():
     assert oracle.objective() <= float(
         0.5 * (oracle.raw_alpha * y) @ oracle.K @ (oracle.raw_alpha * y) - oracle.raw_alpha.sum()
     ) + 1e-9
+
+
+def _slide_and_check_recent_columns(forget_between: bool) -> tuple[PathEngine, int]:
+    """A window of two-rings points slid 10 at a time, with single removals and a refused
+    update between; after every update, each kept column must be the kernel column of the
+    point it is filed under. Returns the engine and how many columns were reused."""
+    X, y = two_rings(300, seed=11)
+    engine = PathEngine(make_kernel("rbf", gamma=0.7), C=10.0)
+    rng = np.random.default_rng(13)
+    window: list[int] = []
+    reused = 0
+    for step, start in enumerate(range(0, 300, 10)):
+        if forget_between:
+            engine._forget_recent()
+        new = list(range(start, start + 10))
+        old = window[:10] if len(window) >= 60 else []
+        reused += engine.update(X[new], y[new], keys=new, remove=old).columns_reused
+        window = [key for key in window if key not in old] + new
+        if step == 12:  # a refused update leaves the engine (and what it keeps) as it was
+            with pytest.raises(KeyError):
+                engine.update(X[:1], y[:1], keys=[window[0]])
+        if rng.random() < 0.3:  # a single removal moves the last stored points into the holes
+            engine.update(remove=[window.pop(int(rng.integers(len(window))))])
+        n = engine.n
+        for row in np.flatnonzero(engine._recent_of >= 0):
+            position = int(engine._recent_of[row])
+            expected = engine.kernel(engine.X, engine.X[position : position + 1])[:, 0]
+            np.testing.assert_allclose(engine._recent[row, :n], expected, rtol=1e-13,
+                                       atol=1e-15, err_msg=f"step {step}, row {row}")
+        assert kkt_violation(engine) < 1e-8 * engine.C
+    return engine, reused
+
+
+def test_recent_kernel_columns_follow_their_points_across_updates():
+    """Columns of points that left S are kept for later updates (a returning point copies its
+    column instead of computing it): through additions, removals (which move stored points),
+    a refused update and growth of the storage, every kept column stays its point's, the
+    model stays exact, and more columns are reused than when each update starts afresh."""
+    engine, reused = _slide_and_check_recent_columns(forget_between=False)
+    _, reused_afresh = _slide_and_check_recent_columns(forget_between=True)
+    assert reused > reused_afresh
+    probes = np.random.default_rng(12).standard_normal((30, 2)) * 1.5
+    assert_matches_batch(engine, probes)
