@@ -51,6 +51,16 @@ RECENT_COLUMN_BYTES = 2 << 20
 RECENT_COLUMNS_MAX = 64
 
 
+def _check_kernel_finite(block: np.ndarray) -> None:
+    # inf or nan would propagate silently into f, g and the factor (a nan compares False with
+    # every threshold): refuse the points instead.
+    if not np.isfinite(block).all():
+        raise ValueError(
+            "a kernel value of a new or stored point is not finite (features too large for "
+            "this kernel); the model is unchanged"
+        )
+
+
 def _empty_recent(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """Room for recent kernel columns of ``capacity`` stored points, none held yet."""
     count = min(RECENT_COLUMNS_MAX, max(4, RECENT_COLUMN_BYTES // (8 * max(capacity, 1))))
@@ -408,16 +418,19 @@ class PathEngine:
             columns = self._kernel_block(positions, features)
         else:
             columns = self._kernel_block(positions[starts], features)[:, np.cumsum(starts) - 1]
-        if not np.all(np.isfinite(columns)):
-            # inf or nan would propagate silently into f, g and the factor (a nan compares
-            # False with every threshold): refuse the points instead.
-            raise ValueError(
-                "a kernel value of a new or stored point is not finite (features too large for "
-                "this kernel); the model is unchanged"
-            )
+        _check_kernel_finite(columns)
         if self.ridge:
             columns[positions, np.arange(positions.size)] += self.ridge
         return columns
+
+    def _kernel_rows(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """K(x_r, x_p) + ridge [r == p] for the given stored rows r and positions p."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            block = self.kernel(self._X[rows], self._X[positions])
+        _check_kernel_finite(block)
+        if self.ridge:
+            block[rows[:, None] == positions[None, :]] += self.ridge
+        return block
 
     def _kernel_block(self, positions: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         """K(x_i, x_p) for all stored i and the given positions p, without the ridge."""
@@ -565,7 +578,10 @@ class PathEngine:
         return worst
 
     # ------------------------------------------------------------------ snapshots
-    def _snapshot(self) -> dict:
+    def _snapshot(self, with_columns: bool = False) -> dict:
+        """Everything an update changes, to roll it back. S's kernel columns (k x n, the
+        largest part) are recomputed on a rollback unless ``with_columns``: updates rarely
+        roll back, leave-one-out rolls back after every point."""
         n, k = self.n, self._margin.size
         return {
             "n": n,
@@ -590,7 +606,7 @@ class PathEngine:
             "margin": self._margin.copy(),
             "R": self._R[:k, :k].copy(),
             "t": self._t,
-            "columns": self._columns[:k, :n].copy(),
+            "columns": self._columns[:k, :n].copy() if with_columns else None,
             "store": self._store[:k].copy(),
             "diag_scale": self._diag_scale,
         }
@@ -617,15 +633,18 @@ class PathEngine:
         self._pos = {key: position for position, key in enumerate(self._keys)}
         self._next_seq = snap["next_seq"]
         self._margin = snap["margin"].copy()
-        k, n = snap["columns"].shape
+        k, n = self._margin.size, self.n
         capacity = max(k, 8)
         self._R = np.zeros((capacity, capacity))
         self._R[:k, :k] = snap["R"]
         self._t = snap["t"]
         self._columns = np.zeros((capacity, self._X.shape[0]))
-        self._columns[:k, :n] = snap["columns"]
         self._store = np.zeros(capacity, dtype=np.int64)
         self._store[:k] = snap["store"]
+        if snap["columns"] is not None:
+            self._columns[:k, :n] = snap["columns"]
+        elif k:
+            self._columns[self._store[:k], :n] = self._kernel_columns(self._margin).T
         self._diag_scale = snap["diag_scale"]
         # Positions may have moved since the snapshot: its recent columns no longer apply.
         self._forget_recent()
@@ -800,9 +819,9 @@ class PathEngine:
             raise ValueError(
                 f"X_add has {m} rows but y_add has {y_add.size} labels and keys has {len(keys)}"
             )
-        if not np.all(np.isfinite(X_add)):
+        if not np.isfinite(X_add).all():
             raise ValueError("X_add contains non-finite values")
-        if not np.all((y_add == 1.0) | (y_add == -1.0)):
+        if not (np.abs(y_add) == 1.0).all():
             raise ValueError("labels must be +1 or -1")
         if linear is None:
             linear = np.full(m, -1.0)
@@ -810,7 +829,7 @@ class PathEngine:
             linear = np.asarray(linear, dtype=float).reshape(-1)
             if linear.size != m:
                 raise ValueError(f"X_add has {m} rows but linear has {linear.size} terms")
-            if not np.all(np.isfinite(linear)):
+            if not np.isfinite(linear).all():
                 raise ValueError("linear contains non-finite values")
         if gap is None:
             gap = np.full(m, np.inf)
@@ -818,24 +837,27 @@ class PathEngine:
             gap = np.asarray(gap, dtype=float).reshape(-1)
             if gap.size != m:
                 raise ValueError(f"X_add has {m} rows but gap has {gap.size} values")
-            if np.any(np.isnan(gap)) or np.any(gap < 0):
+            if not (gap >= 0).all():  # nan fails too
                 raise ValueError("gap must hold numbers >= 0 (inf: no second side)")
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
-        seen: set = set()
-        for key in keys:
-            if key in self._pos:
-                raise KeyError(f"key {key!r} is already stored; keys must be unique")
-            if key in seen:
-                raise KeyError(f"key {key!r} repeats among the points to add")
-            seen.add(key)
-        removing: set = set()
-        for key in remove:
-            if key not in self._pos:
-                raise KeyError(f"no stored point has key {key!r}")
-            if key in removing:
-                raise KeyError(f"key {key!r} is listed twice for removal")
-            removing.add(key)
+        # Set operations first (one pass in C); the offending key is looked for only on failure.
+        if len(set(keys)) != len(keys) or not self._pos.keys().isdisjoint(keys):
+            seen: set = set()
+            for key in keys:
+                if key in self._pos:
+                    raise KeyError(f"key {key!r} is already stored; keys must be unique")
+                if key in seen:
+                    raise KeyError(f"key {key!r} repeats among the points to add")
+                seen.add(key)
+        if len(set(remove)) != len(remove) or not self._pos.keys() >= set(remove):
+            removing: set = set()
+            for key in remove:
+                if key not in self._pos:
+                    raise KeyError(f"no stored point has key {key!r}")
+                if key in removing:
+                    raise KeyError(f"key {key!r} is listed twice for removal")
+                removing.add(key)
         return X_add, y_add, keys, linear, gap
 
     def _append(self, X_add: np.ndarray, y_add: np.ndarray, keys: list,
@@ -854,8 +876,7 @@ class PathEngine:
         self._slot[positions] = -1
         self._seq[positions] = np.arange(self._next_seq, self._next_seq + m)
         self._next_seq += m
-        for offset, key in enumerate(keys):
-            self._pos[key] = n + offset
+        self._pos.update(zip(keys, range(n, n + m), strict=True))
         self._keys.extend(keys)
         self.n = n + m
         return positions
@@ -887,8 +908,27 @@ class PathEngine:
             new = self._append(X_add, y_add, keys, linear, gap)
             n = self.n
             features = self._features_by_column()
-            K_new = self._kernel_columns(new, features)
-            self._diag_scale = max(self._diag_scale, float(K_new[new, np.arange(new.size)].max()))
+            margin = self._margin
+            error = np.flatnonzero(self._status[:n] == ERROR)
+            cached = np.flatnonzero(self._recent_of >= 0)
+            # f at the new points needs their kernel values at S and E only (and the recent
+            # columns their entries); full columns only the points the path then drives.
+            # Computed in two parts when S and E are a small part of the points (a wide SVR
+            # tube); RBF only, whose values are finite wherever the features are.
+            needed = np.concatenate([margin, error, self._recent_of[cached], new])
+            kind = _compiled_kernel(self.kernel)[0]
+            if kind == _pathcore.KERNEL_RBF and 2 * needed.size < n:
+                K_new = None
+                K_needed = self._kernel_rows(needed, new)
+            else:
+                K_new = self._kernel_columns(new, features)
+                K_needed = K_new[needed]
+            k, errors, kept = margin.size, error.size, cached.size
+            K_new_S = K_needed[:k]  # K(x_s, new point) for s in S, by factor slot
+            K_new_E = K_needed[k : k + errors]
+            K_new_kept = K_needed[k + errors : k + errors + kept]
+            diagonal = K_needed[k + errors + kept :][np.arange(new.size), np.arange(new.size)]
+            self._diag_scale = max(self._diag_scale, float(diagonal.max()))
             if self._margin.size and self._t < self._diag_scale / 16:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
                 # lose the kernel's information to the shift's round-off (or the shift to the
@@ -900,16 +940,11 @@ class PathEngine:
                     # K_SS is singular to working precision on the new scale: the old factor
                     # still represents it exactly enough to go on.
                     self._R, self._t = saved
-            k = self._margin.size
-            margin = self._margin
-            K_new_S = K_new[margin]  # K(x_s, new point) for s in S, by factor slot
             self._columns[self._store[:k], new[0] : new[-1] + 1] = K_new_S
-            cached = np.flatnonzero(self._recent_of >= 0)
-            if cached.size:
-                self._recent[cached, new[0] : new[-1] + 1] = K_new[self._recent_of[cached]]
-            error = np.flatnonzero(self._status[:n] == ERROR)
-            self._h[new] = K_new[error].T @ (C * self._y[error])
-            self._h_abs[new] = np.abs(K_new[error]).sum(axis=0) * C
+            if kept:
+                self._recent[cached, new[0] : new[-1] + 1] = K_new_kept
+            self._h[new] = K_new_E.T @ (C * self._y[error])
+            self._h_abs[new] = np.abs(K_new_E).sum(axis=0) * C
             self._h_drift[new] = 0.0
             f_new = self._h[new] + self.b
             if k:
@@ -924,8 +959,10 @@ class PathEngine:
             self._status[new[satisfied]] = RESERVE
             stats.count("added->reserve", int(satisfied.sum()))
             if not satisfied.all():
-                driven.extend(new[~satisfied].tolist())
-                driven_columns.append(K_new.T[~satisfied])
+                unsatisfied = new[~satisfied]
+                driven.extend(unsatisfied.tolist())
+                driven_columns.append(K_new.T[~satisfied] if K_new is not None else
+                                      self._kernel_columns(unsatisfied, features).T)
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -987,7 +1024,7 @@ class PathEngine:
         """Whether some coefficient lies strictly between 0 and C, whose margin equation fixes
         b; otherwise b is only bounded by the other points (and centered between them)."""
         alpha = self._alpha[self._margin]
-        return bool(np.any((alpha > 0.0) & (alpha < self._upper_bound())))
+        return bool(((alpha > 0.0) & (alpha < self._upper_bound())).any())
 
     def _upper_bound(self) -> float:
         """Where a coefficient of S is at C: a path that ends exactly where a member reaches C
@@ -1191,7 +1228,8 @@ class PathEngine:
             for array in (self._X, self._y, self._p, self._gap, self._alpha, self._g, self._h,
                           self._h_abs, self._h_drift, self._status, self._seq, self._slot):
                 array[holes] = array[movers]
-            self._columns[:, holes] = self._columns[:, movers]
+            k = self._margin.size  # S's columns are packed in the first k rows
+            self._columns[:k, holes] = self._columns[:k, movers]
             self._recent[:, holes] = self._recent[:, movers]
             for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
                 key = self._keys[mover]
@@ -1257,7 +1295,7 @@ class PathEngine:
         for position in np.flatnonzero(self._alpha[:n] > 0):
             key = self._keys[position]
             x = self._X[position].copy()
-            snapshot = self._snapshot()
+            snapshot = self._snapshot(with_columns=True)
             try:
                 self.update(remove=[key])
                 decisions[position] = self.decision_function(x[None, :])[0]

@@ -459,7 +459,7 @@ class IncrementalSVR(_EngineRegressor):
         predictions = engine.decision_function(X)
         saved = (engine.last_update, engine.breakpoints_total, engine.updates_total)
         for index in np.flatnonzero(theta != 0):
-            snapshot = engine._snapshot()
+            snapshot = engine._snapshot(with_columns=True)
             try:
                 engine.update(remove=[keys[index]])
                 predictions[index] = engine.decision_function(X[index : index + 1])[0]

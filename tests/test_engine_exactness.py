@@ -170,6 +170,16 @@ def test_breakpoint_bound_raises_and_leaves_engine_unchanged():
     for name in before:
         np.testing.assert_array_equal(before[name], after[name])
     np.testing.assert_array_equal(decisions, engine.decision_function(probes))
+    # The rollback recomputed S's kernel columns (a snapshot does not copy them): they are
+    # S's columns again, and the engine goes on to the exact optimum.
+    k, n = engine.n_margin, engine.n
+    if k:
+        expected = engine.kernel(engine.X, engine.X[engine._margin]).T
+        np.testing.assert_allclose(engine._columns[engine._store[:k], :n], expected,
+                                   rtol=1e-14, atol=1e-15)
+    engine.max_breakpoints = None
+    engine.update(X[10:70], y[10:70], keys=list(range(10, 70)))
+    assert_matches_batch(engine, probes)
 
 
 def test_bad_updates_leave_engine_unchanged():
