@@ -154,7 +154,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two settings, Fisher only")
-    parser.add_argument("--steps", type=int, default=3, help="window steps per setting")
+    parser.add_argument("--steps", type=int, default=10, help="window steps per setting")
     args = parser.parse_args()
     _threads = limit_blas_threads()
     if not (FISHER_DIR / "fisher.dat").exists():
