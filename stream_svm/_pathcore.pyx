@@ -113,17 +113,17 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
                    double gamma, int degree, double coef0, double[:, ::1] out,
                    bint exponentiate=True) -> None:
     """``out[c, i] = K(x_i, x_p)`` for i < n and p = ``positions[c]``, with the points'
-    features stored feature by feature (``XT[f, i]``), for the built-in kernels (``kind``:
-    KERNEL_LINEAR <a,b>, KERNEL_RBF exp(-gamma |a-b|^2), KERNEL_POLY (gamma <a,b> +
-    coef0)^degree), without the GIL. With ``exponentiate`` False an RBF column is left at
-    -gamma |a-b|^2, for the caller's vectorized exp."""
+    features stored feature by feature (``XT[f, i]``; p may lie beyond n), for the built-in
+    kernels (``kind``: KERNEL_LINEAR <a,b>, KERNEL_RBF exp(-gamma |a-b|^2), KERNEL_POLY
+    (gamma <a,b> + coef0)^degree), without the GIL. With ``exponentiate`` False an RBF column
+    is left at -gamma |a-b|^2, for the caller's vectorized exp."""
     cdef Py_ssize_t i, c, p, m = positions.shape[0]
     cdef double* column
     if out.shape[0] < m or out.shape[1] < n or XT.shape[1] < n:
         raise ValueError("out or XT is too small")
     for c in range(m):
-        if not 0 <= positions[c] < n:
-            raise ValueError(f"position {positions[c]} is not among the {n} points")
+        if not 0 <= positions[c] < XT.shape[1]:
+            raise ValueError(f"position {positions[c]} is not among the {XT.shape[1]} points")
     with nogil:
         for c in range(m):
             p = positions[c]

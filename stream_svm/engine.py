@@ -61,6 +61,20 @@ def _check_kernel_finite(block: np.ndarray) -> None:
         )
 
 
+def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features: np.ndarray,
+                    n: int, positions: np.ndarray) -> np.ndarray:
+    """K(x_i, x_p) for i < n and the given positions p (columns of ``features``, stored feature
+    by feature), by the compiled kernel loop; an RBF's exp vectorized by numpy."""
+    block = np.empty((positions.size, n))
+    rbf = kind == _pathcore.KERNEL_RBF
+    with np.errstate(over="ignore", invalid="ignore"):
+        _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block,
+                                 not rbf)
+        if rbf:
+            np.exp(block, out=block)
+    return block.T
+
+
 def _empty_recent(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """Room for recent kernel columns of ``capacity`` stored points, none held yet."""
     count = min(RECENT_COLUMNS_MAX, max(4, RECENT_COLUMN_BYTES // (8 * max(capacity, 1))))
@@ -424,9 +438,17 @@ class PathEngine:
         return columns
 
     def _kernel_rows(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """K(x_r, x_p) + ridge [r == p] for the given stored rows r and positions p."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            block = self.kernel(self._X[rows], self._X[positions])
+        """K(x_r, x_p) + ridge [r == p] for the given stored rows r and positions p (the same
+        values as the full columns have at those rows)."""
+        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        if kind == _pathcore.KERNEL_RBF:
+            # The rows' and the positions' features only, the positions' after the rows'.
+            features = np.ascontiguousarray(self._X[np.concatenate([rows, positions])].T)
+            at = np.arange(rows.size, rows.size + positions.size)
+            block = _compiled_block(kind, gamma, degree, coef0, features, rows.size, at)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                block = self.kernel(self._X[rows], self._X[positions])
         _check_kernel_finite(block)
         if self.ridge:
             block[rows[:, None] == positions[None, :]] += self.ridge
@@ -440,14 +462,7 @@ class PathEngine:
         # exp), the others for one column (many go faster through BLAS).
         if kind == _pathcore.KERNEL_RBF or (kind >= 0 and positions.size == 1):
             features = self._features_by_column() if features is None else features
-            block = np.empty((positions.size, n))
-            rbf = kind == _pathcore.KERNEL_RBF
-            with np.errstate(over="ignore", invalid="ignore"):
-                _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0,
-                                         block, not rbf)
-                if rbf:
-                    np.exp(block, out=block)
-            return block.T
+            return _compiled_block(kind, gamma, degree, coef0, features, n, positions)
         with np.errstate(over="ignore", invalid="ignore"):
             return self.kernel(self._X[:n], self._X[positions])
 

@@ -44,6 +44,17 @@ def _target(y: object) -> float:
     return value
 
 
+def _targets(ys: Iterable[object]) -> np.ndarray:
+    """Regression targets as floats: a numeric pandas Series or numpy array at once, anything
+    else (or anything not finite, for the error that names it) value by value."""
+    dtype = getattr(ys, "dtype", None)
+    if dtype is not None and dtype.kind in "fiu" and np.ndim(ys) == 1:
+        values = np.asarray(ys, dtype=float)
+        if np.isfinite(values).all():
+            return values
+    return np.array([_target(y) for y in ys], dtype=float)
+
+
 def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -426,7 +437,7 @@ class IncrementalSVR(_EngineRegressor):
         if X_add is not None and len(X_add):
             if y_add is None or len(y_add) != len(X_add):
                 raise ValueError("y_add must have one target per row of X_add")
-            targets = np.array([_target(value) for value in y_add])
+            targets = _targets(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)
         else:
@@ -549,7 +560,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         return _target(y)
 
     def _values(self, ys: Iterable[object]) -> np.ndarray:
-        return np.array([_target(y) for y in ys], dtype=float)
+        return _targets(ys)
 
     def _value_out(self, value: float) -> float:
         return float(value)

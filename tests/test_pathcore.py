@@ -102,3 +102,22 @@ def test_an_empty_model_round_trips_through_a_checkpoint():
     restored = IncrementalSVC.from_checkpoint(arrays, meta)
     assert restored.n_stored == 0 and restored.decision_function_one({"a": 1.0}) == 0.0
     assert restored._engine.g_terms().shape == (0,)
+
+
+@pytest.mark.parametrize("name", ["rbf", "poly"])
+def test_kernel_values_at_some_rows_equal_the_full_columns_there(name):
+    """New points' kernel values at S and E only (a wide tube's updates) are the very values
+    their full columns hold at those rows: both paths of an update see the same kernel."""
+    from stream_svm.engine import PathEngine
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((50, 6))
+    engine = PathEngine(make_kernel(name, gamma=0.2, degree=2, coef0=1.0), C=1.0, ridge=1e-3)
+    engine.update(X, np.where(rng.random(50) < 0.5, 1.0, -1.0), keys=list(range(50)))
+    rows = np.array([3, 40, 7, 12, 49, 45], dtype=np.int64)
+    positions = np.array([45, 12, 20], dtype=np.int64)  # two of them among the rows
+    expected = engine._kernel_columns(positions)[rows]
+    if name == "rbf":
+        assert np.array_equal(engine._kernel_rows(rows, positions), expected)
+    else:
+        np.testing.assert_allclose(engine._kernel_rows(rows, positions), expected, rtol=1e-14)
