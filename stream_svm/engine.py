@@ -323,6 +323,9 @@ class PathEngine:
             self._X = np.hstack([self._X, np.zeros((self._X.shape[0], dim - self.dim))])
             self.dim = dim
             self._sv_cache = None
+            if not getattr(self.kernel, "folds_absent_features", False):
+                # A user's kernel may see the new zeros (the built-in ones do not).
+                self._forget_recent()
 
     def keep_columns(self, columns: np.ndarray) -> None:
         """Keep only the given (increasing) feature columns of the stored points.
