@@ -208,6 +208,9 @@ class PathEngine:
         # leaving S hands its row to the last one, so no other column moves.
         self._columns = np.zeros((0, 0))
         self._store = np.zeros(0, dtype=np.int64)  # row of _columns of each factor slot
+        # After a rollback S's columns are recomputed when next needed (``_ensure_columns``),
+        # not by the rollback itself, which must not fail halfway (a kernel can raise).
+        self._columns_stale = False
         # Kernel columns of points that left S (a ring, oldest overwritten first):
         # _recent[j, i] = K(x_i, x_recent_of[j]) for every stored i, or recent_of[j] = -1.
         # Windows and streams move the same points across S's edge update after update;
@@ -391,9 +394,18 @@ class PathEngine:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_columns_stale", False)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
+
+    def _ensure_columns(self) -> None:
+        """S's kernel columns, recomputed if a rollback left them stale (the engine stays
+        stale, and correct, if the kernel raises here)."""
+        if self._columns_stale:
+            k = self._margin.size
+            self._columns[self._store[:k], : self.n] = self._kernel_columns(self._margin).T
+            self._columns_stale = False
 
     def _forget_recent(self) -> None:
         """Drop the recent columns (after the points' positions or features changed)."""
@@ -479,6 +491,7 @@ class PathEngine:
 
     def _factorize(self) -> None:
         """Factor P = K_SS + t 11' afresh from S's cached kernel columns."""
+        self._ensure_columns()
         k = self._margin.size
         # K_SS[a, b] = K(x_margin[a], x_margin[b]), read from member b's column.
         K_SS = self._columns[self._store[:k]][:, self._margin].T
@@ -535,6 +548,7 @@ class PathEngine:
         size of its terms, in one compiled pass over S's kernel columns; returns (terms, S's
         largest |g| relative to its terms, whether every KKT condition holds to kkt_tol
         relative to the terms, whether h's accumulated round-off may matter)."""
+        self._ensure_columns()
         n = self.n
         terms = np.empty(n)
         if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
@@ -598,8 +612,12 @@ class PathEngine:
     # ------------------------------------------------------------------ snapshots
     def _snapshot(self, with_columns: bool = False) -> dict:
         """Everything an update changes, to roll it back. S's kernel columns (k x n, the
-        largest part) are recomputed on a rollback unless ``with_columns``: updates rarely
-        roll back, leave-one-out rolls back after every point."""
+        largest part) are recomputed after a rollback unless ``with_columns``: updates rarely
+        roll back, leave-one-out rolls back after every point. A user's kernel (which may
+        raise, or be slow) has them copied too."""
+        with_columns = with_columns or _compiled_kernel(self.kernel)[0] < 0
+        if with_columns:
+            self._ensure_columns()
         n, k = self.n, self._margin.size
         return {
             "n": n,
@@ -631,7 +649,9 @@ class PathEngine:
 
     def _restore(self, snap: dict) -> None:
         # Copies, so that the snapshot survives whatever is done after restoring it (an update
-        # retried from it, or several leave-one-out runs).
+        # retried from it, or several leave-one-out runs). No kernel is evaluated here.
+        # Positions may have moved since the snapshot: its recent columns no longer apply.
+        self._forget_recent()
         self.n = snap["n"]
         self.dim = snap["dim"]
         self.b = snap["b"]
@@ -661,11 +681,8 @@ class PathEngine:
         self._store[:k] = snap["store"]
         if snap["columns"] is not None:
             self._columns[:k, :n] = snap["columns"]
-        elif k:
-            self._columns[self._store[:k], :n] = self._kernel_columns(self._margin).T
+        self._columns_stale = snap["columns"] is None and k > 0
         self._diag_scale = snap["diag_scale"]
-        # Positions may have moved since the snapshot: its recent columns no longer apply.
-        self._forget_recent()
         self._sv_cache = None
         self._terms_cache = None
         self._kkt_cache = None
@@ -907,6 +924,7 @@ class PathEngine:
         self._g[positions] = self._gap[positions] - self._g[positions]
 
     def _run_update(self, X_add, y_add, keys, remove, linear=None, gap=None) -> UpdateStats:
+        self._ensure_columns()
         self._terms_cache = None
         self._kkt_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))

@@ -170,8 +170,9 @@ def test_breakpoint_bound_raises_and_leaves_engine_unchanged():
     for name in before:
         np.testing.assert_array_equal(before[name], after[name])
     np.testing.assert_array_equal(decisions, engine.decision_function(probes))
-    # The rollback recomputed S's kernel columns (a snapshot does not copy them): they are
-    # S's columns again, and the engine goes on to the exact optimum.
+    # S's kernel columns (a snapshot does not copy them) are recomputed when next needed:
+    # they are S's columns again, and the engine goes on to the exact optimum.
+    engine._ensure_columns()
     k, n = engine.n_margin, engine.n
     if k:
         expected = engine.kernel(engine.X, engine.X[engine._margin]).T
@@ -262,3 +263,56 @@ def test_recent_kernel_columns_follow_their_points_across_updates():
     assert reused > reused_afresh
     probes = np.random.default_rng(12).standard_normal((30, 2)) * 1.5
     assert_matches_batch(engine, probes)
+
+
+def test_a_rollback_evaluates_no_kernel_and_a_failing_kernel_leaves_the_engine_as_it_was(
+        monkeypatch):
+    """After a refused update S's kernel columns are recomputed when next needed, not by the
+    rollback (which must not fail halfway): a kernel that raises then refuses that update
+    too, the engine unchanged, and the next one goes through to the exact optimum. A user's
+    kernel has the columns copied instead, so that one refusing big blocks (here more than one
+    column) still learns one point at a time after a refused block."""
+    X, y = two_rings(80, seed=21)
+    probes = X[60:]
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    engine.update(X[:30], y[:30], keys=list(range(30)))
+    engine.max_breakpoints = 1
+    with pytest.raises(ConvergenceError):
+        engine.update(X[30:50], y[30:50], keys=list(range(30, 50)))
+    engine.max_breakpoints = None
+    state, decisions = engine.get_state(), engine.decision_function(probes)
+    original = PathEngine._kernel_columns
+
+    def failing(self, positions, features=None):
+        raise MemoryError("no room for the columns")
+
+    monkeypatch.setattr(PathEngine, "_kernel_columns", failing)
+    with pytest.raises(MemoryError):
+        engine.update(X[30:31], y[30:31], keys=[30])
+    for name, array in engine.get_state().items():
+        np.testing.assert_array_equal(state[name], array, err_msg=name)
+    np.testing.assert_array_equal(decisions, engine.decision_function(probes))
+    monkeypatch.setattr(PathEngine, "_kernel_columns", original)
+    engine.update(X[30:50], y[30:50], keys=list(range(30, 50)))
+    assert_matches_batch(engine, probes)
+
+    def one_column_at_a_time(A, B):
+        if B.shape[0] > 1:
+            raise MemoryError("block too large")
+        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+    user = PathEngine(make_kernel(one_column_at_a_time), C=10.0)
+    for i in range(30):
+        user.update(X[i : i + 1], y[i : i + 1], keys=[i])
+    with pytest.raises(MemoryError):
+        user.update(X[30:32], y[30:32], keys=[30, 31])
+    for i in range(30, 40):
+        user.update(X[i : i + 1], y[i : i + 1], keys=[i])
+    # The same optimum as the built-in kernel's on the same 40 points (compared through the
+    # solution: this kernel cannot evaluate a block of support vectors).
+    reference = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    reference.update(X[:40], y[:40], keys=list(range(40)))
+    assert user.kkt_violation() < 1e-8 * user.C
+    np.testing.assert_allclose(user.get_state()["alpha"], reference.get_state()["alpha"],
+                               atol=1e-7 * user.C)
+    assert abs(user.b - reference.b) < 1e-7
