@@ -402,7 +402,7 @@ cdef int _follow(
     cdef double eps = DBL_EPSILON, C_ = C
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
-    cdef double sens_max, d_alpha
+    cdef double sens_max, d_alpha, margin_eta_min
     cdef bint any_active, bias_only, finish, any_event, rising, falling, flipping
     cdef signed char state
     cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
@@ -547,6 +547,7 @@ cdef int _follow(
                 point_eta[i] = INFINITY
         any_event = sens_max > 0.0
         n_candidates = 0
+        margin_eta_min = INFINITY
         if k and not bias_only:
             for i in range(k):
                 d_alpha = y[margin[i]] * beta_S[i]
@@ -564,7 +565,16 @@ cdef int _follow(
                     n_candidates += 1
                 if value < eta_min:
                     eta_min = value
+                if value < margin_eta_min:
+                    margin_eta_min = value
         finish = (not bias_only) and eta_min >= 1.0
+        if finish and margin_eta_min <= 1.0 + 1e-13:
+            # A member reaches its bound together with the end of the moves (a tie at eta = 1,
+            # judged on eta's scale as every tie): it leaves S at its bound, exactly, instead of
+            # keeping the round-off of its move (3e-17 that would fix b, where the sums force
+            # the coefficient to 0).
+            finish = False
+            eta_min = 1.0
         if finish:
             step = 1.0
         elif not isfinite(eta_min):
