@@ -216,14 +216,19 @@ class FeatureSpace:
         row-by-row path: non-numeric or boolean columns, repeated names, or infinite values
         (whose error that path names)."""
         names = list(frame.columns)
-        if len(set(names)) != len(names) or not all(
-                dtype.kind in "fiu" for dtype in frame.dtypes):
+        if len(set(names)) != len(names):
             return None
-        values = frame.to_numpy(dtype=float, copy=True)
+        raw = frame.to_numpy()
+        if raw.dtype.kind in "fiu":  # numeric numpy columns only (a bool one makes it object)
+            values = raw.astype(float)
+        elif all(dtype.kind in "fiu" for dtype in frame.dtypes):  # pandas' nullable numbers
+            values = frame.to_numpy(dtype=float, copy=True)
+        else:
+            return None
         if np.isinf(values).any():
             return None
         values[np.isnan(values)] = 0.0
-        known = [(j, self.index[name]) for j, name in enumerate(names) if name in self.index]
+        known = [j for j, name in enumerate(names) if name in self.index]
         unknown = [j for j, name in enumerate(names) if name not in self.index]
         # New names in first-seen order: by the first row where they are nonzero, then by
         # their place in the row (a dict's order), as vectorize_many meets them.
@@ -235,8 +240,7 @@ class FeatureSpace:
         first_seen.sort()
         width = len(self.names) + len(first_seen)
         matrix = np.zeros((values.shape[0], width))
-        for j, column in known:
-            matrix[:, column] = values[:, j]
+        matrix[:, [self.index[names[j]] for j in known]] = values[:, known]
         for offset, (_, j) in enumerate(first_seen):
             matrix[:, len(self.names) + offset] = values[:, j]
         return matrix, [names[j] for _, j in first_seen]

@@ -49,7 +49,8 @@ def _targets(ys: Iterable[object]) -> np.ndarray:
     else (or anything not finite, for the error that names it) value by value."""
     dtype = getattr(ys, "dtype", None)
     if dtype is not None and dtype.kind in "fiu" and np.ndim(ys) == 1:
-        values = np.asarray(ys, dtype=float)
+        values = (ys.to_numpy(dtype=float, na_value=np.nan) if isinstance(ys, pd.Series)
+                  else np.asarray(ys, dtype=float))
         if np.isfinite(values).all():
             return values
     return np.array([_target(y) for y in ys], dtype=float)
