@@ -46,9 +46,10 @@ __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
 MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
 # Kernel columns of points that left S, kept for their return (on this path or a later update):
-# at most 64 columns and this many bytes per engine.
-RECENT_COLUMN_BYTES = 2 << 20
-RECENT_COLUMNS_MAX = 64
+# at most 16 columns and this many bytes per engine (a daemon may hold a thousand models; 64
+# columns reused more of them on the river windows, at the same step time).
+RECENT_COLUMN_BYTES = 512 << 10
+RECENT_COLUMNS_MAX = 16
 
 
 def _check_kernel_finite(block: np.ndarray) -> None:
@@ -387,7 +388,7 @@ class PathEngine:
         self._recent_next = kept % count
 
     def __getstate__(self) -> dict:
-        # Copies and pickles leave the recent columns behind (a cache, up to 2 MB).
+        # Copies and pickles leave the recent columns behind (a cache, up to 512 KB).
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         return state
