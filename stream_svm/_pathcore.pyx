@@ -781,25 +781,57 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
     relative to its terms, whether h's accumulated round-off may matter next to that
     tolerance)."""
-    cdef Py_ssize_t i, j, row, k = margin.shape[0]
+    cdef Py_ssize_t i, j = 0, k = margin.shape[0]
     cdef double size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
-    cdef double coefficient, weight, value
+    cdef double value, size_sum
+    cdef double a0, a1, a2, a3, w0, w1, w2, w3
+    cdef double* c0
+    cdef double* c1
+    cdef double* c2
+    cdef double* c3
+    cdef double* g_out
+    cdef double* terms_out
     cdef bint kkt_ok = True, drifted = False, any_error = False, drift_matters = False
     if g.shape[0] < n or terms.shape[0] < n or store.shape[0] < k:
         raise ValueError("g, terms or store is too short")
+    if n == 0:
+        return 0.0, True, False
     with nogil:
-        # Column by column (contiguous rows of ``columns``), each point's sum in S's order.
+        # Column by column (contiguous rows of ``columns``), each point's sum in S's order;
+        # four columns per pass over the points (the same additions in the same order, a
+        # quarter of the loads and stores of g and terms).
+        g_out = &g[0]
+        terms_out = &terms[0]
         for i in range(n):
-            g[i] = 0.0
-            terms[i] = 0.0
-        for j in range(k):
-            row = store[j]
-            coefficient = y[margin[j]] * alpha[margin[j]]
-            weight = alpha[margin[j]]
+            g_out[i] = 0.0
+            terms_out[i] = 0.0
+        while j + 4 <= k:
+            c0 = &columns[store[j], 0]
+            c1 = &columns[store[j + 1], 0]
+            c2 = &columns[store[j + 2], 0]
+            c3 = &columns[store[j + 3], 0]
+            w0, w1, w2, w3 = (alpha[margin[j]], alpha[margin[j + 1]], alpha[margin[j + 2]],
+                              alpha[margin[j + 3]])
+            a0, a1, a2, a3 = (y[margin[j]] * w0, y[margin[j + 1]] * w1, y[margin[j + 2]] * w2,
+                              y[margin[j + 3]] * w3)
             for i in range(n):
-                value = columns[row, i]
-                g[i] = g[i] + value * coefficient
-                terms[i] = terms[i] + fabs(value) * weight
+                value = g_out[i] + c0[i] * a0
+                value = value + c1[i] * a1
+                value = value + c2[i] * a2
+                g_out[i] = value + c3[i] * a3
+                size_sum = terms_out[i] + fabs(c0[i]) * w0
+                size_sum = size_sum + fabs(c1[i]) * w1
+                size_sum = size_sum + fabs(c2[i]) * w2
+                terms_out[i] = size_sum + fabs(c3[i]) * w3
+            j += 4
+        while j < k:
+            c0 = &columns[store[j], 0]
+            w0 = alpha[margin[j]]
+            a0 = y[margin[j]] * w0
+            for i in range(n):
+                g_out[i] = g_out[i] + c0[i] * a0
+                terms_out[i] = terms_out[i] + fabs(c0[i]) * w0
+            j += 1
         for i in range(n):
             g[i] = y[i] * (h[i] + b + g[i]) + p[i]
             terms[i] = fabs(p[i]) + abs_b + h_abs[i] + terms[i]
