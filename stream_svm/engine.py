@@ -328,8 +328,10 @@ class PathEngine:
             self.dim = dim
             self._sv_cache = None
             if not getattr(self.kernel, "folds_absent_features", False):
-                # A user's kernel may see the new zeros (the built-in ones do not).
+                # A user's kernel may see the new zeros (the built-in ones do not): its
+                # values, and with them the last check, may no longer hold.
                 self._forget_recent()
+                self._terms_cache = self._kkt_cache = None
 
     def keep_columns(self, columns: np.ndarray) -> None:
         """Keep only the given (increasing) feature columns of the stored points.
@@ -348,6 +350,7 @@ class PathEngine:
         self.dim = int(columns.size)
         self._sv_cache = None
         self._forget_recent()
+        self._terms_cache = self._kkt_cache = None  # a user's kernel may see the change
 
     def _reserve_rows(self, rows: int) -> None:
         capacity = self._X.shape[0]
@@ -926,6 +929,14 @@ class PathEngine:
 
     def _run_update(self, X_add, y_add, keys, remove, linear=None, gap=None) -> UpdateStats:
         self._ensure_columns()
+        # The last check's terms, while they still describe every stored point and that
+        # check passed: an update that only adds points already satisfied changes no stored
+        # point's g, and then extends them instead of recomputing g everywhere.
+        checked_terms = self._terms_cache
+        if not (self._kkt_cache is True and checked_terms is not None
+                and checked_terms.size == self.n):
+            checked_terms = None
+        support = self._sv_cache
         self._terms_cache = None
         self._kkt_cache = None
         stats = UpdateStats(added=len(keys), removed=len(remove))
@@ -954,7 +965,8 @@ class PathEngine:
             # tube); RBF only, whose values are finite wherever the features are.
             needed = np.concatenate([margin, error, self._recent_of[cached], new])
             kind = _compiled_kernel(self.kernel)[0]
-            if kind == _pathcore.KERNEL_RBF and 2 * needed.size < n:
+            # (Gathering the rows' features costs more than it saves for one to three points.)
+            if kind == _pathcore.KERNEL_RBF and 2 * needed.size < n and new.size >= 4:
                 K_new = None
                 K_needed = self._kernel_rows(needed, new)
             else:
@@ -1037,7 +1049,17 @@ class PathEngine:
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
-        self._center_b()
+        centered = self._center_b()
+        if keys and not driven and not remove and not centered and checked_terms is not None:
+            # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
+            # stored points' g, already checked, are unchanged, and the new points hold their
+            # conditions by construction (0 <= g <= gap - g). Their terms extend the check's.
+            new_terms = (np.abs(self._p[new]) + abs(self.b) + self._h_abs[new]
+                         + self._alpha[margin] @ np.abs(K_new_S))
+            self._terms_cache = np.concatenate([checked_terms, new_terms])
+            self._kkt_cache = True
+            self._sv_cache = support  # no coefficient changed, no point moved
+            return stats
 
         # g, the size of its terms, S's residual, the points' KKT conditions and h's staleness
         # in one compiled pass over S's kernel columns.
@@ -1070,17 +1092,18 @@ class PathEngine:
         can be legitimately tiny (1e-15 with kernel values of 1e14)."""
         return self.C * (1.0 - 64.0 * np.finfo(float).eps)
 
-    def _center_b(self) -> None:
+    def _center_b(self) -> bool:
         """When no coefficient is strictly between 0 and C (S empty, or its members all at a
         bound), b is not unique: every b in an interval keeps the KKT conditions. Take its
         middle, as libsvm does, so that the model does not depend on the order in which the
         points came. Members of S at a bound then leave it for the set of their bound (their
-        g is no longer 0); g follows in the refresh after the update."""
+        g is no longer 0); g follows in the refresh after the update. Returns whether b or
+        S changed."""
         n = self.n
         if n == 0:
-            return
+            return False
         if self.b_is_fixed():
-            return
+            return False
         margin = self._margin
         alpha = self._alpha[:n]
         y, g, gap = self._y[:n], self._g[:n], self._gap[:n]
@@ -1099,7 +1122,7 @@ class PathEngine:
                                 -c[error & up]])
         low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
         if not (np.isfinite(low) and np.isfinite(high) and low <= high):
-            return
+            return False
         middle = 0.5 * (low + high)
         for slot in range(margin.size - 1, -1, -1):  # S empties, last member first
             position = int(self._margin[slot])
@@ -1110,6 +1133,7 @@ class PathEngine:
                                          joining=True)
         self._g[:n] += y * (middle - self.b)
         self.b = middle
+        return True
 
     def _follow_path(self, D: np.ndarray, K_D: np.ndarray, features: np.ndarray,
                      stats: UpdateStats) -> None:

@@ -316,3 +316,54 @@ def test_a_rollback_evaluates_no_kernel_and_a_failing_kernel_leaves_the_engine_a
     np.testing.assert_allclose(user.get_state()["alpha"], reference.get_state()["alpha"],
                                atol=1e-7 * user.C)
     assert abs(user.b - reference.b) < 1e-7
+
+
+@pytest.mark.parametrize("C", [10.0, 1e-3])
+def test_updates_adding_only_satisfied_points_extend_the_last_check(monkeypatch, C):
+    """An update whose new points all go to the reserve set (alpha = 0), with nothing removed
+    and b where it was, changes no stored point's g: only the new points are checked, and the
+    last check's terms are extended. Mixed with paths, removals and refused updates, and at a
+    C so small that no coefficient is free (b then moves with every point, which needs the full
+    recomputation), g and the terms stay what a full recomputation gives, every point holds
+    its KKT condition, and the model is the batch optimum."""
+    X, y = two_rings(260, seed=31, noise=0.05)
+    probes = np.random.default_rng(32).standard_normal((30, 2)) * 1.5
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=C)
+    refreshes = []
+    original = PathEngine._refresh_g
+
+    def counted(self, g=None):
+        if g is None:  # the engine's own g: a full recomputation within an update
+            refreshes.append(self.n)
+        return original(self, g)
+
+    monkeypatch.setattr(PathEngine, "_refresh_g", counted)
+    engine.update(X[:40], y[:40], keys=list(range(40)))
+    without_refresh = with_b_free = 0
+    rng = np.random.default_rng(33)
+    for i in range(40, 260):
+        before = len(refreshes)
+        engine.update(X[i : i + 1], y[i : i + 1], keys=[i])
+        if not engine.b_is_fixed():
+            with_b_free += 1
+            assert len(refreshes) > before, f"point {i}: b is centred, g must be recomputed"
+        elif engine.last_update.breakpoints == 0 and len(refreshes) == before:
+            without_refresh += 1
+        if i % 25 == 0:
+            engine.update(remove=[engine.keys[int(rng.integers(engine.n))]])
+        if i == 150:
+            with pytest.raises(ValueError):
+                engine.update(np.array([[np.nan, 0.0]]), np.array([1.0]), keys=["bad"])
+            with pytest.raises(KeyError):
+                engine.update(X[:1], y[:1], keys=[engine.keys[0]])
+        g_fresh = np.empty(engine.n)
+        terms = original(engine, g_fresh)[0]
+        if engine._terms_cache is not None:
+            np.testing.assert_allclose(engine._terms_cache, terms, rtol=1e-12, err_msg=f"{i}")
+        assert np.all(np.abs(engine.g - g_fresh) <= 1e-12 * terms), f"point {i}"
+        assert kkt_violation(engine) < 1e-8 * max(1.0, C), f"point {i}"
+    if C > 1:
+        assert without_refresh > 100  # most points land in the reserve set here
+    else:
+        assert with_b_free > 50  # often no free coefficient: b moves with the points
+    assert_matches_batch(engine, probes)
