@@ -13,11 +13,45 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 __all__ = [
-    "FeatureSpace", "check_classes", "class_of", "label_sign", "parse_binary_label",
-    "parse_binary_labels",
+    "FeatureSpace", "check_classes", "check_paired", "class_of", "label_sign",
+    "parse_binary_label", "parse_binary_labels",
 ]
+
+
+def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels") -> None:
+    """ValueError unless ``y`` holds one value per row of ``X`` and, when both are indexed by
+    labels of their own (not pandas' default numbering 0, 1, ...), by the same labels in the
+    same order. Values pair with rows by position: a y indexed in another order would teach
+    every row another row's label, silently.
+
+    >>> import pandas as pd
+    >>> X = pd.DataFrame({"a": [1.0, 2.0]}, index=["p", "q"])
+    >>> check_paired(X, pd.Series([True, False], index=["p", "q"]))
+    >>> check_paired(X, pd.Series([True, False]))  # numbered 0, 1: paired by position
+    >>> check_paired(X, pd.Series([False, True], index=["q", "p"]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: y's index is not X's ...
+    """
+    if len(y) != len(X):
+        raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of X")
+    y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)
+    if y_index is None or x_index is None or _numbered(y_index) or _numbered(x_index):
+        return
+    if not y_index.equals(x_index):
+        raise ValueError(
+            f"{what}'s index is not X's (values pair with rows by position, so these would "
+            f"pair wrongly): pass {what}.loc[X.index] to pair them by label, or "
+            f"{what}.to_numpy() to pair them by position"
+        )
+
+
+def _numbered(index: Any) -> bool:
+    """Whether an index is a plain numbering (pandas' default RangeIndex) or not pandas'."""
+    return isinstance(index, pd.RangeIndex) or not isinstance(index, pd.Index)
 
 
 def parse_binary_label(y: object) -> float:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from stream_svm._engine_model import AutoKey
+from stream_svm._input import check_paired
 from stream_svm.engine import UpdateStats
 
 
@@ -74,8 +75,7 @@ class _SlidingWindow:
         """Slide the window by the whole batch (plus anything buffered) in one update."""
         if len(X) == 0:
             return
-        if len(y) != len(X):
-            raise ValueError("y must have one label per row of X")
+        check_paired(X, y)
         values = self._values(y)
         rows, new = self._admitted(lambda: self._frame(X))
         batch_keys = self._keys_for(X, keys)

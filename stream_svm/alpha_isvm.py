@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from stream_svm._input import check_paired
 from stream_svm.classifiers import _EngineClassifier
 from stream_svm.engine import MARGIN
 
@@ -335,8 +336,7 @@ class AlphaISVC(_EngineClassifier):
 
     def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
         """Run one increment on the rows of X (and whatever ``learn_one`` buffered)."""
-        if len(y) != len(X):
-            raise ValueError(f"y has {len(y)} labels for {len(X)} rows of X")
+        check_paired(X, y)
         labels = self._signs(y)
         if len(X) == 0:
             rows, new = np.zeros((0, len(self._features))), []

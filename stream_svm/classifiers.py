@@ -22,7 +22,14 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
 )
-from stream_svm._input import FeatureSpace, check_classes, class_of, label_sign, label_signs
+from stream_svm._input import (
+    FeatureSpace,
+    check_classes,
+    check_paired,
+    class_of,
+    label_sign,
+    label_signs,
+)
 from stream_svm._window import _SlidingWindow
 
 __all__ = ["AutoKey", "IncrementalSVC", "SlidingWindowSVC", "proba_from_decision"]
@@ -415,6 +422,7 @@ class IncrementalSVC(_EngineClassifier):
         self.update_many(None, None, keys)
 
     def _keys_by_value(self, X: pd.DataFrame, y: pd.Series) -> list[Hashable]:
+        check_paired(X, y)
         found: list[Hashable] = []
         taken: set = set()
         for (_, row), label in zip(X.iterrows(), y, strict=True):
@@ -434,8 +442,9 @@ class IncrementalSVC(_EngineClassifier):
         """Add the rows of X_add and remove the points named in ``forget_keys`` in ONE path."""
         forget_keys = list(forget_keys)
         if X_add is not None and len(X_add):
-            if y_add is None or len(y_add) != len(X_add):
+            if y_add is None:
                 raise ValueError("y_add must have one label per row of X_add")
+            check_paired(X_add, y_add, "y_add")
             labels = self._signs(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)

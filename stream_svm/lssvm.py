@@ -53,7 +53,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
 )
-from stream_svm._input import FeatureSpace, check_classes, class_of, label_signs
+from stream_svm._input import FeatureSpace, check_classes, check_paired, class_of, label_signs
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -84,6 +84,13 @@ def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
         duplicated = sorted({repr(c) for c in columns if columns.count(c) > 1})
         raise ValueError(f"X has duplicated columns: {', '.join(duplicated)}")
     return columns
+
+
+def _check_index(X: pd.DataFrame, y: Iterable[object], what: str = "y") -> None:
+    """Values indexed otherwise than X's rows are refused (see ``check_paired``); a length
+    mismatch is named by the update itself."""
+    if hasattr(y, "__len__") and len(y) == len(X):  # type: ignore[arg-type]
+        check_paired(X, y, what)
 
 
 def _frame_to_rows(
@@ -507,6 +514,7 @@ class _IncrementalLSSVM:
             if len(key_list) != len(X):
                 raise ValueError(f"got {len(key_list)} keys for {len(X)} rows of X")
             self._check_new_keys(key_list)
+        _check_index(X, y)
         targets = list(y)
         self._update(X, targets, X.iloc[:0], [])
         if key_list is not None:
@@ -529,6 +537,7 @@ class _IncrementalLSSVM:
         if X is None or y is None:
             raise ValueError("forget_many needs keys, or X and y")
         _frame_columns(X)
+        _check_index(X, y)
         self._update(X.iloc[:0], [], X, list(y))
 
     # --------------------------------------------------------------------------- kept samples
@@ -659,6 +668,8 @@ class _IncrementalLSSVM:
         """Add ``X_add`` and remove ``X_remove`` in one exact step (Theorem 1, eqs. 5-6)."""
         _frame_columns(X_add)
         _frame_columns(X_remove)
+        _check_index(X_add, y_add, "y_add")
+        _check_index(X_remove, y_remove, "y_remove")
         self._update(X_add, list(y_add), X_remove, list(y_remove))
 
     def _state_size(self) -> int:

@@ -26,7 +26,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
 )
-from stream_svm._input import FeatureSpace
+from stream_svm._input import FeatureSpace, check_paired
 from stream_svm._window import _SlidingWindow
 from stream_svm.engine import RESERVE
 
@@ -418,6 +418,7 @@ class IncrementalSVR(_EngineRegressor):
         if keys is None:
             if X is None or y is None:
                 raise ValueError("forget_many needs keys, or both X and y")
+            check_paired(X, y, noun="targets")
             taken: set = set()
             keys = []
             for (_, row), target in zip(X.iterrows(), y, strict=True):
@@ -436,8 +437,9 @@ class IncrementalSVR(_EngineRegressor):
         """Add the rows of X_add (targets y_add) and remove the samples named in
         ``forget_keys`` in ONE path; anything malformed raises and changes nothing."""
         if X_add is not None and len(X_add):
-            if y_add is None or len(y_add) != len(X_add):
+            if y_add is None:
                 raise ValueError("y_add must have one target per row of X_add")
+            check_paired(X_add, y_add, "y_add", "targets")
             targets = _targets(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)

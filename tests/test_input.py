@@ -69,3 +69,38 @@ def test_a_numeric_frame_vectorizes_as_its_rows_do():
     assert space.vectorize_frame(pd.DataFrame({"a": [1.0], "b": [True]})) is None
     assert space.vectorize_frame(pd.DataFrame({"a": ["x"]})) is None
     assert space.vectorize_frame(pd.DataFrame({"a": [np.inf]})) is None
+
+
+def _paired_models():
+    import stream_svm as s
+
+    return [
+        (s.IncrementalSVC(), False), (s.SlidingWindowSVC(window_size=10, step=1), False),
+        (s.AlphaISVC(), False), (s.IncrementalLSSVC(), False),
+        (s.IncrementalSVR(), True), (s.SlidingWindowSVR(window_size=10, step=1), True),
+        (s.IncrementalLSSVR(), True),
+    ]
+
+
+@pytest.mark.parametrize("model,regression", _paired_models(),
+                         ids=lambda v: type(v).__name__ if not isinstance(v, bool) else "")
+def test_learn_many_refuses_labels_indexed_in_another_order(model, regression):
+    """y pairs with X's rows by position: when both are indexed by labels of their own, a y in
+    another order would teach each row another row's label. Every estimator refuses it, naming
+    the index, and learns nothing; the same index in the same order, or a y numbered 0, 1, ...
+    (pandas' default), is learned."""
+    import pandas as pd
+
+    X = pd.DataFrame({"a": [0.0, 1.0, 2.0, 3.0]}, index=["p", "q", "r", "s"])
+    values = [0.5, 1.5, 2.5, 3.5] if regression else [True, True, False, False]
+    shuffled = pd.Series(values, index=["p", "q", "r", "s"]).loc[["s", "r", "q", "p"]]
+    probe = {"a": 0.5}
+    before = model.predict_one(probe)
+    with pytest.raises(ValueError, match="index is not X's"):
+        model.learn_many(X, shuffled)
+    assert model.predict_one(probe) == before
+    model.learn_many(X, shuffled.loc[X.index])
+    after_labelled = model.predict_one(probe)
+    numbered = model.clone()
+    numbered.learn_many(X, pd.Series(values))
+    assert numbered.predict_one(probe) == after_labelled
