@@ -68,17 +68,22 @@ cdef extern from *:
     #else
     #define STREAM_SVM_CLONES
     #endif
+    #if defined(_MSC_VER)
+    #define STREAM_SVM_RESTRICT __restrict
+    #else
+    #define STREAM_SVM_RESTRICT restrict
+    #endif
 
     STREAM_SVM_CLONES
     static void stream_svm_features_against(int squared_distance, const double *XT,
                                             Py_ssize_t stride, Py_ssize_t dim, Py_ssize_t n,
-                                            Py_ssize_t p, double *restrict out)
+                                            Py_ssize_t p, double *STREAM_SVM_RESTRICT out)
     {
         Py_ssize_t i, f = 0;
         for (i = 0; i < n; i++) out[i] = 0.0;
         for (; f + 4 <= dim; f += 4) {
-            const double *restrict r0 = XT + f * stride, *restrict r1 = r0 + stride;
-            const double *restrict r2 = r1 + stride, *restrict r3 = r2 + stride;
+            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride, *STREAM_SVM_RESTRICT r1 = r0 + stride;
+            const double *STREAM_SVM_RESTRICT r2 = r1 + stride, *STREAM_SVM_RESTRICT r3 = r2 + stride;
             const double x0 = r0[p], x1 = r1[p], x2 = r2[p], x3 = r3[p];
             if (squared_distance) {
                 for (i = 0; i < n; i++) {
@@ -99,7 +104,7 @@ cdef extern from *:
             }
         }
         for (; f < dim; f++) {
-            const double *restrict r0 = XT + f * stride;
+            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride;
             const double x0 = r0[p];
             if (squared_distance) {
                 for (i = 0; i < n; i++) {
