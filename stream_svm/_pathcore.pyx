@@ -60,10 +60,10 @@ def delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) -> None:
 cdef extern from *:
     """
     /* The points-by-features loop, compiled twice where GCC can pick the version at load
-       time (x86-64 Linux): for AVX2 (four doubles per instruction) and for the baseline
-       (SSE2). The same operations in the same order per point either way, and no fused
-       multiply-add, so both give the same bits. */
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+       time (x86-64 with glibc, whose loader resolves the choice; not musl): for AVX2 (four
+       doubles per instruction) and for the baseline (SSE2). The same operations in the same
+       order per point either way, and no fused multiply-add, so both give the same bits. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
     #define STREAM_SVM_CLONES __attribute__((target_clones("avx2", "default")))
     #else
     #define STREAM_SVM_CLONES
@@ -82,8 +82,10 @@ cdef extern from *:
         Py_ssize_t i, f = 0;
         for (i = 0; i < n; i++) out[i] = 0.0;
         for (; f + 4 <= dim; f += 4) {
-            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride, *STREAM_SVM_RESTRICT r1 = r0 + stride;
-            const double *STREAM_SVM_RESTRICT r2 = r1 + stride, *STREAM_SVM_RESTRICT r3 = r2 + stride;
+            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride;
+            const double *STREAM_SVM_RESTRICT r1 = r0 + stride;
+            const double *STREAM_SVM_RESTRICT r2 = r1 + stride;
+            const double *STREAM_SVM_RESTRICT r3 = r2 + stride;
             const double x0 = r0[p], x1 = r1[p], x2 = r2[p], x3 = r3[p];
             if (squared_distance) {
                 for (i = 0; i < n; i++) {
