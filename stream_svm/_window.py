@@ -81,9 +81,11 @@ class _SlidingWindow:
         batch_keys = self._keys_for(X, keys)
         if len(set(batch_keys)) != len(batch_keys):
             raise KeyError("keys repeat within the batch")
-        for key in batch_keys:
-            if key in self:
-                raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        if (self._engine.first_stored(batch_keys) is not None
+                or not set(self._buffer_keys).isdisjoint(batch_keys)):
+            for key in batch_keys:  # the first one in the batch's order is named
+                if key in self:
+                    raise KeyError(f"key {key!r} is already stored; keys must be unique")
         self._check_kernel_values(rows)
         self._buffer(list(rows), values.tolist(), batch_keys, new, slide=True)
 

@@ -564,10 +564,7 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
         return self._engine.n
 
     def _oldest(self, count: int) -> list[Hashable]:
-        engine = self._engine
-        order = np.argsort(engine.sequence, kind="stable")[:count]
-        stored_keys = engine.keys
-        return [stored_keys[i] for i in order]
+        return self._engine.oldest_keys(count)
 
     def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
                        remove: list[Hashable]) -> None:

@@ -32,7 +32,7 @@ path, the sets, the factor and every check are otherwise the same.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -288,6 +288,40 @@ class PathEngine:
             return key in self._pos
         except TypeError:
             return False
+
+    def first_stored(self, keys: Iterable[Hashable]) -> Hashable | None:
+        """The first of ``keys`` that names a stored point, or None (one pass in C when none
+        does)."""
+        keys = list(keys)
+        try:
+            if self._pos.keys().isdisjoint(keys):
+                return None
+        except TypeError:  # an unhashable key names no stored point; find the others
+            pass
+        return next((key for key in keys if key in self), None)
+
+    def oldest_keys(self, count: int) -> list[Hashable]:
+        """Keys of the ``count`` points stored longest, oldest first (all of them when fewer
+        are stored).
+
+        >>> from stream_svm.kernels import make_kernel
+        >>> engine = PathEngine(make_kernel("rbf", gamma=1.0), C=1.0)
+        >>> _ = engine.update(np.array([[0.0], [1.0], [2.0]]), np.array([1.0, -1.0, 1.0]),
+        ...                   keys=["a", "b", "c"])
+        >>> engine.oldest_keys(2)
+        ['a', 'b']
+        """
+        n = self.n
+        count = min(int(count), n)
+        if count <= 0:
+            return []
+        sequence = self._seq[:n]
+        if count < n:  # the oldest few without sorting every point
+            oldest = np.argpartition(sequence, count - 1)[:count]
+            order = oldest[np.argsort(sequence[oldest], kind="stable")]
+        else:
+            order = np.argsort(sequence, kind="stable")
+        return [self._keys[position] for position in order.tolist()]
 
     # ------------------------------------------------------------------ predictions
     def _support(self) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,9 @@ class Kernel:
     #: (true of dot products and distances): such features can be folded into one column of a
     #: query, and features 0 in every stored point dropped. Unknown for a user's callable.
     folds_absent_features = True
+    #: Whether K(x, x) is finite for every finite x (RBF: it is 1), so that learnable input
+    #: need not be checked for it.
+    finite_diagonal = False
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -76,6 +79,7 @@ class LinearKernel(Kernel):
 
 class RBFKernel(Kernel):
     name = "rbf"
+    finite_diagonal = True
 
     def __init__(self, gamma: float) -> None:
         self.gamma = gamma

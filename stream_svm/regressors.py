@@ -575,8 +575,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         return self._engine.n
 
     def _oldest(self, count: int) -> list[Hashable]:
-        keys = self._engine.keys
-        return [keys[i] for i in self._by_age()[:count]]
+        return self._engine.oldest_keys(count)
 
     def _engine_update(self, rows: np.ndarray, values: np.ndarray, keys: list[Hashable],
                        remove: list[Hashable]) -> None:

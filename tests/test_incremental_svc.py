@@ -456,3 +456,25 @@ def test_support_vectors_and_dual_coef_reproduce_the_decision_function(kernel):
     np.testing.assert_allclose(gram @ coef.to_numpy() + model.intercept,
                                model.decision_function_many(probes), rtol=1e-12, atol=1e-12)
     assert model.n_error > 0 and model.n_margin > 0  # both kinds of support vector are checked
+
+
+def test_a_window_refuses_a_batch_with_a_key_it_holds_in_the_window_or_its_buffer():
+    """learn_many names the first key of the batch already held (slid into the window or
+    waiting in the buffer) and changes nothing; the oldest points leave first."""
+    model = SlidingWindowSVC(window_size=4, step=3, C=1.0, gamma=0.5)
+    frame = pd.DataFrame({"a": [0.0, 1.0, 2.0]}, index=["p", "q", "r"])
+    model.learn_many(frame, pd.Series([True, False, True], index=frame.index))
+    model.learn_one({"a": 3.0}, False, key="s")  # buffered: the window slides every 3
+    state = model.to_checkpoint()
+    for keys, named in ((["t", "s", "q"], "'s'"), (["t", "q", "s"], "'q'")):
+        batch = pd.DataFrame({"a": [4.0, 5.0, 6.0]}, index=keys)
+        with pytest.raises(KeyError, match=named):
+            model.learn_many(batch, pd.Series([True, False, True], index=keys))
+        after = model.to_checkpoint()
+        assert after[1] == state[1]
+        for name in state[0]:
+            np.testing.assert_array_equal(after[0][name], state[0][name])
+    batch = pd.DataFrame({"a": [4.0, 5.0]}, index=["t", "u"])
+    model.learn_many(batch, pd.Series([True, False], index=batch.index))
+    # p, q, r, s, t, u learned in that order into a window of 4: p and q left first.
+    assert sorted(model.stored_keys()) == ["r", "s", "t", "u"]
