@@ -26,25 +26,41 @@ class AutoKey:
     number: int
 
 
+def plain_key(key: Hashable) -> Hashable:
+    """A numpy scalar key as the Python value it holds (equal to it, with the same hash): one
+    compared with a tuple in a list gives an array instead of False, which breaks ``in``.
+
+    >>> import numpy as np
+    >>> plain_key(np.int64(7)), plain_key(("p", 1))
+    (7, ('p', 1))
+    """
+    return key.item() if isinstance(key, np.generic) else key
+
+
+def checkpoint_key_kind(key: Hashable) -> int:
+    """How a checkpoint keeps a point's key: 0 AutoKey, 1 int, 2 str; TypeError for any other
+    key (a checkpoint's metadata goes through JSON, which keeps nothing else as it was)."""
+    if isinstance(key, AutoKey):
+        return 0
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return 1
+    if isinstance(key, str):
+        return 2
+    raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
+
+
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
     """Point keys as three checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
     1 int, 2 str), ``key_int`` and ``key_str``; TypeError for any other key type."""
     kinds, ints, texts = [], [], []
     for key in keys:
-        if isinstance(key, AutoKey):
-            kinds.append(0)
+        kind = checkpoint_key_kind(key)
+        kinds.append(kind)
+        if kind == 0:
             ints.append(key.number)
-            texts.append("")
-        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            kinds.append(1)
-            ints.append(int(key))
-            texts.append("")
-        elif isinstance(key, str):
-            kinds.append(2)
-            ints.append(0)
-            texts.append(key)
         else:
-            raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
+            ints.append(int(key) if kind == 1 else 0)
+        texts.append(key if kind == 2 else "")
     return {
         "key_kind": np.array(kinds, dtype=np.int8),
         "key_int": np.array(ints, dtype=np.int64),

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._engine_model import AutoKey
+from stream_svm._engine_model import AutoKey, checkpoint_key_kind, plain_key
 from stream_svm._input import check_paired
 from stream_svm.engine import UpdateStats
 
@@ -44,11 +44,14 @@ class _SlidingWindow:
         return len(self._buffer_keys)
 
     def __contains__(self, key: object) -> bool:
+        # Buffered keys are plain Python values (see plain_key), compared safely with any key.
+        key = plain_key(key)  # type: ignore[arg-type]
         return self._in_engine(key) or key in self._buffer_keys
 
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], Any]:
         """The features and the label (or target) of a sample in the window or waiting in the
         buffer."""
+        key = plain_key(key)
         if key in self._buffer_keys:
             index = self._buffer_keys.index(key)
             row, names = self._buffer_rows[index], self._features.names
@@ -62,6 +65,7 @@ class _SlidingWindow:
         All or nothing: a sample refused by the slide's update is not buffered either."""
         value = self._value(y)
         row, new = self._admitted(lambda: self._row(x))
+        key = None if key is None else plain_key(key)
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
         self._check_kernel_values(row)
@@ -78,7 +82,7 @@ class _SlidingWindow:
         check_paired(X, y)
         values = self._values(y)
         rows, new = self._admitted(lambda: self._frame(X))
-        batch_keys = self._keys_for(X, keys)
+        batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]
         if len(set(batch_keys)) != len(batch_keys):
             raise KeyError("keys repeat within the batch")
         if (self._engine.first_stored(batch_keys) is not None
@@ -117,6 +121,7 @@ class _SlidingWindow:
             if x is None or y is None:
                 raise ValueError("forget_one needs a key, or both x and y")
             key = self._find_by_value(x, y)
+        key = plain_key(key)
         if key in self._buffer_keys:
             index = self._buffer_keys.index(key)
             del self._buffer_rows[index], self._buffer_values[index], self._buffer_keys[index]
@@ -175,9 +180,12 @@ class _SlidingWindow:
         self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
 
     def _checkpoint_extra(self) -> dict[str, Any]:
+        # Buffered keys obey the stored keys' rule (a tuple would come back from JSON as an
+        # unhashable list, and break the restored model at its next slide).
+        kinds = [checkpoint_key_kind(key) for key in self._buffer_keys]
         return {"buffer_labels": list(self._buffer_values),
-                "buffer_keys": [k.number if isinstance(k, AutoKey) else k
-                                for k in self._buffer_keys],
+                "buffer_keys": [k.number if kind == 0 else int(k) if kind == 1 else k
+                                for k, kind in zip(self._buffer_keys, kinds, strict=True)],
                 "buffer_auto": [isinstance(k, AutoKey) for k in self._buffer_keys],
                 "buffer_rows": [row.tolist() for row in self._buffer_rows]}
 

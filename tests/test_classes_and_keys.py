@@ -206,3 +206,30 @@ def test_lssvm_feature_bounds():
     rff = IncrementalLSSVC(features="rff", max_features=2)
     with pytest.raises(ValueError, match="max_features=2"):
         rff.learn_one({"a": 1.0, "b": 1.0, "c": 1.0}, True)
+
+
+@pytest.mark.parametrize("window", ["SlidingWindowSVC", "SlidingWindowSVR"])
+def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
+    """A key waiting in a window's buffer is checkpointed as a stored one is: an int of numpy's
+    comes back as an int through JSON, and a key JSON cannot keep (a tuple would come back as
+    an unhashable list) is refused when checkpointing, naming it, as it is once stored. A
+    tuple key arriving while a numpy int waits in the buffer is compared with it safely."""
+    import json
+
+    import stream_svm
+
+    cls = getattr(stream_svm, window)
+    label = True if window.endswith("SVC") else 1.0
+    model = cls(window_size=5, step=4)
+    model.learn_one({"a": 1.0}, label, key="p")
+    model.learn_one({"a": 2.0}, label, key=np.int64(7))
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    frame = pd.DataFrame({"a": [3.0]}, index=["q"])
+    restored.learn_many(frame, pd.Series([label], index=frame.index))  # slides the buffer in
+    assert sorted(map(str, restored.stored_keys())) == ["7", "p", "q"]
+    assert 7 in restored and np.int64(7) in restored
+    model.learn_one({"a": 2.5}, label, key=("r", 1))  # waits in the buffer (step 4)
+    assert ("r", 1) in model and model.stored_keys() == []
+    with pytest.raises(TypeError, match=r"key \('r', 1\) cannot be checkpointed"):
+        model.to_checkpoint()
