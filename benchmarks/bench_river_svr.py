@@ -5,7 +5,8 @@ step adds the next 30 days and removes the oldest 30. For every (C, gamma, epsil
 the same window steps are timed for
 
 - ``SlidingWindowSVR(window_size=n, step=30)``: one ``learn_many`` of 30 rows (one multiple
-  path adding 30 samples and removing 30, i.e. 60 + 60 engine points),
+  path adding 30 samples and removing 30: one engine point per sample, on whichever edge
+  of the tube it lies beyond),
 - libsvm: scikit-learn ``SVR(kernel="rbf")`` retrained from scratch on the new window (default
   tol 1e-3, cache_size 2000 MB), one BLAS thread,
 

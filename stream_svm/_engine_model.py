@@ -288,7 +288,7 @@ class _EngineModel:
     def _check_kernel_values(self, rows: np.ndarray) -> None:
         """ValueError (nothing changed) when K(x, x) is not finite for a row to be buffered: such
         a point could never be learned, and would block every later slide."""
-        if self._engine.kernel.finite_diagonal:
+        if self._engine.kernel.finite_values:
             return  # rows are finite here (vectorizing refuses anything else)
         with np.errstate(over="ignore", invalid="ignore"):
             diagonal = self._engine.kernel.diagonal(np.atleast_2d(rows))

@@ -68,72 +68,216 @@ cdef extern from *:
     #else
     #define STREAM_SVM_CLONES
     #endif
+    /* GCC vectorizes a loop with a division only if it may compute the division where the
+       result is then not selected, which it does not assume while floating-point operations
+       may trap. Nothing here reads the exception flags; the values are unchanged. (Clang
+       assumes it by default.) */
+    #if defined(__GNUC__) && !defined(__clang__)
+    #define STREAM_SVM_NO_TRAPS __attribute__((optimize("no-trapping-math")))
+    #else
+    #define STREAM_SVM_NO_TRAPS
+    #endif
     #if defined(_MSC_VER)
     #define STREAM_SVM_RESTRICT __restrict
     #else
     #define STREAM_SVM_RESTRICT restrict
     #endif
 
-    STREAM_SVM_CLONES
-    static void stream_svm_features_against(int squared_distance, const double *XT,
-                                            Py_ssize_t stride, Py_ssize_t dim, Py_ssize_t n,
-                                            Py_ssize_t p, double *STREAM_SVM_RESTRICT out)
+    /* One pass over points [begin, end) for ``count`` (at most 4, a constant where it is
+       inlined) consecutive features from ``first``: each point's sum continues in feature
+       order. */
+    static inline __attribute__((always_inline)) void stream_svm_features_pass(
+            int squared_distance, const double *XT, Py_ssize_t stride, Py_ssize_t first,
+            int count, int start_at_zero, Py_ssize_t begin, Py_ssize_t end, Py_ssize_t p,
+            double *STREAM_SVM_RESTRICT out)
     {
-        Py_ssize_t i, f = 0;
-        for (i = 0; i < n; i++) out[i] = 0.0;
-        for (; f + 4 <= dim; f += 4) {
-            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride;
-            const double *STREAM_SVM_RESTRICT r1 = r0 + stride;
-            const double *STREAM_SVM_RESTRICT r2 = r1 + stride;
-            const double *STREAM_SVM_RESTRICT r3 = r2 + stride;
-            const double x0 = r0[p], x1 = r1[p], x2 = r2[p], x3 = r3[p];
-            if (squared_distance) {
-                for (i = 0; i < n; i++) {
-                    const double d0 = r0[i] - x0, d1 = r1[i] - x1;
-                    const double d2 = r2[i] - x2, d3 = r3[i] - x3;
-                    double acc = out[i] + d0 * d0;
-                    acc = acc + d1 * d1;
-                    acc = acc + d2 * d2;
-                    out[i] = acc + d3 * d3;
-                }
-            } else {
-                for (i = 0; i < n; i++) {
-                    double acc = out[i] + r0[i] * x0;
-                    acc = acc + r1[i] * x1;
-                    acc = acc + r2[i] * x2;
-                    out[i] = acc + r3[i] * x3;
+        const double *STREAM_SVM_RESTRICT rows[4];
+        double at_p[4];
+        Py_ssize_t i;
+        int f;
+        for (f = 0; f < count; f++) {
+            rows[f] = XT + (first + f) * stride;
+            at_p[f] = rows[f][p];
+        }
+        for (i = begin; i < end; i++) {
+            double acc = start_at_zero ? 0.0 : out[i];
+            for (f = 0; f < count; f++) {
+                if (squared_distance) {
+                    const double d = rows[f][i] - at_p[f];
+                    acc = acc + d * d;
+                } else {
+                    acc = acc + rows[f][i] * at_p[f];
                 }
             }
+            out[i] = acc;
         }
-        for (; f < dim; f++) {
-            const double *STREAM_SVM_RESTRICT r0 = XT + f * stride;
-            const double x0 = r0[p];
-            if (squared_distance) {
-                for (i = 0; i < n; i++) {
-                    const double d0 = r0[i] - x0;
-                    out[i] = out[i] + d0 * d0;
+    }
+
+    #define STREAM_SVM_PASS(COUNT) \
+        if (squared_distance) \
+            stream_svm_features_pass(1, XT, stride, f, COUNT, f == 0, begin, end, p, column); \
+        else \
+            stream_svm_features_pass(0, XT, stride, f, COUNT, f == 0, begin, end, p, column); \
+        break;
+
+    /* out[c * out_stride + i] = |x_i - x_p|^2 (or <x_i, x_p>) for i < n and p = positions[c],
+       the features stored feature by feature (XT[f * stride + i]). Up to four features per
+       pass over the points (fewer loads and stores of the sums; more streams at once
+       vectorize worse), the count of each pass a constant of its own loop, which then
+       vectorizes. Each point's sum runs over the features in order. */
+    STREAM_SVM_CLONES
+    static void stream_svm_features_block(int squared_distance, const double *XT,
+                                          Py_ssize_t stride, Py_ssize_t dim, Py_ssize_t n,
+                                          const long *positions, Py_ssize_t m,
+                                          double *out, Py_ssize_t out_stride)
+    {
+        const Py_ssize_t begin = 0, end = n;
+        Py_ssize_t c, f, i, p;
+        double *column;
+        for (c = 0; c < m; c++) {
+            p = positions[c];
+            column = out + c * out_stride;
+            if (dim == 0) {
+                for (i = 0; i < n; i++) column[i] = 0.0;
+            }
+            for (f = 0; f < dim; f += 4) {
+                switch (dim - f < 4 ? (int)(dim - f) : 4) {
+                    case 1: STREAM_SVM_PASS(1)
+                    case 2: STREAM_SVM_PASS(2)
+                    case 3: STREAM_SVM_PASS(3)
+                    default: STREAM_SVM_PASS(4)
                 }
-            } else {
-                for (i = 0; i < n; i++) out[i] = out[i] + r0[i] * x0;
             }
         }
     }
+    #undef STREAM_SVM_PASS
+
+    /* Whether a point whose g moves at rate ``value`` has an event (see
+       stream_svm_point_events), and in ``flipping`` whether that event is a flip. */
+    static inline __attribute__((always_inline)) long stream_svm_has_event(
+            double value, signed char state, unsigned char blocked, double gap, double tol_g,
+            signed char error_code, signed char reserve_code, signed char adding_code,
+            long *flipping)
+    {
+        const long reserve = state == reserve_code;
+        const long up = value > tol_g;
+        *flipping = reserve & up & (gap < INFINITY);
+        return ((((state == error_code) | (state == adding_code)) & up)
+                | (reserve & (value < -tol_g)) | *flipping) & (blocked == 0);
+    }
+
+    /* A breakpoint's pass over the points (see _follow): g's sensitivities
+       change_i = y_i value_i, where value is (change + driven) + db (mode 0, with a margin
+       set), db (mode 1, a bias-only step) or driven (mode 2), and each point's step to its
+       event, INFINITY for none: error and added points rising to the margin, reserve points
+       falling to it or rising to their other side (a flip, where the gap is finite); blocked
+       points have none. Branch-free, so that it vectorizes: every point's quotient is
+       computed and the point's own kept. Returns the smallest step. */
+    STREAM_SVM_CLONES STREAM_SVM_NO_TRAPS
+    static double stream_svm_point_events(
+            Py_ssize_t n, int mode, double db, const double *STREAM_SVM_RESTRICT y,
+            const double *STREAM_SVM_RESTRICT driven, double *STREAM_SVM_RESTRICT change,
+            const signed char *STREAM_SVM_RESTRICT status,
+            const unsigned char *STREAM_SVM_RESTRICT blocked,
+            const double *STREAM_SVM_RESTRICT gap, const double *STREAM_SVM_RESTRICT g,
+            double tol_g, signed char error_code, signed char reserve_code,
+            signed char adding_code, double *STREAM_SVM_RESTRICT point_eta)
+    {
+        Py_ssize_t i;
+        int lane;
+        double lowest[4] = {INFINITY, INFINITY, INFINITY, INFINITY}, result;
+        if (mode == 0) {
+            for (i = 0; i < n; i++) change[i] = y[i] * ((change[i] + driven[i]) + db);
+        } else if (mode == 1) {
+            for (i = 0; i < n; i++) change[i] = y[i] * db;
+        } else {
+            for (i = 0; i < n; i++) change[i] = y[i] * driven[i];
+        }
+        for (i = 0; i < n; i++) {
+            const double value = change[i];
+            long flipping;
+            const long event = stream_svm_has_event(value, status[i], blocked[i], gap[i], tol_g,
+                                                    error_code, reserve_code, adding_code,
+                                                    &flipping);
+            double step = (flipping ? gap[i] - g[i] : -g[i]) / value;
+            step = step < 0.0 ? 0.0 : step;
+            point_eta[i] = event ? step : INFINITY;
+        }
+        /* The smallest, in four lanes (no NaN occurs: an event's value is not 0). */
+        for (i = 0; i + 4 <= n; i += 4) {
+            for (lane = 0; lane < 4; lane++) {
+                const double step = point_eta[i + lane];
+                lowest[lane] = step < lowest[lane] ? step : lowest[lane];
+            }
+        }
+        for (; i < n; i++) lowest[0] = point_eta[i] < lowest[0] ? point_eta[i] : lowest[0];
+        result = lowest[0];
+        for (lane = 1; lane < 4; lane++) result = lowest[lane] < result ? lowest[lane] : result;
+        return result;
+    }
+
+    /* The largest |change| among the points that have an event (the scale of ties). */
+    static double stream_svm_largest_sensitivity(
+            Py_ssize_t n, const double *change, const signed char *status,
+            const unsigned char *blocked, const double *gap, double tol_g,
+            signed char error_code, signed char reserve_code, signed char adding_code)
+    {
+        Py_ssize_t i;
+        long flipping;
+        double largest = 0.0;
+        for (i = 0; i < n; i++) {
+            if (stream_svm_has_event(change[i], status[i], blocked[i], gap[i], tol_g, error_code,
+                                     reserve_code, adding_code, &flipping)
+                    && fabs(change[i]) > largest)
+                largest = fabs(change[i]);
+        }
+        return largest;
+    }
+
+    /* After a step: g moves along its sensitivities and, unless the step moved b alone, the
+       driven contribution shrinks by the same factor as the driven moves. */
+    STREAM_SVM_CLONES
+    static void stream_svm_take_step(Py_ssize_t n, double step, int scale_driven,
+                                     const double *STREAM_SVM_RESTRICT change,
+                                     double *STREAM_SVM_RESTRICT g,
+                                     double *STREAM_SVM_RESTRICT driven)
+    {
+        Py_ssize_t i;
+        const double remaining = 1.0 - step;
+        for (i = 0; i < n; i++) g[i] += step * change[i];
+        if (scale_driven) {
+            for (i = 0; i < n; i++) driven[i] *= remaining;
+        }
+    }
+
     """
-    void stream_svm_features_against(int squared_distance, const double* XT, Py_ssize_t stride,
-                                     Py_ssize_t dim, Py_ssize_t n, Py_ssize_t p,
-                                     double* out) noexcept nogil
+    void stream_svm_features_block(int squared_distance, const double* XT, Py_ssize_t stride,
+                                   Py_ssize_t dim, Py_ssize_t n, const long* positions,
+                                   Py_ssize_t m, double* out, Py_ssize_t out_stride) noexcept nogil
+    double stream_svm_point_events(Py_ssize_t n, int mode, double db, const double* y,
+                                   const double* driven, double* change,
+                                   const signed char* status, const unsigned char* blocked,
+                                   const double* gap, const double* g, double tol_g,
+                                   signed char error_code, signed char reserve_code,
+                                   signed char adding_code, double* point_eta) noexcept nogil
+    void stream_svm_take_step(Py_ssize_t n, double step, int scale_driven, const double* change,
+                              double* g, double* driven) noexcept nogil
+    double stream_svm_largest_sensitivity(Py_ssize_t n, const double* change,
+                                          const signed char* status,
+                                          const unsigned char* blocked, const double* gap,
+                                          double tol_g, signed char error_code,
+                                          signed char reserve_code,
+                                          signed char adding_code) noexcept nogil
 
 
-cdef inline void _features_against(int kind, double[:, ::1] XT, Py_ssize_t n, Py_ssize_t p,
+cdef inline void _features_against(int kind, double[:, ::1] XT, Py_ssize_t n, long p,
                                    double* out) noexcept nogil:
     """out[i] = |x_i - x_p|^2 (RBF) or <x_i, x_p> (the others) for i < n, from the features
     stored feature by feature (``XT[f, i]``): each feature's row is contiguous, so the loop
     over the points vectorizes. Each point's sum runs over the features in order, as SciPy's
-    ``cdist(..., "sqeuclidean")`` sums them: the same values to the last bit. Four features
-    are taken per pass over the points (the same order of additions, a quarter of the loads
-    and stores of ``out``)."""
-    stream_svm_features_against(kind == RBF, &XT[0, 0], XT.strides[0] // sizeof(double),
-                                XT.shape[0], n, p, out)
+    ``cdist(..., "sqeuclidean")`` sums them: the same values to the last bit."""
+    stream_svm_features_block(kind == RBF, &XT[0, 0], XT.strides[0] // sizeof(double),
+                              XT.shape[0], n, &p, 1, out, 0)
 
 
 def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] positions,
@@ -144,18 +288,23 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
     kernels (``kind``: KERNEL_LINEAR <a,b>, KERNEL_RBF exp(-gamma |a-b|^2), KERNEL_POLY
     (gamma <a,b> + coef0)^degree), without the GIL. With ``exponentiate`` False an RBF column
     is left at -gamma |a-b|^2, for the caller's vectorized exp."""
-    cdef Py_ssize_t i, c, p, m = positions.shape[0]
+    cdef Py_ssize_t i, c, m = positions.shape[0]
     cdef double* column
     if out.shape[0] < m or out.shape[1] < n or XT.shape[1] < n:
         raise ValueError("out or XT is too small")
     for c in range(m):
         if not 0 <= positions[c] < XT.shape[1]:
             raise ValueError(f"position {positions[c]} is not among the {XT.shape[1]} points")
+    if m == 0:
+        return
     with nogil:
+        # The features' part of all the columns at once (see stream_svm_features_block), then
+        # each column's kernel function.
+        stream_svm_features_block(kind == RBF, &XT[0, 0], XT.strides[0] // sizeof(double),
+                                  XT.shape[0], n, &positions[0], m, &out[0, 0],
+                                  out.strides[0] // sizeof(double))
         for c in range(m):
-            p = positions[c]
             column = &out[c, 0]
-            _features_against(kind, XT, n, p, column)
             if kind == RBF:
                 for i in range(n):
                     column[i] = -gamma * column[i]
@@ -430,7 +579,7 @@ cdef int _follow(
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha, margin_eta_min
-    cdef bint any_active, bias_only, finish, any_event, rising, falling, flipping
+    cdef bint any_active, bias_only, finish
     cdef signed char state
     cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
     cdef double* row
@@ -540,39 +689,15 @@ cdef int _follow(
             if 10.0 * fabs(v_sum + beta_sum) > tol_a:
                 tol_a = 10.0 * fabs(v_sum + beta_sum)
 
-        # g's sensitivities (a pass that vectorizes), then the events: error/added points
-        # rising to the margin, reserve points falling to it, or rising to their other side
-        # (a flip). Every point gets its step length (inf: no event) in ``point_eta``,
-        # branch-free, for the smallest one and the tie search after the step; the margin
-        # points' events are listed with theirs (``margin_events``: eta, sensitivity).
-        for i in range(n):
-            if k:
-                value = (change[i] + driven_effect[i]) + db
-            elif bias_only:
-                value = db
-            else:
-                value = driven_effect[i]
-            change[i] = y[i] * value
-        sens_max = 0.0
-        eta_min = INFINITY
-        for i in range(n):
-            value = change[i]
-            state = status[i]
-            rising = (state == ERROR or state == ADDING) and value > tol_g
-            falling = state == RESERVE and value < -tol_g
-            flipping = state == RESERVE and value > tol_g and gap[i] < INFINITY
-            if (rising or falling or flipping) and not blocked[i]:
-                step = ((gap[i] - g[i]) if flipping else -g[i]) / value
-                if step < 0.0:
-                    step = 0.0
-                point_eta[i] = step
-                if step < eta_min:
-                    eta_min = step
-                if fabs(value) > sens_max:
-                    sens_max = fabs(value)
-            else:
-                point_eta[i] = INFINITY
-        any_event = sens_max > 0.0
+        # g's sensitivities, then the events: error/added points rising to the margin, reserve
+        # points falling to it, or rising to their other side (a flip). Every point gets its
+        # step length (inf: no event) in ``point_eta``, for the smallest one and the tie
+        # search after the step (one compiled pass that vectorizes); the margin points' events
+        # are listed with theirs (``margin_events``: eta, sensitivity).
+        eta_min = stream_svm_point_events(
+            n, 0 if k else (1 if bias_only else 2), db, &y[0], &driven_effect[0], &change[0],
+            &status[0], &blocked[0], &gap[0], &g[0], tol_g, ERROR, RESERVE, ADDING,
+            &point_eta[0])
         n_candidates = 0
         margin_eta_min = INFINITY
         if k and not bias_only:
@@ -637,18 +762,15 @@ cdef int _follow(
         # g moves, the driven contribution shrinks (two loops that vectorize), and among the
         # events at eta_min (ties within a window on eta's scale) the one of largest
         # sensitivity, then lowest position, is kept (see PathEngine._follow_path).
-        for i in range(n):
-            g[i] += step * change[i]
-        if not bias_only:
-            value = 1.0 - step
-            for i in range(n):
-                driven_effect[i] *= value
+        stream_svm_take_step(n, step, not bias_only, &change[0], &g[0], &driven_effect[0])
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
         n_ties = _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
                              window, &chosen)
         if n_ties > 1:
             eta_unit = 1.0
-            if any_event and 1.0 / sens_max < eta_unit:
+            sens_max = stream_svm_largest_sensitivity(n, &change[0], &status[0], &blocked[0],
+                                                      &gap[0], tol_g, ERROR, RESERVE, ADDING)
+            if sens_max > 0.0 and 1.0 / sens_max < eta_unit:
                 eta_unit = 1.0 / sens_max
             if not bias_only:
                 coefficient_scale = 0.0

@@ -485,7 +485,8 @@ class PathEngine:
             columns = self._kernel_block(positions, features)
         else:
             columns = self._kernel_block(positions[starts], features)[:, np.cumsum(starts) - 1]
-        _check_kernel_finite(columns)
+        if not self.kernel.finite_values:
+            _check_kernel_finite(columns)
         if self.ridge:
             columns[positions, np.arange(positions.size)] += self.ridge
         return columns
@@ -502,7 +503,8 @@ class PathEngine:
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 block = self.kernel(self._X[rows], self._X[positions])
-        _check_kernel_finite(block)
+        if not self.kernel.finite_values:
+            _check_kernel_finite(block)
         if self.ridge:
             block[rows[:, None] == positions[None, :]] += self.ridge
         return block

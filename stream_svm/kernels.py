@@ -43,9 +43,9 @@ class Kernel:
     #: (true of dot products and distances): such features can be folded into one column of a
     #: query, and features 0 in every stored point dropped. Unknown for a user's callable.
     folds_absent_features = True
-    #: Whether K(x, x) is finite for every finite x (RBF: it is 1), so that learnable input
-    #: need not be checked for it.
-    finite_diagonal = False
+    #: Whether K(a, b) is finite for all finite a and b (RBF: exp(-gamma |a - b|^2) lies in
+    #: [0, 1]), so that neither learnable input nor computed kernel values need be checked.
+    finite_values = False
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -79,10 +79,11 @@ class LinearKernel(Kernel):
 
 class RBFKernel(Kernel):
     name = "rbf"
-    finite_diagonal = True
+    finite_values = True
 
     def __init__(self, gamma: float) -> None:
-        self.gamma = gamma
+        # gamma > 0 keeps every value finite (finite_values): 0 * inf would be nan.
+        self.gamma = _check_positive("gamma", gamma)
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         # cdist subtracts coordinates directly: no cancellation from ||a||^2 + ||b||^2 - 2ab.
@@ -149,7 +150,7 @@ def make_kernel(
     if kernel == "linear":
         return LinearKernel()
     if kernel == "rbf":
-        return RBFKernel(_check_positive("gamma", gamma))
+        return RBFKernel(gamma)
     g = _check_positive("gamma", gamma)
     if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
         raise ValueError(f"degree must be an integer >= 1, got {degree!r}")

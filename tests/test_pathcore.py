@@ -49,6 +49,39 @@ def test_kernel_columns_equal_the_kernels(name, code):
                                  1.5, out)
 
 
+@pytest.mark.parametrize("dim", [1, 2, 3, 4, 5, 7, 8, 21])
+def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim):
+    """Features are taken up to four per pass over the points, the last pass whatever is
+    left: every point's sum still runs over the features in order, to the last bit (the
+    order SciPy's cdist sums squared distances in), for every column of a block."""
+    rng = np.random.default_rng(dim)
+    X = rng.standard_normal((53, dim))
+    features = np.ascontiguousarray(X.T)
+    positions = np.array([0, 5, 52, 17], dtype=np.int64)
+    out = np.zeros((4, 53))
+    distances = np.zeros((53, 4))
+    products = np.zeros((53, 4))
+    for f in range(dim):  # the reference: one feature at a time, in order
+        distances = distances + (X[:, [f]] - X[positions, f]) ** 2
+        products = products + X[:, [f]] * X[positions, f]
+    _pathcore.kernel_columns(_pathcore.KERNEL_RBF, features, 53, positions, 1.0, 0, 0.0, out,
+                             False)
+    assert np.array_equal(out.T, -distances)
+    assert np.array_equal(out.T, -cdist(X, X[positions], "sqeuclidean"))
+    _pathcore.kernel_columns(_pathcore.KERNEL_LINEAR, features, 53, positions, 0.0, 0, 0.0,
+                             out)
+    assert np.array_equal(out.T, products)
+
+
+def test_an_rbf_kernel_refuses_a_gamma_that_is_not_positive():
+    """Its values are then finite for any finite features (the engine relies on it)."""
+    from stream_svm.kernels import RBFKernel
+
+    for gamma in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="gamma"):
+            RBFKernel(gamma)
+
+
 def test_a_callable_kernel_walks_the_same_path_as_the_compiled_one():
     """A user-callable kernel's columns come from Python while the compiled loop waits: the
     same breakpoints and the same optimum as the built-in kernel it computes."""
