@@ -73,6 +73,28 @@ def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim):
     assert np.array_equal(out.T, products)
 
 
+def test_rbf_columns_are_within_one_ulp_of_exp_down_to_the_subnormals():
+    """The compiled loop's exp (vectorized, table-driven) against the C library's, from
+    exp(0) = 1 to arguments whose exp is subnormal or rounds to 0."""
+    import math
+
+    rng = np.random.default_rng(11)
+    squared = np.concatenate([[0.0, 1e-300, 704.0, 708.39, 709.8, 745.1, 745.2, 746.0, 1e308],
+                              rng.random(20000) * 760.0, rng.random(20000) * 2.0,
+                              rng.random(20000) * 1e-8])
+    features = np.ascontiguousarray(np.concatenate([[0.0], np.sqrt(squared)])[None, :])
+    n = features.shape[1]
+    out = np.empty((1, n))
+    _pathcore.kernel_columns(_pathcore.KERNEL_RBF, features, n, np.array([0]), 1.0, 0, 0.0, out)
+    exponent = -(features[0] ** 2)  # one feature: the squared distance the loop forms
+    expected = np.array([math.exp(value) for value in exponent])
+    smallest = np.nextafter(0.0, 1.0)
+    one_ulp = np.spacing(np.maximum(expected, smallest))
+    assert np.all(np.abs(out[0] - expected) <= one_ulp)
+    assert out[0, 0] == out[0, 1] == 1.0 and out[0, 9] == 0.0  # distances 0 and 1e154
+    assert np.mean(out[0] == expected) > 0.99  # mostly the correctly rounded value itself
+
+
 def test_an_rbf_kernel_refuses_a_gamma_that_is_not_positive():
     """Its values are then finite for any finite features (the engine relies on it)."""
     from stream_svm.kernels import RBFKernel
