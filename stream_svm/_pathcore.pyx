@@ -83,14 +83,16 @@ cdef extern from *:
     #endif
     #if defined(_MSC_VER)
     #define STREAM_SVM_RESTRICT __restrict
+    #define STREAM_SVM_INLINE static __forceinline
     #else
     #define STREAM_SVM_RESTRICT restrict
+    #define STREAM_SVM_INLINE static inline __attribute__((always_inline))
     #endif
 
     /* One pass over points [begin, end) for ``count`` (at most 4, a constant where it is
        inlined) consecutive features from ``first``: each point's sum continues in feature
        order. */
-    static inline __attribute__((always_inline)) void stream_svm_features_pass(
+    STREAM_SVM_INLINE void stream_svm_features_pass(
             int squared_distance, const double *XT, Py_ssize_t stride, Py_ssize_t first,
             int count, int start_at_zero, Py_ssize_t begin, Py_ssize_t end, Py_ssize_t p,
             double *STREAM_SVM_RESTRICT out)
@@ -220,7 +222,7 @@ cdef extern from *:
 
     /* Whether a point whose g moves at rate ``value`` has an event (see
        stream_svm_point_events), and in ``flipping`` whether that event is a flip. */
-    static inline __attribute__((always_inline)) long stream_svm_has_event(
+    STREAM_SVM_INLINE long stream_svm_has_event(
             double value, signed char state, unsigned char blocked, double gap, double tol_g,
             signed char error_code, signed char reserve_code, signed char adding_code,
             long *flipping)
