@@ -1116,10 +1116,15 @@ class PathEngine:
         return stats
 
     def b_is_fixed(self) -> bool:
-        """Whether some coefficient lies strictly between 0 and C, whose margin equation fixes
-        b; otherwise b is only bounded by the other points (and centered between them)."""
+        """Whether coefficients lie strictly between 0 and C, whose margin equations fix b;
+        otherwise b is only bounded by the other points (and centered between them).
+
+        It takes two: with one coefficient between the bounds, sum y alpha = 0 makes it
+        |sum over E of y| C, a multiple of C, so it is a bound in exact arithmetic. What a path
+        leaves there is round-off (1e-18 after a step of 1e-18 at a tie at eta = 0), and
+        letting it fix b made the model depend on the order the points came in."""
         alpha = self._alpha[self._margin]
-        return bool(((alpha > 0.0) & (alpha < self._upper_bound())).any())
+        return int(((alpha > 0.0) & (alpha < self._upper_bound())).sum()) >= 2
 
     def _upper_bound(self) -> float:
         """Where a coefficient of S is at C: a path that ends exactly where a member reaches C
