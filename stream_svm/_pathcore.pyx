@@ -20,11 +20,12 @@ KERNEL_LINEAR, KERNEL_RBF, KERNEL_POLY = LINEAR, RBF, POLY
 
 
 cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j,
-                                double* w) noexcept nogil:
+                                double* w, double* z) noexcept nogil:
     """Drop column j of the factor in R[:k, :k]; with ``w`` (not NULL) = R^-T 1, apply the same
     rotations to it, after which its first k - 1 entries are the new factor's R^-T 1 (the
     rows of R'w = 1 other than j read H'w = 1 for the factor H without column j, and the
-    rotations Q make QH triangular: (QH)'(Qw) = 1)."""
+    rotations Q make QH triangular: (QH)'(Qw) = 1). The same for ``z`` = R^-T r (not NULL),
+    whose right-hand side r loses its entry j."""
     cdef Py_ssize_t i, c
     cdef int length, stride = 1, one_pair = 1
     cdef double cos, sin, a, b
@@ -42,6 +43,8 @@ cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j,
         R[i + 1, i] = 0.0
         if w != NULL:
             drot(&one_pair, &w[i], &stride, &w[i + 1], &stride, &cos, &sin)
+        if z != NULL:
+            drot(&one_pair, &z[i], &stride, &z[i + 1], &stride, &cos, &sin)
 
 
 def delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) -> None:
@@ -54,7 +57,7 @@ def delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j) -> None:
     if not (0 <= j < k <= R.shape[0] and k <= R.shape[1]):
         raise ValueError(f"column {j} is not in a {k} x {k} factor of capacity {R.shape}")
     with nogil:
-        _delete_factor_column(R, k, j, NULL)
+        _delete_factor_column(R, k, j, NULL, NULL)
 
 
 cdef extern from *:
@@ -435,17 +438,18 @@ cdef enum:
     I_COLUMN_READY_ = 7
     I_RECENT_NEXT_ = 8
     I_REUSED_ = 9
+    I_Z_VALID_ = 10
 
 DONE, NEED_COLUMN, NEED_CAPACITY, LIMIT, EMPTY_MARGIN, NON_FINITE = (
     DONE_, NEED_COLUMN_, NEED_CAPACITY_, LIMIT_, EMPTY_MARGIN_, NON_FINITE_)
 F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
     F_B_, F_T_, F_ARRIVED_, F_NO_IMBALANCE_, F_DIAG_SCALE_)
 (I_STEPS, I_BREAKPOINTS, I_FRESH, I_PENDING, I_K, I_W_VALID, I_LIMIT, I_COLUMN_READY,
- I_RECENT_NEXT, I_REUSED) = (
+ I_RECENT_NEXT, I_REUSED, I_Z_VALID) = (
     I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_W_VALID_, I_LIMIT_,
-    I_COLUMN_READY_, I_RECENT_NEXT_, I_REUSED_)
+    I_COLUMN_READY_, I_RECENT_NEXT_, I_REUSED_, I_Z_VALID_)
 #: Length of the ``ints`` array.
-N_INTS = 10
+N_INTS = 11
 
 # Migration counters (``counts``), in this order.
 MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
@@ -465,9 +469,10 @@ cdef int REFRESH_STEPS = 64
 
 cdef void _margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin,
                          long[::1] store, long[::1] slot_of, Py_ssize_t n, Py_ssize_t k,
-                         Py_ssize_t slot, double* column, double* w) noexcept nogil:
-    """Remove S's member at factor ``slot``: its factor column (Givens, rotating ``w`` too when
-    not NULL), its kernel column (copied to ``column``; the last stored column takes its row,
+                         Py_ssize_t slot, double* column, double* w,
+                         double* z) noexcept nogil:
+    """Remove S's member at factor ``slot``: its factor column (Givens, rotating ``w`` and ``z``
+    too when not NULL), its kernel column (copied to ``column``; the last stored column takes its row,
     so the rows stay packed and no other column moves), and its place in ``margin`` and
     ``store``, the slots after it moving one down."""
     cdef Py_ssize_t i, row = store[slot], last = k - 1
@@ -479,7 +484,7 @@ cdef void _margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] mar
             if store[i] == last:
                 store[i] = row
                 break
-    _delete_factor_column(R, k, slot, w)
+    _delete_factor_column(R, k, slot, w, z)
     for i in range(slot, k - 1):
         margin[i] = margin[i + 1]
         store[i] = store[i + 1]
@@ -490,10 +495,11 @@ cdef void _margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] mar
 cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin,
                       long[::1] store, long[::1] slot_of, signed char[::1] status, Py_ssize_t n,
                       Py_ssize_t k, long position, double* column, double* t, double diag_scale,
-                      double degeneracy_tol, double* work, double* w) noexcept nogil:
+                      double degeneracy_tol, double* work, double* w, double* z,
+                      double z_entry) noexcept nogil:
     """Append a point to S given its kernel column (capacity for k + 1 must exist), extending
-    ``w`` = R^-T 1 when not NULL; False when the point is degenerate (its Schur complement in
-    P is numerically zero)."""
+    ``w`` = R^-T 1 and ``z`` = R^-T r (r gaining ``z_entry``) when not NULL; False when the
+    point is degenerate (its Schur complement in P is numerically zero)."""
     cdef double diag = column[position], pivot2, scale
     cdef Py_ssize_t i
     cdef int kk = <int>k, one = 1, lda = R.shape[1]
@@ -508,6 +514,8 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
         R[0, 0] = sqrt(pivot2)
         if w != NULL:
             w[0] = 1.0 / R[0, 0]
+        if z != NULL:
+            z[0] = z_entry / R[0, 0]
     else:
         for i in range(k):
             work[i] = column[margin[i]] + t[0]
@@ -525,6 +533,8 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
         if w != NULL:
             # The new last row of R'w = 1: r'w + R_kk w_k = 1.
             w[k] = (1.0 - ddot(&kk, work, &one, w, &one)) / R[k, k]
+        if z != NULL:
+            z[k] = (z_entry - ddot(&kk, work, &one, z, &one)) / R[k, k]
     # The rows of ``columns`` are packed: the new column takes row k.
     memcpy(&columns[k, 0], column, n * sizeof(double))
     store[k] = k
@@ -659,9 +669,11 @@ cdef int _follow(
     cdef int nn = <int>n
     cdef char trans = b'T', notrans = b'N', lower = b'L', nonunit = b'N'
     cdef double d_one = 1.0, d_zero = 0.0
-    # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row.
+    # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row,
+    # then z = R^-T r for r = -driven_effect_S (kept up to date as S changes, see below).
     cdef double* beta_S = &work[capacity]
     cdef double* beta_stored = &work[2 * capacity]
+    cdef double* z = &work[3 * capacity]
 
     # A migration into S interrupted by a request: finish it first.
     if ints[I_PENDING_] >= 0:
@@ -691,6 +703,7 @@ cdef int _follow(
             dgemv(&notrans, &nn, &mm, &d_one, &K_D[0, 0], &lda_kd, &beta_D[0], &one, &d_zero,
                   &driven_effect[0], &one)
             ints[I_FRESH_] = 0
+            ints[I_Z_VALID_] = 0
         beta_sum = 0.0
         beta_scale = 0.0
         for j in range(m):
@@ -708,17 +721,23 @@ cdef int _follow(
             beta_sum = 0.0
         if k:
             # beta_S, db from K_SS beta + db 1 = -driven_effect_S, 1' beta = -beta_sum, through
-            # P = R'R = K_SS + t 11' and w = R^-T 1 (kept up to date as S changes): with
-            # z = R^-T r, 1'P^-1 r = w'z and 1'P^-1 1 = w'w, so one solve with R' and one
-            # with R give beta_S = R^-1 (z - w shifted_db).
+            # P = R'R = K_SS + t 11' and w = R^-T 1: with z = R^-T r, 1'P^-1 r = w'z and
+            # 1'P^-1 1 = w'w, so beta_S = R^-1 (z - w shifted_db). w and z are kept up to date
+            # as S changes (a column added or removed costs O(|S|) more for each), and z as
+            # r scales with the driven moves; z is solved afresh when the driven contribution
+            # changes otherwise (a driven point joins S, the periodic recomputation): most
+            # breakpoints take one triangular solve instead of two.
             if not ints[I_W_VALID_]:
                 for i in range(k):
                     w[i] = 1.0
                 dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, &w[0], &one)
                 ints[I_W_VALID_] = 1
-            for i in range(k):
-                beta_S[i] = -driven_effect[margin[i]]
-            dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, beta_S, &one)
+            if not ints[I_Z_VALID_]:
+                for i in range(k):
+                    z[i] = -driven_effect[margin[i]]
+                dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, z, &one)
+                ints[I_Z_VALID_] = 1
+            memcpy(beta_S, z, k * sizeof(double))
             shifted_db = (ddot(&kk, &w[0], &one, beta_S, &one) + beta_sum) / ddot(
                 &kk, &w[0], &one, &w[0], &one)
             for i in range(k):
@@ -836,6 +855,10 @@ cdef int _follow(
         # events at eta_min (ties within a window on eta's scale) the one of largest
         # sensitivity, then lowest position, is kept (see PathEngine._follow_path).
         stream_svm_take_step(n, step, not bias_only, &change[0], &g[0], &driven_effect[0])
+        if not bias_only and ints[I_Z_VALID_]:
+            value = 1.0 - step  # r = -driven_effect_S shrinks with it
+            for i in range(k):
+                z[i] *= value
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
         n_ties = _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
                              window, &chosen)
@@ -867,7 +890,8 @@ cdef int _follow(
             slot = slot_of[chosen]
             d_alpha = y[chosen] * beta_S[slot]
             _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0],
-                           &w[0] if ints[I_W_VALID_] else NULL)
+                           &w[0] if ints[I_W_VALID_] else NULL,
+                           z if ints[I_Z_VALID_] else NULL)
             ints[I_K_] = k - 1
             # Paths move points in and out of S again and again: keep the column it leaves
             # with, so that its return costs a copy instead of n kernel evaluations.
@@ -971,13 +995,16 @@ cdef int _enter_margin(
     ints[I_PENDING_] = -1
     if _margin_add(R, columns, margin, store, slot_of, status, n, k, chosen, &column[0],
                    &fs[F_T_], fs[F_DIAG_SCALE_], degeneracy_tol, &work[0],
-                   &w[0] if ints[I_W_VALID_] else NULL):
+                   &w[0] if ints[I_W_VALID_] else NULL,
+                   &work[3 * R.shape[0]] if ints[I_Z_VALID_] else NULL,
+                   -driven_effect[chosen]):
         ints[I_K_] = k + 1
         g[chosen] = 0.0
         if state == ADDING:
             weight = beta_D[index]
             for i in range(n):
                 driven_effect[i] -= K_D[index, i] * weight
+            ints[I_Z_VALID_] = 0  # the driven contribution changed at every member
             beta_D[index] = 0.0
             active[index] = 0
             counts[M_ADDED_MARGIN] += 1
@@ -1087,4 +1114,4 @@ def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, lo
             and n <= columns.shape[1] and column.shape[0] >= n):
         raise ValueError(f"slot {slot} is not among the {k} members of S")
     with nogil:
-        _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0], NULL)
+        _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0], NULL, NULL)

@@ -1257,7 +1257,7 @@ class PathEngine:
         D = np.ascontiguousarray(D, dtype=np.int64)
         adding = adding.astype(np.uint8)
         w = np.zeros(capacity)  # R^-T 1, kept by the loop as S changes
-        work = np.zeros(3 * capacity)
+        work = np.zeros(4 * capacity)
         ints[_pathcore.I_RECENT_NEXT] = self._recent_next
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         try:
@@ -1278,8 +1278,8 @@ class PathEngine:
                     capacity = self._R.shape[0]
                     margin = np.concatenate([margin[:k], np.full(capacity - k, -1, np.int64)])
                     w = np.zeros(capacity)
-                    work = np.zeros(3 * capacity)
-                    ints[_pathcore.I_W_VALID] = 0
+                    work = np.zeros(4 * capacity)
+                    ints[_pathcore.I_W_VALID] = ints[_pathcore.I_Z_VALID] = 0
                 elif code == _pathcore.NEED_COLUMN:
                     pending = int(ints[_pathcore.I_PENDING])
                     column[:] = self._kernel_columns(np.array([pending]))[:, 0]

@@ -115,6 +115,8 @@ def test_fisher_sliding_window_is_exact_at_every_step(shared_data, window_size, 
         if window.n_buffered == 0:
             engine = window._engine
             assert kkt_violation(engine) < 1e-8 * max(1.0, C), f"after sample {i}"
+            # ... on the multiple path itself, not after falling back to single updates
+            assert not engine.last_update.retried, f"after sample {i}"
             assert sorted(engine.keys) == list(range(max(0, i + 1 - window_size), i + 1))
             if i >= window_size:
                 steps += 1
