@@ -1369,9 +1369,10 @@ class PathEngine:
         return int(far.size)
 
     def discard(self, keys: Sequence[Hashable]) -> None:
-        """Forget stored reserve points (alpha = 0) without a path: the solution does not
-        change. KeyError for an unknown key, ValueError for a point not in the reserve set;
-        nothing is changed then."""
+        """Forget stored reserve points (alpha = 0) without a path: the coefficients do not
+        change; where b is not unique it is centered again among the points that remain (as a
+        batch solution on them would center it). KeyError for an unknown key, ValueError for
+        a point not in the reserve set; nothing is changed then."""
         positions = []
         for key in keys:
             if key not in self._pos:
@@ -1384,6 +1385,7 @@ class PathEngine:
         self._delete_positions(positions)
         if positions:
             self._sv_cache = None
+            self._center_b()  # the discarded points may have bounded b's interval
 
     def leave_one_out_decisions(self) -> np.ndarray:
         """f_{-i}(x_i) for every stored point: the decision at x_i of the exact solution

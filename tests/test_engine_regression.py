@@ -229,6 +229,26 @@ def test_a_window_whose_samples_all_end_inside_the_tube_has_the_batch_models_b()
     assert centered > 10  # the case arises
 
 
+def test_discarding_samples_inside_the_tube_centers_b_among_those_that_remain():
+    """Every sample inside the tube: b is not unique. Discarding the samples that bounded its
+    interval gives the model a batch solution on the others has, b centered again."""
+    X, t = sinc(30, 3)
+    epsilon = float(t.max() - t.min())
+    kernel = make_kernel("rbf", gamma=0.5)
+    engine = PathEngine(kernel, C=10.0)
+    learn(engine, X, t, list(range(30)), epsilon)
+    assert not engine.b_is_fixed()
+    bounding = [int(np.argmax(t)), int(np.argmin(t))]
+    engine.discard(bounding)
+    kept = [i for i in range(30) if i not in bounding]
+    batch = PathEngine(kernel, C=10.0)
+    learn(batch, X[kept], t[kept], kept, epsilon)
+    assert engine.b == pytest.approx(batch.b, abs=1e-12)
+    np.testing.assert_allclose(engine.decision_function(X), batch.decision_function(X),
+                               rtol=0, atol=1e-12)
+    assert engine.kkt_violation() < 1e-12
+
+
 def test_forgetting_a_sample_equals_never_learning_it():
     X, t = sinc(50, 8)
     forgetting = PathEngine(make_kernel("rbf", gamma=0.5), C=50.0)
