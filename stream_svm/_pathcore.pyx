@@ -164,7 +164,7 @@ cdef extern from *:
     /* exp for the RBF kernel, vectorized: exp(x) = 2^(k/128) exp(r) with k the integer
        nearest 128 x / ln 2 and |r| <= ln 2 / 256, exp(r) - 1 by its Taylor polynomial of
        degree 5 (truncation below 1e-18), 2^(j/128) from a table of 128 values and their
-       relative tails (built at import in extended precision where the platform has it).
+       relative tails.
        Within 1 ulp of exp, and equal to the C library's for all but about 1 in 1000
        arguments (measured). x <= 0 only (the RBF's -gamma |a - b|^2): below -704 the scale
        is formed 2^1000 too large and corrected after, for results down to the subnormals;
@@ -172,21 +172,87 @@ cdef extern from *:
        yields 2^(j/128) 2^floor(k/128) with no shift of a signed integer. */
     #define STREAM_SVM_EXP_BITS 7
     #define STREAM_SVM_EXP_N (1 << STREAM_SVM_EXP_BITS)
-    /* Per j: the tail, then the bits (stored in a double: the loop below vectorizes with one
-       table of doubles, not with a second table of integers). */
+    /* 2^(j/128) rounded to a double, j = 0..127: its relative tail (2^(j/128) - rounded) /
+       rounded, and its bits minus j << 45. Computed once with 60-digit decimal arithmetic (the
+       same on every platform: no extended precision needed at import). */
+    static const double stream_svm_exp_tails[STREAM_SVM_EXP_N] = {
+        0.0, 9.447885451727066e-17, -1.507066976926039e-17, -5.679155082825012e-17,
+        4.9997448722726326e-17, -4.823683599994895e-17, 7.357846871247418e-18, 5.773230223741951e-17,
+        8.189317638195515e-17, 5.326891139980878e-17, 1.6665881442326747e-18, -1.128113245461828e-17,
+        -7.402825309426177e-17, -3.578659767309563e-18, -6.170654745608695e-17, 2.919139999949279e-17,
+        -2.7939114859515733e-17, -5.399285355184285e-17, 4.776959425256223e-17, -7.927701432338473e-17,
+        9.341710609905046e-17, -5.534520675707472e-17, 4.585670326662351e-17, 2.8582430411116143e-17,
+        7.826573258636076e-17, 4.053626906769216e-17, 2.823784425951061e-17, -7.882802262487991e-17,
+        3.2904726646008416e-17, -1.5792094703347882e-18, 4.721368121170128e-17, 1.3045277096919659e-17,
+        3.3484623336251524e-17, 3.8611199774925664e-17, 5.527550048505249e-17, -3.927184172445234e-17,
+        -6.346552106729483e-17, -8.684417614865944e-17, -1.5456342819397733e-17, -8.70763476495455e-17,
+        3.750854201303127e-17, -6.616854503526488e-17, -5.346099009198751e-18, -2.443726321015018e-17,
+        2.1023049675215714e-18, 7.771067937501065e-17, 1.3357510088834541e-17, 6.938291696959204e-17,
+        1.9572585293112036e-17, 6.632256961675804e-17, -5.478069123926778e-17, -4.140839310392624e-17,
+        -2.1571477251208752e-17, -3.8287766552120535e-17, 6.663804589232195e-17, 2.3936187400285282e-17,
+        5.68648095791174e-17, 1.1264523354521684e-18, 7.007875046906994e-17, -5.0119214278381254e-17,
+        -4.8923067513522756e-17, -3.5260089953269434e-17, -6.872303720902018e-17, 5.001446664133532e-18,
+        -6.835808657661922e-17, -1.1307344092910212e-17, -8.416011634717156e-18, -2.9247977035436566e-17,
+        -2.092304381843353e-17, -3.9778645875427124e-17, -3.833464968654295e-17, 5.763611164480894e-17,
+        -2.3591094770850053e-17, 7.260074661098575e-17, 9.50689710108796e-18, -4.272956133839906e-17,
+        -6.735219232374683e-17, -2.8396044410430936e-17, -7.226635472101257e-17, 5.786121003395918e-17,
+        5.1548301170786783e-17, -9.416257568878152e-18, 2.4253985766689806e-17, -6.604314051707707e-17,
+        -6.432131775424189e-18, -1.2204007601863921e-17, -6.336161863401293e-17, -3.7800879246373815e-17,
+        1.5341410053603723e-17, 1.2932855580427452e-17, -4.123367330661149e-17, 4.703083974463456e-17,
+        -6.152602891550265e-17, 5.827849326195279e-17, 3.540948262646183e-17, -3.2741571320938764e-17,
+        4.875160526227062e-17, -5.718569790077838e-17, -4.719539664590972e-18, -5.773451958805706e-17,
+        -1.0772487078934056e-17, -6.221808618533911e-17, 1.821405440362259e-17, -6.155536546227639e-17,
+        1.685487290628973e-17, 5.3581249177694816e-17, 3.621615935336894e-17, 8.588379527574144e-18,
+        1.01562190116415e-17, -2.869134889187244e-17, -5.495118966122005e-17, -5.56965572431627e-17,
+        1.790126907604513e-17, -3.2211766346200164e-17, 5.265370768556274e-17, 3.5089866402403033e-17,
+        -3.266924100901318e-17, -4.3657593008079375e-17, 1.7963932659833022e-17, 3.4300925275214166e-17,
+        -5.545065618639427e-17, -5.149009745457733e-17, 5.336805878514151e-17, 3.498978661192973e-17,
+        4.5784915277060095e-17, -5.241934575393899e-17, 2.0414278897578303e-17, 4.124842848606488e-18,
+    };
+    static const uint64_t stream_svm_exp_scales[STREAM_SVM_EXP_N] = {
+        0x3ff0000000000000u, 0x3feff63da9fb3335u, 0x3fefec9a3e778061u, 0x3fefe315e86e7f85u,
+        0x3fefd9b0d3158574u, 0x3fefd06b29ddf6deu, 0x3fefc74518759bc8u, 0x3fefbe3ecac6f383u,
+        0x3fefb5586cf9890fu, 0x3fefac922b7247f7u, 0x3fefa3ec32d3d1a2u, 0x3fef9b66affed31bu,
+        0x3fef9301d0125b51u, 0x3fef8abdc06c31ccu, 0x3fef829aaea92de0u, 0x3fef7a98c8a58e51u,
+        0x3fef72b83c7d517bu, 0x3fef6af9388c8deau, 0x3fef635beb6fcb75u, 0x3fef5be084045cd4u,
+        0x3fef54873168b9aau, 0x3fef4d5022fcd91du, 0x3fef463b88628cd6u, 0x3fef3f49917ddc96u,
+        0x3fef387a6e756238u, 0x3fef31ce4fb2a63fu, 0x3fef2b4565e27cddu, 0x3fef24dfe1f56381u,
+        0x3fef1e9df51fdee1u, 0x3fef187fd0dad990u, 0x3fef1285a6e4030bu, 0x3fef0cafa93e2f56u,
+        0x3fef06fe0a31b715u, 0x3fef0170fc4cd831u, 0x3feefc08b26416ffu, 0x3feef6c55f929ff1u,
+        0x3feef1a7373aa9cbu, 0x3feeecae6d05d866u, 0x3feee7db34e59ff7u, 0x3feee32dc313a8e5u,
+        0x3feedea64c123422u, 0x3feeda4504ac801cu, 0x3feed60a21f72e2au, 0x3feed1f5d950a897u,
+        0x3feece086061892du, 0x3feeca41ed1d0057u, 0x3feec6a2b5c13cd0u, 0x3feec32af0d7d3deu,
+        0x3feebfdad5362a27u, 0x3feebcb299fddd0du, 0x3feeb9b2769d2ca7u, 0x3feeb6daa2cf6642u,
+        0x3feeb42b569d4f82u, 0x3feeb1a4ca5d920fu, 0x3feeaf4736b527dau, 0x3feead12d497c7fdu,
+        0x3feeab07dd485429u, 0x3feea9268a5946b7u, 0x3feea76f15ad2148u, 0x3feea5e1b976dc09u,
+        0x3feea47eb03a5585u, 0x3feea34634ccc320u, 0x3feea23882552225u, 0x3feea155d44ca973u,
+        0x3feea09e667f3bcdu, 0x3feea012750bdabfu, 0x3fee9fb23c651a2fu, 0x3fee9f7df9519484u,
+        0x3fee9f75e8ec5f74u, 0x3fee9f9a48a58174u, 0x3fee9feb564267c9u, 0x3feea0694fde5d3fu,
+        0x3feea11473eb0187u, 0x3feea1ed0130c132u, 0x3feea2f336cf4e62u, 0x3feea427543e1a12u,
+        0x3feea589994cce13u, 0x3feea71a4623c7adu, 0x3feea8d99b4492edu, 0x3feeaac7d98a6699u,
+        0x3feeace5422aa0dbu, 0x3feeaf3216b5448cu, 0x3feeb1ae99157736u, 0x3feeb45b0b91ffc6u,
+        0x3feeb737b0cdc5e5u, 0x3feeba44cbc8520fu, 0x3feebd829fde4e50u, 0x3feec0f170ca07bau,
+        0x3feec49182a3f090u, 0x3feec86319e32323u, 0x3feecc667b5de565u, 0x3feed09bec4a2d33u,
+        0x3feed503b23e255du, 0x3feed99e1330b358u, 0x3feede6b5579fdbfu, 0x3feee36bbfd3f37au,
+        0x3feee89f995ad3adu, 0x3feeee07298db666u, 0x3feef3a2b84f15fbu, 0x3feef9728de5593au,
+        0x3feeff76f2fb5e47u, 0x3fef05b030a1064au, 0x3fef0c1e904bc1d2u, 0x3fef12c25bd71e09u,
+        0x3fef199bdd85529cu, 0x3fef20ab5fffd07au, 0x3fef27f12e57d14bu, 0x3fef2f6d9406e7b5u,
+        0x3fef3720dcef9069u, 0x3fef3f0b555dc3fau, 0x3fef472d4a07897cu, 0x3fef4f87080d89f2u,
+        0x3fef5818dcfba487u, 0x3fef60e316c98398u, 0x3fef69e603db3285u, 0x3fef7321f301b460u,
+        0x3fef7c97337b9b5fu, 0x3fef864614f5a129u, 0x3fef902ee78b3ff6u, 0x3fef9a51fbc74c83u,
+        0x3fefa4afa2a490dau, 0x3fefaf482d8e67f1u, 0x3fefba1bee615a27u, 0x3fefc52b376bba97u,
+        0x3fefd0765b6e4540u, 0x3fefdbfdad9cbe14u, 0x3fefe7c1819e90d8u, 0x3feff3c22b8f71f1u,
+    };
+    /* Per j: the tail, then the bits (in a double: the loop below vectorizes with one table
+       of doubles, not with a second table of integers). */
     static double stream_svm_exp_table[2 * STREAM_SVM_EXP_N];
 
     static void stream_svm_exp_init(void)
     {
         int j;
         for (j = 0; j < STREAM_SVM_EXP_N; j++) {
-            const long double exact = exp2l((long double)j / STREAM_SVM_EXP_N);
-            const double rounded = (double)exact;
-            uint64_t bits;
-            memcpy(&bits, &rounded, sizeof bits);
-            bits -= (uint64_t)j << (52 - STREAM_SVM_EXP_BITS);
-            stream_svm_exp_table[2 * j] = (double)((exact - rounded) / rounded);
-            memcpy(&stream_svm_exp_table[2 * j + 1], &bits, sizeof bits);
+            stream_svm_exp_table[2 * j] = stream_svm_exp_tails[j];
+            memcpy(&stream_svm_exp_table[2 * j + 1], &stream_svm_exp_scales[j], sizeof(double));
         }
     }
 

@@ -1145,11 +1145,14 @@ class PathEngine:
             return False
         if self.b_is_fixed():
             return False
+        self._ensure_columns()  # members leaving for E hand their columns to h
         margin = self._margin
         alpha = self._alpha[:n]
         y, g, gap = self._y[:n], self._g[:n], self._gap[:n]
         status = self._status[:n].copy()
-        at_upper = alpha[margin] >= self._upper_bound()
+        # Each member is at a bound in exact arithmetic (at most one lies between them, see
+        # b_is_fixed): the nearer one.
+        at_upper = alpha[margin] > 0.5 * self.C
         status[margin] = np.where(at_upper, ERROR, RESERVE)
         # Exactly at their bound, as members of E and R are.
         self._alpha[margin] = np.where(at_upper, self.C, 0.0)

@@ -45,6 +45,7 @@ def test_every_kind_of_multiple_update(kind, size):
     removed = [int(i) for i in rng.choice(250, size=l, replace=False)]
     multiple, single = base, copy.deepcopy(base)
     multiple.update(X[added], y[added], keys=added, remove=removed)
+    assert not multiple.last_update.retried  # the multiple path itself held
     mid_breakpoints = multiple.last_update.breakpoints
     sid_before = single.breakpoints_total
     single_updates(single, X, y, added, removed)
@@ -55,6 +56,24 @@ def test_every_kind_of_multiple_update(kind, size):
     assert sorted(multiple.keys) == sorted(single.keys)
     if size >= 30:
         assert mid_breakpoints < single.breakpoints_total - sid_before
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_a_margin_set_that_outgrows_its_room_within_one_path_stays_exact(seed):
+    """The loop asks Python for more room when S fills what it was given (|S| + 16): the
+    factor and the work arrays are reallocated in the middle of the path, and what the loop
+    kept up to date in them must be recomputed. Windows of 300 points sliding by 50 at
+    C = 1000 grow S past that room with stored points entering it; every path must hold on
+    its own (no fallback to single updates) and reach the batch optimum."""
+    X, y = gaussian_mixture(600, seed=seed)
+    engine = PathEngine(make_kernel("rbf", gamma=4.0), C=1000.0)
+    engine.update(X[:300], y[:300], keys=list(range(300)))
+    probes = np.random.default_rng(3).standard_normal((60, 2)) * 2
+    for step in range(6):
+        new = list(range(300 + 50 * step, 350 + 50 * step))
+        engine.update(X[new], y[new], keys=new, remove=list(range(50 * step, 50 * step + 50)))
+        assert not engine.last_update.retried, f"step {step}"
+    assert_matches_batch(engine, probes)
 
 
 def test_added_points_end_in_every_set_and_margin_empties():
