@@ -371,6 +371,73 @@ cdef extern from *:
         return largest;
     }
 
+    /* out[i] = sum over s < k of beta[s] columns[s * lda + i], i < n: S's kernel columns
+       times its coefficients' direction, the largest product of a breakpoint. Eight columns
+       per pass over the points (then four, then one): the points' sums stay in registers
+       for eight columns and the eight streams are read once each, a fifth to a quarter
+       faster here than the BLAS's matrix-vector kernel on this layout; and each point's
+       sum is grouped the same way on every processor, where a BLAS picks its kernel (and
+       its order of additions) by processor. */
+    #define STREAM_SVM_SUM8(i) \
+        (((b0 * c0[i] + b1 * c1[i]) + (b2 * c2[i] + b3 * c3[i])) \
+         + ((b4 * c4[i] + b5 * c5[i]) + (b6 * c6[i] + b7 * c7[i])))
+    #define STREAM_SVM_SUM4(i) ((b0 * c0[i] + b1 * c1[i]) + (b2 * c2[i] + b3 * c3[i]))
+    STREAM_SVM_CLONES
+    static void stream_svm_columns_times(Py_ssize_t n, Py_ssize_t k, const double *columns,
+                                         Py_ssize_t lda, const double *beta,
+                                         double *STREAM_SVM_RESTRICT out)
+    {
+        Py_ssize_t s = 0, i;
+        int started = 0;
+        for (; s + 8 <= k; s += 8) {
+            const double *STREAM_SVM_RESTRICT c0 = columns + s * lda;
+            const double *STREAM_SVM_RESTRICT c1 = c0 + lda;
+            const double *STREAM_SVM_RESTRICT c2 = c1 + lda;
+            const double *STREAM_SVM_RESTRICT c3 = c2 + lda;
+            const double *STREAM_SVM_RESTRICT c4 = c3 + lda;
+            const double *STREAM_SVM_RESTRICT c5 = c4 + lda;
+            const double *STREAM_SVM_RESTRICT c6 = c5 + lda;
+            const double *STREAM_SVM_RESTRICT c7 = c6 + lda;
+            const double b0 = beta[s], b1 = beta[s + 1], b2 = beta[s + 2], b3 = beta[s + 3];
+            const double b4 = beta[s + 4], b5 = beta[s + 5], b6 = beta[s + 6];
+            const double b7 = beta[s + 7];
+            if (started) {
+                for (i = 0; i < n; i++) out[i] = out[i] + STREAM_SVM_SUM8(i);
+            } else {
+                for (i = 0; i < n; i++) out[i] = STREAM_SVM_SUM8(i);
+            }
+            started = 1;
+        }
+        for (; s + 4 <= k; s += 4) {
+            const double *STREAM_SVM_RESTRICT c0 = columns + s * lda;
+            const double *STREAM_SVM_RESTRICT c1 = c0 + lda;
+            const double *STREAM_SVM_RESTRICT c2 = c1 + lda;
+            const double *STREAM_SVM_RESTRICT c3 = c2 + lda;
+            const double b0 = beta[s], b1 = beta[s + 1], b2 = beta[s + 2], b3 = beta[s + 3];
+            if (started) {
+                for (i = 0; i < n; i++) out[i] = out[i] + STREAM_SVM_SUM4(i);
+            } else {
+                for (i = 0; i < n; i++) out[i] = STREAM_SVM_SUM4(i);
+            }
+            started = 1;
+        }
+        for (; s < k; s++) {
+            const double *STREAM_SVM_RESTRICT c0 = columns + s * lda;
+            const double b0 = beta[s];
+            if (started) {
+                for (i = 0; i < n; i++) out[i] = out[i] + b0 * c0[i];
+            } else {
+                for (i = 0; i < n; i++) out[i] = b0 * c0[i];
+            }
+            started = 1;
+        }
+        if (!started) {
+            for (i = 0; i < n; i++) out[i] = 0.0;
+        }
+    }
+    #undef STREAM_SVM_SUM8
+    #undef STREAM_SVM_SUM4
+
     /* After a step: g moves along its sensitivities and, unless the step moved b alone, the
        driven contribution shrinks by the same factor as the driven moves. */
     STREAM_SVM_CLONES
@@ -397,6 +464,8 @@ cdef extern from *:
                                    const double* gap, const double* g, double tol_g,
                                    signed char error_code, signed char reserve_code,
                                    signed char adding_code, double* point_eta) noexcept nogil
+    void stream_svm_columns_times(Py_ssize_t n, Py_ssize_t k, const double* columns,
+                                  Py_ssize_t lda, const double* beta, double* out) noexcept nogil
     void stream_svm_take_step(Py_ssize_t n, double step, int scale_driven, const double* change,
                               double* g, double* driven) noexcept nogil
     void stream_svm_exp_init() noexcept nogil
@@ -813,8 +882,7 @@ cdef int _follow(
             # K_S beta_S over S's packed kernel columns (storage rows, contiguous per member).
             for i in range(k):
                 beta_stored[store[i]] = beta_S[i]
-            dgemv(&notrans, &nn, &kk, &d_one, &columns[0, 0], &lda_cols, beta_stored, &one,
-                  &d_zero, &change[0], &one)
+            stream_svm_columns_times(n, k, &columns[0, 0], lda_cols, beta_stored, &change[0])
         else:
             if fabs(beta_sum) > 1e-12 * beta_scale:
                 bias_only = True
