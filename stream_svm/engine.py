@@ -390,7 +390,9 @@ class PathEngine:
         capacity = self._X.shape[0]
         if rows <= capacity:
             return
-        new_cap = max(rows, 2 * capacity, 16)
+        # An eighth more than asked: a model trained on a batch, then slid by a few points
+        # (a window's first step), does not copy every array again at once.
+        new_cap = max(rows + rows // 8, 2 * capacity, 16)
 
         def grow(array: np.ndarray, fill: float = 0.0) -> np.ndarray:
             shape = (new_cap, *array.shape[1:])
@@ -1323,31 +1325,38 @@ class PathEngine:
         self._terms_cache = self._kkt_cache = None  # they were per point
         n = self.n
         end = n - len(positions)
-        removed = np.zeros(n, dtype=bool)
-        removed[positions] = True
-        holes = np.flatnonzero(removed[:end])[::-1]
-        movers = end + np.flatnonzero(~removed[end:])[::-1]
-        for position in positions:
+        # Python sets and lists: the positions are usually few (a window's step), and numpy's
+        # per-call costs would dominate.
+        removing = {int(position) for position in positions}
+        holes_list = sorted((p for p in removing if p < end), reverse=True)
+        movers_list = [q for q in range(n - 1, end - 1, -1) if q not in removing]
+        for position in removing:
             del self._pos[self._keys[position]]
-        if holes.size:
+        if holes_list:
+            holes = np.array(holes_list, dtype=np.int64)
+            movers = np.array(movers_list, dtype=np.int64)
             for array in (self._X, self._y, self._p, self._gap, self._alpha, self._g, self._h,
                           self._h_abs, self._h_drift, self._status, self._seq, self._slot):
                 array[holes] = array[movers]
             k = self._margin.size  # S's columns are packed in the first k rows
             self._columns[:k, holes] = self._columns[:k, movers]
             self._recent[:, holes] = self._recent[:, movers]
-            for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
-                key = self._keys[mover]
-                self._keys[hole] = key
+            keys = self._keys
+            for hole, mover in zip(holes_list, movers_list, strict=True):
+                key = keys[mover]
+                keys[hole] = key
                 self._pos[key] = hole
             in_margin = self._slot[holes] >= 0
             self._margin[self._slot[holes[in_margin]]] = holes[in_margin]
         # The recent columns follow their points: dropped with them, or to their holes.
-        moved_to = np.arange(n)
-        moved_to[movers] = holes
-        moved_to[removed] = -1
-        cached = self._recent_of >= 0
-        self._recent_of[cached] = moved_to[self._recent_of[cached]]
+        moved_to = dict(zip(movers_list, holes_list, strict=True))
+        recent_of = self._recent_of
+        for row in np.flatnonzero(recent_of >= 0).tolist():
+            position = int(recent_of[row])
+            if position in removing:
+                recent_of[row] = -1
+            else:
+                recent_of[row] = moved_to.get(position, position)
         del self._keys[end:]
         self.n = end
 
