@@ -50,6 +50,7 @@ MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
 # columns reused more of them on the river windows, at the same step time).
 RECENT_COLUMN_BYTES = 512 << 10
 RECENT_COLUMNS_MAX = 16
+_EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 
 
 def _check_kernel_finite(block: np.ndarray) -> None:
@@ -617,17 +618,12 @@ class PathEngine:
 
     def _move_error_columns(self, columns: np.ndarray, labels: np.ndarray, joining: bool) -> None:
         """Add (points joining E) or subtract (points leaving E) their contributions
-        C y_j K(., x_j) to h, keeping h's size and its round-off bound up to date."""
+        C y_j K(., x_j) to h, keeping h's size and its round-off bound up to date (``columns``:
+        the points' kernel columns, n x m or one of length n)."""
         n = self.n
-        columns = columns.reshape(n, -1)
-        sizes = np.abs(columns).sum(axis=1) * self.C
-        if joining:
-            self._h[:n] += columns @ (self.C * labels)
-            self._h_abs[:n] += sizes
-        else:
-            self._h[:n] -= columns @ (self.C * labels)
-            np.maximum(self._h_abs[:n] - sizes, 0.0, out=self._h_abs[:n])
-        self._h_drift[:n] += sizes
+        block = np.ascontiguousarray(columns.reshape(n, -1).T)  # no copy for _kernel_columns'
+        _pathcore.move_error_columns(block, np.ascontiguousarray(labels, dtype=float), self.C,
+                                     joining, n, self._h, self._h_abs, self._h_drift)
 
     def g_terms(self) -> np.ndarray:
         """For each stored point, the magnitude of the terms summed into g_i = y_i f(x_i) - 1:
@@ -1001,21 +997,29 @@ class PathEngine:
             # columns their entries); full columns only the points the path then drives.
             # Computed in two parts when S and E are a small part of the points (a wide SVR
             # tube); RBF only, whose values are finite wherever the features are.
-            needed = np.concatenate([margin, error, self._recent_of[cached], new])
+            recent_rows = self._recent_of[cached]
             kind = _compiled_kernel(self.kernel)[0]
+            k, errors, kept = margin.size, error.size, cached.size
             # (Gathering the rows' features costs more than it saves for one to three points.)
-            if kind == _pathcore.KERNEL_RBF and 2 * needed.size < n and new.size >= 4:
+            if kind == _pathcore.KERNEL_RBF and 2 * (k + errors + kept + new.size) < n \
+                    and new.size >= 4:
                 K_new = None
-                K_needed = self._kernel_rows(needed, new)
+                needed = np.concatenate([margin, error, recent_rows, new])
+                block = self._kernel_rows(needed, new).T
+                rows = np.arange(needed.size)
+                margin_rows, error_rows = rows[:k], rows[k : k + errors]
+                recent_rows, new_rows = rows[k + errors : k + errors + kept], rows[-new.size :]
             else:
                 K_new = self._kernel_columns(new, features)
-                K_needed = K_new[needed]
-            k, errors, kept = margin.size, error.size, cached.size
-            K_new_S = K_needed[:k]  # K(x_s, new point) for s in S, by factor slot
-            K_new_E = K_needed[k : k + errors]
-            K_new_kept = K_needed[k + errors : k + errors + kept]
-            diagonal = K_needed[k + errors + kept :][np.arange(new.size), np.arange(new.size)]
-            self._diag_scale = max(self._diag_scale, float(diagonal.max()))
+                block = K_new.T
+                margin_rows, error_rows, new_rows = margin, error, new
+            margin_sizes = np.empty(new.size)  # sum_S |K| alpha, for the new points' terms
+            diagonal = _pathcore.admit_points(
+                np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,
+                error, error_rows, cached, recent_rows, self._columns, self._recent, self._y,
+                self._p, self._alpha, self._g, self._h, self._h_abs, self._h_drift, C, self.b,
+                margin_sizes)
+            self._diag_scale = max(self._diag_scale, diagonal)
             if self._margin.size and self._t < self._diag_scale / 16:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
                 # lose the kernel's information to the shift's round-off (or the shift to the
@@ -1027,16 +1031,6 @@ class PathEngine:
                     # K_SS is singular to working precision on the new scale: the old factor
                     # still represents it exactly enough to go on.
                     self._R, self._t = saved
-            self._columns[self._store[:k], new[0] : new[-1] + 1] = K_new_S
-            if kept:
-                self._recent[cached, new[0] : new[-1] + 1] = K_new_kept
-            self._h[new] = K_new_E.T @ (C * self._y[error])
-            self._h_abs[new] = np.abs(K_new_E).sum(axis=0) * C
-            self._h_drift[new] = 0.0
-            f_new = self._h[new] + self.b
-            if k:
-                f_new += (self._y[margin] * self._alpha[margin]) @ K_new_S
-            self._g[new] = self._y[new] * f_new + self._p[new]
             # A point with a finite gap takes the side nearer to its violation (the other
             # side's g is gap - g).
             flip = new[self._g[new] > self._gap[new] - self._g[new]]
@@ -1053,24 +1047,20 @@ class PathEngine:
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
-        error_removed = []
-        for key in remove:
-            position = self._pos[key]
-            status = self._status[position]
-            if status == MARGIN:
+        error_removed: list[int] = []
+        if remove:
+            removed = np.array([self._pos[key] for key in remove], dtype=np.int64)
+            leaving_status = self._status[removed]
+            # S's members leave it one at a time, in the order given, each with its column.
+            for position in removed[leaving_status == MARGIN].tolist():
                 column = self._margin_remove(int(self._slot[position]))
-            else:
-                column = None
-            if self._alpha[position] == 0.0:
-                settled_removals.append(position)
-                self._status[position] = REMOVING
-                continue
-            if status == ERROR:
-                error_removed.append(position)
-            else:
-                driven.append(position)
-                driven_columns.append(column[None, :])
-            self._status[position] = REMOVING
+                if self._alpha[position] != 0.0:
+                    driven.append(position)
+                    driven_columns.append(column[None, :])
+            settled = self._alpha[removed] == 0.0
+            settled_removals.extend(removed[settled].tolist())
+            error_removed = removed[~settled & (leaving_status == ERROR)].tolist()
+            self._status[removed] = REMOVING
         if error_removed:
             positions = np.array(error_removed)
             if features is None:
@@ -1092,8 +1082,7 @@ class PathEngine:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
             # stored points' g, already checked, are unchanged, and the new points hold their
             # conditions by construction (0 <= g <= gap - g). Their terms extend the check's.
-            new_terms = (np.abs(self._p[new]) + abs(self.b) + self._h_abs[new]
-                         + self._alpha[margin] @ np.abs(K_new_S))
+            new_terms = np.abs(self._p[new]) + abs(self.b) + self._h_abs[new] + margin_sizes
             self._terms_cache = np.concatenate([checked_terms, new_terms])
             self._kkt_cache = True
             self._sv_cache = support  # no coefficient changed, no point moved
@@ -1133,7 +1122,7 @@ class PathEngine:
         can leave it an ulp or two below (C - 1e-16), which must not decide b (the model would
         then depend on the order the points came in). No such band at 0: a free coefficient
         can be legitimately tiny (1e-15 with kernel values of 1e14)."""
-        return self.C * (1.0 - 64.0 * np.finfo(float).eps)
+        return self.C * (1.0 - 64.0 * _EPS)
 
     def _center_b(self) -> bool:
         """When no coefficient is strictly between 0 and C (S empty, or its members all at a
@@ -1229,7 +1218,7 @@ class PathEngine:
         limit = self.max_breakpoints
         if limit is None:
             limit = 1000 + 10 * (n + D.size)
-        eps = np.finfo(float).eps
+        eps = _EPS
         beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
         K_D = np.ascontiguousarray(K_D)
         driven_effect = beta_D @ K_D  # sum_j K(x_i, x_j) beta_j over the driven points
@@ -1313,8 +1302,8 @@ class PathEngine:
             stats.steps += int(ints[_pathcore.I_STEPS])
             stats.breakpoints += int(ints[_pathcore.I_BREAKPOINTS])
             stats.columns_reused += int(ints[_pathcore.I_REUSED])
-            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
-                stats.count(name, times)
+            for index in np.flatnonzero(counts).tolist():
+                stats.count(_pathcore.MIGRATIONS[index], int(counts[index]))
 
     def _delete_positions(self, positions: list[int]) -> None:
         """Swap-remove stored points (none of them may be in S): the points after the new end
@@ -1328,7 +1317,7 @@ class PathEngine:
         # Python sets and lists: the positions are usually few (a window's step), and numpy's
         # per-call costs would dominate.
         removing = {int(position) for position in positions}
-        holes_list = sorted((p for p in removing if p < end), reverse=True)
+        holes_list = sorted([p for p in removing if p < end], reverse=True)
         movers_list = [q for q in range(n - 1, end - 1, -1) if q not in removing]
         for position in removing:
             del self._pos[self._keys[position]]
@@ -1349,14 +1338,13 @@ class PathEngine:
             in_margin = self._slot[holes] >= 0
             self._margin[self._slot[holes[in_margin]]] = holes[in_margin]
         # The recent columns follow their points: dropped with them, or to their holes.
-        moved_to = dict(zip(movers_list, holes_list, strict=True))
-        recent_of = self._recent_of
-        for row in np.flatnonzero(recent_of >= 0).tolist():
-            position = int(recent_of[row])
-            if position in removing:
-                recent_of[row] = -1
-            else:
-                recent_of[row] = moved_to.get(position, position)
+        cached = np.flatnonzero(self._recent_of >= 0)
+        if cached.size:
+            moved_to = np.arange(n)
+            if holes_list:
+                moved_to[movers] = holes
+            moved_to[list(removing)] = -1
+            self._recent_of[cached] = moved_to[self._recent_of[cached]]
         del self._keys[end:]
         self.n = end
 
