@@ -367,3 +367,47 @@ def test_updates_adding_only_satisfied_points_extend_the_last_check(monkeypatch,
     else:
         assert with_b_free > 50  # often no free coefficient: b moves with the points
     assert_matches_batch(engine, probes)
+
+
+def test_the_features_kept_for_the_kernel_loops_follow_x_through_every_change():
+    """The compiled kernel loops read the features from a feature-by-feature copy kept with
+    X. Through additions, removals (which move points into the holes), a refused update (a
+    rollback), a widening of the features, growth of the storage and a copy, it must hold
+    every stored point's features: a stale copy would give wrong kernel values and a wrong
+    optimum."""
+    import copy
+
+    rng = np.random.default_rng(31)
+    X = rng.standard_normal((260, 3))
+    y = np.where(X[:, 0] ** 2 + X[:, 1] ** 2 > 1.2, 1.0, -1.0)
+    engine = PathEngine(make_kernel("rbf", gamma=0.8), C=5.0)
+
+    def check(when: str) -> None:
+        features = engine._features_by_column()
+        np.testing.assert_array_equal(features[:, : engine.n], engine.X.T, err_msg=when)
+
+    engine.update(X[:40], y[:40], keys=list(range(40)))
+    check("after the first batch")
+    for start in range(40, 200, 20):  # slides: removals fill holes with the last points
+        engine.update(X[start : start + 20], y[start : start + 20],
+                      keys=list(range(start, start + 20)), remove=list(range(start - 40,
+                                                                             start - 20)))
+        check(f"after the slide at {start}")
+    engine.max_breakpoints = 1
+    with pytest.raises(ConvergenceError):
+        engine.update(X[200:230], y[200:230], keys=list(range(200, 230)),
+                      remove=list(range(160, 175)))
+    engine.max_breakpoints = None
+    check("after a refused update")
+    wider = np.hstack([X[230:240], rng.standard_normal((10, 1))])
+    engine.update(wider, y[230:240], keys=list(range(230, 240)))
+    check("after a widening")
+    engine.update(np.hstack([X[240:260], np.zeros((20, 1))]), y[240:260],
+                  keys=list(range(240, 260)), remove=list(range(160, 170)))
+    check("after growth")
+    twin = copy.deepcopy(engine)
+    twin.update(np.hstack([X[:5] + 3.0, np.ones((5, 1))]), y[:5], keys=["a", "b", "c", "d", "e"],
+                remove=list(range(170, 180)))
+    np.testing.assert_array_equal(twin._features_by_column()[:, : twin.n], twin.X.T)
+    assert_matches_batch(twin, rng.standard_normal((30, 4)))
+    assert_matches_batch(engine, rng.standard_normal((30, 4)))
