@@ -1072,6 +1072,10 @@ class PathEngine:
                     driven.append(position)
                     driven_columns.append(column[None, :])
             settled = self._alpha[removed] == 0.0
+            if np.any(~settled & (leaving_status != MARGIN) & (leaving_status != ERROR)):
+                # A reserve point holds alpha = 0 by construction: anything else is a broken
+                # engine, which must stop here (the update is rolled back) rather than drop it.
+                raise RuntimeError("a reserve point to remove has a coefficient other than 0")
             settled_removals.extend(removed[settled].tolist())
             error_removed = removed[~settled & (leaving_status == ERROR)].tolist()
             self._status[removed] = REMOVING
