@@ -1238,11 +1238,12 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     return residual, kkt_ok, drifted and (drift_matters or not any_error)
 
 
-def admit_points(double[:, ::1] block, long[::1] new, long[::1] new_rows,
-                 long[::1] margin, long[::1] margin_rows, long[::1] store,
-                 long[::1] error, long[::1] error_rows, long[::1] recent_slots,
-                 long[::1] recent_rows, double[:, ::1] columns, double[:, ::1] recent,
-                 double[::1] y, double[::1] p, double[::1] alpha, double[::1] g,
+def admit_points(const double[:, ::1] block, const long[::1] new, const long[::1] new_rows,
+                 const long[::1] margin, const long[::1] margin_rows, const long[::1] store,
+                 const long[::1] error, const long[::1] error_rows,
+                 const long[::1] recent_slots, const long[::1] recent_rows,
+                 double[:, ::1] columns, double[:, ::1] recent, const double[::1] y,
+                 const double[::1] p, const double[::1] alpha, double[::1] g,
                  double[::1] h, double[::1] h_abs, double[::1] h_drift, double C,
                  double b, double[::1] margin_sizes) -> float:
     """Take in new points from their kernel values: ``block[c, r]`` is K(x_new[c], x) for the
@@ -1257,7 +1258,7 @@ def admit_points(double[:, ::1] block, long[::1] new, long[::1] new_rows,
     cdef Py_ssize_t c, j, m = new.shape[0], k = margin.shape[0], errors = error.shape[0]
     cdef Py_ssize_t kept = recent_slots.shape[0], position
     cdef double diagonal = -INFINITY, contribution, size, margin_sum, margin_size, value
-    cdef double* row
+    cdef const double* row
     if (new_rows.shape[0] != m or block.shape[0] < m or margin_sizes.shape[0] < m
             or margin_rows.shape[0] != k
             or store.shape[0] < k or error_rows.shape[0] != errors
@@ -1293,8 +1294,8 @@ def admit_points(double[:, ::1] block, long[::1] new, long[::1] new_rows,
     return diagonal
 
 
-def move_error_columns(double[:, ::1] block, double[::1] labels, double C, bint joining,
-                       Py_ssize_t n, double[::1] h, double[::1] h_abs,
+def move_error_columns(const double[:, ::1] block, const double[::1] labels, double C,
+                       bint joining, Py_ssize_t n, double[::1] h, double[::1] h_abs,
                        double[::1] h_drift) -> None:
     """Add (points joining E) or subtract (points leaving E) their contributions
     C y_c K(x_i, x_c) to h for i < n (``block[c, i]``: the points' kernel columns as rows),

@@ -176,3 +176,32 @@ def test_kernel_values_at_some_rows_equal_the_full_columns_there(name):
         assert np.array_equal(engine._kernel_rows(rows, positions), expected)
     else:
         np.testing.assert_allclose(engine._kernel_rows(rows, positions), expected, rtol=1e-14)
+
+
+def test_a_callable_kernel_may_return_read_only_blocks():
+    """A user's kernel may hand back a read-only array (a memoized block, a view of another
+    library's buffer): learning one point and removing one point at C, whose single kernel
+    column reaches the compiled passes without a copy, must work as with a writable one."""
+    from stream_svm.engine import ERROR, PathEngine
+
+    def frozen_rbf(A, B):
+        block = np.exp(-0.5 * cdist(A, B, "sqeuclidean"))
+        block.flags.writeable = False
+        return block
+
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((60, 2))
+    y = np.where(X[:, 0] + 0.8 * rng.standard_normal(60) > 0, 1.0, -1.0)
+    frozen = PathEngine(make_kernel(frozen_rbf), C=10.0)
+    built_in = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    for engine in (frozen, built_in):
+        engine.update(X[:40], y[:40], list(range(40)))
+        for i in range(40, 60):  # one point at a time
+            engine.update(X[i : i + 1], y[i : i + 1], [i])
+    at_C = [key for key in range(60) if frozen._status[frozen._pos[key]] == ERROR]
+    assert at_C, "the data should leave some points at C"
+    for engine in (frozen, built_in):
+        engine.update(remove=[at_C[0]])
+    probes = rng.standard_normal((20, 2))
+    np.testing.assert_allclose(frozen.decision_function(probes),
+                               built_in.decision_function(probes), rtol=0, atol=1e-9)
