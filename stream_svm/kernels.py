@@ -52,6 +52,8 @@ class Kernel:
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         block = np.asarray(self._block(A, B), dtype=float)
+        if not block.flags.writeable:  # a user's read-only result: the engine adds its ridge
+            block = block.copy()
         if block.shape != (A.shape[0], B.shape[0]):
             raise ValueError(
                 f"kernel {self.name!r} returned shape {block.shape}, expected "

@@ -178,10 +178,12 @@ def test_kernel_values_at_some_rows_equal_the_full_columns_there(name):
         np.testing.assert_allclose(engine._kernel_rows(rows, positions), expected, rtol=1e-14)
 
 
-def test_a_callable_kernel_may_return_read_only_blocks():
+@pytest.mark.parametrize("ridge", [0.0, 0.1])
+def test_a_callable_kernel_may_return_read_only_blocks(ridge):
     """A user's kernel may hand back a read-only array (a memoized block, a view of another
     library's buffer): learning one point and removing one point at C, whose single kernel
-    column reaches the compiled passes without a copy, must work as with a writable one."""
+    column reaches the compiled passes without a copy, and adding a ridge to the columns, must
+    work as with a writable one."""
     from stream_svm.engine import ERROR, PathEngine
 
     def frozen_rbf(A, B):
@@ -192,8 +194,8 @@ def test_a_callable_kernel_may_return_read_only_blocks():
     rng = np.random.default_rng(9)
     X = rng.standard_normal((60, 2))
     y = np.where(X[:, 0] + 0.8 * rng.standard_normal(60) > 0, 1.0, -1.0)
-    frozen = PathEngine(make_kernel(frozen_rbf), C=10.0)
-    built_in = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    frozen = PathEngine(make_kernel(frozen_rbf), C=10.0, ridge=ridge)
+    built_in = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0, ridge=ridge)
     for engine in (frozen, built_in):
         engine.update(X[:40], y[:40], list(range(40)))
         for i in range(40, 60):  # one point at a time
