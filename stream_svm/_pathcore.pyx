@@ -535,7 +535,6 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
 
 from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
-from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 from scipy.linalg.cython_blas cimport ddot, dgemv, dtrsv
 
@@ -681,7 +680,7 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
 
 
 cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_drift,
-                             Py_ssize_t n, double* column, Py_ssize_t stride, double weight,
+                             Py_ssize_t n, const double* column, Py_ssize_t stride, double weight,
                              double C, bint joining) noexcept nogil:
     """h += weight * column (joining E) or -= (leaving), with h's size and drift bound."""
     cdef Py_ssize_t i
@@ -1299,37 +1298,18 @@ def move_error_columns(const double[:, ::1] block, const double[::1] labels, dou
                        double[::1] h_drift) -> None:
     """Add (points joining E) or subtract (points leaving E) their contributions
     C y_c K(x_i, x_c) to h for i < n (``block[c, i]``: the points' kernel columns as rows),
-    keeping h's size (h_abs, sum_c |K| C) and its round-off bound (h_drift) up to date: each
-    point's change summed over the columns in order, then applied."""
-    cdef Py_ssize_t c, i, m = block.shape[0]
-    cdef double weight
-    cdef double* change
-    cdef double* size
+    keeping h's size (h_abs) and its round-off bound (h_drift) up to date: column by column,
+    as the breakpoint loop moves a point into or out of E."""
+    cdef Py_ssize_t c, m = block.shape[0]
     if labels.shape[0] != m or (m and block.shape[1] < n) or h.shape[0] < n \
             or h_abs.shape[0] < n or h_drift.shape[0] < n:
         raise ValueError("the arrays do not match the points")
-    if m == 0 or n == 0:
+    if n == 0:
         return
-    change = <double*>calloc(2 * n, sizeof(double))
-    if change == NULL:
-        raise MemoryError()
-    size = change + n
     with nogil:
         for c in range(m):
-            weight = C * labels[c]
-            for i in range(n):
-                change[i] = change[i] + block[c, i] * weight
-                size[i] = size[i] + fabs(block[c, i])
-        for i in range(n):
-            size[i] = size[i] * C
-            if joining:
-                h[i] = h[i] + change[i]
-                h_abs[i] = h_abs[i] + size[i]
-            else:
-                h[i] = h[i] - change[i]
-                h_abs[i] = h_abs[i] - size[i] if h_abs[i] > size[i] else 0.0
-            h_drift[i] = h_drift[i] + size[i]
-    free(change)
+            _move_error_column(h, h_abs, h_drift, n, &block[c, 0], 1, C * labels[c], C,
+                               joining)
 
 
 def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, long[::1] store,
