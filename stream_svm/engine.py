@@ -50,6 +50,7 @@ MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
 # columns reused more of them on the river windows, at the same step time).
 RECENT_COLUMN_BYTES = 512 << 10
 RECENT_COLUMNS_MAX = 16
+_NO_ROWS = np.zeros((0, 0))  # a 2-D array argument that is not there
 _EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 
 
@@ -1345,14 +1346,12 @@ class PathEngine:
         if holes_list:
             holes = np.array(holes_list, dtype=np.int64)
             movers = np.array(movers_list, dtype=np.int64)
-            for array in (self._X, self._y, self._p, self._gap, self._alpha, self._g, self._h,
-                          self._h_abs, self._h_drift, self._status, self._seq, self._slot):
-                array[holes] = array[movers]
-            if self._XT is not None and self._XT_of is self._X:
-                self._XT[:, holes] = self._XT[:, movers]
-            k = self._margin.size  # S's columns are packed in the first k rows
-            self._columns[:k, holes] = self._columns[:k, movers]
-            self._recent[:, holes] = self._recent[:, movers]
+            features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
+            # S's columns are packed in the first k rows.
+            _pathcore.swap_remove(holes, movers, self._X, self._y, self._p, self._gap,
+                                  self._alpha, self._g, self._h, self._h_abs, self._h_drift,
+                                  self._status, self._seq, self._slot, features,
+                                  self._columns, self._margin.size, self._recent)
             keys = self._keys
             for hole, mover in zip(holes_list, movers_list, strict=True):
                 key = keys[mover]

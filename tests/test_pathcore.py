@@ -207,3 +207,44 @@ def test_a_callable_kernel_may_return_read_only_blocks(ridge):
     probes = rng.standard_normal((20, 2))
     np.testing.assert_allclose(frozen.decision_function(probes),
                                built_in.decision_function(probes), rtol=0, atol=1e-9)
+
+
+def _swap_arrays(n: int, dim: int, k: int, recent: int):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(n, dim))
+    vectors = [rng.normal(size=n) for _ in range(8)]
+    status = rng.integers(-1, 3, size=n).astype(np.int8)
+    seq, slot = np.arange(n, dtype=np.int64), rng.integers(-1, k, size=n).astype(np.int64)
+    return X, vectors, status, seq, slot, np.ascontiguousarray(X.T), rng.normal(size=(k + 2, n)), \
+        rng.normal(size=(recent, n))
+
+
+def test_swap_remove_moves_every_per_point_array_like_fancy_indexing():
+    n, k = 40, 5
+    X, vectors, status, seq, slot, XT, columns, recent = _swap_arrays(n, 3, k, 4)
+    holes, movers = np.array([30, 7, 2], dtype=np.int64), np.array([39, 38, 36], dtype=np.int64)
+    expected = [a.copy() for a in (X, *vectors, status, seq, slot)]
+    for array in expected:
+        array[holes] = array[movers]
+    expected_columns, expected_recent, expected_XT = columns.copy(), recent.copy(), XT.copy()
+    for array in (expected_columns[:k], expected_recent, expected_XT):
+        array[:, holes] = array[:, movers]
+    _pathcore.swap_remove(holes, movers, X, *vectors, status, seq, slot, XT, columns, k, recent)
+    for got, want in zip((X, *vectors, status, seq, slot), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(columns, expected_columns)  # rows past k untouched
+    np.testing.assert_array_equal(recent, expected_recent)
+    np.testing.assert_array_equal(XT, expected_XT)
+
+
+def test_swap_remove_refuses_a_position_outside_the_arrays_and_changes_nothing():
+    n, k = 10, 2
+    X, vectors, status, seq, slot, XT, columns, recent = _swap_arrays(n, 2, k, 3)
+    before = [a.copy() for a in (X, *vectors, status, seq, slot, XT, columns, recent)]
+    holes, movers = np.array([1, 2], dtype=np.int64), np.array([9, 10], dtype=np.int64)
+    with pytest.raises(ValueError, match="outside the stored points"):
+        _pathcore.swap_remove(holes, movers, X, *vectors, status, seq, slot, XT, columns, k,
+                              recent)
+    for got, want in zip((X, *vectors, status, seq, slot, XT, columns, recent), before,
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
