@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import json
 import logging
 import math
@@ -85,6 +86,16 @@ __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics
 
 log = logging.getLogger(__name__)
 
+
+
+def _freeze_start() -> None:
+    """Keep what the start allocated (modules, the restored model, the clients: about 130,000
+    objects under River and kafka-python) out of the collector's full passes. They live as long
+    as the daemon, and each full pass walked them all: a pause of 65-70 ms here, taken by the
+    messages being handled, every few thousand messages. Garbage is collected
+    first, so that nothing unreachable is kept."""
+    gc.collect()
+    gc.freeze()
 
 class DaemonError(RuntimeError):
     """The daemon cannot start (e.g. the checkpoint directory is used by another daemon)."""
@@ -377,11 +388,13 @@ class Daemon:
     def _serve(self) -> None:
         try:
             if self._connect():
+                _freeze_start()
                 self._loop()
         except DaemonError:
             self.summary.exit_code = 1  # said so in the stop line too
             raise
         finally:
+            gc.unfreeze()  # what the start allocated is collectable again once stopped
             self._shutdown()
 
     # -- start -----------------------------------------------------------------------------
