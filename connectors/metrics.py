@@ -89,8 +89,9 @@ class Metrics:
         self.messages = Counter(
             "stream_svm_messages", "Messages by outcome", ["outcome"], registry=r
         )
-        for outcome in OUTCOMES:
-            self.messages.labels(outcome=outcome)
+        # Children by label value: labels() validates its arguments on every call (3 us for
+        # the two counters a learned message bumps, in a loop of 50 us per message).
+        self._outcomes = {outcome: self.messages.labels(outcome=outcome) for outcome in OUTCOMES}
         self.dead_letters = Counter(
             "stream_svm_dead_letters",
             "Dead-lettered messages by kind of problem",
@@ -143,6 +144,8 @@ class Metrics:
             ["correct"],
             registry=r,
         )
+        self._scored = {value: self.scored.labels(correct=value)
+                        for value in ("true", "false", "na")}
         self.lag = Gauge(
             "stream_svm_consumer_lag",
             "Messages behind the high watermark",
@@ -340,6 +343,18 @@ class Metrics:
             for kind in ("assigned", "revoked", "lost"):
                 self._scale_out[1].labels(kind=kind)
         return self._scale_out
+
+    def count_messages(self, outcome: str, times: int = 1) -> None:
+        """``stream_svm_messages{outcome}`` += ``times``."""
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = self.messages.labels(outcome=outcome)
+        child.inc(times)
+
+    def count_scored(self, correct: str) -> None:
+        """``stream_svm_progressive_predictions{correct}`` += 1 (``true``, ``false``, or
+        ``na`` for a regressor)."""
+        self._scored[correct].inc()
 
     #: Gauges that describe one model: labelled by ``model`` when ``per_model``.
     MODEL_GAUGES = ("margin", "error", "reserve", "stored", "cached", "cached_bytes", "held",

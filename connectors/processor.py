@@ -780,18 +780,18 @@ class Processor:
             self.absolute_error += abs(error)
             self.squared_error += error * error
             if self.metrics is not None:
-                self.metrics.scored.labels(correct="na").inc()
+                self.metrics.count_scored("na")
                 self._publish_scores()
             return
         correct = prediction == label
         self.correct += int(correct)
         if self.metrics is not None:
-            self.metrics.scored.labels(correct=str(correct).lower()).inc()
+            self.metrics.count_scored("true" if correct else "false")
             self._publish_scores()
 
     def _count(self, outcome: str, times: int = 1) -> None:
         if self.metrics is not None:
-            self.metrics.messages.labels(outcome=outcome).inc(times)
+            self.metrics.count_messages(outcome, times)
 
     def expire_cache(self) -> None:
         """Drop cached unlabelled points over the cache's bounds (and count them)."""
