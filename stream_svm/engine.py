@@ -224,6 +224,7 @@ class PathEngine:
         # a returning point's column is then a copy instead of n kernel evaluations.
         self._recent, self._recent_of = _empty_recent(0)
         self._recent_next = 0
+        self._undo: dict | None = None  # the running update's snapshot (see update)
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
@@ -437,6 +438,7 @@ class PathEngine:
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
+        state["_undo"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -444,6 +446,7 @@ class PathEngine:
         self.__dict__.setdefault("_columns_stale", False)
         self.__dict__.setdefault("_XT", None)
         self.__dict__.setdefault("_XT_of", None)
+        self.__dict__.setdefault("_undo", None)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
@@ -763,8 +766,15 @@ class PathEngine:
         started = time.perf_counter()
         X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,
                                                              linear, gap)
-        snapshot = self._snapshot()
         remove = list(remove)
+        if remove or X_add.shape[1] > self.dim:
+            self._undo = self._snapshot()
+        else:
+            # Points are only added: until a stored point changes (a path, b centered, g
+            # refreshed), undoing is forgetting the new ones, and the copies of the whole
+            # state (O(n) per update) are made only then (_before_change). Most updates of a
+            # stream add one point that lands in the reserve set: they copy nothing.
+            self._undo = self._light_snapshot()
         try:
             self.ensure_dim(X_add.shape[1])
             try:
@@ -777,14 +787,17 @@ class PathEngine:
                 # go again from the snapshot, its error contributions and factor computed
                 # afresh (their accumulated round-off may be what derailed it), one point at a
                 # time: the single-point path of the same engine.
-                self._restore(snapshot)
+                self._roll_back()
+                self._before_change()  # the state is the one before the update again
                 self.ensure_dim(X_add.shape[1])
                 if self.n:
                     self.recompute_error_contributions()
                 stats = self._one_at_a_time(X_add, y_add, keys, remove, linear, gap)
         except BaseException:
-            self._restore(snapshot)
+            self._roll_back()
             raise
+        finally:
+            self._undo = None
         stats.seconds = time.perf_counter() - started
         self.last_update = stats
         self.breakpoints_total += stats.breakpoints
@@ -890,6 +903,52 @@ class PathEngine:
         worst = max(worst, float(np.max(g - self._gap[:n], where=status == RESERVE,
                                         initial=0.0)))
         return max(worst, float(-np.min(g, where=status == RESERVE, initial=0.0)))
+
+    def _light_snapshot(self) -> dict:
+        """What undoing an update that has only appended points needs: the count and the
+        scalars (see ``_before_change``)."""
+        return {"light": True, "n": self.n, "next_seq": self._next_seq, "b": self.b,
+                "t": self._t, "diag_scale": self._diag_scale}
+
+    def _before_change(self) -> None:
+        """Called before an update changes anything of the points stored before it (their
+        coefficients, g, h, S, the factor, b): a light snapshot is made whole now, from the
+        state that is still the one before the update but for the appended points and the
+        scalars it recorded."""
+        undo = self._undo
+        if undo is None or "light" not in undo:
+            return
+        n = self.n
+        scalars = (self._next_seq, self.b, self._t, self._diag_scale)
+        self.n = undo["n"]
+        self._next_seq, self.b, self._t = undo["next_seq"], undo["b"], undo["t"]
+        self._diag_scale = undo["diag_scale"]
+        try:
+            whole = self._snapshot()
+        finally:
+            self.n = n
+            self._next_seq, self.b, self._t, self._diag_scale = scalars
+        whole["keys"] = whole["keys"][: undo["n"]]
+        self._undo = whole
+
+    def _roll_back(self) -> None:
+        """Return to the state before the current update: its snapshot, or, while that is
+        light, the state without the appended points."""
+        undo = self._undo
+        if undo is None:
+            raise RuntimeError("no update to roll back")
+        if "light" not in undo:
+            self._restore(undo)
+            return
+        n = undo["n"]
+        for key in self._keys[n:]:
+            del self._pos[key]
+        del self._keys[n:]
+        self.n = n
+        self._next_seq, self.b, self._t = undo["next_seq"], undo["b"], undo["t"]
+        self._diag_scale = undo["diag_scale"]
+        # Their recent-column, feature-copy and kernel-column entries lie past n: unused.
+        self._sv_cache = self._terms_cache = self._kkt_cache = None
 
     def _check_update(self, X_add, y_add, keys, remove, linear=None, gap=None):
         if X_add is None:
@@ -1039,6 +1098,7 @@ class PathEngine:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
                 # lose the kernel's information to the shift's round-off (or the shift to the
                 # kernel's). Refactor on the new scale; the solution does not depend on t.
+                self._before_change()
                 saved = (self._R, self._t)
                 try:
                     self._factorize()
@@ -1064,6 +1124,7 @@ class PathEngine:
         n = self.n
         error_removed: list[int] = []
         if remove:
+            self._before_change()
             removed = np.array([self._pos[key] for key in remove], dtype=np.int64)
             leaving_status = self._status[removed]
             # S's members leave it one at a time, in the order given, each with its column.
@@ -1090,6 +1151,7 @@ class PathEngine:
             driven_columns.append(columns.T)
 
         if driven:
+            self._before_change()
             if features is None:
                 features = self._features_by_column()
             self._follow_path(np.array(driven), np.concatenate(driven_columns), features, stats)
@@ -1109,6 +1171,7 @@ class PathEngine:
 
         # g, the size of its terms, S's residual, the points' KKT conditions and h's staleness
         # in one compiled pass over S's kernel columns.
+        self._before_change()
         n = self.n
         terms, margin_residual, kkt_ok, h_stale = self._refresh_g()
         balance = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
@@ -1158,6 +1221,7 @@ class PathEngine:
             return False
         if self.b_is_fixed():
             return False
+        self._before_change()
         self._ensure_columns()  # members leaving for E hand their columns to h
         margin = self._margin
         alpha = self._alpha[:n]

@@ -411,3 +411,52 @@ def test_the_features_kept_for_the_kernel_loops_follow_x_through_every_change():
     np.testing.assert_array_equal(twin._features_by_column()[:, : twin.n], twin.X.T)
     assert_matches_batch(twin, rng.standard_normal((30, 4)))
     assert_matches_batch(engine, rng.standard_normal((30, 4)))
+
+
+def test_an_update_that_adds_points_rolls_back_from_wherever_it_fails():
+    """An update that only adds points copies the stored state only when it first changes a
+    stored point. A kernel failing before that (the new point's column) or after (a column
+    the path asks for) leaves the engine exactly as it was, keys, order and counters
+    included, and the same update then gives what an engine that never failed gives."""
+    X, y = two_rings(90, seed=41)
+    armed = {"calls_left": None}
+
+    def rbf(A, B):
+        if armed["calls_left"] is not None:
+            if armed["calls_left"] == 0:
+                raise MemoryError("kernel failed")
+            armed["calls_left"] -= 1
+        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+    engine = PathEngine(make_kernel(rbf), C=10.0)
+    reference = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    for i in range(30):
+        engine.update(X[i : i + 1], y[i : i + 1], keys=[i])
+        reference.update(X[i : i + 1], y[i : i + 1], keys=[i])
+    failed_at = set()
+    for i in range(30, 90):
+        for calls_before_failure in (0, 1):
+            state, keys = engine.get_state(), list(engine.keys)
+            counters = (engine._next_seq, engine.updates_total, engine.breakpoints_total)
+            armed["calls_left"] = calls_before_failure
+            try:
+                engine.update(X[i : i + 1], y[i : i + 1], keys=[i])
+            except MemoryError:
+                failed_at.add(calls_before_failure)
+                for name, array in engine.get_state().items():
+                    np.testing.assert_array_equal(state[name], array, err_msg=name)
+                assert list(engine.keys) == keys and i not in engine
+                assert (engine._next_seq, engine.updates_total,
+                        engine.breakpoints_total) == counters
+            else:
+                break
+            finally:
+                armed["calls_left"] = None
+        else:
+            engine.update(X[i : i + 1], y[i : i + 1], keys=[i])
+        reference.update(X[i : i + 1], y[i : i + 1], keys=[i])
+        np.testing.assert_allclose(engine.decision_function(X), reference.decision_function(X),
+                                   rtol=0, atol=1e-9)
+    # Both kinds of failure happened: before any stored point changed, and along a path.
+    assert failed_at == {0, 1}
+    assert_matches_batch(engine, X[:10])
