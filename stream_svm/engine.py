@@ -1028,13 +1028,6 @@ class PathEngine:
         self.n = n + m
         return np.arange(n, n + m)
 
-    def _flip(self, positions: np.ndarray) -> None:
-        """Move points (not in S or E) to their other side: y -> -y, p -> gap - p, g -> gap - g
-        (the same f, the other edge of the tube)."""
-        self._y[positions] = -self._y[positions]
-        self._p[positions] = self._gap[positions] - self._p[positions]
-        self._g[positions] = self._gap[positions] - self._g[positions]
-
     def _run_update(self, X_add, y_add, keys, remove, linear=None, gap=None) -> UpdateStats:
         self._ensure_columns()
         # The last check's terms, while they still describe every stored point and that
@@ -1066,19 +1059,20 @@ class PathEngine:
             features = self._features_by_column()
             margin = self._margin
             error = np.flatnonzero(self._status[:n] == ERROR)
-            cached = np.flatnonzero(self._recent_of >= 0)
             # f at the new points needs their kernel values at S and E only (and the recent
             # columns their entries); full columns only the points the path then drives.
             # Computed in two parts when S and E are a small part of the points (a wide SVR
             # tube); RBF only, whose values are finite wherever the features are.
-            recent_rows = self._recent_of[cached]
             kind = _compiled_kernel(self.kernel)[0]
-            k, errors, kept = margin.size, error.size, cached.size
+            k, errors = margin.size, error.size
             # (Gathering the rows' features costs more than it saves for one to three points.)
-            if kind == _pathcore.KERNEL_RBF and 2 * (k + errors + kept + new.size) < n \
-                    and new.size >= 4:
+            recent_slots = None
+            if kind == _pathcore.KERNEL_RBF and new.size >= 4:
+                recent_slots = np.flatnonzero(self._recent_of >= 0)
+            if recent_slots is not None and 2 * (k + errors + recent_slots.size + new.size) < n:
                 K_new = None
-                needed = np.concatenate([margin, error, recent_rows, new])
+                kept = recent_slots.size
+                needed = np.concatenate([margin, error, self._recent_of[recent_slots], new])
                 block = self._kernel_rows(needed, new).T
                 rows = np.arange(needed.size)
                 margin_rows, error_rows = rows[:k], rows[k : k + errors]
@@ -1087,12 +1081,14 @@ class PathEngine:
                 K_new = self._kernel_columns(new, features)
                 block = K_new.T
                 margin_rows, error_rows, new_rows = margin, error, new
-            margin_sizes = np.empty(new.size)  # sum_S |K| alpha, for the new points' terms
-            diagonal = _pathcore.admit_points(
+                # Every slot, by position (-1: none held).
+                recent_slots, recent_rows = np.arange(self._recent_of.size), self._recent_of
+            new_terms = np.empty(new.size)  # the size of the terms of the new points' g
+            diagonal, reserved = _pathcore.admit_points(
                 np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,
-                error, error_rows, cached, recent_rows, self._columns, self._recent, self._y,
-                self._p, self._alpha, self._g, self._h, self._h_abs, self._h_drift, C, self.b,
-                margin_sizes)
+                error, error_rows, recent_slots, recent_rows, self._columns, self._recent,
+                self._y, self._p, self._gap, self._alpha, self._g, self._h, self._h_abs,
+                self._h_drift, self._status, C, self.b, new_terms)
             self._diag_scale = max(self._diag_scale, diagonal)
             if self._margin.size and self._t < self._diag_scale / 16:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
@@ -1106,19 +1102,14 @@ class PathEngine:
                     # K_SS is singular to working precision on the new scale: the old factor
                     # still represents it exactly enough to go on.
                     self._R, self._t = saved
-            # A point with a finite gap takes the side nearer to its violation (the other
-            # side's g is gap - g).
-            flip = new[self._g[new] > self._gap[new] - self._g[new]]
-            if flip.size:
-                self._flip(flip)
-            satisfied = self._g[new] >= 0
-            self._status[new[satisfied]] = RESERVE
-            stats.count("added->reserve", int(satisfied.sum()))
-            if not satisfied.all():
-                unsatisfied = new[~satisfied]
-                driven.extend(unsatisfied.tolist())
-                driven_columns.append(K_new.T[~satisfied] if K_new is not None else
-                                      self._kernel_columns(unsatisfied, features).T)
+            # admit_points put each new point on the side nearer to its violation (a finite
+            # gap) and those already satisfied in the reserve set; the others are driven.
+            stats.count("added->reserve", reserved)
+            if reserved < new.size:
+                unsatisfied = self._status[new] == ADDING
+                driven.extend(new[unsatisfied].tolist())
+                driven_columns.append(K_new.T[unsatisfied] if K_new is not None else
+                                      self._kernel_columns(new[unsatisfied], features).T)
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -1163,7 +1154,6 @@ class PathEngine:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
             # stored points' g, already checked, are unchanged, and the new points hold their
             # conditions by construction (0 <= g <= gap - g). Their terms extend the check's.
-            new_terms = np.abs(self._p[new]) + abs(self.b) + self._h_abs[new] + margin_sizes
             self._terms_cache = np.concatenate([checked_terms, new_terms])
             self._kkt_cache = True
             self._sv_cache = support  # no coefficient changed, no point moved
