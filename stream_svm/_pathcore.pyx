@@ -810,6 +810,24 @@ cdef int _follow(
     cdef double* beta_stored = &work[2 * capacity]
     cdef double* z = &work[3 * capacity]
 
+    if fs[F_ARRIVED_] < 0.0:
+        # A new path: the driven moves beta_D and their contribution K_D beta_D (by the
+        # refresh below), and what is left of the moves once it is round-off of those this
+        # update started with: the path has arrived (its direction would be noise, e.g. a
+        # spurious imbalance of an empty margin set). The equality sum(y alpha) = 0 holds to
+        # the round-off of the coefficients' sum, which is not C's: with C * K large the
+        # solution's coefficients are far below C, and a C-sized threshold dropped whole
+        # moves (removals of such points).
+        ints[I_FRESH_] = REFRESH_STEPS
+        beta_scale = 0.0
+        for j in range(m):
+            beta_scale += (C_ - alpha[D[j]]) if adding[j] else alpha[D[j]]
+        value = 0.0
+        for i in range(n):
+            value += alpha[i]
+        fs[F_ARRIVED_] = 1e4 * eps * (beta_scale if beta_scale > value else value)
+        fs[F_NO_IMBALANCE_] = fs[F_ARRIVED_]
+
     # A migration into S interrupted by a request: finish it first.
     if ints[I_PENDING_] >= 0:
         code = _enter_margin(kernel_kind, gamma, degree, coef0, ridge, XT, n, C_, degeneracy_tol,

@@ -1281,7 +1281,6 @@ class PathEngine:
         """
         C = self.C
         n = self.n
-        y = self._y[:n]
         alpha = self._alpha[:n]
         status = self._status[:n]
         adding = status[D] == ADDING
@@ -1294,16 +1293,12 @@ class PathEngine:
         limit = self.max_breakpoints
         if limit is None:
             limit = 1000 + 10 * (n + D.size)
-        eps = _EPS
-        beta_D = y[D] * np.where(adding, C - alpha[D], -alpha[D])
+        # The driven moves beta_D, their contribution to f (K_D beta_D) and the threshold
+        # below which a move is round-off are set up by the loop when it starts (fs[F_ARRIVED]
+        # < 0).
+        beta_D = np.empty(D.size)
+        driven_effect = np.empty(n)
         K_D = np.ascontiguousarray(K_D)
-        driven_effect = beta_D @ K_D  # sum_j K(x_i, x_j) beta_j over the driven points
-        # What is left of the driven moves once it is round-off of the moves this update started
-        # with: the path has arrived (its direction would be noise, e.g. a spurious imbalance
-        # of an empty margin set). The equality sum(y alpha) = 0 holds to the round-off of the
-        # coefficients' sum, which is not C's: with C * K large the solution's coefficients are
-        # far below C, and a C-sized threshold dropped whole moves (removals of such points).
-        arrived = 1e4 * eps * max(float(np.abs(beta_D).sum()), float(alpha.sum()))
 
         k = self._margin.size
         # The factor, kernel columns and row map have room to grow (the loop asks for more
@@ -1312,7 +1307,7 @@ class PathEngine:
         capacity = self._R.shape[0]
         margin = np.full(capacity, -1, dtype=np.int64)
         margin[:k] = self._margin
-        fs = np.array([self.b, self._t, arrived, arrived, self._diag_scale])
+        fs = np.array([self.b, self._t, -1.0, -1.0, self._diag_scale])
         ints = np.zeros(_pathcore.N_INTS, dtype=np.int64)
         ints[_pathcore.I_PENDING] = -1
         ints[_pathcore.I_K] = k
