@@ -1323,6 +1323,19 @@ def admit_points(const double[:, ::1] block, const long[::1] new, const long[::1
     return diagonal, reserved
 
 
+def count_free(const long[::1] members, const double[::1] alpha, double upper) -> int:
+    """How many of ``members`` (positions) have 0 < alpha < ``upper``."""
+    cdef Py_ssize_t j, count = 0, n = alpha.shape[0]
+    for j in range(members.shape[0]):
+        if not 0 <= members[j] < n:
+            raise ValueError(f"position {members[j]} is outside the {n} coefficients")
+    with nogil:
+        for j in range(members.shape[0]):
+            if 0.0 < alpha[members[j]] < upper:
+                count += 1
+    return count
+
+
 def move_error_columns(const double[:, ::1] block, const double[::1] labels, double C,
                        bint joining, Py_ssize_t n, double[::1] h, double[::1] h_abs,
                        double[::1] h_drift) -> None:

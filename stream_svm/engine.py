@@ -31,6 +31,7 @@ path, the sets, the factor and every check are otherwise the same.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -883,7 +884,7 @@ class PathEngine:
         for anything non-finite)."""
         n = self.n
         g = self._g[:n]
-        if not np.isfinite(self.b):
+        if not math.isfinite(self.b):
             return False
         if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
             return False
@@ -1189,8 +1190,7 @@ class PathEngine:
         margin = self._margin
         if margin.size < 2:
             return False
-        alpha = self._alpha[margin]
-        return np.count_nonzero((alpha > 0.0) & (alpha < self._upper_bound())) >= 2
+        return _pathcore.count_free(margin, self._alpha, self._upper_bound()) >= 2
 
     def _upper_bound(self) -> float:
         """Where a coefficient of S is at C: a path that ends exactly where a member reaches C

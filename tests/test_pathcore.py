@@ -248,3 +248,12 @@ def test_swap_remove_refuses_a_position_outside_the_arrays_and_changes_nothing()
     for got, want in zip((X, *vectors, status, seq, slot, XT, columns, recent), before,
                          strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_count_free_counts_coefficients_strictly_between_the_bounds():
+    alpha = np.array([0.0, 1e-300, 0.5, 1.0, 1.0 - 1e-16, 2.0, 0.3])
+    members = np.array([6, 0, 1, 2, 3, 4], dtype=np.int64)
+    expected = np.count_nonzero((alpha[members] > 0) & (alpha[members] < 1.0))
+    assert _pathcore.count_free(members, alpha, 1.0) == expected == 4
+    with pytest.raises(ValueError, match="outside"):
+        _pathcore.count_free(np.array([7], dtype=np.int64), alpha, 1.0)
