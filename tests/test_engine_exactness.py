@@ -460,3 +460,51 @@ def test_an_update_that_adds_points_rolls_back_from_wherever_it_fails():
     # Both kinds of failure happened: before any stored point changed, and along a path.
     assert failed_at == {0, 1}
     assert_matches_batch(engine, X[:10])
+
+
+def test_a_regression_update_rolls_back_its_new_points_sides_too():
+    """With finite gaps (epsilon-SVR: a new point may take its other side on arrival) a kernel
+    failing on the new point's column or along the path leaves the engine exactly as it was,
+    and the stream then reaches what an engine that never failed reaches."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 3))
+    target = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
+    epsilon = 0.1
+    armed = {"calls_left": None}
+
+    def rbf(A, B):
+        if armed["calls_left"] is not None:
+            if armed["calls_left"] == 0:
+                raise MemoryError("kernel failed")
+            armed["calls_left"] -= 1
+        return np.exp(-0.7 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+    engine = PathEngine(make_kernel(rbf), C=5.0)
+    reference = PathEngine(make_kernel("rbf", gamma=0.7), C=5.0)
+    failed_at = set()
+    for i in range(60):
+        # One sample: one point of the engine with y = +1, p = epsilon - target, gap 2 epsilon.
+        sample = (X[i : i + 1], np.ones(1))
+        terms = {"keys": [i], "linear": np.array([epsilon - target[i]]),
+                 "gap": np.array([2 * epsilon])}
+        for calls_before_failure in (0, 1, 2):
+            state, keys, order = engine.get_state(), list(engine.keys), engine._next_seq
+            armed["calls_left"] = calls_before_failure
+            try:
+                engine.update(*sample, **terms)
+            except MemoryError:
+                failed_at.add(calls_before_failure)
+                for name, array in engine.get_state().items():
+                    np.testing.assert_array_equal(state[name], array, err_msg=name)
+                assert list(engine.keys) == keys and engine._next_seq == order
+            else:
+                break
+            finally:
+                armed["calls_left"] = None
+        else:
+            engine.update(*sample, **terms)
+        reference.update(*sample, **terms)
+    assert failed_at == {0, 1, 2}
+    np.testing.assert_allclose(engine.decision_function(X), reference.decision_function(X),
+                               rtol=0, atol=1e-9)
+    assert engine.kkt_violation() < 1e-9
