@@ -413,21 +413,28 @@ def test_the_features_kept_for_the_kernel_loops_follow_x_through_every_change():
     assert_matches_batch(engine, rng.standard_normal((30, 4)))
 
 
-def test_an_update_that_adds_points_rolls_back_from_wherever_it_fails():
-    """An update that only adds points copies the stored state only when it first changes a
-    stored point. A kernel failing before that (the new point's column) or after (a column
-    the path asks for) leaves the engine exactly as it was, keys, order and counters
-    included, and the same update then gives what an engine that never failed gives."""
-    X, y = two_rings(90, seed=41)
-    armed = {"calls_left": None}
+def _rbf_failing_on_demand(gamma: float):
+    """A user-callable RBF kernel and its switch: with ``armed["calls_left"] = k`` it answers
+    k more calls, then raises MemoryError (None: never)."""
+    armed: dict = {"calls_left": None}
 
     def rbf(A, B):
         if armed["calls_left"] is not None:
             if armed["calls_left"] == 0:
                 raise MemoryError("kernel failed")
             armed["calls_left"] -= 1
-        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+        return np.exp(-gamma * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
 
+    return rbf, armed
+
+
+def test_an_update_that_adds_points_rolls_back_from_wherever_it_fails():
+    """An update that only adds points copies the stored state only when it first changes a
+    stored point. A kernel failing before that (the new point's column) or after (a column
+    the path asks for) leaves the engine exactly as it was, keys, order and counters
+    included, and the same update then gives what an engine that never failed gives."""
+    X, y = two_rings(90, seed=41)
+    rbf, armed = _rbf_failing_on_demand(0.5)
     engine = PathEngine(make_kernel(rbf), C=10.0)
     reference = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
     for i in range(30):
@@ -470,15 +477,7 @@ def test_a_regression_update_rolls_back_its_new_points_sides_too():
     X = rng.normal(size=(60, 3))
     target = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
     epsilon = 0.1
-    armed = {"calls_left": None}
-
-    def rbf(A, B):
-        if armed["calls_left"] is not None:
-            if armed["calls_left"] == 0:
-                raise MemoryError("kernel failed")
-            armed["calls_left"] -= 1
-        return np.exp(-0.7 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
-
+    rbf, armed = _rbf_failing_on_demand(0.7)
     engine = PathEngine(make_kernel(rbf), C=5.0)
     reference = PathEngine(make_kernel("rbf", gamma=0.7), C=5.0)
     failed_at = set()
