@@ -52,6 +52,7 @@ MARGIN, ERROR, RESERVE, ADDING, REMOVING = 0, 1, 2, 3, 4
 RECENT_COLUMN_BYTES = 512 << 10
 RECENT_COLUMNS_MAX = 16
 _NO_ROWS = np.zeros((0, 0))  # a 2-D array argument that is not there
+_NO_POSITIONS = np.zeros(0, dtype=np.int64)  # a list of positions that is not there
 _EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 
 
@@ -957,34 +958,39 @@ class PathEngine:
             y_add = np.zeros(0)
             keys = []
             linear = gap = None
-        X_add = np.atleast_2d(np.asarray(X_add, dtype=float))
-        y_add = np.asarray(y_add, dtype=float).reshape(-1)
+        X_add = np.asarray(X_add, dtype=float)
+        if X_add.ndim != 2:
+            X_add = np.atleast_2d(X_add)
+            if X_add.ndim != 2:
+                raise ValueError(f"X_add must be 2-D (points x features), got {X_add.ndim}-D")
+        X_add = np.ascontiguousarray(X_add)
+        y_add = np.ascontiguousarray(y_add, dtype=float).reshape(-1)
         keys = list(keys) if keys is not None else []
-        m = X_add.shape[0] if X_add.size or X_add.shape[0] else 0
+        m = X_add.shape[0]
         if y_add.size != m or len(keys) != m:
             raise ValueError(
                 f"X_add has {m} rows but y_add has {y_add.size} labels and keys has {len(keys)}"
             )
-        if not np.isfinite(X_add).all():
-            raise ValueError("X_add contains non-finite values")
-        if not (np.abs(y_add) == 1.0).all():
-            raise ValueError("labels must be +1 or -1")
         if linear is None:
             linear = np.full(m, -1.0)
         else:
-            linear = np.asarray(linear, dtype=float).reshape(-1)
+            linear = np.ascontiguousarray(linear, dtype=float).reshape(-1)
             if linear.size != m:
                 raise ValueError(f"X_add has {m} rows but linear has {linear.size} terms")
-            if not np.isfinite(linear).all():
-                raise ValueError("linear contains non-finite values")
         if gap is None:
             gap = np.full(m, np.inf)
         else:
-            gap = np.asarray(gap, dtype=float).reshape(-1)
+            gap = np.ascontiguousarray(gap, dtype=float).reshape(-1)
             if gap.size != m:
                 raise ValueError(f"X_add has {m} rows but gap has {gap.size} values")
-            if not (gap >= 0).all():  # nan fails too
-                raise ValueError("gap must hold numbers >= 0 (inf: no second side)")
+        problem = _pathcore.check_points(X_add, y_add, linear, gap)
+        if problem != _pathcore.POINTS_VALID:
+            raise ValueError({
+                _pathcore.FEATURES_NOT_FINITE: "X_add contains non-finite values",
+                _pathcore.LABEL_NOT_SIGN: "labels must be +1 or -1",
+                _pathcore.LINEAR_NOT_FINITE: "linear contains non-finite values",
+                _pathcore.GAP_NOT_NONNEGATIVE: "gap must hold numbers >= 0 (inf: no second side)",
+            }[problem])
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
         # Set operations first (one pass in C); the offending key is looked for only on failure.
@@ -1010,19 +1016,10 @@ class PathEngine:
                 linear: np.ndarray, gap: np.ndarray) -> np.ndarray:
         n, m = self.n, X_add.shape[0]
         self._reserve_rows(n + m)
-        rows = slice(n, n + m)  # (slices: faster than fancy indexing, for one point too)
-        self._X[rows] = X_add
-        if self._XT is not None and self._XT_of is self._X:
-            self._XT[:, rows] = X_add.T
-        self._y[rows] = y_add
-        self._p[rows] = linear
-        self._gap[rows] = gap
-        self._alpha[rows] = 0.0
-        self._g[rows] = 0.0
-        self._h[rows] = 0.0
-        self._status[rows] = ADDING
-        self._slot[rows] = -1
-        self._seq[rows] = np.arange(self._next_seq, self._next_seq + m)
+        features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
+        _pathcore.append_points(n, X_add, y_add, linear, gap, self._X, features, self._y,
+                                self._p, self._gap, self._alpha, self._g, self._h,
+                                self._status, self._slot, self._seq, self._next_seq)
         self._next_seq += m
         self._pos.update(zip(keys, range(n, n + m), strict=True))
         self._keys.extend(keys)
@@ -1059,18 +1056,21 @@ class PathEngine:
             n = self.n
             features = self._features_by_column()
             margin = self._margin
-            error = np.flatnonzero(self._status[:n] == ERROR)
             # f at the new points needs their kernel values at S and E only (and the recent
             # columns their entries); full columns only the points the path then drives.
             # Computed in two parts when S and E are a small part of the points (a wide SVR
             # tube); RBF only, whose values are finite wherever the features are.
             kind = _compiled_kernel(self.kernel)[0]
-            k, errors = margin.size, error.size
+            k = margin.size
             # (Gathering the rows' features costs more than it saves for one to three points.)
-            recent_slots = None
+            recent_slots = error = None
             if kind == _pathcore.KERNEL_RBF and new.size >= 4:
                 recent_slots = np.flatnonzero(self._recent_of >= 0)
-            if recent_slots is not None and 2 * (k + errors + recent_slots.size + new.size) < n:
+                error = np.flatnonzero(self._status[:n] == ERROR)
+            if recent_slots is not None and 2 * (k + error.size + recent_slots.size
+                                                 + new.size) < n:
+                errors = error.size
+                scan_error = -1
                 K_new = None
                 kept = recent_slots.size
                 needed = np.concatenate([margin, error, self._recent_of[recent_slots], new])
@@ -1081,7 +1081,10 @@ class PathEngine:
             else:
                 K_new = self._kernel_columns(new, features)
                 block = K_new.T
-                margin_rows, error_rows, new_rows = margin, error, new
+                margin_rows, new_rows = margin, new
+                # E's members: found by the compiled pass, from their status.
+                error = error_rows = _NO_POSITIONS
+                scan_error = new[0]
                 # Every slot, by position (-1: none held).
                 recent_slots, recent_rows = np.arange(self._recent_of.size), self._recent_of
             new_terms = np.empty(new.size)  # the size of the terms of the new points' g
@@ -1089,7 +1092,7 @@ class PathEngine:
                 np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,
                 error, error_rows, recent_slots, recent_rows, self._columns, self._recent,
                 self._y, self._p, self._gap, self._alpha, self._g, self._h, self._h_abs,
-                self._h_drift, self._status, C, self.b, new_terms)
+                self._h_drift, self._status, C, self.b, new_terms, scan_error)
             self._diag_scale = max(self._diag_scale, diagonal)
             if self._margin.size and self._t < self._diag_scale / 16:
                 # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would

@@ -196,8 +196,32 @@ def test_bad_updates_leave_engine_unchanged():
         engine.update(np.array([[np.nan, 1.0]]), np.array([1.0]), keys=["x"])
     with pytest.raises(ValueError, match=r"\+1 or -1"):
         engine.update(np.array([[0.0, 1.0]]), np.array([2.0]), keys=["x"])
+    # Each check looks at every point, not the first one only.
+    with pytest.raises(ValueError, match="X_add contains non-finite"):
+        engine.update(np.array([[0.0, 1.0], [1.0, -np.inf]]), [1.0, 1.0], keys=["x", "z"])
+    with pytest.raises(ValueError, match=r"\+1 or -1"):
+        engine.update(np.zeros((3, 2)), [1.0, -1.0, np.nan], keys=["x", "z", "w"])
+    with pytest.raises(ValueError, match="linear contains non-finite"):
+        engine.update(np.zeros((2, 2)), [1.0, -1.0], ["x", "z"], linear=[-1.0, np.inf])
+    with pytest.raises(ValueError, match="gap must hold numbers >= 0"):
+        engine.update(np.zeros((2, 2)), [1.0, -1.0], ["x", "z"], gap=[1.0, np.nan])
+    with pytest.raises(ValueError, match="must be 2-D"):
+        engine.update(np.zeros((1, 1, 2)), [1.0], keys=["x"])
     for name, array in engine.get_state().items():
         np.testing.assert_array_equal(state[name], array)
+
+
+def test_points_given_as_strided_views_are_learned_as_copies_would_be():
+    """Rows taken with a step, columns of a Fortran-ordered array and labels with a stride
+    are stored as their values, the same as contiguous copies."""
+    X, y = two_rings(40, seed=21)
+    wide = np.asfortranarray(np.hstack([X, X]))
+    views = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    views.update(wide[::2, :2], np.repeat(y[::2], 2)[::2], keys=list(range(20)))
+    copies = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    copies.update(X[::2].copy(), y[::2].copy(), keys=list(range(20)))
+    np.testing.assert_array_equal(views.X, copies.X)
+    assert np.array_equal(views.decision_function(X), copies.decision_function(X))
 
 
 def test_state_roundtrip_reproduces_decisions():

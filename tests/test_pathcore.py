@@ -49,26 +49,29 @@ def test_kernel_columns_equal_the_kernels(name, code):
                                  1.5, out)
 
 
-@pytest.mark.parametrize("dim", [1, 2, 3, 4, 5, 7, 8, 21])
-def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim):
+@pytest.mark.parametrize(("dim", "n"), [(1, 53), (2, 53), (3, 53), (4, 53), (5, 53), (7, 53),
+                                      (8, 53), (21, 53), (21, 1000), (5, 1000), (100, 301)])
+def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim, n):
     """Features are taken up to four per pass over the points, the last pass whatever is
-    left: every point's sum still runs over the features in order, to the last bit (the
-    order SciPy's cdist sums squared distances in), for every column of a block."""
+    left, and the points a block at a time for several columns (several blocks and a partial
+    last one at n = 1000 and 301): every point's sum still runs over the features in order,
+    to the last bit (the order SciPy's cdist sums squared distances in), for every column of
+    a block."""
     rng = np.random.default_rng(dim)
-    X = rng.standard_normal((53, dim))
+    X = rng.standard_normal((n, dim))
     features = np.ascontiguousarray(X.T)
-    positions = np.array([0, 5, 52, 17], dtype=np.int64)
-    out = np.zeros((4, 53))
-    distances = np.zeros((53, 4))
-    products = np.zeros((53, 4))
+    positions = np.array([0, 5, n - 1, 17], dtype=np.int64)
+    out = np.zeros((4, n))
+    distances = np.zeros((n, 4))
+    products = np.zeros((n, 4))
     for f in range(dim):  # the reference: one feature at a time, in order
         distances = distances + (X[:, [f]] - X[positions, f]) ** 2
         products = products + X[:, [f]] * X[positions, f]
-    _pathcore.kernel_columns(_pathcore.KERNEL_RBF, features, 53, positions, 1.0, 0, 0.0, out,
+    _pathcore.kernel_columns(_pathcore.KERNEL_RBF, features, n, positions, 1.0, 0, 0.0, out,
                              False)
     assert np.array_equal(out.T, -distances)
     assert np.array_equal(out.T, -cdist(X, X[positions], "sqeuclidean"))
-    _pathcore.kernel_columns(_pathcore.KERNEL_LINEAR, features, 53, positions, 0.0, 0, 0.0,
+    _pathcore.kernel_columns(_pathcore.KERNEL_LINEAR, features, n, positions, 0.0, 0, 0.0,
                              out)
     assert np.array_equal(out.T, products)
 
