@@ -543,7 +543,7 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
 
 from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 from scipy.linalg.cython_blas cimport ddot, dgemv, dtrsv
 
@@ -1384,24 +1384,25 @@ def move_error_columns(const double[:, ::1] block, const double[::1] labels, dou
                                joining)
 
 
-cdef inline void _move_entries(double* row, const long[::1] holes, const long[::1] movers,
-                               Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t j
-    for j in range(m):
-        row[holes[j]] = row[movers[j]]
-
-
-def swap_remove(const long[::1] holes, const long[::1] movers, double[:, ::1] X,
+def swap_remove(const long[::1] removed, Py_ssize_t n, double[:, ::1] X,
                 double[::1] y, double[::1] p, double[::1] gap, double[::1] alpha,
                 double[::1] g, double[::1] h, double[::1] h_abs, double[::1] h_drift,
                 signed char[::1] status, long[::1] seq, long[::1] slot, double[:, ::1] XT,
-                double[:, ::1] columns, Py_ssize_t k, double[:, ::1] recent) -> None:
-    """Move the stored points at ``movers`` into the ``holes`` (swap-removal): their rows of X,
-    their entries in the per-point vectors, in the feature-by-feature copy ``XT`` (none kept:
-    no rows), in S's first ``k`` kernel columns and in the recent columns. One pass without
-    the GIL, row by row, in place of fifteen fancy-indexed copies."""
-    cdef Py_ssize_t j, r, m = holes.shape[0], dim = X.shape[1], hole, mover
-    cdef Py_ssize_t limit = X.shape[0]
+                double[:, ::1] columns, long[::1] margin, double[:, ::1] recent,
+                long[::1] recent_of, long[::1] holes, long[::1] movers) -> int:
+    """Remove the stored points at the (distinct) positions ``removed`` from the first n, none
+    of them in S: the points after the new end n - len(removed) that stay fill the holes the
+    removed points leave below it, both taken in descending order (what removing them one at
+    a time, highest position first, would do). Moves their rows of X, their entries in the
+    per-point vectors, in the feature-by-feature copy ``XT`` (none kept: no rows), in S's
+    kernel columns (the first len(margin)) and in the recent columns, S's member list and the
+    recent columns' owners (-1 for a removed owner). ``holes`` and ``movers`` (room for
+    len(removed)) get the moves; returns their count. One pass without the GIL, in place of
+    fifteen fancy-indexed copies and the Python loops that planned them."""
+    cdef Py_ssize_t j, r, c, count = 0, m = removed.shape[0], dim = X.shape[1], hole, mover
+    cdef Py_ssize_t k = margin.shape[0], end = n - m, limit = X.shape[0], owner
+    cdef unsigned char* gone
+    cdef long* moved_to
     limit = min(limit, y.shape[0], p.shape[0], gap.shape[0], alpha.shape[0], g.shape[0],
                 h.shape[0], h_abs.shape[0], h_drift.shape[0], status.shape[0], seq.shape[0],
                 slot.shape[0])
@@ -1411,33 +1412,82 @@ def swap_remove(const long[::1] holes, const long[::1] movers, double[:, ::1] X,
         limit = min(limit, columns.shape[1])
     if recent.shape[0]:
         limit = min(limit, recent.shape[1])
-    if movers.shape[0] != m or k > columns.shape[0] or XT.shape[0] not in (0, dim):
-        raise ValueError("the holes and movers do not match the arrays")
-    for j in range(m):
-        if not (0 <= holes[j] < limit and 0 <= movers[j] < limit):
-            raise ValueError(f"position {holes[j]} or {movers[j]} is outside the stored points")
-    with nogil:
+    if (n > limit or end < 0 or k > columns.shape[0] or XT.shape[0] not in (0, dim)
+            or holes.shape[0] < m or movers.shape[0] < m
+            or recent_of.shape[0] != recent.shape[0]):
+        raise ValueError("the positions do not match the arrays")
+    if m == 0:
+        return 0
+    gone = <unsigned char*>calloc(n, 1)
+    moved_to = <long*>malloc(n * sizeof(long))
+    if gone == NULL or moved_to == NULL:
+        free(gone)
+        free(moved_to)
+        raise MemoryError()
+    try:
         for j in range(m):
-            hole, mover = holes[j], movers[j]
-            for r in range(dim):
-                X[hole, r] = X[mover, r]
-            status[hole] = status[mover]
-            seq[hole] = seq[mover]
-            slot[hole] = slot[mover]
-        _move_entries(&y[0], holes, movers, m)
-        _move_entries(&p[0], holes, movers, m)
-        _move_entries(&gap[0], holes, movers, m)
-        _move_entries(&alpha[0], holes, movers, m)
-        _move_entries(&g[0], holes, movers, m)
-        _move_entries(&h[0], holes, movers, m)
-        _move_entries(&h_abs[0], holes, movers, m)
-        _move_entries(&h_drift[0], holes, movers, m)
-        for r in range(XT.shape[0]):
-            _move_entries(&XT[r, 0], holes, movers, m)
-        for r in range(k):
-            _move_entries(&columns[r, 0], holes, movers, m)
-        for r in range(recent.shape[0]):
-            _move_entries(&recent[r, 0], holes, movers, m)
+            if not 0 <= removed[j] < n or gone[removed[j]]:
+                raise ValueError(f"position {removed[j]} is outside the {n} stored points or "
+                                 "listed twice")
+            if slot[removed[j]] >= 0:
+                raise ValueError(f"position {removed[j]} is in the margin set")
+            gone[removed[j]] = 1
+        with nogil:
+            # Holes below the new end and movers above it, each in descending order: as many
+            # of one as of the other.
+            hole = end - 1
+            mover = n - 1
+            while True:
+                while hole >= 0 and not gone[hole]:
+                    hole -= 1
+                while mover >= end and gone[mover]:
+                    mover -= 1
+                if hole < 0 or mover < end:
+                    break
+                holes[count] = hole
+                movers[count] = mover
+                count += 1
+                hole -= 1
+                mover -= 1
+            for j in range(count):
+                hole, mover = holes[j], movers[j]
+                for r in range(dim):
+                    X[hole, r] = X[mover, r]
+                status[hole] = status[mover]
+                seq[hole] = seq[mover]
+                slot[hole] = slot[mover]
+                y[hole] = y[mover]
+                p[hole] = p[mover]
+                gap[hole] = gap[mover]
+                alpha[hole] = alpha[mover]
+                g[hole] = g[mover]
+                h[hole] = h[mover]
+                h_abs[hole] = h_abs[mover]
+                h_drift[hole] = h_drift[mover]
+                if slot[hole] >= 0:
+                    margin[slot[hole]] = hole
+            for r in range(XT.shape[0]):
+                for j in range(count):
+                    XT[r, holes[j]] = XT[r, movers[j]]
+            for c in range(k):
+                for j in range(count):
+                    columns[c, holes[j]] = columns[c, movers[j]]
+            # The recent columns follow their points: dropped with them, or to their holes.
+            for j in range(n):
+                moved_to[j] = -1 if gone[j] else j
+            for j in range(count):
+                moved_to[movers[j]] = holes[j]
+            for c in range(recent.shape[0]):
+                owner = recent_of[c]
+                if owner >= 0:
+                    recent_of[c] = moved_to[owner] if owner < n else -1
+                    if recent_of[c] >= 0:
+                        for j in range(count):
+                            recent[c, holes[j]] = recent[c, movers[j]]
+    finally:
+        free(gone)
+        free(moved_to)
+    return count
 
 
 def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, long[::1] store,

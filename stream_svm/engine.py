@@ -693,7 +693,7 @@ class PathEngine:
             "slot": self._slot[:n].copy(),
             # The key -> position map follows from the keys: rebuilt on restore (rare) rather
             # than copied on every update.
-            "keys": list(self._keys),
+            "keys": self._keys[:n],  # (in _before_change, the keys before the update)
             "next_seq": self._next_seq,
             "margin": self._margin.copy(),
             "R": self._R[:k, :k].copy(),
@@ -887,10 +887,11 @@ class PathEngine:
         g = self._g[:n]
         if not math.isfinite(self.b):
             return False
+        if self._terms_cache is not None and self._kkt_cache is not None:
+            # Judged with g, its terms and sum(y alpha) at the end of the update.
+            return self._kkt_cache
         if abs(float(self._y[:n] @ self._alpha[:n])) > self.kkt_tol * self.C:
             return False
-        if self._terms_cache is not None and self._kkt_cache is not None:
-            return self._kkt_cache  # judged with g and its terms at the end of the update
         if not np.all(np.isfinite(g)):
             return False
         terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
@@ -930,7 +931,6 @@ class PathEngine:
         finally:
             self.n = n
             self._next_seq, self.b, self._t, self._diag_scale = scalars
-        whole["keys"] = whole["keys"][: undo["n"]]
         self._undo = whole
 
     def _roll_back(self) -> None:
@@ -1021,7 +1021,10 @@ class PathEngine:
                                 self._p, self._gap, self._alpha, self._g, self._h,
                                 self._status, self._slot, self._seq, self._next_seq)
         self._next_seq += m
-        self._pos.update(zip(keys, range(n, n + m), strict=True))
+        if m == 1:  # a stream's one point: without zip's machinery
+            self._pos[keys[0]] = n
+        else:
+            self._pos.update(zip(keys, range(n, n + m), strict=True))
         self._keys.extend(keys)
         self.n = n + m
         return np.arange(n, n + m)
@@ -1156,8 +1159,9 @@ class PathEngine:
         centered = self._center_b()
         if keys and not driven and not remove and not centered and checked_terms is not None:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
-            # stored points' g, already checked, are unchanged, and the new points hold their
-            # conditions by construction (0 <= g <= gap - g). Their terms extend the check's.
+            # stored points' g and sum(y alpha), already checked, are unchanged, and the new
+            # points hold their conditions by construction (0 <= g <= gap - g). Their terms
+            # extend the check's.
             self._terms_cache = np.concatenate([checked_terms, new_terms])
             self._kkt_cache = True
             self._sv_cache = support  # no coefficient changed, no point moved
@@ -1178,7 +1182,7 @@ class PathEngine:
         else:
             # Nothing moved since: the KKT check that follows every update reuses them.
             self._terms_cache = terms
-            self._kkt_cache = kkt_ok
+            self._kkt_cache = kkt_ok and balance <= self.kkt_tol
         self._sv_cache = None
         return stats
 
@@ -1387,39 +1391,23 @@ class PathEngine:
             return
         self._terms_cache = self._kkt_cache = None  # they were per point
         n = self.n
-        end = n - len(positions)
-        # Python sets and lists: the positions are usually few (a window's step), and numpy's
-        # per-call costs would dominate.
-        removing = {int(position) for position in positions}
-        holes_list = sorted([p for p in removing if p < end], reverse=True)
-        movers_list = [q for q in range(n - 1, end - 1, -1) if q not in removing]
-        for position in removing:
-            del self._pos[self._keys[position]]
-        if holes_list:
-            holes = np.array(holes_list, dtype=np.int64)
-            movers = np.array(movers_list, dtype=np.int64)
-            features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
-            # S's columns are packed in the first k rows.
-            _pathcore.swap_remove(holes, movers, self._X, self._y, self._p, self._gap,
-                                  self._alpha, self._g, self._h, self._h_abs, self._h_drift,
-                                  self._status, self._seq, self._slot, features,
-                                  self._columns, self._margin.size, self._recent)
-            keys = self._keys
-            for hole, mover in zip(holes_list, movers_list, strict=True):
-                key = keys[mover]
-                keys[hole] = key
-                self._pos[key] = hole
-            in_margin = self._slot[holes] >= 0
-            self._margin[self._slot[holes[in_margin]]] = holes[in_margin]
-        # The recent columns follow their points: dropped with them, or to their holes.
-        cached = np.flatnonzero(self._recent_of >= 0)
-        if cached.size:
-            moved_to = np.arange(n)
-            if holes_list:
-                moved_to[movers] = holes
-            moved_to[list(removing)] = -1
-            self._recent_of[cached] = moved_to[self._recent_of[cached]]
-        del self._keys[end:]
+        removed = np.array(positions, dtype=np.int64)
+        holes = np.empty(removed.size, dtype=np.int64)
+        movers = np.empty(removed.size, dtype=np.int64)
+        features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
+        moves = _pathcore.swap_remove(
+            removed, n, self._X, self._y, self._p, self._gap, self._alpha, self._g, self._h,
+            self._h_abs, self._h_drift, self._status, self._seq, self._slot, features,
+            self._columns, self._margin, self._recent, self._recent_of, holes, movers)
+        keys, pos = self._keys, self._pos
+        for position in positions:
+            del pos[keys[position]]
+        for hole, mover in zip(holes[:moves].tolist(), movers[:moves].tolist(), strict=True):
+            key = keys[mover]
+            keys[hole] = key
+            pos[key] = hole
+        end = n - removed.size
+        del keys[end:]
         self.n = end
 
     # ------------------------------------------------------------------ maintenance

@@ -212,45 +212,88 @@ def test_a_callable_kernel_may_return_read_only_blocks(ridge):
                                built_in.decision_function(probes), rtol=0, atol=1e-9)
 
 
-def _swap_arrays(n: int, dim: int, k: int, recent: int):
+def _swap_arrays(n: int, dim: int, members: list[int], recent_owners: list[int]) -> dict:
+    """Consistent per-point arrays: S's members at the given positions (their slots in that
+    order), recent columns owned by the given positions (-1: none)."""
     rng = np.random.default_rng(3)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[members] = np.arange(len(members))
     X = rng.normal(size=(n, dim))
-    vectors = [rng.normal(size=n) for _ in range(8)]
-    status = rng.integers(-1, 3, size=n).astype(np.int8)
-    seq, slot = np.arange(n, dtype=np.int64), rng.integers(-1, k, size=n).astype(np.int64)
-    return X, vectors, status, seq, slot, np.ascontiguousarray(X.T), rng.normal(size=(k + 2, n)), \
-        rng.normal(size=(recent, n))
+    return {
+        "X": X, "vectors": [rng.normal(size=n) for _ in range(8)],
+        "status": rng.integers(-1, 3, size=n).astype(np.int8),
+        "seq": np.arange(n, dtype=np.int64), "slot": slot, "XT": np.ascontiguousarray(X.T),
+        "columns": rng.normal(size=(len(members) + 2, n)),
+        "margin": np.array(members, dtype=np.int64),
+        "recent": rng.normal(size=(len(recent_owners), n)),
+        "recent_of": np.array(recent_owners, dtype=np.int64),
+    }
 
 
-def test_swap_remove_moves_every_per_point_array_like_fancy_indexing():
-    n, k = 40, 5
-    X, vectors, status, seq, slot, XT, columns, recent = _swap_arrays(n, 3, k, 4)
-    holes, movers = np.array([30, 7, 2], dtype=np.int64), np.array([39, 38, 36], dtype=np.int64)
-    expected = [a.copy() for a in (X, *vectors, status, seq, slot)]
-    for array in expected:
-        array[holes] = array[movers]
-    expected_columns, expected_recent, expected_XT = columns.copy(), recent.copy(), XT.copy()
-    for array in (expected_columns[:k], expected_recent, expected_XT):
-        array[:, holes] = array[:, movers]
-    _pathcore.swap_remove(holes, movers, X, *vectors, status, seq, slot, XT, columns, k, recent)
-    for got, want in zip((X, *vectors, status, seq, slot), expected, strict=True):
-        np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(columns, expected_columns)  # rows past k untouched
-    np.testing.assert_array_equal(recent, expected_recent)
-    np.testing.assert_array_equal(XT, expected_XT)
+def _swap_remove(arrays: dict, removed: list[int], n: int):
+    holes = np.empty(len(removed), dtype=np.int64)
+    movers = np.empty(len(removed), dtype=np.int64)
+    moves = _pathcore.swap_remove(
+        np.array(removed, dtype=np.int64), n, arrays["X"], *arrays["vectors"], arrays["status"],
+        arrays["seq"], arrays["slot"], arrays["XT"], arrays["columns"], arrays["margin"],
+        arrays["recent"], arrays["recent_of"], holes, movers)
+    return holes[:moves], movers[:moves]
 
 
-def test_swap_remove_refuses_a_position_outside_the_arrays_and_changes_nothing():
-    n, k = 10, 2
-    X, vectors, status, seq, slot, XT, columns, recent = _swap_arrays(n, 2, k, 3)
-    before = [a.copy() for a in (X, *vectors, status, seq, slot, XT, columns, recent)]
-    holes, movers = np.array([1, 2], dtype=np.int64), np.array([9, 10], dtype=np.int64)
-    with pytest.raises(ValueError, match="outside the stored points"):
-        _pathcore.swap_remove(holes, movers, X, *vectors, status, seq, slot, XT, columns, k,
-                              recent)
-    for got, want in zip((X, *vectors, status, seq, slot, XT, columns, recent), before,
-                         strict=True):
-        np.testing.assert_array_equal(got, want)
+def test_swap_remove_moves_every_array_as_removing_one_point_at_a_time_would():
+    """The reference: each removed point, highest position first, replaced by the last one.
+    Every per-point array, S's kernel columns (not the rows past S), the feature copy, the
+    member list and the recent columns with their owners follow their points."""
+    n, members = 40, [3, 38, 11, 36, 20]
+    owners = [39, 30, -1, 2, 38, 7]  # removed owners (30, 2, 7) lose their column
+    arrays = _swap_arrays(n, 3, members, owners)
+    removed = [30, 7, 2, 37, 39]
+    per_point = ["X", "status", "seq", "slot"]
+    expected = {name: arrays[name].copy() for name in per_point}
+    expected_vectors = [v.copy() for v in arrays["vectors"]]
+    expected_by_column = {name: arrays[name].copy() for name in ("XT", "columns", "recent")}
+    where = list(range(n))  # where[i]: the original position now at i
+    for position in sorted(removed, reverse=True):
+        last = len(where) - 1
+        for array in [*expected.values(), *expected_vectors]:
+            array[position] = array[last]
+        for name, array in expected_by_column.items():
+            rows = slice(0, len(members)) if name == "columns" else slice(None)
+            array[rows, position] = array[rows, last]
+        where[position] = where[last]
+        where.pop()
+    now_at = {original: i for i, original in enumerate(where)}
+    holes, movers = _swap_remove(arrays, removed, n)
+    assert holes.tolist() == [30, 7, 2] and movers.tolist() == [38, 36, 35]
+    for name in per_point:
+        np.testing.assert_array_equal(arrays[name][: n - 5], expected[name][: n - 5])
+    for got, want in zip(arrays["vectors"], expected_vectors, strict=True):
+        np.testing.assert_array_equal(got[: n - 5], want[: n - 5])
+    np.testing.assert_array_equal(arrays["XT"][:, : n - 5], expected_by_column["XT"][:, : n - 5])
+    np.testing.assert_array_equal(arrays["columns"][:, : n - 5],  # rows past S untouched
+                                  expected_by_column["columns"][:, : n - 5])
+    assert arrays["margin"].tolist() == [now_at[m] for m in members]
+    assert arrays["recent_of"].tolist() == [now_at.get(o, -1) if o >= 0 else -1
+                                            for o in owners]
+    for row, owner in enumerate(arrays["recent_of"]):
+        if owner >= 0:
+            np.testing.assert_array_equal(arrays["recent"][row, : n - 5],
+                                          expected_by_column["recent"][row, : n - 5])
+
+
+@pytest.mark.parametrize(("removed", "message"), [
+    ([1, 10], "outside the 10 stored points"),
+    ([4, 4], "listed twice"),
+    ([1, 3], "in the margin set"),
+])
+def test_swap_remove_refuses_a_wrong_position_and_changes_nothing(removed, message):
+    n = 10
+    arrays = _swap_arrays(n, 2, [3, 5], [9, 1, -1])
+    before = {name: np.copy(value) for name, value in arrays.items()}
+    with pytest.raises(ValueError, match=message):
+        _swap_remove(arrays, removed, n)
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
 
 
 def test_count_free_counts_coefficients_strictly_between_the_bounds():
