@@ -666,11 +666,13 @@ class PathEngine:
         return worst
 
     # ------------------------------------------------------------------ snapshots
-    def _snapshot(self, with_columns: bool = False) -> dict:
+    def _snapshot(self, with_columns: bool = False, with_rows: bool = True) -> dict:
         """Everything an update changes, to roll it back. S's kernel columns (k x n, the
         largest part) are recomputed after a rollback unless ``with_columns``: updates rarely
         roll back, leave-one-out rolls back after every point. A user's kernel (which may
-        raise, or be slow) has them copied too."""
+        raise, or be slow) has them copied too. Without ``with_rows`` the points' features,
+        keys and sequence numbers are left out: an update that only appends points leaves
+        them in place (``_delete_positions`` adds them before it moves any)."""
         with_columns = with_columns or _compiled_kernel(self.kernel)[0] < 0
         if with_columns:
             self._ensure_columns()
@@ -679,7 +681,7 @@ class PathEngine:
             "n": n,
             "dim": self.dim,
             "b": self.b,
-            "X": self._X[:n].copy(),
+            "X": self._X[:n].copy() if with_rows else None,
             "y": self._y[:n].copy(),
             "linear": self._p[:n].copy(),
             "gap": self._gap[:n].copy(),
@@ -689,11 +691,11 @@ class PathEngine:
             "h_abs": self._h_abs[:n].copy(),
             "h_drift": self._h_drift[:n].copy(),
             "status": self._status[:n].copy(),
-            "seq": self._seq[:n].copy(),
+            "seq": self._seq[:n].copy() if with_rows else None,
             "slot": self._slot[:n].copy(),
             # The key -> position map follows from the keys: rebuilt on restore (rare) rather
             # than copied on every update.
-            "keys": self._keys[:n],  # (in _before_change, the keys before the update)
+            "keys": self._keys[:n] if with_rows else None,
             "next_seq": self._next_seq,
             "margin": self._margin.copy(),
             "R": self._R[:k, :k].copy(),
@@ -708,23 +710,28 @@ class PathEngine:
         # retried from it, or several leave-one-out runs). No kernel is evaluated here.
         # Positions may have moved since the snapshot: its recent columns no longer apply.
         self._forget_recent()
-        self.n = snap["n"]
+        n = snap["n"]
+        per_point = [("_y", "y"), ("_p", "linear"), ("_gap", "gap"), ("_alpha", "alpha"),
+                     ("_g", "g"), ("_h", "h"), ("_h_abs", "h_abs"), ("_h_drift", "h_drift"),
+                     ("_status", "status"), ("_slot", "slot")]
+        if snap["X"] is None:
+            # The rows before n are in place (features, keys, sequence numbers, and the arrays'
+            # room): drop the points appended since, copy the rest back into place.
+            for key in self._keys[n:]:
+                del self._pos[key]
+            del self._keys[n:]
+            for attribute, name in per_point:
+                getattr(self, attribute)[:n] = snap[name]
+        else:
+            self._X = snap["X"].copy()
+            self._seq = snap["seq"].copy()
+            self._keys = list(snap["keys"])
+            self._pos = {key: position for position, key in enumerate(self._keys)}
+            for attribute, name in per_point:
+                setattr(self, attribute, snap[name].copy())
+        self.n = n
         self.dim = snap["dim"]
         self.b = snap["b"]
-        self._X = snap["X"].copy()
-        self._y = snap["y"].copy()
-        self._p = snap["linear"].copy()
-        self._gap = snap["gap"].copy()
-        self._alpha = snap["alpha"].copy()
-        self._g = snap["g"].copy()
-        self._h = snap["h"].copy()
-        self._h_abs = snap["h_abs"].copy()
-        self._h_drift = snap["h_drift"].copy()
-        self._status = snap["status"].copy()
-        self._seq = snap["seq"].copy()
-        self._slot = snap["slot"].copy()
-        self._keys = list(snap["keys"])
-        self._pos = {key: position for position, key in enumerate(self._keys)}
         self._next_seq = snap["next_seq"]
         self._margin = snap["margin"].copy()
         k, n = self._margin.size, self.n
@@ -927,7 +934,7 @@ class PathEngine:
         self._next_seq, self.b, self._t = undo["next_seq"], undo["b"], undo["t"]
         self._diag_scale = undo["diag_scale"]
         try:
-            whole = self._snapshot()
+            whole = self._snapshot(with_rows=False)
         finally:
             self.n = n
             self._next_seq, self.b, self._t, self._diag_scale = scalars
@@ -1389,6 +1396,12 @@ class PathEngine:
         order (what removing them one at a time, highest position first, would do)."""
         if not positions:
             return
+        undo = self._undo
+        if undo is not None and undo.get("X") is None and "light" not in undo:
+            # The snapshot left the rows out, which stand before n as they were until now.
+            rows = undo["n"]
+            undo["X"], undo["seq"] = self._X[:rows].copy(), self._seq[:rows].copy()
+            undo["keys"] = self._keys[:rows]
         self._terms_cache = self._kkt_cache = None  # they were per point
         n = self.n
         removed = np.array(positions, dtype=np.int64)

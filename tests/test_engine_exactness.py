@@ -493,6 +493,35 @@ def test_an_update_that_adds_points_rolls_back_from_wherever_it_fails():
     assert_matches_batch(engine, X[:10])
 
 
+def test_a_rollback_after_an_add_only_update_moved_stored_points_restores_their_rows():
+    """The snapshot of an update that only appends points leaves out the stored points'
+    features, keys and sequence numbers (they stay in place). When that update moves stored
+    points after all (the recovery path removes points and adds them back), their rows go
+    into the snapshot first, and a rollback restores every row, key and position."""
+    X, y = two_rings(40, seed=43)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=1.0)
+    engine.update(X[:30], y[:30], keys=list(range(30)))
+    state, keys = engine.get_state(), list(engine.keys)
+    sequence = engine._seq[: engine.n].copy()
+    reserve = [p for p in range(engine.n) if engine._status[p] == 2][:3]  # RESERVE
+    assert len(reserve) == 3, "the data should leave reserve points"
+    engine._undo = engine._light_snapshot()  # what update() does for an add-only update
+    engine._append(X[30:32], y[30:32], [30, 31], np.full(2, -1.0), np.full(2, np.inf))
+    engine._before_change()
+    assert engine._undo["X"] is None  # the rows are left out ...
+    engine._delete_positions(reserve)
+    assert engine._undo["X"] is not None  # ... until a stored point moves
+    engine._roll_back()
+    engine._undo = None
+    for name, array in engine.get_state().items():
+        np.testing.assert_array_equal(state[name], array, err_msg=name)
+    assert list(engine.keys) == keys
+    assert all(engine.position(key) == position for position, key in enumerate(keys))
+    np.testing.assert_array_equal(engine._seq[: engine.n], sequence)
+    engine.update(X[30:], y[30:], keys=list(range(30, 40)))
+    assert_matches_batch(engine, X[:10])
+
+
 def test_a_regression_update_rolls_back_its_new_points_sides_too():
     """With finite gaps (epsilon-SVR: a new point may take its other side on arrival) a kernel
     failing on the new point's column or along the path leaves the engine exactly as it was,
