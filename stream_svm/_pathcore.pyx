@@ -828,6 +828,8 @@ cdef int _follow(
         # solution's coefficients are far below C, and a C-sized threshold dropped whole
         # moves (removals of such points).
         ints[I_FRESH_] = REFRESH_STEPS
+        for i in range(n):  # no point is refused entry yet (the buffer is reused)
+            blocked[i] = 0
         beta_scale = 0.0
         for j in range(m):
             beta_scale += (C_ - alpha[D[j]]) if adding[j] else alpha[D[j]]

@@ -227,6 +227,7 @@ class PathEngine:
         self._recent, self._recent_of = _empty_recent(0)
         self._recent_next = 0
         self._undo: dict | None = None  # the running update's snapshot (see update)
+        self._scratch: tuple[np.ndarray, ...] | None = None  # see _loop_buffers
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
@@ -440,7 +441,7 @@ class PathEngine:
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
-        state["_undo"] = None
+        state["_undo"] = state["_scratch"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -449,6 +450,7 @@ class PathEngine:
         self.__dict__.setdefault("_XT", None)
         self.__dict__.setdefault("_XT_of", None)
         self.__dict__.setdefault("_undo", None)
+        self.__dict__.setdefault("_scratch", None)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
@@ -1307,11 +1309,10 @@ class PathEngine:
         limit = self.max_breakpoints
         if limit is None:
             limit = 1000 + 10 * (n + D.size)
-        # The driven moves beta_D, their contribution to f (K_D beta_D) and the threshold
-        # below which a move is round-off are set up by the loop when it starts (fs[F_ARRIVED]
-        # < 0).
+        # The driven moves beta_D, their contribution to f (K_D beta_D), the threshold below
+        # which a move is round-off and the points refused entry to S (none) are set up by the
+        # loop when it starts (fs[F_ARRIVED] < 0).
         beta_D = np.empty(D.size)
-        driven_effect = np.empty(n)
         K_D = np.ascontiguousarray(K_D)
 
         k = self._margin.size
@@ -1322,22 +1323,22 @@ class PathEngine:
         margin = np.full(capacity, -1, dtype=np.int64)
         margin[:k] = self._margin
         fs = np.array([self.b, self._t, -1.0, -1.0, self._diag_scale])
-        ints = np.zeros(_pathcore.N_INTS, dtype=np.int64)
-        ints[_pathcore.I_PENDING] = -1
-        ints[_pathcore.I_K] = k
-        ints[_pathcore.I_LIMIT] = limit
+        scalars = [0] * _pathcore.N_INTS
+        scalars[_pathcore.I_PENDING] = -1
+        scalars[_pathcore.I_K] = k
+        scalars[_pathcore.I_LIMIT] = limit
+        scalars[_pathcore.I_RECENT_NEXT] = self._recent_next
+        ints = np.array(scalars, dtype=np.int64)
         counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
-        column = np.zeros(n)
-        # g's change and event step per point; the margin members' events: (eta, sensitivity)
-        # pairs and their positions
-        per_point = [np.empty(n), np.empty(n), np.empty(2 * n), np.empty(n, dtype=np.int64)]
-        blocked = np.zeros(n, dtype=np.uint8)
+        # Per point: the driven contribution, g's change, the event steps, the margin members'
+        # events ((eta, sensitivity) pairs and their positions), the points refused entry and
+        # a column; then w = R^-T 1 (kept by the loop as S changes) and the loop's work space.
+        # Only scratch (the loop fills each before reading it): kept between paths.
+        (driven_effect, change, point_eta, margin_events, margin_candidate, blocked, column, w,
+         work) = self._loop_buffers(capacity)
         active = np.ones(D.size, dtype=np.uint8)
         D = np.ascontiguousarray(D, dtype=np.int64)
         adding = adding.astype(np.uint8)
-        w = np.zeros(capacity)  # R^-T 1, kept by the loop as S changes
-        work = np.zeros(4 * capacity)
-        ints[_pathcore.I_RECENT_NEXT] = self._recent_next
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         try:
             while True:
@@ -1348,7 +1349,7 @@ class PathEngine:
                     self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
                     margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
                     driven_effect, fs, ints, counts, column, work, self._recent,
-                    self._recent_of, *per_point)
+                    self._recent_of, change, point_eta, margin_events, margin_candidate)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
@@ -1361,7 +1362,7 @@ class PathEngine:
                     ints[_pathcore.I_W_VALID] = ints[_pathcore.I_Z_VALID] = 0
                 elif code == _pathcore.NEED_COLUMN:
                     pending = int(ints[_pathcore.I_PENDING])
-                    column[:] = self._kernel_columns(np.array([pending]))[:, 0]
+                    column[:n] = self._kernel_columns(np.array([pending]))[:, 0]
                     ints[_pathcore.I_COLUMN_READY] = 1
                 elif code == _pathcore.NON_FINITE:
                     raise ValueError(
@@ -1379,16 +1380,32 @@ class PathEngine:
                         "unchanged"
                     )
         finally:
-            k = int(ints[_pathcore.I_K])
+            # (Each array read once as a list: after the loop streamed the kernel columns
+            # through the caches, every interpreter step here costs a cache miss or more.)
+            scalars, floats = ints.tolist(), fs.tolist()
+            k = scalars[_pathcore.I_K]
             self._margin = margin[:k].copy()
-            self.b = float(fs[_pathcore.F_B])
-            self._t = float(fs[_pathcore.F_T])
-            self._recent_next = int(ints[_pathcore.I_RECENT_NEXT])
-            stats.steps += int(ints[_pathcore.I_STEPS])
-            stats.breakpoints += int(ints[_pathcore.I_BREAKPOINTS])
-            stats.columns_reused += int(ints[_pathcore.I_REUSED])
-            for index in np.flatnonzero(counts).tolist():
-                stats.count(_pathcore.MIGRATIONS[index], int(counts[index]))
+            self.b, self._t = floats[_pathcore.F_B], floats[_pathcore.F_T]
+            self._recent_next = scalars[_pathcore.I_RECENT_NEXT]
+            stats.steps += scalars[_pathcore.I_STEPS]
+            stats.breakpoints += scalars[_pathcore.I_BREAKPOINTS]
+            stats.columns_reused += scalars[_pathcore.I_REUSED]
+            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
+                if times:
+                    stats.count(name, times)
+
+    def _loop_buffers(self, capacity: int) -> tuple[np.ndarray, ...]:
+        """The breakpoint loop's scratch arrays, for the stored points' room (X's rows) and S's
+        (``capacity``): kept between paths, made anew when either room grows (no copy: none
+        holds anything between paths)."""
+        rows = self._X.shape[0]
+        buffers = self._scratch
+        if buffers is None or buffers[0].size < rows or buffers[7].size < capacity:
+            buffers = (np.empty(rows), np.empty(rows), np.empty(rows), np.empty(2 * rows),
+                       np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.uint8),
+                       np.empty(rows), np.empty(capacity), np.empty(4 * capacity))
+            self._scratch = buffers
+        return buffers
 
     def _delete_positions(self, positions: list[int]) -> None:
         """Swap-remove stored points (none of them may be in S): the points after the new end
