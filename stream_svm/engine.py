@@ -67,10 +67,11 @@ def _check_kernel_finite(block: np.ndarray) -> None:
 
 
 def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features: np.ndarray,
-                    n: int, positions: np.ndarray) -> np.ndarray:
+                    n: int, positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """K(x_i, x_p) for i < n and the given positions p (columns of ``features``, stored feature
-    by feature), by the compiled kernel loop; an RBF's exp vectorized by numpy."""
-    block = np.empty((positions.size, n))
+    by feature), by the compiled kernel loop; an RBF's exp vectorized by numpy. Returned n x m,
+    a view of the m x n rows it fills: ``out`` when given."""
+    block = np.empty((positions.size, n)) if out is None else out
     rbf = kind == _pathcore.KERNEL_RBF
     # No np.errstate needed: the compiled loop raises no numpy warning, and exp of the RBF's
     # -gamma |a - b|^2 <= 0 cannot overflow (its underflow to 0 is not reported by default).
@@ -492,10 +493,11 @@ class PathEngine:
             self._XT_of = self._X
         return self._XT
 
-    def _kernel_columns(self, positions: np.ndarray,
-                        features: np.ndarray | None = None) -> np.ndarray:
+    def _kernel_columns(self, positions: np.ndarray, features: np.ndarray | None = None,
+                        out: np.ndarray | None = None) -> np.ndarray:
         """K(x_i, x_p) + ridge [i == p] for all stored i and the given positions p (``features``:
-        ``_features_by_column()`` when the caller has it)."""
+        ``_features_by_column()`` when the caller has it), n x m; with ``out`` (m x n, C order)
+        the columns are its rows."""
         positions = np.asarray(positions, dtype=np.int64)
         starts = None
         if positions.size > 1:
@@ -505,9 +507,12 @@ class PathEngine:
             if repeats.any():
                 starts = np.concatenate([[True], ~repeats])
         if starts is None:
-            columns = self._kernel_block(positions, features)
+            columns = self._kernel_block(positions, features, out)
         else:
             columns = self._kernel_block(positions[starts], features)[:, np.cumsum(starts) - 1]
+            if out is not None:
+                out[:] = columns.T
+                columns = out.T
         if not self.kernel.finite_values:
             _check_kernel_finite(columns)
         if self.ridge:
@@ -532,17 +537,23 @@ class PathEngine:
             block[rows[:, None] == positions[None, :]] += self.ridge
         return block
 
-    def _kernel_block(self, positions: np.ndarray, features: np.ndarray | None) -> np.ndarray:
-        """K(x_i, x_p) for all stored i and the given positions p, without the ridge."""
+    def _kernel_block(self, positions: np.ndarray, features: np.ndarray | None,
+                      out: np.ndarray | None = None) -> np.ndarray:
+        """K(x_i, x_p) for all stored i and the given positions p, without the ridge (n x m;
+        with ``out``, m x n in C order, a view of it)."""
         n = self.n
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
         # Compiled, one contiguous column per position: RBF always (with numpy's vectorized
         # exp), the others for one column (many go faster through BLAS).
         if kind == _pathcore.KERNEL_RBF or (kind >= 0 and positions.size == 1):
             features = self._features_by_column() if features is None else features
-            return _compiled_block(kind, gamma, degree, coef0, features, n, positions)
+            return _compiled_block(kind, gamma, degree, coef0, features, n, positions, out)
         with np.errstate(over="ignore", invalid="ignore"):
-            return self.kernel(self._X[:n], self._X[positions])
+            block = self.kernel(self._X[:n], self._X[positions])
+        if out is None:
+            return block
+        out[:] = block.T
+        return out.T
 
     # ------------------------------------------------------------------ margin set
     def _shift(self, diag_max: float) -> float:
@@ -1124,8 +1135,10 @@ class PathEngine:
             if reserved < new.size:
                 unsatisfied = self._status[new] == ADDING
                 driven.extend(new[unsatisfied].tolist())
-                driven_columns.append(K_new.T[unsatisfied] if K_new is not None else
-                                      self._kernel_columns(new[unsatisfied], features).T)
+                if K_new is None:
+                    driven_columns.append(self._kernel_columns(new[unsatisfied], features).T)
+                else:  # (every new point driven: the block as it is, no copy)
+                    driven_columns.append(K_new.T[unsatisfied] if reserved else K_new.T)
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -1152,16 +1165,25 @@ class PathEngine:
             positions = np.array(error_removed)
             if features is None:
                 features = self._features_by_column()
-            columns = self._kernel_columns(positions, features)
+            # Their columns are computed into the rows below the other driven points' (the one
+            # array the loop takes), not copied there after.
+            taken = sum(block.shape[0] for block in driven_columns)
+            driven_block = np.empty((taken + positions.size, n))
+            start = 0
+            for block in driven_columns:
+                driven_block[start : start + block.shape[0]] = block
+                start += block.shape[0]
+            columns = self._kernel_columns(positions, features, out=driven_block[taken:])
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
-            driven_columns.append(columns.T)
+            driven_columns = [driven_block]
 
         if driven:
             self._before_change()
             if features is None:
                 features = self._features_by_column()
-            self._follow_path(np.array(driven), np.concatenate(driven_columns), features, stats)
+            K_D = driven_columns[0] if len(driven_columns) == 1 else np.concatenate(driven_columns)
+            self._follow_path(np.array(driven), K_D, features, stats)
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
