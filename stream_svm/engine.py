@@ -1137,8 +1137,12 @@ class PathEngine:
                 driven.extend(new[unsatisfied].tolist())
                 if K_new is None:
                     driven_columns.append(self._kernel_columns(new[unsatisfied], features).T)
-                else:  # (every new point driven: the block as it is, no copy)
-                    driven_columns.append(K_new.T[unsatisfied] if reserved else K_new.T)
+                elif reserved or kind < 0:
+                    # (A user's kernel may return a buffer it reuses on its next call, which
+                    # the loop makes when a point enters S: its columns are copied.)
+                    driven_columns.append(K_new.T[unsatisfied])
+                else:  # every new point driven: our own block as it is, no copy
+                    driven_columns.append(K_new.T)
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -1259,8 +1263,6 @@ class PathEngine:
         # b_is_fixed): the nearer one.
         at_upper = alpha[margin] > 0.5 * self.C
         status[margin] = np.where(at_upper, ERROR, RESERVE)
-        # Exactly at their bound, as members of E and R are.
-        self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         c = g - y * self.b  # g = y (f - b) + p + y b
         reserve, error = status == RESERVE, status == ERROR
         up, down = y > 0, y < 0
@@ -1271,7 +1273,9 @@ class PathEngine:
                                 -c[error & up]])
         low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
         if not (np.isfinite(low) and np.isfinite(high) and low <= high):
-            return False
+            return False  # nothing changed
+        # Exactly at their bound, as members of E and R are.
+        self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         middle = 0.5 * (low + high)
         for slot in range(margin.size - 1, -1, -1):  # S empties, last member first
             position = int(self._margin[slot])
