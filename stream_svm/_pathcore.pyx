@@ -146,8 +146,11 @@ cdef extern from *:
     {
         Py_ssize_t begin, end, c, f, i, p, block;
         double *column;
-        block = m > 1 && dim > 0 ? 3072 / dim : n;
-        block = block < 64 ? 64 : block - block % 8;
+        block = n;  /* one column: all the points in one block */
+        if (m > 1 && dim > 0) {
+            block = 3072 / dim;
+            block = block < 64 ? 64 : block - block % 8;
+        }
         for (begin = 0; begin < n; begin += block) {
             end = n - begin < block ? n : begin + block;
             for (c = 0; c < m; c++) {
