@@ -1256,6 +1256,8 @@ class Daemon:
         ]
         if not self._deliver(sends):
             return again  # given up on a second stop: this batch must not be checkpointed
+        if self.models is not None:
+            self.models.delivered()  # its models may now be published (and evicted)
         now_ms = time.time() * 1000
         for timestamp in result.input_timestamps:
             if timestamp > 0:

@@ -16,8 +16,10 @@ Effectively once
     committed per partition only once every model of that partition that changed since has
     published its state (:meth:`ScopedModels.publish`): after a crash, the new owner resumes at
     the committed offset, restores each model's newest state, and what the states do not cover
-    is learned again, once. A model evicted to stay within ``model.max_models`` is published
-    first and fetched back from the state topic on its next message.
+    is learned again, once. No model is published before the outputs of the batch that
+    changed it are delivered (a crash in between would otherwise skip them). A model evicted
+    to stay within ``model.max_models`` is published first and fetched back from the state
+    topic on its next message; the models of the batch being handled stay live until then.
 
 Fencing
     A model's first publish in an ownership claims a new epoch of it (its states then win over
@@ -116,6 +118,9 @@ class _Live:
     processor: Processor
     #: changed since its last published state
     dirty: bool = False
+    #: changed by the batch being handled, whose outputs are not delivered yet: publishing
+    #: it now would let a crash lose them (its next owner skips what the state covers)
+    undelivered: bool = False
 
 
 class ScopedModels:
@@ -410,7 +415,7 @@ class ScopedModels:
             before = live.processor.updates
             result = live.processor.process(group)
             self.updates += live.processor.updates - before
-            live.dirty = True
+            live.dirty = live.undelivered = True
             merged.outputs += result.outputs
             merged.dead_letters += result.dead_letters
             merged.input_timestamps += result.input_timestamps
@@ -447,14 +452,24 @@ class ScopedModels:
         live = self.live[model_id] = _Live(processor)
         return live
 
-    def _make_room(self) -> None:
-        """Evict least recently used models down to ``max_models - 1`` live ones (each
-        published first; one whose publish fails stays, over the bound, until it succeeds)."""
+    def delivered(self) -> None:
+        """The outputs of the batch last handed to :meth:`process` are delivered: its models
+        may be published, and those over ``max_models`` are evicted now."""
+        for live in self.live.values():
+            live.undelivered = False
+        self._make_room(self.max_models)
+
+    def _make_room(self, keep: int | None = None) -> None:
+        """Evict least recently used models down to ``keep`` live ones (``max_models - 1``:
+        room for one more), each published first. A model of the batch being handled is
+        not evicted before its outputs are delivered (:meth:`delivered` evicts it then), nor
+        one whose publish fails: those stay, over the bound, until they can go."""
+        keep = self.max_models - 1 if keep is None else keep
         for model_id in list(self.live):
-            if len(self.live) < self.max_models:
+            if len(self.live) <= keep:
                 return
             live = self.live[model_id]
-            if live.dirty and not self._publish_one(model_id, live):
+            if live.undelivered or (live.dirty and not self._publish_one(model_id, live)):
                 continue
             if model_id in self.live:
                 self._to_disk(model_id, live.processor)
@@ -541,6 +556,9 @@ class ScopedModels:
     def _publish_one(self, model_id: ModelId, live: _Live) -> bool:
         _, outcomes, _, _ = self.metrics.replica
         processor = live.processor
+        if live.undelivered:
+            # Its state would run ahead of the outputs delivered (see _Live.undelivered).
+            return False
         try:
             self._record_group()
             epoch = self.epochs.get(model_id)

@@ -158,6 +158,13 @@ def _scoped(max_models: int, store: _MemoryStore | None = None,
     return models, metrics
 
 
+def _handled(models: ScopedModels, records: list[Any]) -> Any:
+    """Process a batch as the daemon does: its outputs delivered before anything else."""
+    result = models.process(records)
+    models.delivered()
+    return result
+
+
 def _record(partition: int, offset: int, key: str, message: dict[str, Any]) -> Any:
     record = Record("stream-svm.input", partition, offset, json.dumps(message).encode(), 0)
     object.__setattr__(record, "key", key.encode())  # a ConsumerRecord has its key
@@ -220,6 +227,7 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
             offsets[partition] += 1
         result, again = models.process(batch)
         assert not again and not result.dead_letters
+        models.delivered()  # as the daemon does once the batch's outputs are acknowledged
         assert len(models.live) <= 2
     assert models.evictions > 0 and models.restores > 0
     fetches = {source: metrics.scale_out[3].labels(source=source)._value.get()
@@ -239,6 +247,33 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
         mine = [m for p, key, m in rows if key == f"k{k}"]
         restored = models._processor_from(model_id, store.fetch(model_id))
         _assert_same_model(restored.model, _reference(mine), f"key k{k}")
+
+
+def test_no_model_is_published_before_its_batchs_outputs_are_delivered():
+    # A batch of three keys with room for two live models: evicting the first key's model
+    # while the third is fetched would publish a state covering records whose outputs are
+    # not delivered yet; a crash then, and the next owner skipped them, answering none.
+    rows = _keyed_stream(keys=3, per_key=4, partitions=1)[:12]
+    store = _MemoryStore()
+    models, _ = _scoped(max_models=2, store=store)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    batch = [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)]
+    result, _ = models.process(batch)
+    assert len(result.outputs) == len(batch) and store.publishes == 0
+    assert len(models.live) == 3  # over the bound until the outputs are delivered
+
+    # The process dies here. The next owner answers every message of the batch.
+    successor, _ = _scoped(max_models=2, store=store)
+    successor.assign({0})
+    successor.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    again, _ = successor.process(batch)
+    assert len(again.outputs) == len(batch) and again.skipped == 0
+
+    # Delivered: the least recently used model is published and evicted, then committable.
+    models.delivered()
+    assert store.publishes == 1 and len(models.live) == 2
+    assert models.publish() and models.committable() == {"stream-svm.input:0": len(batch)}
 
 
 def test_a_partition_served_before_without_any_model_state_is_refused():
@@ -261,13 +296,16 @@ def test_offsets_are_committed_only_once_the_partitions_models_are_published():
         r for r in rows if r[0] == 0)]
     models.process(batch)
     assert models.committable() == {}  # its models are not published yet
-    models.publish({0})
+    assert not models.publish({0})  # nor can they be, before the batch's outputs are delivered
+    models.delivered()
+    assert models.publish({0})
     assert models.committable() == {"stream-svm.input:0": len(batch)}
     models.mark_committed(models.committable())
     assert models.committable() == {}  # nothing new
     # A revocation publishes what changed and hands the offsets over.
     models.process([_record(0, len(batch), "k0", {"id": "extra", "x": {"1": 0.1, "2": 0.2},
                                                    "y": True})])
+    models.delivered()
     handed: list[dict[str, int]] = []
     models.revoke({0}, handed.append)
     assert handed == [{"stream-svm.input:0": len(batch) + 1}]
@@ -479,7 +517,7 @@ def test_a_zombie_writer_does_not_overwrite_the_new_owners_state(broker):  # noq
         return models, metrics
 
     def feed(models: ScopedModels, part: list, start: int) -> None:
-        models.process([_record(0, start + i, key, m) for i, (_, key, m) in enumerate(part)])
+        _handled(models, [_record(0, start + i, key, m) for i, (_, key, m) in enumerate(part)])
 
     zombie, _ = owner()
     zombie.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
@@ -654,7 +692,7 @@ def test_a_model_state_made_with_other_settings_is_refused_not_replaced():
     writer, _ = _scoped(max_models=4, store=store)
     writer.assign({0})
     writer.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
-    writer.process([_record(0, 0, "k0", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
+    _handled(writer, [_record(0, 0, "k0", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
     assert writer.publish()
     reader, _ = _scoped(max_models=4, store=store)
     reader._settings = {**reader._settings, "C": 2.0}  # as if configured with C = 2
@@ -677,7 +715,7 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     assert store.publishes == 0  # a new group: nothing written until a model is
     first.assign({0})
     first.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
-    first.process([_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
+    _handled(first, [_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
     assert first.publish()
     assert store.publishes == 2  # the group's record, then the model's state
     first.check_group(6)  # the same settings pass
@@ -705,17 +743,17 @@ def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path
     models.assign({0})
     models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
     point = {"1": 0.5, "2": 0.1}
-    models.process([_record(0, 0, "a", {"id": 1, "x": point, "y": True})])
-    models.process([_record(0, 1, "b", {"id": 2, "x": point, "y": False})])  # evicts "a"
+    _handled(models, [_record(0, 0, "a", {"id": 1, "x": point, "y": True})])
+    _handled(models, [_record(0, 1, "b", {"id": 2, "x": point, "y": False})])  # evicts "a"
     [stale] = tmp_path.glob("0-*.npz")
     # Another owner publishes a newer state of "a" (one more point) meanwhile.
     other, _ = _scoped(max_models=4, store=store)
     other.assign({0})
     other.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
-    other.process([_record(0, 2, "a", {"id": 3, "x": {"1": -0.5, "2": 0.3}, "y": False})])
+    _handled(other, [_record(0, 2, "a", {"id": 3, "x": {"1": -0.5, "2": 0.3}, "y": False})])
     assert other.publish()
     models.store.newest = store.newest  # what this process's store reads now
-    models.process([_record(0, 3, "a", {"id": 4, "x": {"1": 0.0, "2": 0.9}, "y": True})])
+    _handled(models, [_record(0, 3, "a", {"id": 4, "x": {"1": 0.0, "2": 0.9}, "y": True})])
     assert metrics.scale_out[3].labels(source="topic")._value.get() == 1  # the newer state
     assert models.live[(0, "a")].processor.model.n_stored == 3
     assert not stale.exists()  # the stale copy is gone
