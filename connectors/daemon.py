@@ -291,9 +291,11 @@ class Daemon:
         self._committed: dict[str, int] = {}
         self._started = time.monotonic()
         self._stop_requests = 0
-        # Set when the processor's state runs ahead of what was delivered (a second stop gave
-        # undelivered outputs up, or a batch failed half-way): it must then be neither
-        # checkpointed nor committed.
+        # Set while the processor's state runs ahead of what was delivered: from the start of
+        # each batch until its outputs are acknowledged, and for good when a second stop gave
+        # them up or a batch failed half-way. The state must then be neither checkpointed nor
+        # published nor committed (an exception of any kind leaving a batch half-way, even
+        # KeyboardInterrupt in an embedding program, leaves it set for the shutdown).
         self._undelivered = False
         self._restored = False  # whether the model came from a checkpoint
         self._connected: bool | None = None
@@ -1223,6 +1225,7 @@ class Daemon:
         be fetched)."""
         started = time.perf_counter()
         again: dict[str, int] = {}
+        self._undelivered = True  # until _deliver returns True
         try:
             if self.models is not None:
                 result, again = self.models.process(records)
@@ -1256,6 +1259,7 @@ class Daemon:
         ]
         if not self._deliver(sends):
             return again  # given up on a second stop: this batch must not be checkpointed
+        self._undelivered = False
         if self.models is not None:
             self.models.delivered()  # its models may now be published (and evicted)
         now_ms = time.time() * 1000

@@ -564,3 +564,49 @@ def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch):
     daemon._last_checkpoint = 0.0
     daemon._maybe_checkpoint()
     assert daemon.summary.checkpoint_failures == 1
+
+
+class _Consumer:
+    """The part of a KafkaConsumer that a global daemon's shutdown uses: commits recorded."""
+
+    def __init__(self) -> None:
+        self.commits: list[Any] = []
+
+    def commit(self, offsets: Any) -> None:
+        self.commits.append(offsets)
+
+    def close(self, autocommit: bool = True) -> None:
+        pass
+
+
+class _InterruptedProducer:
+    """A producer interrupted while it sends (Ctrl-C in a program embedding the daemon)."""
+
+    def send(self, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_a_batch_interrupted_before_its_outputs_are_sent_is_neither_checkpointed_nor_committed(
+        tmp_path):
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._consumer, daemon._producer = _Consumer(), _InterruptedProducer()
+    daemon._since_checkpoint = 3  # earlier batches were delivered and are due a checkpoint
+    batch = [_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(10)]
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            daemon._handle_batch(batch)
+        finally:
+            daemon._shutdown()
+    # The batch is in the model but none of its outputs left: a checkpoint or a commit now
+    # would make the restart skip it, answering none of its messages.
+    assert daemon._store.load_latest() is None and daemon._consumer.commits == []
+    assert daemon.summary.exit_code == 1
