@@ -1146,6 +1146,8 @@ class Daemon:
         while not self.stop_event.is_set():
             if self._follower is not None:
                 self._swap_model()
+            if self.models is not None and self.models.fenced:
+                self._rejoin_for_fenced()
             if self.models is not None and self.models.pending:
                 if self._settle():
                     settle_backoff.reset()
@@ -1188,6 +1190,29 @@ class Daemon:
             backoff.reset()
             if self.on_batch is not None:
                 self.on_batch(self)
+
+    def _rejoin_for_fenced(self) -> None:
+        """Partitions given up after another process claimed one of their models first
+        (ScopedModels._fence): stop fetching them and rejoin the consumer group, whose new
+        assignment names their owner (this process again, when the other one was the zombie:
+        it then settles them anew from the state topic and the last commit)."""
+        assert self.models is not None
+        with self.models.lock:
+            fenced, self.models.fenced = self.models.fenced, set()
+        consumer = self._consumer
+        given_up = [tp for tp in consumer.assignment() if tp.partition in fenced]
+        if given_up:
+            consumer.pause(*given_up)
+        self._rebalancing = True  # the next polls wait for the join (see _poll_timeout_ms)
+        coordinator = getattr(consumer, "_coordinator", None)
+        request = getattr(coordinator, "request_rejoin", None)
+        if callable(request):
+            request()
+        else:  # pragma: no cover - a kafka-python without it: leave and join again
+            consumer.unsubscribe()
+            self._subscribe(consumer)
+        log.warning("partitions %s given up (another process claimed a model of theirs): "
+                    "rejoining the consumer group", sorted(fenced))
 
     def _poll_timeout_ms(self) -> int:
         """kafka.poll_timeout_ms, except while joining the consumer group: kafka-python 3.0

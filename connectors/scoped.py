@@ -25,7 +25,10 @@ Fencing
     A model's first publish in an ownership claims a new epoch of it (its states then win over
     any earlier owner's); a process that lost its partitions (a zombie) can still publish with
     its older epoch, which readers ignore, and its offset commits are refused by the group
-    coordinator (the group's generation moved on).
+    coordinator (the group's generation moved on). A process whose claim finds another
+    claim of the model before its own cannot tell which of the two is the zombie: it gives
+    the partition up unpublished and rejoins the group (:attr:`ScopedModels.fenced`), and
+    the owner the group then names resumes from the last commit.
 
 >>> model_id_of("key", 3, b"gauge-17"), model_id_of("partition", 3, b"gauge-17")
 ((3, 'gauge-17'), (3, None))
@@ -169,8 +172,9 @@ class ScopedModels:
         self.sequences: dict[ModelId, int] = {}
         #: clean models of revoked partitions, kept in case the group gives them back
         self._retained: dict[ModelId, tuple[Processor, tuple[int, int] | None]] = {}
-        #: partitions whose models were lost to another owner: nothing of them is committed
-        self._lost: set[int] = set()
+        #: partitions given up since another process claimed one of their models: the daemon
+        #: rejoins the group, which says who owns them (see _fence)
+        self.fenced: set[int] = set()
         self._settings = checkpointed_settings(config)
         #: the input topic's partition count the models were made with (check_group)
         self.partitions: int | None = None
@@ -315,7 +319,6 @@ class ScopedModels:
             self.sequences.pop(model_id, None)
         self.owned -= partitions
         self.pending -= partitions
-        self._lost -= partitions
         for offsets in (self.positions, self.committed):
             for name in [n for n in offsets if _topic_partition(n)[1] in partitions]:
                 del offsets[name]
@@ -403,6 +406,8 @@ class ScopedModels:
                                   []).append(record)
         retry: dict[str, int] = {}
         for model_id, group in groups.items():
+            if model_id[0] not in self.owned:
+                continue  # fenced meanwhile (see _fence): its next owner handles the records
             try:
                 live = self._get(model_id)
             except StateStoreError as exc:
@@ -411,6 +416,9 @@ class ScopedModels:
                 for record in group:
                     name = f"{record.topic}:{record.partition}"
                     retry[name] = min(retry.get(name, record.offset), record.offset)
+                continue
+            if model_id[0] not in self.owned:  # fenced while room was made for this model
+                self.live.pop(model_id, None)
                 continue
             before = live.processor.updates
             result = live.processor.process(group)
@@ -468,7 +476,9 @@ class ScopedModels:
         for model_id in list(self.live):
             if len(self.live) <= keep:
                 return
-            live = self.live[model_id]
+            live = self.live.get(model_id)
+            if live is None:  # let go meanwhile (its partition fenced)
+                continue
             if live.undelivered or (live.dirty and not self._publish_one(model_id, live)):
                 continue
             if model_id in self.live:
@@ -549,7 +559,8 @@ class ScopedModels:
         """Publish every changed model (of ``partitions``); True when all succeeded."""
         done = True
         for model_id, live in list(self.live.items()):
-            if live.dirty and (partitions is None or model_id[0] in partitions):
+            if (model_id in self.live and live.dirty
+                    and (partitions is None or model_id[0] in partitions)):
                 done = self._publish_one(model_id, live) and done
         return done
 
@@ -569,15 +580,8 @@ class ScopedModels:
             sequence = self.sequences[model_id] + 1
             self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
         except StaleEpochError as exc:
-            # Another process claimed the model: this one lost its partition (a rebalance
-            # it has not seen yet). Its state is dropped; nothing of the partition is
-            # committed from here, the new owner resumes from the last commit.
             outcomes.labels(outcome="stale").inc()
-            log.warning("%s: model %s now belongs to another process; dropped here",
-                        exc, model_label(model_id))
-            self.live.pop(model_id, None)
-            self.metrics.forget_model(model_label(model_id))
-            self._lost.add(model_id[0])
+            self._fence(model_id, exc)
             return False
         except (StateStoreError, ValueError) as exc:
             outcomes.labels(outcome="failed").inc()
@@ -590,10 +594,26 @@ class ScopedModels:
         live.dirty = False
         return True
 
+    def _fence(self, model_id: ModelId, error: StaleEpochError) -> None:
+        """Another process claimed the model first. Either this one lost its partition in a
+        rebalance it has not seen yet, or that one did and claimed it still (a zombie): only
+        the consumer group can tell. Meanwhile the whole partition is given up here, its
+        models dropped unpublished and nothing of it handled or committed, so whichever
+        process the group names resumes from the last commit with the models' published
+        states, and learns again what they do not hold. (Rebuilding the model from its last
+        state and going on would lose what it learned since: a process owning the partition
+        would publish a state past records that state lacks.)"""
+        partition = model_id[0]
+        log.warning("%s: partition %d given up here (another process claimed its model %s); "
+                    "rejoining the consumer group, whose assignment says who owns it",
+                    error, partition, model_label(model_id))
+        self._let_go({partition}, retain=False)
+        self.fenced.add(partition)
+
     def committable(self, partitions: set[int] | None = None) -> dict[str, int]:
         """Next offsets safe to commit: those of the owned partitions whose models are all
         published."""
-        blocked = {m[0] for m, live in self.live.items() if live.dirty} | self._lost
+        blocked = {m[0] for m, live in self.live.items() if live.dirty}
         return {
             name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned

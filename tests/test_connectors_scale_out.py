@@ -276,6 +276,92 @@ def test_no_model_is_published_before_its_batchs_outputs_are_delivered():
     assert models.publish() and models.committable() == {"stream-svm.input:0": len(batch)}
 
 
+class _RacedStore(_MemoryStore):
+    """A state topic where another process's claim of a model lands just before this one's
+    (a zombie of the former owner, or the rightful owner when this process is the zombie)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raced = False
+
+    def claim_epoch(self, model_id):
+        from connectors.state_store import StaleEpochError
+
+        if self.raced:
+            self.raced = False
+            raise StaleEpochError("another owner took epoch 1 of the model before this claim")
+        return super().claim_epoch(model_id)
+
+
+def test_a_lost_claim_gives_the_whole_partition_up_and_its_next_owner_learns_everything():
+    rows = [row for row in _keyed_stream(keys=2, per_key=10, partitions=1)
+            if "y" in row[2] and "x" in row[2]][:20]
+    batch = [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)]
+    store = _RacedStore()
+    former, _ = _scoped(max_models=10, store=store)
+    former.assign({0})
+    former.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(former, batch[:6])
+    assert former.publish() and former.committable() == {"stream-svm.input:0": 6}
+    former.mark_committed(former.committable())
+
+    owner, _ = _scoped(max_models=10, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": 6}}, start_fresh=False)
+    result, _ = _handled(owner, batch[6:12])
+    assert len(result.outputs) == 6
+    store.raced = True
+    assert not owner.publish()
+    # Given up whole, unpublished: neither handled nor committed here until the group says.
+    assert owner.fenced == {0} and not owner.live and not owner.owned
+    assert owner.committable() == {}
+    later, _ = _handled(owner, batch[12:])
+    assert not later.outputs and not owner.live and store.publishes == 2
+
+    # Whoever the group names next resumes from the last commit and learns every record
+    # since, once: the models equal those of the whole stream. (Rebuilding the model from
+    # its last state and going on lost the records learned before the claim.)
+    heir, _ = _scoped(max_models=10, store=store)
+    heir.assign({0})
+    heir.settle({0: {"stream-svm.input:0": 6}}, start_fresh=False)
+    again, _ = _handled(heir, batch[6:])
+    assert len(again.outputs) == len(batch) - 6 and again.skipped == 0
+    for key in ("k0", "k1"):
+        _assert_same_model(heir.live[(0, key)].processor.model,
+                           _reference([m for _, k, m in rows if k == key]), f"model 0/{key}")
+
+
+def test_the_daemon_stops_fetching_a_fenced_partition_and_rejoins_the_group(tmp_path):
+    from kafka import TopicPartition
+
+    from connectors.daemon import Daemon
+
+    class Coordinator:
+        rejoins = 0
+
+        def request_rejoin(self) -> None:
+            self.rejoins += 1
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._coordinator = Coordinator()
+            self.paused: list[Any] = []
+
+        def assignment(self) -> set[Any]:
+            return {TopicPartition("stream-svm.input", p) for p in (0, 1)}
+
+        def pause(self, *partitions: Any) -> None:
+            self.paused += partitions
+
+    daemon = Daemon(load_config(None, overrides={"model.scope": "key"}, environ={}))
+    daemon.models, _ = _scoped(max_models=10)
+    daemon.models.fenced = {1}
+    daemon._consumer = consumer = Consumer()
+    daemon._rejoin_for_fenced()
+    assert consumer.paused == [TopicPartition("stream-svm.input", 1)]
+    assert consumer._coordinator.rejoins == 1 and daemon.models.fenced == set()
+
+
 def test_a_partition_served_before_without_any_model_state_is_refused():
     from connectors.scoped import ScopedStateRefused
 
