@@ -1564,11 +1564,19 @@ class Daemon:
                             type(exc).__name__, exc)
             return
         assert self.processor is not None
+        # Messages held for the scaler's warm-up have no output yet and only a checkpoint
+        # holds them: their partitions are committed up to the first of them, so a model
+        # started anew from the committed offsets (start_fresh) still answers them.
+        next_offsets = dict(self.processor.offsets)
+        for record in self.processor.held:
+            name = f"{record.topic}:{record.partition}"
+            if name in next_offsets:
+                next_offsets[name] = min(next_offsets[name], record.offset)
         offsets = {
             TopicPartition(name.rpartition(":")[0], int(name.rpartition(":")[2])): (
                 OffsetAndMetadata(offset, "", -1)
             )
-            for name, offset in self.processor.offsets.items()
+            for name, offset in next_offsets.items()
             if self._committed.get(name) != offset
         }
         self._last_commit = time.monotonic()

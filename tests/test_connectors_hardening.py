@@ -610,3 +610,22 @@ def test_a_batch_interrupted_before_its_outputs_are_sent_is_neither_checkpointed
     # would make the restart skip it, answering none of its messages.
     assert daemon._store.load_latest() is None and daemon._consumer.commits == []
     assert daemon.summary.exit_code == 1
+
+
+def test_messages_held_for_the_scalers_warm_up_are_not_committed(tmp_path):
+    config = _settings(tmp_path, **{"scaler.mode": "warmup", "scaler.warmup_messages": 20})
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._consumer = consumer = _Consumer()
+    answered = [_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(30)]
+    daemon.processor.process(answered)  # the warm-up froze at the 20th: all 30 answered
+    daemon._commit()
+    held = [_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(30, 35)]
+    daemon.processor = daemon._new_processor(build_model(config))  # a new warm-up
+    daemon.processor.offsets = {"in:0": 30}
+    daemon.processor.process(held)
+    assert len(daemon.processor.held) == 5 and daemon.processor.offsets == {"in:0": 35}
+    daemon._commit()
+    committed = [{f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()}
+                 for offsets in consumer.commits]
+    assert committed == [{"in:0": 30}]  # the held messages' partition stays at the first
