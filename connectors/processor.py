@@ -182,8 +182,9 @@ class Processor:
     estimated memory and ``cache_max_age_seconds`` of processing time (``clock``, seconds).
 
     A ``scaler`` standardizes the features of every message before the model sees them. One
-    still warming up holds every message (they are part of the state, so their offsets are
-    committed) until it has measured its ``warmup_messages`` feature messages; then the held
+    still warming up holds every message (they are part of the state and its checkpoints; a
+    global daemon commits its offsets only up to the first held one) until it has measured
+    its ``warmup_messages`` feature messages; then the held
     messages are processed in order, as if they had just arrived, with the frozen statistics.
     """
 

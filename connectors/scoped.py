@@ -297,6 +297,7 @@ class ScopedModels:
                     commit(offsets)
         finally:
             self._let_go(partitions)
+            self.fenced -= partitions  # the group is rebalancing already: no rejoin needed
 
     def lose(self, partitions: Iterable[int]) -> None:
         """The group gave ``partitions`` to another process already (this one missed its
@@ -304,6 +305,7 @@ class ScopedModels:
         partitions = set(partitions)
         self.metrics.scale_out[1].labels(kind="lost").inc()
         self._let_go(partitions, retain=False)
+        self.fenced -= partitions  # the group is rebalancing already: no rejoin needed
 
     def _let_go(self, partitions: set[int], *, retain: bool = True) -> None:
         self._clear_disk(partitions)  # their next owner's states will be newer
@@ -330,6 +332,7 @@ class ScopedModels:
         partitions = set(partitions)
         self.metrics.scale_out[1].labels(kind="assigned").inc()
         self.pending |= partitions
+        self.fenced -= partitions  # the group named this process their owner since
 
     def settle(self, committed: dict[int, dict[str, int | None]], start_fresh: bool
                ) -> dict[str, int | None]:
@@ -465,7 +468,8 @@ class ScopedModels:
         may be published, and those over ``max_models`` are evicted now."""
         for live in self.live.values():
             live.undelivered = False
-        self._make_room(self.max_models)
+        if len(self.live) > self.max_models:
+            self._make_room(self.max_models)
 
     def _make_room(self, keep: int | None = None) -> None:
         """Evict least recently used models down to ``keep`` live ones (``max_models - 1``:

@@ -330,6 +330,14 @@ def test_a_lost_claim_gives_the_whole_partition_up_and_its_next_owner_learns_eve
         _assert_same_model(heir.live[(0, key)].processor.model,
                            _reference([m for _, k, m in rows if k == key]), f"model 0/{key}")
 
+    # A group that names an owner, or takes the partition away, leaves nothing to rejoin for.
+    owner.assign({0})
+    assert owner.fenced == set() and owner.pending == {0}
+    heir.store.raced = True
+    handed: list[dict[str, int]] = []
+    heir.revoke({0}, handed.append)
+    assert heir.fenced == set() and handed == [] and not heir.live
+
 
 def test_the_daemon_stops_fetching_a_fenced_partition_and_rejoins_the_group(tmp_path):
     from kafka import TopicPartition
