@@ -1262,9 +1262,8 @@ class Daemon:
             # replace it silently. Nothing of the batch is published or committed.
             log.error("%s: stopping without publishing or committing this batch", exc)
             self.summary.exit_code = 1
-            self._undelivered = True
             self.stop_event.set()
-            return again
+            return again  # _undelivered stays set: nothing of the batch is published
         except Exception:
             # Every message is guarded inside the processor, so this is a bug. Part of the batch
             # may be in the model without its outcome written: checkpointing or committing now
@@ -1275,9 +1274,8 @@ class Daemon:
                 len(records),
             )
             self.metrics.batch_failures.inc()
-            self._undelivered = True
             self.stop_event.set()
-            return again
+            return again  # _undelivered stays set: nothing of the batch is checkpointed
         kafka = self.config.kafka
         sends = [(kafka.output_topic, o.key, o.value) for o in result.outputs] + [
             (kafka.dead_letter_topic, d.key, d.value) for d in result.dead_letters
