@@ -183,6 +183,9 @@ class ScopedModels:
         self.committed: dict[str, int] = {}
         #: epochs claimed in the current ownership of each model, and their last sequence
         self.epochs: dict[ModelId, int] = {}
+        #: the highest epoch of each model of the owned partitions when they were assigned:
+        #: a higher one found at claim time was taken by another process since (see _fence)
+        self.known_epochs: dict[ModelId, int] = {}
         self.sequences: dict[ModelId, int] = {}
         #: clean models of revoked partitions, kept in case the group gives them back
         self._retained: dict[ModelId, tuple[Processor, tuple[int, int] | None]] = {}
@@ -336,6 +339,8 @@ class ScopedModels:
                     live.processor, None if newest is None else (newest.epoch, newest.sequence))
         for model_id in [m for m in self.held_from if m[0] in partitions]:
             del self.held_from[model_id]
+        for model_id in [m for m in self.known_epochs if m[0] in partitions]:
+            del self.known_epochs[model_id]
         for model_id in [m for m in self.epochs if m[0] in partitions]:
             self.epochs.pop(model_id)
             self.sequences.pop(model_id, None)
@@ -379,6 +384,8 @@ class ScopedModels:
             decode=False)
         seconds = time.perf_counter() - started
         self.metrics.replica[2].observe(seconds)
+        self.known_epochs.update(self.store.epochs(
+            lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending))
         for model_id, state in states.items():  # every one before any is used
             self.check(f"the state of model {model_label(model_id)}", state.metadata)
         for model_id, state in states.items():
@@ -608,7 +615,8 @@ class ScopedModels:
             self._record_group()
             epoch = self.epochs.get(model_id)
             if epoch is None:
-                epoch = self.epochs[model_id] = self.store.claim_epoch(model_id)
+                epoch = self.epochs[model_id] = self.store.claim_epoch(
+                    model_id, newest_known=self.known_epochs.get(model_id, -1))
                 self.sequences[model_id] = 0
             arrays, metadata, next_offset = self.state_of(model_id, processor)
             sequence = self.sequences[model_id] + 1

@@ -752,7 +752,7 @@ class StateStore:
         for key in keys:
             view.live.pop(key, None)
 
-    def claim_epoch(self, model_id: Any) -> int:
+    def claim_epoch(self, model_id: Any, *, newest_known: int | None = None) -> int:
         """Take the next epoch of a model for this owner and return it.
 
         Reads the topic first if this store has not read it yet, writes a claim record of
@@ -760,12 +760,25 @@ class StateStore:
         its first state: a later owner will not reuse it while this one may come back as a
         zombie), then reads the model's partition up to the claim: if another owner wrote a
         record of this model with that epoch or a higher one first, raises StaleEpochError.
+
+        ``newest_known``: the highest epoch of the model (-1: none) the caller knew of when it
+        was made the model's owner (a consumer group's assignment). An epoch above it, already
+        read by this store, was taken by another owner since: the caller may be a former
+        owner that has not learned yet that it lost the model, and a claim of the epoch after
+        it would let its older state win over the new owner's. StaleEpochError, and nothing
+        is written.
         """
         model = normalize_model_id(model_id)
         deadline = self._deadline()
         if not self._read_until:
             self._read(deadline)
         epoch = self.next_epoch(model)
+        if newest_known is not None and epoch - 1 > newest_known:
+            raise StaleEpochError(
+                f"state topic {self.topic}: another owner took epoch {epoch - 1} of model "
+                f"{_jsonable_id(model)} since this owner was given it (it knew of epoch "
+                f"{newest_known}); nothing was claimed"
+            )
         partition = self.partition_of(model, self._partitions(deadline))
         header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
                   "owner": uuid.uuid4().hex}
@@ -783,6 +796,13 @@ class StateStore:
                     f"model {_jsonable_id(model)} before this claim of epoch {epoch}"
                 )
         return epoch
+
+    def epochs(self, select: Callable[[Hashable], bool]) -> dict[Hashable, int]:
+        """The highest epoch (of states, claims and tombstones, as of this store's last read)
+        of every model whose id ``select`` accepts, including models with a claim and no
+        state yet."""
+        return {model: view.max_epoch for model, view in self._views.items()
+                if view.max_epoch >= 0 and select(model)}
 
     def next_epoch(self, model_id: Any) -> int:
         """1 + the highest epoch of the model in the topic (states, claims and tombstones, as of

@@ -106,7 +106,7 @@ class _MemoryStore:
 
         self._codec = state_store
         self.records: dict[Any, tuple[bytes, int, int, int]] = {}
-        self.epochs: dict[Any, int] = {}
+        self.claimed: dict[Any, int] = {}
         self.publishes = 0
 
     def restore(self, model_ids=None, *, select=None, decode=True, log_level=None):
@@ -131,9 +131,16 @@ class _MemoryStore:
         arrays, metadata = self._codec._decode_payload(payload)
         return StoredState(arrays, metadata, next_offset, epoch, sequence, (0, 0, 0))
 
-    def claim_epoch(self, model_id):
-        self.epochs[model_id] = self.epochs.get(model_id, -1) + 1
-        return self.epochs[model_id]
+    def claim_epoch(self, model_id, *, newest_known=None):
+        from connectors.state_store import StaleEpochError
+
+        if newest_known is not None and self.claimed.get(model_id, -1) > newest_known:
+            raise StaleEpochError("another owner took the model since")
+        self.claimed[model_id] = self.claimed.get(model_id, -1) + 1
+        return self.claimed[model_id]
+
+    def epochs(self, select):
+        return {m: e for m, e in self.claimed.items() if select(m)}
 
     def publish(self, model_id, arrays, metadata, next_offset, epoch, sequence):
         self.publishes += 1
@@ -285,13 +292,13 @@ class _RacedStore(_MemoryStore):
         super().__init__()
         self.raced = False
 
-    def claim_epoch(self, model_id):
+    def claim_epoch(self, model_id, *, newest_known=None):
         from connectors.state_store import StaleEpochError
 
         if self.raced:
             self.raced = False
             raise StaleEpochError("another owner took epoch 1 of the model before this claim")
-        return super().claim_epoch(model_id)
+        return super().claim_epoch(model_id, newest_known=newest_known)
 
 
 def test_a_lost_claim_gives_the_whole_partition_up_and_its_next_owner_learns_everything():
@@ -674,6 +681,49 @@ def test_a_zombie_writer_does_not_overwrite_the_new_owners_state(broker):  # noq
             _assert_same_model(restored, _reference([m for _, k, m in rows if k == key]),
                                f"model 0/{key}")
         heir.store.close()
+    finally:
+        zombie.store.close()
+        successor.store.close()
+
+
+@pytest.mark.broker
+def test_a_zombie_that_has_read_the_new_owners_claim_does_not_claim_past_it(broker):  # noqa: F811
+    """A former owner that has not learned it lost its partition first claims a model the new
+    owner never had, and so reads the new owner's claims of the others: the epoch after those
+    is free, but taking it would make the former owner's older states win. It gives the
+    partition up instead, and every reader keeps the new owner's states."""
+    servers = broker.bootstrap_servers
+    topic = unique("zombie-view-state")
+    rows = _keyed_stream(keys=3, per_key=10, partitions=1)
+    only_zombie = [row for row in rows if row[1] == "k2"]
+    shared = [row for row in rows if row[1] != "k2"]
+
+    def owner() -> ScopedModels:
+        store = StateStore(servers, topic, timeout=20)
+        store.ensure_topic(partitions=1)
+        models, _ = _scoped(max_models=10, store=store)  # type: ignore[arg-type]
+        models.assign({0})
+        models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+        return models
+
+    def feed(models: ScopedModels, part: list, start: int) -> None:
+        _handled(models, [_record(0, start + i, key, m) for i, (_, key, m) in enumerate(part)])
+
+    zombie = owner()
+    successor = owner()
+    try:
+        feed(zombie, only_zombie, 0)  # first: its claim comes first, and reads the topic
+        feed(zombie, shared[:20], len(only_zombie))
+        feed(successor, shared, len(only_zombie))
+        assert successor.publish()
+        assert not zombie.publish()  # it claims k2, reads the others' claims, and stops
+        assert zombie.fenced == {0} and not zombie.live and (0, "k0") not in zombie.epochs
+        with StateStore(servers, topic, timeout=20) as reader:
+            states = reader.restore()
+        for key in ("k0", "k1"):
+            assert states[(0, key)].epoch == successor.epochs[(0, key)] == 0
+            assert states[(0, key)].next_offset == len(only_zombie) + max(
+                i + 1 for i, (_, k, _) in enumerate(shared) if k == key)
     finally:
         zombie.store.close()
         successor.store.close()
