@@ -66,12 +66,14 @@ cdef extern from *:
     #include <stdint.h>
     #include <string.h>
 
-    /* The points-by-features loop, compiled twice where GCC can pick the version at load
-       time (x86-64 with glibc, whose loader resolves the choice; not musl): for AVX2 (four
-       doubles per instruction) and for the baseline (SSE2). The same operations in the same
-       order per point either way, and no fused multiply-add, so both give the same bits. */
+    /* The loops over the points, compiled three times where GCC can pick the version at
+       load time (x86-64 with glibc, whose loader resolves the choice; not musl): for AVX-512
+       (eight doubles per instruction), for AVX2 (four) and for the baseline (SSE2). The same
+       operations in the same order per point in each, no fused multiply-add, and no sum
+       across points (whose order would follow the width): all three give the same bits. On
+       a Fisher window step (|S| ~ 17) AVX-512's version took 7 % less time than AVX2's. */
     #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-    #define STREAM_SVM_CLONES __attribute__((target_clones("avx2", "default")))
+    #define STREAM_SVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
     #else
     #define STREAM_SVM_CLONES
     #endif
