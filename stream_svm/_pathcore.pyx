@@ -467,7 +467,97 @@ cdef extern from *:
         }
     }
 
+    /* The factor's triangular solves and the dot products of S's size, in place of the
+       BLAS's: at the sizes of S here (tens to hundreds) a BLAS call's dispatch and blocking
+       cost more than its arithmetic (a third of a breakpoint's time at |S| ~ 100 went to
+       the BLAS's short dot products inside its triangular solve), and the order of the
+       additions is fixed here, the same on every processor, where a BLAS picks its kernels
+       by processor. R is S's factor, upper triangular, row i at R + i * lda (P = R'R). */
+
+    /* sum over j < k of a[j] b[j]: eight partial sums (a stride of eight each), combined in
+       a fixed order, then the tail. */
+    STREAM_SVM_CLONES
+    static double stream_svm_dot(Py_ssize_t k, const double *STREAM_SVM_RESTRICT a,
+                                 const double *STREAM_SVM_RESTRICT b)
+    {
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, s5 = 0.0, s6 = 0.0;
+        double s7 = 0.0, sum;
+        Py_ssize_t j = 0;
+        for (; j + 8 <= k; j += 8) {
+            s0 += a[j] * b[j];
+            s1 += a[j + 1] * b[j + 1];
+            s2 += a[j + 2] * b[j + 2];
+            s3 += a[j + 3] * b[j + 3];
+            s4 += a[j + 4] * b[j + 4];
+            s5 += a[j + 5] * b[j + 5];
+            s6 += a[j + 6] * b[j + 6];
+            s7 += a[j + 7] * b[j + 7];
+        }
+        sum = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+        for (; j < k; j++) sum += a[j] * b[j];
+        return sum;
+    }
+
+    /* x <- R^-T x (forward substitution, R' lower triangular): each solved entry is taken
+       out of the later ones along R's contiguous row. */
+    STREAM_SVM_CLONES
+    static void stream_svm_solve_transposed(Py_ssize_t k, const double *R, Py_ssize_t lda,
+                                            double *STREAM_SVM_RESTRICT x)
+    {
+        Py_ssize_t i, j;
+        for (j = 0; j < k; j++) {
+            const double *STREAM_SVM_RESTRICT row = R + j * lda;
+            const double solved = x[j] / row[j];
+            x[j] = solved;
+            for (i = j + 1; i < k; i++) x[i] -= row[i] * solved;
+        }
+    }
+
+    /* x <- R^-1 x (back substitution), four rows at a time from the last: their dot products
+       with the entries solved already (along R's contiguous rows, eight partial sums each,
+       combined in a fixed order), in one pass, then the four entries in turn. One row's dot
+       product at a time waited on its additions' latency: short rows, no overlap. */
+    STREAM_SVM_CLONES
+    static void stream_svm_solve(Py_ssize_t k, const double *R, Py_ssize_t lda,
+                                 double *STREAM_SVM_RESTRICT x)
+    {
+        Py_ssize_t top, j, r, end = k;
+        int l;
+        while (end > 0) {
+            const Py_ssize_t rows = end < 4 ? end : 4;
+            double sums[4][8], total[4];
+            top = end - rows;  /* rows [top, end) use x[end:] solved already */
+            for (r = 0; r < 4; r++)
+                for (l = 0; l < 8; l++) sums[r][l] = 0.0;
+            for (j = end; j + 8 <= k; j += 8) {
+                for (r = 0; r < rows; r++) {
+                    const double *STREAM_SVM_RESTRICT row = R + (top + r) * lda + j;
+                    for (l = 0; l < 8; l++) sums[r][l] += row[l] * x[j + l];
+                }
+            }
+            for (r = 0; r < rows; r++) {
+                const double *row = R + (top + r) * lda;
+                Py_ssize_t tail;
+                total[r] = ((sums[r][0] + sums[r][1]) + (sums[r][2] + sums[r][3]))
+                           + ((sums[r][4] + sums[r][5]) + (sums[r][6] + sums[r][7]));
+                for (tail = j; tail < k; tail++) total[r] += row[tail] * x[tail];
+            }
+            for (r = rows - 1; r >= 0; r--) {
+                const double *row = R + (top + r) * lda;
+                double value = x[top + r] - total[r];
+                Py_ssize_t c;
+                for (c = top + r + 1; c < end; c++) value -= row[c] * x[c];
+                x[top + r] = value / row[top + r];
+            }
+            end = top;
+        }
+    }
+
     """
+    double stream_svm_dot(Py_ssize_t k, const double* a, const double* b) noexcept nogil
+    void stream_svm_solve_transposed(Py_ssize_t k, const double* R, Py_ssize_t lda,
+                                     double* x) noexcept nogil
+    void stream_svm_solve(Py_ssize_t k, const double* R, Py_ssize_t lda, double* x) noexcept nogil
     void stream_svm_features_block(int squared_distance, const double* XT, Py_ssize_t stride,
                                    Py_ssize_t dim, Py_ssize_t n, const long* positions,
                                    Py_ssize_t m, double* out, Py_ssize_t out_stride) noexcept nogil
@@ -550,7 +640,7 @@ from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
-from scipy.linalg.cython_blas cimport ddot, dgemv, dtrsv
+from scipy.linalg.cython_blas cimport dgemv
 
 cdef enum:
     MARGIN = 0
@@ -650,9 +740,7 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
     ``w`` = R^-T 1 and ``z`` = R^-T r (r gaining ``z_entry``) when not NULL; False when the
     point is degenerate (its Schur complement in P is numerically zero)."""
     cdef double diag = column[position], pivot2, scale
-    cdef Py_ssize_t i
-    cdef int kk = <int>k, one = 1, lda = R.shape[1]
-    cdef char lower = b'L', notrans = b'N', nonunit = b'N'
+    cdef Py_ssize_t i, lda = R.shape[1]
     if k == 0:
         # t on the kernel's scale (see PathEngine._shift).
         scale = diag if diag > diag_scale else diag_scale
@@ -668,11 +756,11 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
     else:
         for i in range(k):
             work[i] = column[margin[i]] + t[0]
-        dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda, work, &one)
+        stream_svm_solve_transposed(k, &R[0, 0], lda, work)
         for i in range(k):
             if not isfinite(work[i]):
                 return False
-        pivot2 = diag + t[0] - ddot(&kk, work, &one, work, &one)
+        pivot2 = diag + t[0] - stream_svm_dot(k, work, work)
         if pivot2 <= degeneracy_tol * (diag + t[0]):
             return False
         for i in range(k):
@@ -681,9 +769,9 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
         R[k, k] = sqrt(pivot2)
         if w != NULL:
             # The new last row of R'w = 1: r'w + R_kk w_k = 1.
-            w[k] = (1.0 - ddot(&kk, work, &one, w, &one)) / R[k, k]
+            w[k] = (1.0 - stream_svm_dot(k, work, w)) / R[k, k]
         if z != NULL:
-            z[k] = (z_entry - ddot(&kk, work, &one, z, &one)) / R[k, k]
+            z[k] = (z_entry - stream_svm_dot(k, work, z)) / R[k, k]
     # The rows of ``columns`` are packed: the new column takes row k.
     memcpy(&columns[k, 0], column, n * sizeof(double))
     store[k] = k
@@ -806,17 +894,17 @@ cdef int _follow(
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
     cdef Py_ssize_t n_ties, n_candidates
-    cdef int lda_r = R.shape[1]
+    cdef Py_ssize_t lda_r = R.shape[1]
     cdef double eps = DBL_EPSILON, C_ = C
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha, margin_eta_min
     cdef bint any_active, bias_only, finish
     cdef signed char state
-    cdef int one = 1, kk, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
+    cdef int one = 1, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
     cdef double* row
     cdef int nn = <int>n
-    cdef char trans = b'T', notrans = b'N', lower = b'L', nonunit = b'N'
+    cdef char notrans = b'N'
     cdef double d_one = 1.0, d_zero = 0.0
     # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row,
     # then z = R^-T r for r = -driven_effect_S (kept up to date as S changes, see below).
@@ -884,7 +972,6 @@ cdef int _follow(
                     alpha[D[j]] = C_ if adding[j] else 0.0
             break
         k = ints[I_K_]
-        kk = <int>k
         bias_only = False
         if fabs(beta_sum) <= fs[F_NO_IMBALANCE_]:
             beta_sum = 0.0
@@ -899,19 +986,19 @@ cdef int _follow(
             if not ints[I_W_VALID_]:
                 for i in range(k):
                     w[i] = 1.0
-                dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, &w[0], &one)
+                stream_svm_solve_transposed(k, &R[0, 0], lda_r, &w[0])
                 ints[I_W_VALID_] = 1
             if not ints[I_Z_VALID_]:
                 for i in range(k):
                     z[i] = -driven_effect[margin[i]]
-                dtrsv(&lower, &notrans, &nonunit, &kk, &R[0, 0], &lda_r, z, &one)
+                stream_svm_solve_transposed(k, &R[0, 0], lda_r, z)
                 ints[I_Z_VALID_] = 1
             memcpy(beta_S, z, k * sizeof(double))
-            shifted_db = (ddot(&kk, &w[0], &one, beta_S, &one) + beta_sum) / ddot(
-                &kk, &w[0], &one, &w[0], &one)
+            shifted_db = (stream_svm_dot(k, &w[0], beta_S) + beta_sum) / stream_svm_dot(
+                k, &w[0], &w[0])
             for i in range(k):
                 beta_S[i] = beta_S[i] - w[i] * shifted_db
-            dtrsv(&lower, &trans, &nonunit, &kk, &R[0, 0], &lda_r, beta_S, &one)
+            stream_svm_solve(k, &R[0, 0], lda_r, beta_S)
             db = shifted_db + fs[F_T_] * (-beta_sum)
             # K_S beta_S over S's packed kernel columns (storage rows, contiguous per member).
             for i in range(k):
@@ -1197,9 +1284,10 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     their rows); returns what the checks after an update need: (the largest |g| of S
     relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
     relative to its terms, whether h's accumulated round-off may matter next to that
-    tolerance)."""
+    tolerance, |sum y alpha|)."""
     cdef Py_ssize_t i, j = 0, k = margin.shape[0]
     cdef double size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
+    cdef double balance = 0.0
     cdef double value, size_sum
     cdef double a0, a1, a2, a3, w0, w1, w2, w3
     cdef double* c0
@@ -1212,7 +1300,7 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     if g.shape[0] < n or terms.shape[0] < n or store.shape[0] < k:
         raise ValueError("g, terms or store is too short")
     if n == 0:
-        return 0.0, True, False
+        return 0.0, True, False, 0.0
     with nogil:
         # Column by column (contiguous rows of ``columns``), each point's sum in S's order;
         # four columns per pass over the points (the same additions in the same order, a
@@ -1250,6 +1338,7 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                 terms_out[i] = terms_out[i] + fabs(c0[i]) * w0
             j += 1
         for i in range(n):
+            balance += y[i] * alpha[i]
             g[i] = y[i] * (h[i] + b + g[i]) + p[i]
             terms[i] = fabs(p[i]) + abs_b + h_abs[i] + terms[i]
             if status[i] == ERROR:
@@ -1268,7 +1357,7 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                 if eps * h_drift[i] > 1e-2 * kkt_tol * terms[i]:
                     drift_matters = True
     # h is exactly 0 without error points: recomputing it then costs nothing.
-    return residual, kkt_ok, drifted and (drift_matters or not any_error)
+    return residual, kkt_ok, drifted and (drift_matters or not any_error), fabs(balance)
 
 
 def admit_points(const double[:, ::1] block, const long[::1] new, const long[::1] new_rows,

@@ -56,6 +56,13 @@ _NO_POSITIONS = np.zeros(0, dtype=np.int64)  # a list of positions that is not t
 _EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 
 
+# The defaults of one classification point (a stream's common update), made once: read-only,
+# as the points' arrays an update is given are only read.
+_ONE_LINEAR = np.full(1, -1.0)
+_ONE_GAP = np.full(1, np.inf)
+_ONE_LINEAR.flags.writeable = _ONE_GAP.flags.writeable = False
+
+
 def _check_kernel_finite(block: np.ndarray) -> None:
     # inf or nan would propagate silently into f, g and the factor (a nan compares False with
     # every threshold): refuse the points instead.
@@ -617,21 +624,22 @@ class PathEngine:
         self.refactorizations_total += 1
         self._sv_cache = None
 
-    def _refresh_g(self, g: np.ndarray | None = None) -> tuple[np.ndarray, float, bool, bool]:
+    def _refresh_g(self, g: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, float, bool, bool, float]:
         """Recompute g (into ``g``, by default the engine's own) from alpha, b and h, with the
         size of its terms, in one compiled pass over S's kernel columns; returns (terms, S's
         largest |g| relative to its terms, whether every KKT condition holds to kkt_tol
-        relative to the terms, whether h's accumulated round-off may matter)."""
+        relative to the terms, whether h's accumulated round-off may matter, |sum y alpha|)."""
         self._ensure_columns()
         n = self.n
         terms = np.empty(n)
         if n == 0:  # nothing stored: nothing to refresh (and no buffer to view)
-            return terms, 0.0, True, False
-        residual, kkt_ok, h_stale = _pathcore.refresh_g(
+            return terms, 0.0, True, False, 0.0
+        residual, kkt_ok, h_stale, balance = _pathcore.refresh_g(
             self._columns, self._store, n, self._margin, self._y, self._p, self._gap,
             self._alpha, self._status, self._h, self._h_abs, self._h_drift, self.b, self.kkt_tol,
             self._g if g is None else g, terms)
-        return terms, residual, kkt_ok, h_stale
+        return terms, residual, kkt_ok, h_stale, balance
 
     def recompute_error_contributions(self) -> None:
         """Recompute E's contribution to f from the kernel (clears accumulated round-off)."""
@@ -992,13 +1000,13 @@ class PathEngine:
                 f"X_add has {m} rows but y_add has {y_add.size} labels and keys has {len(keys)}"
             )
         if linear is None:
-            linear = np.full(m, -1.0)
+            linear = _ONE_LINEAR if m == 1 else np.full(m, -1.0)
         else:
             linear = np.ascontiguousarray(linear, dtype=float).reshape(-1)
             if linear.size != m:
                 raise ValueError(f"X_add has {m} rows but linear has {linear.size} terms")
         if gap is None:
-            gap = np.full(m, np.inf)
+            gap = _ONE_GAP if m == 1 else np.full(m, np.inf)
         else:
             gap = np.ascontiguousarray(gap, dtype=float).reshape(-1)
             if gap.size != m:
@@ -1206,8 +1214,8 @@ class PathEngine:
         # in one compiled pass over S's kernel columns.
         self._before_change()
         n = self.n
-        terms, margin_residual, kkt_ok, h_stale = self._refresh_g()
-        balance = abs(float(self._y[:n] @ self._alpha[:n])) / self.C
+        terms, margin_residual, kkt_ok, h_stale, balance = self._refresh_g()
+        balance /= self.C
         if h_stale:
             self.recompute_error_contributions()
             stats.refactorized = True
@@ -1346,7 +1354,8 @@ class PathEngine:
         # when S fills them); the member list gets the same room for the loop.
         self._reserve_margin(min(n, k + 16))
         capacity = self._R.shape[0]
-        margin = np.full(capacity, -1, dtype=np.int64)
+        margin = np.empty(capacity, dtype=np.int64)
+        margin.fill(-1)
         margin[:k] = self._margin
         fs = np.array([self.b, self._t, -1.0, -1.0, self._diag_scale])
         scalars = [0] * _pathcore.N_INTS
@@ -1416,9 +1425,8 @@ class PathEngine:
             stats.steps += scalars[_pathcore.I_STEPS]
             stats.breakpoints += scalars[_pathcore.I_BREAKPOINTS]
             stats.columns_reused += scalars[_pathcore.I_REUSED]
-            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
-                if times:
-                    stats.count(name, times)
+            for index in np.flatnonzero(counts).tolist():
+                stats.count(_pathcore.MIGRATIONS[index], int(counts[index]))
 
     def _loop_buffers(self, capacity: int) -> tuple[np.ndarray, ...]:
         """The breakpoint loop's scratch arrays, for the stored points' room (X's rows) and S's
