@@ -1425,8 +1425,9 @@ class PathEngine:
             stats.steps += scalars[_pathcore.I_STEPS]
             stats.breakpoints += scalars[_pathcore.I_BREAKPOINTS]
             stats.columns_reused += scalars[_pathcore.I_REUSED]
-            for index in np.flatnonzero(counts).tolist():
-                stats.count(_pathcore.MIGRATIONS[index], int(counts[index]))
+            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
+                if times:
+                    stats.count(name, times)
 
     def _loop_buffers(self, capacity: int) -> tuple[np.ndarray, ...]:
         """The breakpoint loop's scratch arrays, for the stored points' room (X's rows) and S's
