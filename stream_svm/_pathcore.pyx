@@ -29,9 +29,11 @@ cdef void _delete_factor_column(double[:, ::1] R, Py_ssize_t k, Py_ssize_t j,
     cdef Py_ssize_t i, c
     cdef int length, stride = 1, one_pair = 1
     cdef double cos, sin, a, b
-    # Drop column j: the columns right of it move one to the left (rows 0..k-1).
+    # Drop column j: the columns right of it move one to the left (rows 0..k-1). Row i holds
+    # zeros left of its diagonal, which stay zeros: its move starts at column i - 1, where its
+    # diagonal lands (the subdiagonal entry the rotations below remove).
     for i in range(k):
-        for c in range(j, k - 1):
+        for c in range(j if j > i - 1 else i - 1, k - 1):
             R[i, c] = R[i, c + 1]
     # The tail is upper Hessenberg: rotations of rows (i, i + 1) restore the triangle.
     for i in range(j, k - 1):
