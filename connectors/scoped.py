@@ -116,20 +116,6 @@ def _topic_partition(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def _first_held(entries: Iterable[Any]) -> dict[str, int]:
-    """Per ``"topic:partition"``, the offset of the first of the held messages given as
-    ``[topic, partition, offset, ...]`` (as a processor's state lists them). An entry that is
-    not of that form is passed over: the model's state then fails to load with the reason."""
-    first: dict[str, int] = {}
-    for entry in entries:
-        try:
-            name, offset = f"{entry[0]}:{int(entry[1])}", int(entry[2])
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
-        first[name] = min(first.get(name, offset), offset)
-    return first
-
-
 @dataclass
 class _Live:
     processor: Processor
@@ -192,10 +178,6 @@ class ScopedModels:
         #: partitions given up since another process claimed one of their models: the daemon
         #: rejoins the group, which says who owns them (see _fence)
         self.fenced: set[int] = set()
-        #: per model not live (evicted, or known only from the state topic), the offset of
-        #: the first message its published state holds for the scaler's warm-up, per
-        #: ``"topic:partition"``: commits stop there (see committable)
-        self.held_from: dict[ModelId, dict[str, int]] = {}
         self._settings = checkpointed_settings(config)
         #: the input topic's partition count the models were made with (check_group)
         self.partitions: int | None = None
@@ -337,8 +319,6 @@ class ScopedModels:
                 newest = self.store.newest(model_id)
                 self._retained[model_id] = (
                     live.processor, None if newest is None else (newest.epoch, newest.sequence))
-        for model_id in [m for m in self.held_from if m[0] in partitions]:
-            del self.held_from[model_id]
         for model_id in [m for m in self.known_epochs if m[0] in partitions]:
             del self.known_epochs[model_id]
         for model_id in [m for m in self.epochs if m[0] in partitions]:
@@ -388,10 +368,6 @@ class ScopedModels:
             lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending))
         for model_id, state in states.items():  # every one before any is used
             self.check(f"the state of model {model_label(model_id)}", state.metadata)
-        for model_id, state in states.items():
-            held = _first_held(state.metadata.get("processor", {}).get("held", []))
-            if held:
-                self.held_from[model_id] = held
         resume: dict[str, int | None] = {}
         with_state = {model_id[0] for model_id in states}  # type: ignore[index]
         for partition in sorted(pending):
@@ -414,7 +390,6 @@ class ScopedModels:
                 # Back to this process and nobody published it since: no need to fetch it.
                 processor.metrics = self.metrics.for_model(model_label(model_id))
                 self.live[model_id] = _Live(processor)
-                self.held_from.pop(model_id, None)  # its processor holds them
         self._retained.clear()
         for name, offset in resume.items():
             if offset is not None:  # else only records handled set a position to commit
@@ -493,7 +468,6 @@ class ScopedModels:
         processor.output_fields = {"model": model_label(model_id)}
         self._make_room()
         live = self.live[model_id] = _Live(processor)
-        self.held_from.pop(model_id, None)  # its processor holds them now
         return live
 
     def delivered(self) -> None:
@@ -520,10 +494,6 @@ class ScopedModels:
                 continue
             if model_id in self.live:
                 self._to_disk(model_id, live.processor)
-                held = _first_held([[r.topic, r.partition, r.offset]
-                                    for r in live.processor.held])
-                if held:
-                    self.held_from[model_id] = held
                 del self.live[model_id]
                 self.metrics.forget_model(model_label(model_id))
                 self.evictions += 1
@@ -654,26 +624,15 @@ class ScopedModels:
 
     def committable(self, partitions: set[int] | None = None) -> dict[str, int]:
         """Next offsets safe to commit: those of the owned partitions whose models are all
-        published, each at most the first message a model holds for the scaler's warm-up.
-        Held messages have no output yet and only the model's state holds them: with the
-        state topic lost, new models (``start_fresh``) start from the committed offsets and
-        must still read, and answer, them."""
+        published."""
         blocked = {m[0] for m, live in self.live.items() if live.dirty}
-        floors: dict[str, int] = {}
-        held = [_first_held([[r.topic, r.partition, r.offset] for r in live.processor.held])
-                for live in self.live.values() if live.processor.held]
-        for firsts in [*held, *self.held_from.values()]:
-            for name, offset in firsts.items():
-                floors[name] = min(floors.get(name, offset), offset)
-        offsets = {
-            name: min(offset, floors.get(name, offset))
-            for name, offset in self.positions.items()
+        return {
+            name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned
             and partition not in blocked
             and (partitions is None or partition in partitions)
+            and self.committed.get(name) != offset
         }
-        return {name: offset for name, offset in offsets.items()
-                if self.committed.get(name) != offset}
 
     def mark_committed(self, offsets: dict[str, int]) -> None:
         """Record offsets the group accepted (of partitions still owned)."""

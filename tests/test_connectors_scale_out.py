@@ -25,7 +25,7 @@ import pytest
 from connectors.config import ConfigError, load_config
 from connectors.daemon import ensure_topics
 from connectors.metrics import Metrics
-from connectors.models import build_scaler, restore_model
+from connectors.models import restore_model
 from connectors.processor import Processor, Record
 from connectors.scoped import ScopedModels, model_id_of, model_label
 from connectors.sources import iter_source
@@ -150,16 +150,15 @@ class _MemoryStore:
 
 
 def _scoped(max_models: int, store: _MemoryStore | None = None,
-            cache_dir: Path | None = None, **settings: str) -> tuple[ScopedModels, Any]:
+            cache_dir: Path | None = None) -> tuple[ScopedModels, Any]:
     config = load_config(None, overrides={"model.scope": "key",
                                           "model.max_models": str(max_models),
-                                          **{f"model.{k}": str(v) for k, v in MODEL.items()},
-                                          **settings},
+                                          **{f"model.{k}": str(v) for k, v in MODEL.items()}},
                          environ={})
     metrics = Metrics(per_model=True)
 
     def new_processor(model: Any, model_metrics: Any) -> Processor:
-        return Processor(model, scaler=build_scaler(config), metrics=model_metrics)
+        return Processor(model, metrics=model_metrics)
 
     models = ScopedModels(config, store or _MemoryStore(), new_processor,
                           lambda: IncrementalSVC(**MODEL), metrics, cache_dir=cache_dir)
@@ -412,41 +411,6 @@ def test_offsets_are_committed_only_once_the_partitions_models_are_published():
     models.revoke({0}, handed.append)
     assert handed == [{"stream-svm.input:0": len(batch) + 1}]
     assert not models.live and models.owned == {1}
-
-
-def test_offsets_stop_at_the_first_message_a_model_holds_for_the_scalers_warm_up():
-    # Held messages have no output yet and only the model's state holds them: if the state
-    # topic is lost, new models (start_fresh) start from the committed offsets and must still
-    # read them. That holds while the model is live, after its eviction, and in the next
-    # process, which knows of them only from the state topic.
-    warm_up = {"scaler.mode": "warmup", "scaler.warmup_messages": "5"}
-    point = {"x": {"1": 0.5, "2": -0.5}, "y": True}
-    store = _MemoryStore()
-    models, _ = _scoped(max_models=1, store=store, **warm_up)
-    models.assign({0})
-    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
-    warm = [_record(0, i, "warm", {"id": i, **point}) for i in range(5)]
-    _handled(models, warm)  # the 5th froze the scaler: all answered, nothing held
-    _handled(models, [_record(0, 5, "cold", {"id": 5, **point}),
-                      _record(0, 6, "cold", {"id": 6, **point}),
-                      _record(0, 7, "warm", {"id": 7, **point})])
-    assert models.publish()
-    assert models.committable() == {"stream-svm.input:0": 5}  # "cold" holds 5 and 6
-    models.mark_committed(models.committable())
-    _handled(models, [_record(0, 8, "warm", {"id": 8, **point})])  # evicts "cold"
-    assert (0, "cold") not in models.live and models.publish()
-    assert models.committable() == {}  # still 5, committed already
-
-    successor, _ = _scoped(max_models=1, store=store, **warm_up)
-    successor.assign({0})
-    successor.settle({0: {"stream-svm.input:0": 5}}, start_fresh=False)
-    _handled(successor, [_record(0, 9, "warm", {"id": 9, **point})])
-    assert successor.publish() and successor.committable() == {"stream-svm.input:0": 5}
-    # Once "cold" has its warm-up messages, its held messages are answered: commits go on.
-    result, _ = _handled(successor, [_record(0, 10 + i, "cold", {"id": 10 + i, **point})
-                                     for i in range(3)])
-    assert len(result.outputs) == 5  # the 2 held and the 3 new
-    assert successor.publish() and successor.committable() == {"stream-svm.input:0": 13}
 
 
 # -- processes on the embedded broker ----------------------------------------------------------
