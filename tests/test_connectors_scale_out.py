@@ -346,6 +346,22 @@ def test_a_lost_claim_gives_the_whole_partition_up_and_its_next_owner_learns_eve
     assert heir.fenced == set() and handed == [] and not heir.live
 
 
+def test_a_model_whose_former_owner_only_claimed_it_is_claimed_again_not_fenced():
+    # The former owner claimed epoch 0 and died before its first state: the state topic holds
+    # the claim and no state. The next owner knows of that epoch from its assignment on, and
+    # claims the next one, instead of taking the claim for another process's since.
+    rows = [row for row in _keyed_stream(keys=1, per_key=6, partitions=1)
+            if "y" in row[2] and "x" in row[2]]
+    store = _MemoryStore()
+    assert store.claim_epoch((0, "k0")) == 0
+    owner, _ = _scoped(max_models=10, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(owner, [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)])
+    assert owner.publish() and not owner.fenced
+    assert owner.epochs[(0, "k0")] == store.claimed[(0, "k0")] == 1
+
+
 def test_the_daemon_stops_fetching_a_fenced_partition_and_rejoins_the_group(tmp_path):
     from kafka import TopicPartition
 

@@ -408,6 +408,31 @@ def test_claims_keep_an_epoch_taken_and_a_concurrent_claim_loses(broker, store_o
 
 
 @pytest.mark.broker
+def test_a_claim_past_an_epoch_taken_since_the_owner_was_given_the_model_is_refused(
+        broker, store_of):  # noqa: F811
+    topic = unique("state-claim-known")
+    former = store_of(topic)
+    former.ensure_topic()
+    assert former.claim_epoch(("m", 1)) == 0  # it dies before its first state
+    owner = store_of(topic)
+    owner.restore()
+    # Claims count, not only states: the model with a claim alone is at epoch 0.
+    assert owner.epochs(lambda m: m[0] == "m") == {("m", 1): 0}
+    assert owner.epochs(lambda m: m[0] == "other") == {}
+    assert owner.claim_epoch(("m", 1), newest_known=0) == 1
+    # A process given the model when it knew of epoch 0 only, which has since read the claim
+    # of epoch 1 (reading on to a claim of another model in the same partition): refused,
+    # and nothing is written.
+    zombie = store_of(topic)
+    zombie.restore()
+    before = len(raw_records(broker.bootstrap_servers, topic))
+    with pytest.raises(StaleEpochError, match="since this owner was given it"):
+        zombie.claim_epoch(("m", 1), newest_known=0)
+    assert len(raw_records(broker.bootstrap_servers, topic)) == before
+    assert store_of(topic).next_epoch(("m", 1)) == 2
+
+
+@pytest.mark.broker
 def test_an_owner_sees_a_newer_claim_by_reading_on_to_its_own_publish(
         broker, store_of):  # noqa: F811
     topic = unique("state-newest-epoch")
