@@ -134,6 +134,10 @@ class StateStoreError(RuntimeError):
     """The state topic could not be read or written (the message names the topic)."""
 
 
+class _NotWhole(StateStoreError):
+    """A state's records are no longer whole where this store indexed them."""
+
+
 class StaleEpochError(StateStoreError):
     """A publish with an epoch older than one this store has seen for the model: another
     process owns the model now. Nothing was produced."""
@@ -1063,9 +1067,35 @@ class StateStore:
     def fetch(self, model_id: Any) -> StoredState:
         """The arrays and metadata of :meth:`newest` state of a model, read from where its
         chunks lie (a few records, not the whole topic). Raises StateStoreError when there is
-        none, when it cannot be read within ``timeout``, or when it is no longer whole there
-        (its keys were overwritten since: read the topic again with :meth:`restore`)."""
+        none, or when it cannot be read within ``timeout``.
+
+        When the state is no longer whole where this store indexed it (its owner published
+        again since, and compaction removed the records its new state overwrote, or it
+        tombstoned them), the model is indexed again from the whole topic, once, and its newest
+        whole state read from there; StateStoreError if that fails too."""
         model = normalize_model_id(model_id)
+        try:
+            return self._fetch_newest(model)
+        except _NotWhole as exc:
+            log.info("%s; reading the state topic again for the model's newest state", exc)
+            indexed = self.newest(model)
+        self.restore([model], decode=False, log_level=logging.DEBUG)
+        found = self.newest(model)
+        assert indexed is not None and found is not None
+        if (found.epoch, found.sequence) < (indexed.epoch, indexed.sequence):
+            # Never an older state than the one indexed: the records it lacks may lie before
+            # the offsets its owner committed, and would not be learned again.
+            self._views[model].newest = indexed
+            raise StateStoreError(
+                f"state topic {self.topic}: model {_jsonable_id(model)} epoch "
+                f"{indexed.epoch} sequence {indexed.sequence} is no longer whole, and no newer "
+                "whole state was found")
+        try:
+            return self._fetch_newest(model)
+        except _NotWhole as exc:
+            raise StateStoreError(str(exc)) from None
+
+    def _fetch_newest(self, model: Hashable) -> StoredState:
         known = self.newest(model)
         if known is None or known.location is None:
             raise StateStoreError(
@@ -1092,12 +1122,12 @@ class StateStore:
                  f"sequence {known.sequence} at offsets {first_offset}-{last_offset}")
         problem, payload, _ = _assemble(chunks)
         if problem is not None:
-            raise StateStoreError(f"{where}: {problem}")
+            raise _NotWhole(f"{where}: {problem}")
         assert payload is not None
         try:
             arrays, metadata = _decode_payload(payload)
         except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
-            raise StateStoreError(f"{where} does not load: {exc}") from None
+            raise _NotWhole(f"{where} does not load: {exc}") from None
         return StoredState(arrays, metadata, known.next_offset, known.epoch, known.sequence,
                            known.location)
 

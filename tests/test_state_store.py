@@ -433,6 +433,48 @@ def test_a_claim_past_an_epoch_taken_since_the_owner_was_given_the_model_is_refu
 
 
 @pytest.mark.broker
+def test_a_state_compacted_away_since_it_was_indexed_is_found_again_not_retried_forever(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic = unique("state-compacted")
+    owner = store_of(topic)
+    owner.ensure_topic()
+    owner.publish("m", arrays_of(1), {"n": 1}, next_offset=1, epoch=0, sequence=1)
+    reader = store_of(topic)
+    reader.restore()
+    indexed = reader.newest("m").location
+    owner.publish("m", arrays_of(2), {"n": 2}, next_offset=2, epoch=0, sequence=2)
+    owner.publish("m", arrays_of(3), {"n": 3}, next_offset=3, epoch=0, sequence=3)
+    # Sequence 3 overwrote the keys of sequence 1 (the same slot); compaction on a real Kafka
+    # then removes sequence 1's records, which the embedded broker keeps: drop them here.
+    read = reader._read
+
+    def compacted(*args: Any, **kwargs: Any) -> list[Any]:
+        return [r for r in read(*args, **kwargs)
+                if not indexed[1] <= r.offset <= indexed[2]]
+
+    monkeypatch.setattr(reader, "_read", compacted)
+    state = reader.fetch("m")
+    assert (state.epoch, state.sequence, state.next_offset) == (0, 3, 3)
+    assert state.metadata == {"n": 3}
+    assert_same_arrays(state.arrays, arrays_of(3))
+    # Never an older state than the one indexed: with sequences 2 and 3 gone and only
+    # sequence 1 left, the store refuses (its caller reads the messages again later) rather
+    # than give a state that lacks what sequence 3 learned.
+    stale = store_of(topic)
+    stale.restore()
+    assert stale.newest("m").sequence == 3
+    read_stale = stale._read
+
+    def only_the_first(*args: Any, **kwargs: Any) -> list[Any]:
+        return [r for r in read_stale(*args, **kwargs) if r.offset <= indexed[2]]
+
+    monkeypatch.setattr(stale, "_read", only_the_first)
+    with pytest.raises(StateStoreError, match="no newer whole state"):
+        stale.fetch("m")
+    assert stale.newest("m").sequence == 3
+
+
+@pytest.mark.broker
 def test_an_owner_sees_a_newer_claim_by_reading_on_to_its_own_publish(
         broker, store_of):  # noqa: F811
     topic = unique("state-newest-epoch")
