@@ -404,6 +404,8 @@ class StateStore:
         self._views: dict[Hashable, _ModelView] = {}
         #: per partition, the offset up to which this store has read the topic
         self._read_until: dict[int, int] = {}
+        #: models whose state was looked for in the whole topic in vain: when to look again
+        self._reindex_after: dict[Hashable, float] = {}
         self._partition_count: int | None = None
         self._producer: Any = None
         self._closed = False
@@ -1064,6 +1066,10 @@ class StateStore:
         view = self._views.get(normalize_model_id(model_id))
         return None if view is None else view.newest
 
+    #: Seconds before a model whose state a reading of the whole topic did not find whole is
+    #: looked for there again (each look reads every record of the topic).
+    REINDEX_INTERVAL = 30.0
+
     def fetch(self, model_id: Any) -> StoredState:
         """The arrays and metadata of :meth:`newest` state of a model, read from where its
         chunks lie (a few records, not the whole topic). Raises StateStoreError when there is
@@ -1071,29 +1077,39 @@ class StateStore:
 
         When the state is no longer whole where this store indexed it (its owner published
         again since, and compaction removed the records its new state overwrote, or it
-        tombstoned them), the model is indexed again from the whole topic, once, and its newest
-        whole state read from there; StateStoreError if that fails too."""
+        tombstoned them), the model is indexed again from the whole topic (one more read,
+        within its own ``timeout``) and its newest whole state read from there; never an
+        older state than the one indexed. StateStoreError if none is found, and then the
+        topic is read again for that model only after ``REINDEX_INTERVAL`` seconds."""
         model = normalize_model_id(model_id)
         try:
             return self._fetch_newest(model)
         except _NotWhole as exc:
-            log.info("%s; reading the state topic again for the model's newest state", exc)
+            problem = str(exc)
             indexed = self.newest(model)
+        assert indexed is not None  # a state that is not whole was indexed
+        if time.monotonic() < self._reindex_after.get(model, 0.0):
+            raise StateStoreError(f"{problem} (the topic is read again for it later)")
+        log.info("%s; reading the state topic again for the model's newest state", problem)
         self.restore([model], decode=False, log_level=logging.DEBUG)
         found = self.newest(model)
-        assert indexed is not None and found is not None
+        assert found is not None
         if (found.epoch, found.sequence) < (indexed.epoch, indexed.sequence):
             # Never an older state than the one indexed: the records it lacks may lie before
             # the offsets its owner committed, and would not be learned again.
             self._views[model].newest = indexed
+            self._reindex_after[model] = time.monotonic() + self.REINDEX_INTERVAL
             raise StateStoreError(
                 f"state topic {self.topic}: model {_jsonable_id(model)} epoch "
                 f"{indexed.epoch} sequence {indexed.sequence} is no longer whole, and no newer "
                 "whole state was found")
         try:
-            return self._fetch_newest(model)
+            state = self._fetch_newest(model)
         except _NotWhole as exc:
-            raise StateStoreError(str(exc)) from None
+            self._reindex_after[model] = time.monotonic() + self.REINDEX_INTERVAL
+            raise StateStoreError(f"{exc}, and no newer whole state was found") from None
+        self._reindex_after.pop(model, None)
+        return state
 
     def _fetch_newest(self, model: Hashable) -> StoredState:
         known = self.newest(model)

@@ -472,6 +472,18 @@ def test_a_state_compacted_away_since_it_was_indexed_is_found_again_not_retried_
     with pytest.raises(StateStoreError, match="no newer whole state"):
         stale.fetch("m")
     assert stale.newest("m").sequence == 3
+    # Each look reads the whole topic: the next one waits for REINDEX_INTERVAL.
+    looks = []
+    restore = stale.restore
+    monkeypatch.setattr(stale, "restore", lambda *a, **k: looks.append(1) or restore(*a, **k))
+    with pytest.raises(StateStoreError, match="read again for it later"):
+        stale.fetch("m")
+    assert looks == []
+    monkeypatch.setattr(stale, "REINDEX_INTERVAL", 0.0)
+    stale._reindex_after.clear()
+    with pytest.raises(StateStoreError, match="no newer whole state"):
+        stale.fetch("m")
+    assert looks == [1]
 
 
 @pytest.mark.broker
