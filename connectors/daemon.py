@@ -624,6 +624,11 @@ class Daemon:
                     max_request_size=max(1_048_576, 2 * config.kafka.max_message_bytes),
                     retries=2_147_483_647,
                     max_in_flight_requests_per_connection=1,
+                    # One request in flight waits for each acknowledgement in turn: a poll's
+                    # outputs (500 answers, ~150 KB) in 16 KB batches (the client's default)
+                    # took ten round trips per flush. 512 KB stays under the brokers' default
+                    # limit on a record batch (message.max.bytes, 1 MB).
+                    batch_size=512 << 10,
                     # Outputs are at-least-once (a restart may repeat some) and one request in
                     # flight keeps them in order; an idempotent producer adds nothing to that,
                     # and its producer id does not survive a broker that lost its state (a
