@@ -471,8 +471,8 @@ cdef extern from *:
 
     /* The factor's triangular solves and the dot products of S's size, in place of the
        BLAS's: at the sizes of S here (tens to hundreds) a BLAS call's dispatch and blocking
-       cost more than its arithmetic (a third of a breakpoint's time at |S| ~ 100 went to
-       the BLAS's short dot products inside its triangular solve), and the order of the
+       cost more than its arithmetic (at |S| ~ 100, 6-8 % of a Fisher learn_one point went
+       to the BLAS's short dot products inside its triangular solve), and the order of the
        additions is fixed here, the same on every processor, where a BLAS picks its kernels
        by processor. R is S's factor, upper triangular, row i at R + i * lda (P = R'R). */
 
