@@ -1463,6 +1463,26 @@ def count_free(const long[::1] members, const double[::1] alpha, double upper) -
     return count
 
 
+def has_repeats(const double[:, ::1] X, const long[::1] positions) -> bool:
+    """Whether some point of ``positions`` (rows of ``X``) has the features of the one listed
+    before it (the two points of a regression sample): one pass, usually finding none."""
+    cdef Py_ssize_t c, f, m = positions.shape[0], rows = X.shape[0], dim = X.shape[1]
+    cdef bint same = False
+    for c in range(m):
+        if not 0 <= positions[c] < rows:
+            raise ValueError(f"position {positions[c]} is not among the {rows} rows")
+    with nogil:
+        for c in range(1, m):
+            same = True
+            for f in range(dim):
+                if X[positions[c], f] != X[positions[c - 1], f]:
+                    same = False
+                    break
+            if same:
+                break
+    return same
+
+
 def move_error_columns(const double[:, ::1] block, const double[::1] labels, double C,
                        bint joining, Py_ssize_t n, double[::1] h, double[::1] h_abs,
                        double[::1] h_drift) -> None:

@@ -507,12 +507,11 @@ class PathEngine:
         the columns are its rows."""
         positions = np.asarray(positions, dtype=np.int64)
         starts = None
-        if positions.size > 1:
+        if positions.size > 1 and _pathcore.has_repeats(self._X, positions):
             # A point equal to the one before it in the list (the two points of a regression
             # sample) has the same kernel column: each run of equal points is computed once.
             repeats = np.all(self._X[positions[1:]] == self._X[positions[:-1]], axis=1)
-            if repeats.any():
-                starts = np.concatenate([[True], ~repeats])
+            starts = np.concatenate([[True], ~repeats])
         if starts is None:
             columns = self._kernel_block(positions, features, out)
         else:
@@ -581,11 +580,12 @@ class PathEngine:
         self._t = t
         self._R[:k, :k] = factor
 
-    def _margin_remove(self, slot: int) -> np.ndarray:
+    def _margin_remove(self, slot: int, out: np.ndarray | None = None) -> np.ndarray:
         """Remove S's member at ``slot``; returns its kernel column (the compiled loop's own
-        removal: Givens rotations on the factor, the last packed column takes its row)."""
+        removal: Givens rotations on the factor, the last packed column takes its row), in
+        ``out`` when given."""
         n = self.n
-        column = np.empty(n)
+        column = np.empty(n) if out is None else out
         _pathcore.margin_remove(self._R, self._columns, self._margin, self._store, self._slot,
                                 n, slot, column)
         self._margin = self._margin[:-1].copy()
@@ -1073,7 +1073,10 @@ class PathEngine:
         self._sv_cache = None
         C = self.C
         driven: list[int] = []
-        driven_columns: list[np.ndarray] = []  # their kernel columns as rows, in blocks
+        # The driven points' kernel columns, rows of the one block the loop takes (new points
+        # first, then members leaving S, then points leaving E), each computed or copied into
+        # its row rather than gathered after: at most one row per point added or removed.
+        driven_block = None
         settled_removals: list[int] = []
         features = None  # the points' features by column, fixed until the removals at the end
 
@@ -1085,6 +1088,7 @@ class PathEngine:
                 gap = np.full(len(keys), np.inf)
             new = self._append(X_add, y_add, keys, linear, gap)
             n = self.n
+            driven_block = np.empty((new.size + len(remove), n))
             features = self._features_by_column()
             margin = self._margin
             # f at the new points needs their kernel values at S and E only (and the recent
@@ -1110,7 +1114,7 @@ class PathEngine:
                 margin_rows, error_rows = rows[:k], rows[k : k + errors]
                 recent_rows, new_rows = rows[k + errors : k + errors + kept], rows[-new.size :]
             else:
-                K_new = self._kernel_columns(new, features)
+                K_new = self._kernel_columns(new, features, out=driven_block[: new.size])
                 block = K_new.T
                 margin_rows, new_rows = margin, new
                 # E's members: found by the compiled pass, from their status.
@@ -1144,13 +1148,10 @@ class PathEngine:
                 unsatisfied = self._status[new] == ADDING
                 driven.extend(new[unsatisfied].tolist())
                 if K_new is None:
-                    driven_columns.append(self._kernel_columns(new[unsatisfied], features).T)
-                elif reserved or kind < 0:
-                    # (A user's kernel may return a buffer it reuses on its next call, which
-                    # the loop makes when a point enters S: its columns are copied.)
-                    driven_columns.append(K_new.T[unsatisfied])
-                else:  # every new point driven: our own block as it is, no copy
-                    driven_columns.append(K_new.T)
+                    self._kernel_columns(new[unsatisfied], features,
+                                         out=driven_block[: len(driven)])
+                elif reserved:  # the driven ones' rows moved up over the others'
+                    driven_block[: len(driven)] = driven_block[: new.size][unsatisfied]
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -1160,11 +1161,14 @@ class PathEngine:
             removed = np.array([self._pos[key] for key in remove], dtype=np.int64)
             leaving_status = self._status[removed]
             # S's members leave it one at a time, in the order given, each with its column.
+            if driven_block is None:
+                driven_block = np.empty((removed.size, n))
             for position in removed[leaving_status == MARGIN].tolist():
-                column = self._margin_remove(int(self._slot[position]))
+                # Its column goes to the next row of the block; it stays there only if the
+                # point is driven (the next one overwrites it otherwise).
+                self._margin_remove(int(self._slot[position]), out=driven_block[len(driven)])
                 if self._alpha[position] != 0.0:
                     driven.append(position)
-                    driven_columns.append(column[None, :])
             settled = self._alpha[removed] == 0.0
             if np.any(~settled & (leaving_status != MARGIN) & (leaving_status != ERROR)):
                 # A reserve point holds alpha = 0 by construction: anything else is a broken
@@ -1177,25 +1181,17 @@ class PathEngine:
             positions = np.array(error_removed)
             if features is None:
                 features = self._features_by_column()
-            # Their columns are computed into the rows below the other driven points' (the one
-            # array the loop takes), not copied there after.
-            taken = sum(block.shape[0] for block in driven_columns)
-            driven_block = np.empty((taken + positions.size, n))
-            start = 0
-            for block in driven_columns:
-                driven_block[start : start + block.shape[0]] = block
-                start += block.shape[0]
-            columns = self._kernel_columns(positions, features, out=driven_block[taken:])
+            taken = len(driven)
+            columns = self._kernel_columns(positions, features,
+                                           out=driven_block[taken : taken + positions.size])
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
-            driven_columns = [driven_block]
 
         if driven:
             self._before_change()
             if features is None:
                 features = self._features_by_column()
-            K_D = driven_columns[0] if len(driven_columns) == 1 else np.concatenate(driven_columns)
-            self._follow_path(np.array(driven), K_D, features, stats)
+            self._follow_path(np.array(driven), driven_block[: len(driven)], features, stats)
         stats.count("removed", len(remove))
         unlearned = [p for p in driven if self._status[p] == REMOVING]
         self._delete_positions(settled_removals + unlearned)
