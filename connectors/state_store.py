@@ -20,6 +20,8 @@ Keys, and why no crash can leave a model without a state
     other slot. Each epoch has keys of its own, so two owners never overwrite each other.
     A new owner also writes a *claim* record ``{"claim": true, "epoch": e, "model": model_id}``
     (see :meth:`StateStore.claim_epoch`) so that its epoch is taken even before its first state.
+    Its value names the store that wrote it (``owner``, random per store), so that a store
+    recognizes its own claim when a claim's acknowledgement was lost and it claims again.
 
 Values
     ``b"SSVS"``, one byte format version, a 4-byte big-endian header length, the header (UTF-8
@@ -348,6 +350,8 @@ class _ModelView:
     complete: dict[int, int] = field(default_factory=dict)
     #: the newest state this store published or restored (arrays not kept), for fetch()
     newest: StoredState | None = None
+    #: epoch -> the owner token of the first claim of that epoch read (the one that won it)
+    claimants: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -409,6 +413,8 @@ class StateStore:
         self._partition_count: int | None = None
         self._producer: Any = None
         self._closed = False
+        #: written in this store's claims: its own claims are told from other owners' by it
+        self._owner_token = uuid.uuid4().hex
         self._check_options()
 
     # ----------------------------------------------------------------- clients
@@ -773,13 +779,20 @@ class StateStore:
         owner that has not learned yet that it lost the model, and a claim of the epoch after
         it would let its older state win over the new owner's. StaleEpochError, and nothing
         is written.
+
+        A claim of this store's own is never taken for another owner's: after a claim whose
+        acknowledgement was lost (StateStoreError, the record written or not), claiming again
+        succeeds, with the next epoch if the first claim was written.
         """
         model = normalize_model_id(model_id)
         deadline = self._deadline()
         if not self._read_until:
             self._read(deadline)
         epoch = self.next_epoch(model)
-        if newest_known is not None and epoch - 1 > newest_known:
+        if (newest_known is not None and epoch - 1 > newest_known
+                and not self._claimed_here(model, epoch - 1)):
+            # (The newest epoch may be this store's own claim whose acknowledgement was lost:
+            # this owner then claims on, rather than fence itself.)
             raise StaleEpochError(
                 f"state topic {self.topic}: another owner took epoch {epoch - 1} of model "
                 f"{_jsonable_id(model)} since this owner was given it (it knew of epoch "
@@ -787,7 +800,7 @@ class StateStore:
             )
         partition = self.partition_of(model, self._partitions(deadline))
         header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
-                  "owner": uuid.uuid4().hex}
+                  "owner": self._owner_token}
         key = claim_key(model, epoch)
         [written] = self._send_all([(key, _encode_value(header))], partition, deadline,
                                    f"claiming epoch {epoch} of model {_jsonable_id(model)}")
@@ -796,12 +809,18 @@ class StateStore:
         for record in records:
             parsed = _parse_key(record.key)
             if (parsed is not None and parsed.model == model and parsed.epoch >= epoch
-                    and record.offset < written.offset):
+                    and record.offset < written.offset
+                    and not (parsed.slot is None and _claim_owner(record) == self._owner_token)):
                 raise StaleEpochError(
                     f"state topic {self.topic}: another owner took epoch {parsed.epoch} of "
                     f"model {_jsonable_id(model)} before this claim of epoch {epoch}"
                 )
         return epoch
+
+    def _claimed_here(self, model: Hashable, epoch: int) -> bool:
+        """Whether the first claim of ``epoch`` this store has read is one it wrote itself."""
+        view = self._views.get(model)
+        return view is not None and view.claimants.get(epoch) == self._owner_token
 
     def epochs(self, select: Callable[[Hashable], bool]) -> dict[Hashable, int]:
         """The highest epoch (of states, claims and tombstones, as of this store's last read)
@@ -933,6 +952,10 @@ class StateStore:
                 continue
             view = self._views.setdefault(parsed.model, _ModelView())
             view.max_epoch = max(view.max_epoch, parsed.epoch)
+            if parsed.slot is None and record.value is not None:
+                owner = _claim_owner(record)
+                if owner is not None:
+                    view.claimants.setdefault(parsed.epoch, owner)
             keys = live.setdefault(parsed.model, {}) if rebuild else view.live
             if record.value is None:
                 keys.pop(bytes(record.key), None)
@@ -1146,6 +1169,18 @@ class StateStore:
             raise _NotWhole(f"{where} does not load: {exc}") from None
         return StoredState(arrays, metadata, known.next_offset, known.epoch, known.sequence,
                            known.location)
+
+
+def _claim_owner(record: _Record) -> str | None:
+    """The owner token of a claim record, None if it has none (or is not one of ours)."""
+    if record.value is None:
+        return None
+    try:
+        header, _ = _decode_value(record.value)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    owner = header.get("owner")
+    return owner if isinstance(owner, str) else None
 
 
 def _check_header(header: dict[str, Any], key: _Key) -> None:

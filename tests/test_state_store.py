@@ -432,6 +432,72 @@ def test_a_claim_past_an_epoch_taken_since_the_owner_was_given_the_model_is_refu
     assert store_of(topic).next_epoch(("m", 1)) == 2
 
 
+def _lose_acknowledgements(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's next send writes its records, then fails as if the acknowledgement were lost
+    (a broker slower than the store's timeout)."""
+    send_all = store._send_all
+
+    def written_then_timed_out(*args: Any, **kwargs: Any) -> list[Any]:
+        send_all(*args, **kwargs)
+        monkeypatch.setattr(store, "_send_all", send_all)  # once
+        raise StateStoreError("claiming: not acknowledged within the timeout (simulated)")
+
+    monkeypatch.setattr(store, "_send_all", written_then_timed_out)
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("read_since", [False, True])
+def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
+        broker, store_of, monkeypatch, read_since):  # noqa: F811
+    topic = unique("state-claim-lost-ack")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish(("m", 0), arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    owner = store_of(topic)
+    owner.restore()
+    _lose_acknowledgements(owner, monkeypatch)
+    with pytest.raises(StateStoreError, match="simulated"):
+        owner.claim_epoch(("m", 0), newest_known=0)
+    assert [claim_key(("m", 0), 1)] == [
+        r.key for r in raw_records(broker.bootstrap_servers, topic) if b"claim" in r.key]
+    if read_since:  # the owner has read its own claim of epoch 1 (restore, or another model)
+        owner.restore()
+        assert owner.next_epoch(("m", 0)) == 2
+    # Retried with what the owner knew when it was given the model: its own claim of epoch 1
+    # is not another owner's. Before, this raised StaleEpochError and the owner gave up its
+    # partition until the next rebalance.
+    epoch = owner.claim_epoch(("m", 0), newest_known=0)
+    assert epoch == (2 if read_since else 1)
+    owner.publish(("m", 0), arrays_of(2), {}, next_offset=2, epoch=epoch, sequence=1)
+    assert store_of(topic).restore()[("m", 0)].epoch == epoch
+    # Another process given the model when it knew of epoch 0 only is still refused.
+    other = store_of(topic)
+    other.restore()
+    with pytest.raises(StaleEpochError, match="since this owner was given it"):
+        other.claim_epoch(("m", 0), newest_known=0)
+
+
+@pytest.mark.broker
+def test_a_claim_that_lost_the_race_for_an_epoch_is_not_taken_for_the_owners_own(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic = unique("state-claim-lost-race")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    winner, loser = store_of(topic), store_of(topic)
+    winner.restore()
+    loser.restore()
+    assert winner.claim_epoch("m", newest_known=0) == 1
+    # The loser's claim of epoch 1 comes second; its acknowledgement is lost, so it never
+    # read that it lost. Claiming again it must see that epoch 1 is the winner's.
+    _lose_acknowledgements(loser, monkeypatch)
+    with pytest.raises(StateStoreError, match="simulated"):
+        loser.claim_epoch("m", newest_known=0)
+    loser.restore()
+    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
+        loser.claim_epoch("m", newest_known=0)
+
+
 @pytest.mark.broker
 def test_a_state_compacted_away_since_it_was_indexed_is_found_again_not_retried_forever(
         broker, store_of, monkeypatch):  # noqa: F811
