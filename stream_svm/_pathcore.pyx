@@ -801,35 +801,138 @@ cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_dri
         h_drift[i] += size
 
 
+cdef class LoopArrays:
+    """The arrays the breakpoint loop works on that outlive a path (the stored points', S's,
+    the recent columns and the loop's scratch), as typed views acquired once per array:
+    acquiring a view costs about 100 ns, and a path passed some thirty-five of them on every
+    call. :meth:`bind` takes the current arrays before each call and acquires a view only
+    for an array that is not the one it already holds (the engine replaces arrays that grow).
+    """
+    cdef list _held
+    cdef double[:, ::1] XT, columns, R, recent
+    cdef double[::1] y, p, gap, alpha, g, h, h_abs, h_drift, w, driven_effect, column, work
+    cdef double[::1] change, point_eta, margin_events, fs
+    cdef signed char[::1] status
+    cdef long[::1] slot_of, margin, store, recent_of, margin_candidate, ints, counts
+    cdef unsigned char[::1] blocked
+
+    def __cinit__(self):
+        self._held = [None] * 29
+
+    def bind(self, XT, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R, margin,
+             store, w, blocked, driven_effect, fs, ints, counts, column, work,
+             recent, recent_of, change, point_eta, margin_events, margin_candidate) -> None:
+        """Hold views of these arrays (see the class)."""
+        cdef list held = self._held
+        if XT is not held[0]:
+            self.XT = XT
+            held[0] = XT
+        if y is not held[1]:
+            self.y = y
+            held[1] = y
+        if p is not held[2]:
+            self.p = p
+            held[2] = p
+        if gap is not held[3]:
+            self.gap = gap
+            held[3] = gap
+        if alpha is not held[4]:
+            self.alpha = alpha
+            held[4] = alpha
+        if g is not held[5]:
+            self.g = g
+            held[5] = g
+        if status is not held[6]:
+            self.status = status
+            held[6] = status
+        if slot_of is not held[7]:
+            self.slot_of = slot_of
+            held[7] = slot_of
+        if h is not held[8]:
+            self.h = h
+            held[8] = h
+        if h_abs is not held[9]:
+            self.h_abs = h_abs
+            held[9] = h_abs
+        if h_drift is not held[10]:
+            self.h_drift = h_drift
+            held[10] = h_drift
+        if columns is not held[11]:
+            self.columns = columns
+            held[11] = columns
+        if R is not held[12]:
+            self.R = R
+            held[12] = R
+        if margin is not held[13]:
+            self.margin = margin
+            held[13] = margin
+        if store is not held[14]:
+            self.store = store
+            held[14] = store
+        if w is not held[15]:
+            self.w = w
+            held[15] = w
+        if blocked is not held[16]:
+            self.blocked = blocked
+            held[16] = blocked
+        if driven_effect is not held[17]:
+            self.driven_effect = driven_effect
+            held[17] = driven_effect
+        if fs is not held[18]:
+            self.fs = fs
+            held[18] = fs
+        if ints is not held[19]:
+            self.ints = ints
+            held[19] = ints
+        if counts is not held[20]:
+            self.counts = counts
+            held[20] = counts
+        if column is not held[21]:
+            self.column = column
+            held[21] = column
+        if work is not held[22]:
+            self.work = work
+            held[22] = work
+        if recent is not held[23]:
+            self.recent = recent
+            held[23] = recent
+        if recent_of is not held[24]:
+            self.recent_of = recent_of
+            held[24] = recent_of
+        if change is not held[25]:
+            self.change = change
+            held[25] = change
+        if point_eta is not held[26]:
+            self.point_eta = point_eta
+            held[26] = point_eta
+        if margin_events is not held[27]:
+            self.margin_events = margin_events
+            held[27] = margin_events
+        if margin_candidate is not held[28]:
+            self.margin_candidate = margin_candidate
+            held[28] = margin_candidate
+
+
 def follow_path(
-    int kernel_kind, double gamma, int degree, double coef0, double ridge,
-    double[:, ::1] XT, Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
-    double[::1] y, double[::1] p, double[::1] gap, double[::1] alpha, double[::1] g,
-    signed char[::1] status,
-    long[::1] slot_of, double[::1] h, double[::1] h_abs, double[::1] h_drift,
-    double[:, ::1] columns, double[:, ::1] R, long[::1] margin, long[::1] store,
-    double[::1] w, long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding,
-    unsigned char[::1] active,
-    unsigned char[::1] blocked, double[::1] beta_D, double[::1] driven_effect,
-    double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
-    double[:, ::1] recent, long[::1] recent_of,
-    double[::1] change, double[::1] point_eta, double[::1] margin_events,
-    long[::1] margin_candidate,
+    LoopArrays a, int kernel_kind, double gamma, int degree, double coef0, double ridge,
+    Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
+    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
+    double[::1] beta_D,
 ):
-    """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
-    request, or a failure: LIMIT, EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a
-    user-callable kernel: a stored point's column is then requested (NEED_COLUMN_, position in
-    ``ints[I_PENDING_]``) and read from ``column`` when called again. Kernel columns are rows
-    here, contiguous over the points: ``K_D[j, i] = K(x_i, x_D[j])``, and ``columns`` holds
-    S's."""
+    """Run PathEngine._follow_path's loop from the saved state, on the arrays ``a`` holds
+    (bound just before); returns a code (DONE, or a request, or a failure: LIMIT,
+    EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a user-callable kernel: a stored point's
+    column is then requested (NEED_COLUMN_, position in ``ints[I_PENDING_]``) and read from
+    ``column`` when called again. Kernel columns are rows here, contiguous over the points:
+    ``K_D[j, i] = K(x_i, x_D[j])``, and ``columns`` holds S's."""
     cdef int code
     with nogil:
-        code = _follow(kernel_kind, gamma, degree, coef0, ridge, XT, n, C, kkt_tol,
-                       degeneracy_tol, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift,
-                       columns, R, margin, store, w, D, K_D, adding, active, blocked, beta_D,
-                       driven_effect, fs,
-                       ints, counts, column, work, recent, recent_of, change, point_eta,
-                       margin_events, margin_candidate)
+        code = _follow(kernel_kind, gamma, degree, coef0, ridge, a.XT, n, C, kkt_tol,
+                       degeneracy_tol, a.y, a.p, a.gap, a.alpha, a.g, a.status, a.slot_of, a.h,
+                       a.h_abs, a.h_drift, a.columns, a.R, a.margin, a.store, a.w, D, K_D,
+                       adding, active, a.blocked, beta_D, a.driven_effect, a.fs, a.ints,
+                       a.counts, a.column, a.work, a.recent, a.recent_of, a.change,
+                       a.point_eta, a.margin_events, a.margin_candidate)
     return code
 
 

@@ -236,6 +236,7 @@ class PathEngine:
         self._recent_next = 0
         self._undo: dict | None = None  # the running update's snapshot (see update)
         self._scratch: tuple[np.ndarray, ...] | None = None  # see _loop_buffers
+        self._loop_arrays: _pathcore.LoopArrays | None = None  # see _follow_path
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
@@ -449,7 +450,7 @@ class PathEngine:
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
-        state["_undo"] = state["_scratch"] = None
+        state["_undo"] = state["_scratch"] = state["_loop_arrays"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -459,6 +460,7 @@ class PathEngine:
         self.__dict__.setdefault("_XT_of", None)
         self.__dict__.setdefault("_undo", None)
         self.__dict__.setdefault("_scratch", None)
+        self.__dict__.setdefault("_loop_arrays", None)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
@@ -1350,37 +1352,41 @@ class PathEngine:
         # when S fills them); the member list gets the same room for the loop.
         self._reserve_margin(min(n, k + 16))
         capacity = self._R.shape[0]
-        margin = np.empty(capacity, dtype=np.int64)
+        # Per point: the driven contribution, g's change, the event steps, the margin members'
+        # events ((eta, sensitivity) pairs and their positions), the points refused entry and
+        # a column; then w = R^-T 1 (kept by the loop as S changes), the loop's work space, S's
+        # members and the loop's scalars and migration counts. Only scratch (each set here or
+        # by the loop before it is read): kept between paths.
+        (driven_effect, change, point_eta, margin_events, margin_candidate, blocked, column, w,
+         work, margin, fs, ints, counts) = self._loop_buffers(capacity)
         margin.fill(-1)
         margin[:k] = self._margin
-        fs = np.array([self.b, self._t, -1.0, -1.0, self._diag_scale])
+        fs[:] = (self.b, self._t, -1.0, -1.0, self._diag_scale)
         scalars = [0] * _pathcore.N_INTS
         scalars[_pathcore.I_PENDING] = -1
         scalars[_pathcore.I_K] = k
         scalars[_pathcore.I_LIMIT] = limit
         scalars[_pathcore.I_RECENT_NEXT] = self._recent_next
-        ints = np.array(scalars, dtype=np.int64)
-        counts = np.zeros(len(_pathcore.MIGRATIONS), dtype=np.int64)
-        # Per point: the driven contribution, g's change, the event steps, the margin members'
-        # events ((eta, sensitivity) pairs and their positions), the points refused entry and
-        # a column; then w = R^-T 1 (kept by the loop as S changes) and the loop's work space.
-        # Only scratch (the loop fills each before reading it): kept between paths.
-        (driven_effect, change, point_eta, margin_events, margin_candidate, blocked, column, w,
-         work) = self._loop_buffers(capacity)
+        ints[:] = scalars
+        counts.fill(0)
         active = np.ones(D.size, dtype=np.uint8)
         D = np.ascontiguousarray(D, dtype=np.int64)
-        adding = adding.astype(np.uint8)
+        adding = adding.view(np.uint8)  # (bool's bytes: no copy)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        arrays = self._loop_arrays
+        if arrays is None:
+            arrays = self._loop_arrays = _pathcore.LoopArrays()
         try:
             while True:
+                arrays.bind(features, self._y, self._p, self._gap, self._alpha, self._g,
+                            self._status, self._slot, self._h, self._h_abs, self._h_drift,
+                            self._columns, self._R, margin, self._store, w, blocked,
+                            driven_effect, fs, ints, counts, column, work, self._recent,
+                            self._recent_of, change, point_eta, margin_events,
+                            margin_candidate)
                 code = _pathcore.follow_path(
-                    kind, gamma, degree, coef0, self.ridge, features, n, C, self.kkt_tol,
-                    self.degeneracy_tol, self._y, self._p, self._gap, self._alpha, self._g,
-                    self._status,
-                    self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
-                    margin, self._store, w, D, K_D, adding, active, blocked, beta_D,
-                    driven_effect, fs, ints, counts, column, work, self._recent,
-                    self._recent_of, change, point_eta, margin_events, margin_candidate)
+                    arrays, kind, gamma, degree, coef0, self.ridge, n, C, self.kkt_tol,
+                    self.degeneracy_tol, D, K_D, adding, active, beta_D)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
@@ -1434,7 +1440,10 @@ class PathEngine:
         if buffers is None or buffers[0].size < rows or buffers[7].size < capacity:
             buffers = (np.empty(rows), np.empty(rows), np.empty(rows), np.empty(2 * rows),
                        np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.uint8),
-                       np.empty(rows), np.empty(capacity), np.empty(4 * capacity))
+                       np.empty(rows), np.empty(capacity), np.empty(4 * capacity),
+                       np.empty(capacity, dtype=np.int64), np.empty(5),
+                       np.empty(_pathcore.N_INTS, dtype=np.int64),
+                       np.empty(len(_pathcore.MIGRATIONS), dtype=np.int64))
             self._scratch = buffers
         return buffers
 
