@@ -818,9 +818,15 @@ class StateStore:
         return epoch
 
     def _claimed_here(self, model: Hashable, epoch: int) -> bool:
-        """Whether the first claim of ``epoch`` this store has read is one it wrote itself."""
+        """Whether the first claim of ``epoch`` this store has read is one it wrote itself, and
+        no state of that epoch is known (this store publishes only after a claim it saw
+        succeed; a state there is another owner's, whose claim compaction may have replaced
+        by a later losing one)."""
         view = self._views.get(model)
-        return view is not None and view.claimants.get(epoch) == self._owner_token
+        if view is None or view.claimants.get(epoch) != self._owner_token:
+            return False
+        return not any(key.epoch == epoch and key.slot is not None
+                       for key in view.live.values())
 
     def epochs(self, select: Callable[[Hashable], bool]) -> dict[Hashable, int]:
         """The highest epoch (of states, claims and tombstones, as of this store's last read)

@@ -499,6 +499,31 @@ def test_a_claim_that_lost_the_race_for_an_epoch_is_not_taken_for_the_owners_own
 
 
 @pytest.mark.broker
+def test_an_own_claim_that_compaction_kept_over_the_winners_does_not_count_as_won(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic, copy = unique("state-claim-compacted"), unique("state-claim-compacted-copy")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    winner, loser = store_of(topic), store_of(topic)
+    winner.restore()
+    loser.restore()
+    assert winner.claim_epoch("m", newest_known=0) == 1
+    _lose_acknowledgements(loser, monkeypatch)  # its claim of epoch 1 comes second
+    with pytest.raises(StateStoreError, match="simulated"):
+        loser.claim_epoch("m", newest_known=0)
+    winner.publish("m", arrays_of(2), {}, next_offset=2, epoch=1, sequence=1)
+    # Compaction keeps the newer of the two claims of epoch 1 (same key): the loser's. The
+    # winner's state of epoch 1 shows that the epoch is not the loser's.
+    compacted_copy(broker.bootstrap_servers, topic, copy)
+    after = store_of(copy)
+    after._owner_token = loser._owner_token  # the loser's process, reading the compacted topic
+    after.restore()
+    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
+        after.claim_epoch("m", newest_known=0)
+
+
+@pytest.mark.broker
 def test_a_state_compacted_away_since_it_was_indexed_is_found_again_not_retried_forever(
         broker, store_of, monkeypatch):  # noqa: F811
     topic = unique("state-compacted")
