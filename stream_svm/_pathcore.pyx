@@ -262,19 +262,11 @@ cdef extern from *:
        of doubles, not with a second table of integers). */
     static double stream_svm_exp_table[2 * STREAM_SVM_EXP_N];
 
-    static void stream_svm_exp_init(void)
-    {
-        int j;
-        for (j = 0; j < STREAM_SVM_EXP_N; j++) {
-            stream_svm_exp_table[2 * j] = stream_svm_exp_tails[j];
-            memcpy(&stream_svm_exp_table[2 * j + 1], &stream_svm_exp_scales[j], sizeof(double));
-        }
-    }
-
-    /* column[i] = exp(-gamma column[i]) for i < n (column: squared distances). */
+    /* column[i] = exp(-gamma column[i]) for i < n (column: squared distances), portable:
+       compilers vectorize it, but its table lookups become one load per lane. */
     STREAM_SVM_CLONES STREAM_SVM_NO_TRAPS
-    static void stream_svm_rbf_values(Py_ssize_t n, double gamma,
-                                      double *STREAM_SVM_RESTRICT column)
+    static void stream_svm_rbf_values_portable(Py_ssize_t n, double gamma,
+                                               double *STREAM_SVM_RESTRICT column)
     {
         const double inv_ln2_n = 1.4426950408889634 * STREAM_SVM_EXP_N;  /* 128 / ln 2 */
         const double shift = 6755399441055744.0;  /* 1.5 2^52: adding it rounds to an integer */
@@ -302,6 +294,92 @@ cdef extern from *:
             sum = tail + r + r2 * (c2 + r * c3) + r2 * r2 * (c4 + r * c5);
             column[i] = (scale + scale * sum) * (tiny ? 9.332636185032189e-302 : 1.0);  /* 2^-1000 */
         }
+    }
+
+    /* The same operations, eight points at a time with AVX-512, the table read by gather
+       instructions (GCC does not emit them here for Intel processors): the same bits as the
+       portable loop, in under half its time. x86-64 with GCC or Clang only; chosen at import
+       when the processor has AVX-512F. */
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define STREAM_SVM_GATHER_EXP 1
+    __attribute__((target("avx512f"))) STREAM_SVM_NO_TRAPS
+    static void stream_svm_rbf_values_avx512(Py_ssize_t n, double gamma, double *column)
+    {
+        const __m512d neg_gamma = _mm512_set1_pd(-gamma);
+        const __m512d lowest = _mm512_set1_pd(-746.0), tiny_below = _mm512_set1_pd(-704.0);
+        const __m512d inv_ln2_n = _mm512_set1_pd(1.4426950408889634 * STREAM_SVM_EXP_N);
+        const __m512d shift = _mm512_set1_pd(6755399441055744.0);
+        const __m512d neg_ln2_hi_n = _mm512_set1_pd(-0.005415212348111709);
+        const __m512d neg_ln2_lo_n = _mm512_set1_pd(-1.2864023111638346e-14);
+        const __m512d c2 = _mm512_set1_pd(1.0 / 2.0), c3 = _mm512_set1_pd(1.0 / 6.0);
+        const __m512d c4 = _mm512_set1_pd(1.0 / 24.0), c5 = _mm512_set1_pd(1.0 / 120.0);
+        const __m512d one = _mm512_set1_pd(1.0);
+        const __m512d two_m1000 = _mm512_set1_pd(9.332636185032189e-302);
+        const __m512i index_mask = _mm512_set1_epi64(STREAM_SVM_EXP_N - 1);
+        const __m512i thousand = _mm512_set1_epi64((long long)((uint64_t)1000 << 52));
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m512d product = _mm512_mul_pd(neg_gamma, _mm512_loadu_pd(column + i));
+            const __m512d x = _mm512_mask_blend_pd(
+                _mm512_cmp_pd_mask(product, lowest, _CMP_LT_OQ), product, lowest);
+            const __mmask8 tiny = _mm512_cmp_pd_mask(x, tiny_below, _CMP_LT_OQ);
+            __m512d k = _mm512_add_pd(_mm512_mul_pd(x, inv_ln2_n), shift);
+            const __m512i k_bits = _mm512_castpd_si512(k);
+            __m512d r, r2, tail, scale, sum;
+            __m512i at, scale_bits;
+            k = _mm512_sub_pd(k, shift);
+            r = _mm512_add_pd(_mm512_add_pd(x, _mm512_mul_pd(k, neg_ln2_hi_n)),
+                              _mm512_mul_pd(k, neg_ln2_lo_n));
+            at = _mm512_slli_epi64(_mm512_and_si512(k_bits, index_mask), 1);
+            tail = _mm512_i64gather_pd(at, stream_svm_exp_table, 8);
+            scale_bits = _mm512_castpd_si512(_mm512_i64gather_pd(at, stream_svm_exp_table + 1, 8));
+            scale_bits = _mm512_add_epi64(
+                _mm512_add_epi64(scale_bits, _mm512_slli_epi64(k_bits, 52 - STREAM_SVM_EXP_BITS)),
+                _mm512_maskz_mov_epi64(tiny, thousand));
+            scale = _mm512_castsi512_pd(scale_bits);
+            r2 = _mm512_mul_pd(r, r);
+            sum = _mm512_add_pd(
+                _mm512_add_pd(_mm512_add_pd(tail, r),
+                              _mm512_mul_pd(r2, _mm512_add_pd(c2, _mm512_mul_pd(r, c3)))),
+                _mm512_mul_pd(_mm512_mul_pd(r2, r2), _mm512_add_pd(c4, _mm512_mul_pd(r, c5))));
+            _mm512_storeu_pd(column + i, _mm512_mul_pd(
+                _mm512_add_pd(scale, _mm512_mul_pd(scale, sum)),
+                _mm512_mask_blend_pd(tiny, one, two_m1000)));
+        }
+        stream_svm_rbf_values_portable(n - i, gamma, column + i);
+    }
+    #else
+    #define STREAM_SVM_GATHER_EXP 0
+    #endif
+
+    static void (*stream_svm_rbf_values_chosen)(Py_ssize_t, double, double *) =
+        stream_svm_rbf_values_portable;
+
+    static void stream_svm_exp_init(void)
+    {
+        int j;
+        for (j = 0; j < STREAM_SVM_EXP_N; j++) {
+            stream_svm_exp_table[2 * j] = stream_svm_exp_tails[j];
+            memcpy(&stream_svm_exp_table[2 * j + 1], &stream_svm_exp_scales[j], sizeof(double));
+        }
+    #if STREAM_SVM_GATHER_EXP
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f"))
+            stream_svm_rbf_values_chosen = stream_svm_rbf_values_avx512;
+    #endif
+    }
+
+    /* column[i] = exp(-gamma column[i]) for i < n (column: squared distances). */
+    static void stream_svm_rbf_values(Py_ssize_t n, double gamma, double *column)
+    {
+        stream_svm_rbf_values_chosen(n, gamma, column);
+    }
+
+    /* Which implementation stream_svm_rbf_values uses: 1 the gathers', 0 the portable one. */
+    static int stream_svm_rbf_values_gathers(void)
+    {
+        return stream_svm_rbf_values_chosen != stream_svm_rbf_values_portable;
     }
 
     /* Whether a point whose g moves at rate ``value`` has an event (see
@@ -575,6 +653,8 @@ cdef extern from *:
                               double* g, double* driven) noexcept nogil
     void stream_svm_exp_init() noexcept nogil
     void stream_svm_rbf_values(Py_ssize_t n, double gamma, double* column) noexcept nogil
+    void stream_svm_rbf_values_portable(Py_ssize_t n, double gamma, double* column) noexcept nogil
+    int stream_svm_rbf_values_gathers() noexcept nogil
     double stream_svm_largest_sensitivity(Py_ssize_t n, const double* change,
                                           const signed char* status,
                                           const unsigned char* blocked, const double* gap,
@@ -583,7 +663,22 @@ cdef extern from *:
                                           signed char adding_code) noexcept nogil
 
 
-stream_svm_exp_init()  # the table of exp's kernel loop
+stream_svm_exp_init()  # the table of exp's kernel loop, and which loop runs it
+
+
+def rbf_values(double[::1] column, double gamma, bint portable=False) -> bool:
+    """``column[i] = exp(-gamma column[i])`` in place, as the breakpoint loop computes an RBF
+    column from squared distances; with ``portable``, by the loop that runs everywhere
+    instead of the one chosen for this processor (for tests: both give the same bits).
+    Returns whether the chosen loop is the AVX-512 one."""
+    if column.shape[0] == 0:
+        return stream_svm_rbf_values_gathers() != 0
+    with nogil:
+        if portable:
+            stream_svm_rbf_values_portable(column.shape[0], gamma, &column[0])
+        else:
+            stream_svm_rbf_values(column.shape[0], gamma, &column[0])
+    return stream_svm_rbf_values_gathers() != 0
 
 
 cdef inline void _features_against(int kind, double[:, ::1] XT, Py_ssize_t n, long p,

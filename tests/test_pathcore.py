@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 from scipy.linalg import cholesky
@@ -74,6 +76,44 @@ def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim, n):
     _pathcore.kernel_columns(_pathcore.KERNEL_LINEAR, features, n, positions, 0.0, 0, 0.0,
                              out)
     assert np.array_equal(out.T, products)
+
+
+def _cpu_flags() -> set[str]:
+    """The processor's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def test_the_exp_chosen_for_this_processor_gives_the_portable_loops_bits():
+    """The AVX-512 exp (table read by gathers), where the processor has it, against the loop
+    that runs everywhere: the same bits on arguments from 0 to past exp's underflow, around
+    the thresholds where the scale is corrected (-704) and clamped (-746), and at every
+    remainder of the eight-point blocks."""
+    rng = np.random.default_rng(3)
+    squared = np.concatenate([
+        rng.uniform(0.0, 800.0, 20_001), np.linspace(700.0, 750.0, 10_007),
+        rng.uniform(0.0, 1e-3, 5_003), rng.uniform(0.0, 1e6, 1_001),
+        [0.0, 5e-324, 704.0, np.nextafter(704.0, 0.0), np.nextafter(704.0, 1e3), 746.0,
+         np.nextafter(746.0, 0.0), 1e300]])
+    for gamma in (1.0, 0.37, 1e-3, 25.0):
+        for size in (squared.size, 1, 7, 9, 15):
+            chosen, portable = squared[:size].copy(), squared[:size].copy()
+            _pathcore.rbf_values(chosen, gamma)
+            _pathcore.rbf_values(portable, gamma, portable=True)
+            assert np.array_equal(chosen.view(np.int64), portable.view(np.int64))
+    # The whole range is covered: values from 1 down to 0, subnormals among them.
+    values = squared.copy()
+    gathers = _pathcore.rbf_values(values, 1.0)
+    if platform.machine() == "x86_64" and _cpu_flags() >= {"avx512f"}:
+        assert gathers  # the AVX-512 loop is the one compared above
+    assert values.max() == 1.0 and values.min() == 0.0
+    assert np.any((values > 0) & (values < np.finfo(float).tiny))
 
 
 def test_rbf_columns_are_within_one_ulp_of_exp_down_to_the_subnormals():
