@@ -350,7 +350,8 @@ class _ModelView:
     complete: dict[int, int] = field(default_factory=dict)
     #: the newest state this store published or restored (arrays not kept), for fetch()
     newest: StoredState | None = None
-    #: epoch -> the owner token of the first claim of that epoch read (the one that won it)
+    #: epoch -> the owner token of the first claim of that epoch read (the one that won it;
+    #: "" if it names none)
     claimants: dict[int, str] = field(default_factory=dict)
 
 
@@ -780,19 +781,23 @@ class StateStore:
         it would let its older state win over the new owner's. StaleEpochError, and nothing
         is written.
 
-        A claim of this store's own is never taken for another owner's: after a claim whose
+        A claim is won by the first claim record of its epoch. After a claim whose
         acknowledgement was lost (StateStoreError, the record written or not), claiming again
-        succeeds, with the next epoch if the first claim was written.
+        returns the epoch that claim won, when it was written and won it and no state has that
+        epoch (an owner that has since taken the model over knew of it and claims above it); a
+        claim of that epoch by another owner that came after it lost, and does not count.
         """
         model = normalize_model_id(model_id)
         deadline = self._deadline()
         if not self._read_until:
             self._read(deadline)
         epoch = self.next_epoch(model)
-        if (newest_known is not None and epoch - 1 > newest_known
-                and not self._claimed_here(model, epoch - 1)):
-            # (The newest epoch may be this store's own claim whose acknowledgement was lost:
-            # this owner then claims on, rather than fence itself.)
+        if self._claimed_here(model, epoch - 1):
+            # This store's own claim, whose acknowledgement was lost, won the newest epoch.
+            # Taking the next one instead would put a former owner that lost its claim's
+            # acknowledgement above the owner the group has given the model since.
+            return epoch - 1
+        if newest_known is not None and epoch - 1 > newest_known:
             raise StaleEpochError(
                 f"state topic {self.topic}: another owner took epoch {epoch - 1} of model "
                 f"{_jsonable_id(model)} since this owner was given it (it knew of epoch "
@@ -806,11 +811,14 @@ class StateStore:
                                    f"claiming epoch {epoch} of model {_jsonable_id(model)}")
         start = self._read_until.get(partition, 0)
         records = self._read(deadline, {partition: (start, written.offset + 1)})
+        # The first claim of the epoch, this one or an earlier one of this store whose
+        # acknowledgement was lost, wins it: other owners' claims of it after that lost.
+        won = self._views[model].claimants.get(epoch) == self._owner_token
         for record in records:
             parsed = _parse_key(record.key)
             if (parsed is not None and parsed.model == model and parsed.epoch >= epoch
                     and record.offset < written.offset
-                    and not (parsed.slot is None and _claim_owner(record) == self._owner_token)):
+                    and not (won and parsed.slot is None and parsed.epoch == epoch)):
                 raise StaleEpochError(
                     f"state topic {self.topic}: another owner took epoch {parsed.epoch} of "
                     f"model {_jsonable_id(model)} before this claim of epoch {epoch}"
@@ -958,10 +966,10 @@ class StateStore:
                 continue
             view = self._views.setdefault(parsed.model, _ModelView())
             view.max_epoch = max(view.max_epoch, parsed.epoch)
-            if parsed.slot is None and record.value is not None:
-                owner = _claim_owner(record)
-                if owner is not None:
-                    view.claimants.setdefault(parsed.epoch, owner)
+            if (parsed.slot is None and record.value is not None
+                    and parsed.epoch not in view.claimants):
+                # (A claim whose owner cannot be read counts as another owner's.)
+                view.claimants[parsed.epoch] = _claim_owner(record) or ""
             keys = live.setdefault(parsed.model, {}) if rebuild else view.live
             if record.value is None:
                 keys.pop(bytes(record.key), None)
@@ -1183,7 +1191,7 @@ def _claim_owner(record: _Record) -> str | None:
         return None
     try:
         header, _ = _decode_value(record.value)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
         return None
     owner = header.get("owner")
     return owner if isinstance(owner, str) else None

@@ -463,11 +463,11 @@ def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
     if read_since:  # the owner has read its own claim of epoch 1 (restore, or another model)
         owner.restore()
         assert owner.next_epoch(("m", 0)) == 2
-    # Retried with what the owner knew when it was given the model: its own claim of epoch 1
-    # is not another owner's. Before, this raised StaleEpochError and the owner gave up its
+    # Retried with what the owner knew when it was given the model: its own claim won epoch 1,
+    # which is its epoch. Before, this raised StaleEpochError and the owner gave up its
     # partition until the next rebalance.
     epoch = owner.claim_epoch(("m", 0), newest_known=0)
-    assert epoch == (2 if read_since else 1)
+    assert epoch == 1
     owner.publish(("m", 0), arrays_of(2), {}, next_offset=2, epoch=epoch, sequence=1)
     assert store_of(topic).restore()[("m", 0)].epoch == epoch
     # Another process given the model when it knew of epoch 0 only is still refused.
@@ -475,6 +475,51 @@ def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
     other.restore()
     with pytest.raises(StaleEpochError, match="since this owner was given it"):
         other.claim_epoch(("m", 0), newest_known=0)
+
+
+@pytest.mark.broker
+def test_a_former_owner_whose_claim_lost_its_acknowledgement_stays_below_the_new_owner(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic = unique("state-claim-lost-ack-zombie")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    former = store_of(topic)
+    former.restore()
+    _lose_acknowledgements(former, monkeypatch)  # paused during its claim, past its session
+    with pytest.raises(StateStoreError, match="simulated"):
+        former.claim_epoch("m", newest_known=0)
+    new_owner = store_of(topic)
+    new_owner.restore()  # given the model since: it knows of the claim of epoch 1
+    assert new_owner.epochs(lambda m: True) == {"m": 1}
+    former.restore()
+    # The former owner gets the epoch its claim won, not one above the new owner's...
+    assert former.claim_epoch("m", newest_known=0) == 1
+    # ...whose claim then goes above it, and whose state wins.
+    assert new_owner.claim_epoch("m", newest_known=1) == 2
+    new_owner.publish("m", arrays_of(3), {}, next_offset=3, epoch=2, sequence=1)
+    former.publish("m", arrays_of(2), {}, next_offset=2, epoch=1, sequence=1)
+    assert store_of(topic).restore()["m"].epoch == 2
+
+
+@pytest.mark.broker
+def test_an_owner_whose_claim_came_first_keeps_its_epoch_over_a_later_claim_of_it(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic = unique("state-claim-first-wins")
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    owner, other = store_of(topic), store_of(topic)
+    owner.restore()
+    other.restore()
+    _lose_acknowledgements(owner, monkeypatch)
+    with pytest.raises(StateStoreError, match="simulated"):
+        owner.claim_epoch("m", newest_known=0)
+    # Another store's claim of epoch 1 after the owner's loses...
+    with pytest.raises(StaleEpochError, match="before this claim of epoch 1"):
+        other.claim_epoch("m", newest_known=0)
+    # ...and does not fence the owner, which claims again without having read either.
+    assert owner.claim_epoch("m", newest_known=0) == 1
 
 
 @pytest.mark.broker
