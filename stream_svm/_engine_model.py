@@ -203,7 +203,29 @@ class _EngineModel:
         if isinstance(X.index, pd.RangeIndex):
             # pandas' default index carries no identity: such rows get automatic keys.
             return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
-        return list(X.index)
+        index_keys = [plain_key(key) for key in X.index]
+        problem = None
+        if len(set(index_keys)) != len(index_keys):
+            seen: set = set()
+            repeated = next(key for key in index_keys if key in seen or seen.add(key))
+            problem = f"key {repeated!r} repeats in X's index"
+        elif (held := self._first_held(index_keys)) is not None:
+            problem = f"key {held!r} of X's index is already in the model"
+        if problem is not None:
+            # (A filtered or concatenated frame keeps the index it came with: the second batch
+            # of an ordinary loop would otherwise fail with no hint of where its keys came from.)
+            raise KeyError(
+                f"{problem}: without keys=, X's index (unless pandas' default numbering) names "
+                "the rows, and names must be unique; pass keys=, or X.reset_index(drop=True) "
+                "for automatic keys"
+            )
+        return index_keys
+
+    def _first_held(self, keys: list[Hashable]) -> Hashable | None:
+        """The first of ``keys``, in their order, that names a point the model holds."""
+        if self._engine.first_stored(keys) is None:
+            return None
+        return next(key for key in keys if key in self)
 
     def _commit_keys(self, keys: list[Hashable]) -> None:
         used = [key.number for key in keys if isinstance(key, AutoKey)]

@@ -48,6 +48,12 @@ class _SlidingWindow:
         key = plain_key(key)  # type: ignore[arg-type]
         return self._in_engine(key) or key in self._buffer_keys
 
+    def _first_held(self, keys: list[Hashable]) -> Hashable | None:
+        if (self._engine.first_stored(keys) is None
+                and set(self._buffer_keys).isdisjoint(keys)):
+            return None
+        return next((key for key in keys if key in self), None)
+
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], Any]:
         """The features and the label (or target) of a sample in the window or waiting in the
         buffer."""
@@ -89,7 +95,8 @@ class _SlidingWindow:
                 or not set(self._buffer_keys).isdisjoint(batch_keys)):
             for key in batch_keys:  # the first one in the batch's order is named
                 if key in self:
-                    raise KeyError(f"key {key!r} is already stored; keys must be unique")
+                    where = " (from X's index)" if keys is None else ""
+                    raise KeyError(f"key {key!r}{where} is already stored; keys must be unique")
         self._check_kernel_values(rows)
         self._buffer(list(rows), values.tolist(), batch_keys, new, slide=True)
 

@@ -406,6 +406,7 @@ class IncrementalSVC(_EngineClassifier):
         Keys come from ``keys`` or else from X's index; pandas' default RangeIndex carries no
         identity, so its rows get automatic keys (still forgettable by value).
         """
+        check_paired(X, y)  # (named y here, not y_add)
         self.update_many(X, y, (), keys=keys)
 
     def forget_many(

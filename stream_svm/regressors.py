@@ -406,6 +406,7 @@ class IncrementalSVR(_EngineRegressor):
     ) -> None:
         """Add all rows in one multiple update. Keys come from ``keys`` or else from X's index
         (pandas' default RangeIndex carries no identity: its rows get automatic keys)."""
+        check_paired(X, y, noun="targets")  # (named y here, not y_add)
         self.update_many(X, y, (), keys=keys)
 
     def forget_many(

@@ -104,3 +104,54 @@ def test_learn_many_refuses_labels_indexed_in_another_order(model, regression):
     numbered = model.clone()
     numbered.learn_many(X, pd.Series(values))
     assert numbered.predict_one(probe) == after_labelled
+
+
+@pytest.mark.parametrize("model,regression", _paired_models(),
+                         ids=lambda v: type(v).__name__ if not isinstance(v, bool) else "")
+def test_learn_many_refuses_a_shuffled_or_sliced_frame_paired_with_other_labels(model,
+                                                                                regression):
+    """Two indexes that pandas' slicing left on X and y (ranges other than 0, 1, ...), or X
+    shuffled by ``sample`` against a y still numbered 0, 1, ...: pairing by position would be
+    wrong, so both are refused and nothing is learned. A y built from an array (numbered
+    0, 1, ...) pairs by position with a subset of a frame's rows."""
+    import pandas as pd
+
+    values = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 5.5]) if regression else np.array(
+        [True, True, False, False, True, False])
+    X = pd.DataFrame({"a": np.arange(6.0), "b": np.arange(6.0) ** 2 / 10})
+    y = pd.Series(values)
+    probe = {"a": 0.5, "b": 0.1}
+    before = model.predict_one(probe)
+    for X_bad, y_bad in ((X.iloc[3:6], y.iloc[1:4]), (X.sample(frac=1, random_state=1), y)):
+        with pytest.raises(ValueError, match="index is not X's"):
+            model.learn_many(X_bad, y_bad)
+        assert model.predict_one(probe) == before
+    rows = [4, 1, 5]
+    model.learn_many(X.iloc[rows], pd.Series(values[rows]))
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_keys_taken_from_an_index_name_it_when_they_repeat(window):
+    """Without keys=, a frame's own index (a filtered frame keeps its rows' labels) gives the
+    keys: a second batch whose index repeats the first's is refused with a message that says
+    where the keys came from and what to do, and changes nothing."""
+    import pandas as pd
+
+    from stream_svm import IncrementalSVC, SlidingWindowSVC
+
+    model = SlidingWindowSVC(window_size=30, step=5) if window else IncrementalSVC()
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(20, 2)), columns=["a", "b"])
+    first = frame[frame.a > -1]
+    model.learn_many(first, first.a * first.b > 0)
+    probe = {"a": 0.3, "b": -0.2}
+    before = (model.predict_proba_one(probe), len(model.stored_keys()))
+    again = frame[frame.b > -1]
+    with pytest.raises(KeyError, match=r"of X's index is already in the model.*"
+                                       r"reset_index\(drop=True\)"):
+        model.learn_many(again, again.a * again.b > 0)
+    assert (model.predict_proba_one(probe), len(model.stored_keys())) == before
+    repeated = pd.concat([first.iloc[:2], first.iloc[:1]])
+    with pytest.raises(KeyError, match="repeats in X's index"):
+        model.clone().learn_many(repeated, repeated.a > 0)
+    model.learn_many(again.reset_index(drop=True), again.a * again.b > 0)
