@@ -75,6 +75,37 @@ def _renumbered(index: pd.Index) -> bool:
     return bool(np.array_equal(labels, np.arange(len(index))))
 
 
+def real_to_float(value: Any) -> float:
+    """A real number as a float; one too large for a float (an int of thousands of digits)
+    as the infinity of its sign, for the callers' checks of finiteness to refuse by name,
+    rather than an OverflowError that names nothing.
+
+    >>> real_to_float(3), real_to_float(-10**400)
+    (3.0, -inf)
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf  # (copysign would convert it too)
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut short (an int of thousands of digits).
+
+    >>> shown(2.5), shown(10**400)
+    ('2.5', '10000000000000000000...0000000000 (401 digits)')
+    """
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's limit on digits converted to text
+        return f"an int of {value.bit_length()} bits"  # type: ignore[attr-defined]
+    if len(text) <= 60:
+        return text
+    if isinstance(value, int):
+        return f"{text[:20]}...{text[-10:]} ({len(text.lstrip('-'))} digits)"
+    return f"{text[:50]}... ({len(text)} characters)"
+
+
 def parse_binary_label(y: object) -> float:
     """Map a binary label to +1.0 or -1.0.
 
@@ -87,13 +118,13 @@ def parse_binary_label(y: object) -> float:
     if isinstance(y, (bool, np.bool_)):
         return 1.0 if y else -1.0
     if isinstance(y, numbers.Number) and not isinstance(y, complex):
-        value = float(y)  # type: ignore[arg-type]
+        value = real_to_float(y)
         if value == 1.0:
             return 1.0
         if value in (0.0, -1.0):
             return -1.0
     raise ValueError(
-        f"label {y!r} is not binary: use True/1 for the positive class and False/0/-1 for the "
+        f"label {shown(y)} is not binary: use True/1 for the positive class and False/0/-1 for the "
         "negative class"
     )
 
@@ -132,8 +163,8 @@ def check_classes(classes: object) -> tuple[object, object] | None:
                 f"class {label!r} must be a string, a number or a boolean, got "
                 f"{type(label).__name__}"
             )
-        if isinstance(label, numbers.Real) and not math.isfinite(float(label)):
-            raise ValueError(f"class {label!r} must be finite")
+        if isinstance(label, numbers.Real) and not math.isfinite(real_to_float(label)):
+            raise ValueError(f"class {shown(label)} must be finite")
     negative, positive = classes
     if negative == positive:
         raise ValueError(f"classes must be two distinct labels, got {classes!r}")
@@ -157,7 +188,7 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
     except (TypeError, ValueError):  # e.g. an array, whose == is elementwise
         pass
     raise ValueError(
-        f"label {y!r} is not one of the classes {list(classes)!r} (negative, positive)"
+        f"label {shown(y)} is not one of the classes {list(classes)!r} (negative, positive)"
     )
 
 
@@ -186,15 +217,16 @@ def _feature_value(name: Hashable, value: object) -> float:
         return float(value)
     if not isinstance(value, numbers.Real):
         raise TypeError(
-            f"feature {name!r} has the non-numeric value {value!r} ({type(value).__name__}); "
+            f"feature {name!r} has the non-numeric value {shown(value)} ({type(value).__name__}); "
             "encode it as a number first (e.g. river.preprocessing.OneHotEncoder)"
         )
-    number = float(value)
+    number = real_to_float(value)
     if math.isnan(number):
         return 0.0
     if math.isinf(number):
         raise ValueError(
-            f"feature {name!r} is infinite ({value!r}); only finite values are allowed"
+            f"feature {name!r} is infinite or too large for a float ({shown(value)}); only "
+            "finite values are allowed"
         )
     return number
 

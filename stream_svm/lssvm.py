@@ -53,7 +53,15 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
 )
-from stream_svm._input import FeatureSpace, check_classes, check_paired, class_of, label_signs
+from stream_svm._input import (
+    FeatureSpace,
+    check_classes,
+    check_paired,
+    class_of,
+    label_signs,
+    real_to_float,
+    shown,
+)
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -821,8 +829,9 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
     def _parse_targets(self, ys: Iterable[object]) -> np.ndarray:
         values = []
         for y in ys:
-            if isinstance(y, bool) or not isinstance(y, numbers.Real) or not math.isfinite(y):
-                raise ValueError(f"target {y!r} is not a finite real number")
+            if (isinstance(y, bool) or not isinstance(y, numbers.Real)
+                    or not math.isfinite(real_to_float(y))):
+                raise ValueError(f"target {shown(y)} is not a finite real number")
             values.append(float(y))
         return np.array(values, dtype=float)
 

@@ -26,7 +26,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
 )
-from stream_svm._input import FeatureSpace, check_paired
+from stream_svm._input import FeatureSpace, check_paired, real_to_float, shown
 from stream_svm._window import _SlidingWindow
 from stream_svm.engine import RESERVE
 
@@ -37,10 +37,10 @@ __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 def _target(y: object) -> float:
     """A regression target as a float (TypeError for a non-number, ValueError if not finite)."""
     if isinstance(y, bool) or not isinstance(y, numbers.Real):
-        raise TypeError(f"the target must be a real number, got {y!r}")
-    value = float(y)
+        raise TypeError(f"the target must be a real number, got {shown(y)}")
+    value = real_to_float(y)
     if not math.isfinite(value):
-        raise ValueError(f"the target must be finite, got {y!r}")
+        raise ValueError(f"the target must be finite, got {shown(y)}")
     return value
 
 

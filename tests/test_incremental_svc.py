@@ -210,6 +210,8 @@ def state_of(model):
 @pytest.mark.parametrize("bad_x,error,match", [
     ({"a": "text"}, TypeError, "'a'"),
     ({"a": math.inf}, ValueError, "'a' is infinite"),
+    ({"a": 10**400}, ValueError, r"'a' is infinite or too large for a float \(1000"),
+    ({"a": -(10**5000)}, ValueError, "'a' is infinite or too large .* bits"),
     ({"a": [1, 2]}, TypeError, "'a'"),
     ("not a dict", TypeError, "dict"),
 ])
@@ -233,6 +235,8 @@ def test_bad_labels_keys_and_parameters():
         model.learn_one({"a": 2.0}, 2)
     with pytest.raises(ValueError, match="'yes'"):
         model.learn_one({"a": 2.0}, "yes")
+    with pytest.raises(ValueError, match=r"label 1000.*\(401 digits\) is not binary"):
+        model.learn_one({"a": 2.0}, 10**400)
     with pytest.raises(KeyError, match="already stored"):
         model.learn_one({"a": 2.0}, 0, key="k")
     with pytest.raises(KeyError, match="no stored point has key 'nope'"):

@@ -126,6 +126,8 @@ def test_bad_input_changes_nothing():
         model.learn_one({"a": 2.0}, True)
     with pytest.raises(ValueError, match="finite"):
         model.learn_one({"a": 2.0}, math.nan)
+    with pytest.raises(ValueError, match=r"target must be finite, got 1000.*\(401 digits\)"):
+        model.learn_one({"a": 2.0}, 10**400)
     with pytest.raises(KeyError, match="already stored"):
         model.learn_one({"a": 2.0}, 1.0, key="k")
     with pytest.raises(KeyError, match="no stored sample has key"):
