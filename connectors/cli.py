@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     demo.add_argument("--dataset", default="bananas", help="data source (default: bananas)")
-    demo.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
+    demo.add_argument("--target", default="y",
+                      help="label column of a CSV/JSONL file (default: y)")
     demo.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
@@ -139,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "FILE.jsonl")
     replay.add_argument("--topic", default="stream-svm.input")
     replay.add_argument("--bootstrap-servers", required=True)
-    replay.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
+    replay.add_argument("--target", default="y",
+                        help="label column of a CSV/JSONL file (default: y)")
     replay.add_argument("--limit", type=int, default=None)
     replay.add_argument("--id-prefix", default="",
                         help="ids are PREFIX + the id column's value, or the row number")
@@ -159,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_settings(evaluate, flags=["model_type"])
     evaluate.add_argument("--dataset", required=True, help="as for replay")
-    evaluate.add_argument("--target", default="y", help="label column of a CSV/JSONL file")
+    evaluate.add_argument("--target", default="y",
+                          help="label column of a CSV/JSONL file (default: y)")
     evaluate.add_argument("--id-column", default=None, metavar="NAME",
                           help="column (field) of a CSV/JSONL file that is an id, not a feature")
     evaluate.add_argument("--limit", type=int, default=None)
@@ -443,8 +446,9 @@ def demo(args: argparse.Namespace) -> int:
             [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic],
             kafka.topic_partitions,
         )
-        # The daemon runs while the data set is replayed, so that latencies are those of a
-        # live stream rather than of a backlog.
+        # The daemon runs while the data set is replayed, so that it serves the messages as
+        # they arrive. The replay is not throttled: it outruns the daemon, whose latencies are
+        # then those of a backlog (the README says so; bench_daemon.py measures a paced stream).
         daemon = Daemon(config)
         if config.metrics.enabled:
             # Served here rather than in the daemon's thread: a taken port is then one line.

@@ -12,6 +12,7 @@ invalid setting fails at start with a message naming it and where it came from.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -332,8 +333,19 @@ def _convert_list(where: str, setting: Setting, raw: Any) -> list:
 def _split(name: str) -> tuple[str, str]:
     section, _, key = name.partition(".")
     if section not in SCHEMA or key not in SCHEMA[section]:
-        known = ", ".join(f"{s}.{k}" for s in SCHEMA for k in SCHEMA[s])
-        raise ConfigError(f"unknown setting {name!r}; known settings: {known}")
+        if section in SCHEMA:  # a misspelt key: compared with its section's keys
+            close = [f"{section}.{match}" for match in
+                     difflib.get_close_matches(key, list(SCHEMA[section]), n=2, cutoff=0.6)]
+        else:
+            every = [f"{s}.{k}" for s in SCHEMA for k in SCHEMA[s]]
+            close = difflib.get_close_matches(name, every, n=2, cutoff=0.8)
+        if close:
+            hint = "did you mean " + " or ".join(repr(match) for match in close) + "?"
+        elif section in SCHEMA:
+            hint = f"the settings of [{section}] are " + ", ".join(SCHEMA[section])
+        else:
+            hint = "the sections are " + ", ".join(SCHEMA)
+        raise ConfigError(f"unknown setting {name!r}; {hint}")
     return section, key
 
 

@@ -192,9 +192,12 @@ class Targets:
             return value == 1
         if isinstance(value, float) and value in (1.0, 0.0, -1.0):
             return value == 1.0
+        hint = ""
+        if isinstance(value, str):  # named classes ("ham"/"spam") need the setting
+            hint = "; for labels such as this one set model.classes = [negative, positive]"
         raise Malformed(
             f"label {_shown(value)} is not one of the two classes (true/1 positive, "
-            "false/0/-1 negative)"
+            f"false/0/-1 negative){hint}"
         )
 
     def model_label(self, y: Target) -> Any:

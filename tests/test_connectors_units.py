@@ -74,6 +74,18 @@ def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
         load_config(None, overrides, environ)
 
 
+def test_an_unknown_setting_is_answered_with_the_nearest_ones():
+    with pytest.raises(ConfigError, match=r"'model\.gama'; did you mean 'model\.gamma'\?$"):
+        load_config(None, {"model.gama": "1"}, {})
+    with pytest.raises(ConfigError, match=r"did you mean 'kafka\.bootstrap_servers'\?"):
+        load_config(None, {"kafka.bootstrap_server": "x:1"}, {})
+    # Nothing close: the section's settings, or the sections.
+    with pytest.raises(ConfigError, match=r"the settings of \[model\] are type, scope, "):
+        load_config(None, {"model.zzz": "1"}, {})
+    with pytest.raises(ConfigError, match=r"the sections are kafka, daemon, "):
+        load_config(None, {"nope.x": "1"}, {})
+
+
 def test_bundled_configs_are_valid():
     from pathlib import Path
 
@@ -305,3 +317,15 @@ def test_cli_parses_commands_and_reports_bad_settings(capsys):
     assert main(["evaluate", "--dataset", "no-such-source"]) == 2
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--set", "novalue"])
+
+
+def test_a_named_label_without_classes_points_to_the_classes_setting():
+    from connectors.messages import Malformed, Targets
+
+    with pytest.raises(Malformed, match=r"label 'ham' is not one of the two classes .*"
+                                        r"set model\.classes = \[negative, positive\]"):
+        Targets().parse("ham")
+    with pytest.raises(Malformed, match=r"label 2 is not one of the two classes \(true/1 "
+                                        r"positive, false/0/-1 negative\)$"):
+        Targets().parse(2)  # a number: no such hint
+    assert Targets(classes=("ham", "spam")).parse("ham") is False
