@@ -208,7 +208,7 @@ class Metrics:
             registry=r,
         )
         self._replica: tuple[Gauge, Counter, Histogram, Counter] | None = None
-        self._scale_out: tuple[Gauge, Counter, Counter, Counter] | None = None
+        self._scale_out: tuple[Gauge, Counter, Counter, Counter, Counter] | None = None
         self._server: Any = None
 
     def checkpointed(self, seconds: float) -> None:
@@ -314,12 +314,13 @@ class Metrics:
         return self._replica
 
     @property
-    def scale_out(self) -> tuple[Gauge, Counter, Counter, Counter]:
+    def scale_out(self) -> tuple[Gauge, Counter, Counter, Counter, Counter]:
         """``stream_svm_models`` (live models in this process),
         ``stream_svm_rebalances_total{kind}`` (the consumer group gave this process partitions
         or took them), ``stream_svm_model_evictions_total`` and
-        ``stream_svm_model_fetches_total``, registered on first use: only a daemon with
-        ``model.scope`` partition or key has them."""
+        ``stream_svm_model_fetches_total`` and ``stream_svm_model_fetch_failures_total``,
+        registered on first use: only a daemon with ``model.scope`` partition or key has
+        them."""
         if self._scale_out is None:
             r = self.registry
             self._scale_out = (
@@ -337,6 +338,10 @@ class Metrics:
                         "Models read back on their first message in this process (after an "
                         "eviction or a move), by source: the state topic, or local disk "
                         "(an evicted model, with checkpoint.dir set)", ["source"], registry=r),
+                Counter("stream_svm_model_fetch_failures",
+                        "Attempts to read a model back from the state topic that failed (its "
+                        "messages wait and are read again): the broker did not answer in "
+                        "time, or no whole state of the model was found", registry=r),
             )
             for source in ("topic", "disk"):
                 self._scale_out[3].labels(source=source)

@@ -134,6 +134,10 @@ class ScopedModels:
     next offset}`` for the consumer group (raising on failure).
     """
 
+    #: Seconds between two warnings that one model's state cannot be fetched (its messages
+    #: come back every poll meanwhile).
+    FETCH_WARNING_SECONDS = 30.0
+
     def __init__(
         self,
         config: Config,
@@ -178,6 +182,8 @@ class ScopedModels:
         #: partitions given up since another process claimed one of their models: the daemon
         #: rejoins the group, which says who owns them (see _fence)
         self.fenced: set[int] = set()
+        #: models whose state could not be fetched: when that was last logged as a warning
+        self._fetch_warned: dict[ModelId, float] = {}
         self._settings = checkpointed_settings(config)
         #: the input topic's partition count the models were made with (check_group)
         self.partitions: int | None = None
@@ -312,6 +318,8 @@ class ScopedModels:
 
     def _let_go(self, partitions: set[int], *, retain: bool = True) -> None:
         self._clear_disk(partitions)  # their next owner's states will be newer
+        for model_id in [m for m in self._fetch_warned if m[0] in partitions]:
+            del self._fetch_warned[model_id]
         for model_id in [m for m in self.live if m[0] in partitions]:
             live = self.live.pop(model_id)
             self.metrics.forget_model(model_label(model_id))
@@ -421,8 +429,17 @@ class ScopedModels:
             try:
                 live = self._get(model_id)
             except StateStoreError as exc:
-                log.warning("model %s cannot be fetched from the state topic (%s): its "
-                            "messages are read again", model_label(model_id), exc)
+                self.metrics.scale_out[4].inc()
+                # Its messages come back every poll: a warning per model every
+                # FETCH_WARNING_SECONDS, the attempts between them at debug level.
+                now = time.monotonic()
+                last = self._fetch_warned.get(model_id)
+                level = logging.DEBUG
+                if last is None or now - last >= self.FETCH_WARNING_SECONDS:
+                    self._fetch_warned[model_id] = now
+                    level = logging.WARNING
+                log.log(level, "model %s cannot be fetched from the state topic (%s): its "
+                        "messages wait and are read again", model_label(model_id), exc)
                 for record in group:
                     name = f"{record.topic}:{record.partition}"
                     retry[name] = min(retry.get(name, record.offset), record.offset)
@@ -460,6 +477,9 @@ class ScopedModels:
                 state, source = self.store.fetch(model_id), "topic"
             processor = self._processor_from(model_id, state)
             processor.generation = f"{state.epoch}.{state.sequence}"
+            if self._fetch_warned.pop(model_id, None) is not None:
+                log.info("model %s fetched from the %s after all", model_label(model_id),
+                         "state topic" if source == "topic" else "disk")
             self.restores += 1
             self.metrics.scale_out[3].labels(source=source).inc()
         else:

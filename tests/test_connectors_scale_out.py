@@ -941,3 +941,53 @@ def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_pat
     with pytest.raises(StartRefused, match="one model per key"):
         daemon.run()
     assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
+
+
+def test_a_model_that_cannot_be_fetched_holds_its_messages_and_warns_once_a_while(
+        caplog, monkeypatch):
+    """A model indexed on the state topic whose state cannot be read (the broker times out,
+    or no whole state is left): its messages wait (read again from the first of them) and
+    every attempt is counted, but the warning comes once per FETCH_WARNING_SECONDS, not at
+    every poll; once the state can be read the model is restored and said so."""
+    import logging
+
+    from connectors.state_store import StateStoreError
+
+    store = _MemoryStore()
+    owner, _ = _scoped(max_models=4, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    point = {"1": 0.5, "2": 0.1}
+    _handled(owner, [_record(0, 0, "a", {"id": 1, "x": point, "y": True})])
+    assert owner.publish()
+    models, metrics = _scoped(max_models=4, store=store)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    readable = store.fetch
+
+    def unreadable(model_id):
+        raise StateStoreError("state topic memory.state: chunk 0 of 'a' is gone (simulated)")
+
+    monkeypatch.setattr(store, "fetch", unreadable)
+    clock = [1000.0]
+    monkeypatch.setattr("connectors.scoped.time.monotonic", lambda: clock[0])
+    caplog.set_level(logging.DEBUG, logger="connectors.scoped")
+    message = {"id": 2, "x": {"1": -0.5, "2": 0.3}, "y": False}
+    for _ in range(5):
+        clock[0] += 1.0
+        result, retry = models.process([_record(0, 1, "a", message)])
+        models.delivered()
+        assert retry == {"stream-svm.input:0": 1} and not result.outputs
+    clock[0] += models.FETCH_WARNING_SECONDS
+    models.process([_record(0, 1, "a", message)])
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                and "cannot be fetched" in r.getMessage()]
+    assert len(warnings) == 2  # the first attempt, and one FETCH_WARNING_SECONDS later
+    assert metrics.scale_out[4]._value.get() == 6
+    assert (0, "a") not in models.live
+    monkeypatch.setattr(store, "fetch", readable)
+    result, retry = models.process([_record(0, 1, "a", message)])
+    assert retry == {} and len(result.outputs) == 1
+    assert models.live[(0, "a")].processor.model.n_stored == 2
+    assert any("fetched from the state topic after all" in r.getMessage()
+               for r in caplog.records)
