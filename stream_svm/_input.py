@@ -22,13 +22,10 @@ __all__ = [
 
 
 def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels") -> None:
-    """ValueError unless ``y`` holds one value per row of ``X`` and, when both are pandas
-    objects, their indexes do not contradict each other: values pair with rows by position,
-    so a y indexed in another order would teach every row another row's label, silently.
-    Refused: two indexes with labels of their own that differ, and pandas' default numbering
-    (0, 1, ...) on one side with the same labels in another order on the other (X shuffled
-    by ``sample``, its labels left as they were). A Series built from a list or array (the
-    default numbering) pairs by position with any other X.
+    """ValueError unless ``y`` holds one value per row of ``X`` and, when both are indexed by
+    labels of their own (not pandas' default numbering 0, 1, ...), by the same labels in the
+    same order. Values pair with rows by position: a y indexed in another order would teach
+    every row another row's label, silently.
 
     >>> import pandas as pd
     >>> X = pd.DataFrame({"a": [1.0, 2.0]}, index=["p", "q"])
@@ -38,41 +35,27 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels") -> None:
     Traceback (most recent call last):
     ...
     ValueError: y's index is not X's ...
-    >>> shuffled = pd.DataFrame({"a": [2.0, 1.0]}, index=[1, 0])
-    >>> check_paired(shuffled, pd.Series([True, False]))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: y's index is not X's ...
+
+    Only two indexes with labels of their own are compared: where either is a RangeIndex
+    (pandas' default numbering, also what ``iloc`` slices of it keep), y's values pair with X's
+    rows by position, as a Series built from a list or an array must.
     """
     if len(y) != len(X):
         raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of X")
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)
-    if not isinstance(y_index, pd.Index) or not isinstance(x_index, pd.Index):
+    if y_index is None or x_index is None or _numbered(y_index) or _numbered(x_index):
         return
-    if y_index.equals(x_index):
-        return
-    if _numbered(y_index) and not _renumbered(x_index):
-        return
-    if _numbered(x_index) and not _renumbered(y_index):
-        return
-    raise ValueError(
-        f"{what}'s index is not X's (values pair with rows by position, so these would pair "
-        f"wrongly): pass {what}.loc[X.index] to pair them by label, or {what}.to_numpy() to "
-        "pair them by position"
-    )
+    if not y_index.equals(x_index):
+        raise ValueError(
+            f"{what}'s index is not X's (values pair with rows by position, so these would "
+            f"pair wrongly): pass {what}.loc[X.index] to pair them by label, or "
+            f"{what}.to_numpy() to pair them by position"
+        )
 
 
-def _numbered(index: pd.Index) -> bool:
-    """Whether an index is pandas' default numbering 0, 1, ..., len - 1."""
-    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
-
-
-def _renumbered(index: pd.Index) -> bool:
-    """Whether an index holds the labels 0, 1, ..., len - 1 in another order."""
-    if index.inferred_type != "integer":
-        return False
-    labels = np.sort(index.to_numpy())
-    return bool(np.array_equal(labels, np.arange(len(index))))
+def _numbered(index: Any) -> bool:
+    """Whether an index is a plain numbering (pandas' default RangeIndex) or not pandas'."""
+    return isinstance(index, pd.RangeIndex) or not isinstance(index, pd.Index)
 
 
 def real_to_float(value: Any) -> float:

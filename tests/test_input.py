@@ -108,26 +108,22 @@ def test_learn_many_refuses_labels_indexed_in_another_order(model, regression):
 
 @pytest.mark.parametrize("model,regression", _paired_models(),
                          ids=lambda v: type(v).__name__ if not isinstance(v, bool) else "")
-def test_learn_many_refuses_a_shuffled_or_sliced_frame_paired_with_other_labels(model,
-                                                                                regression):
-    """Two indexes that pandas' slicing left on X and y (ranges other than 0, 1, ...), or X
-    shuffled by ``sample`` against a y still numbered 0, 1, ...: pairing by position would be
-    wrong, so both are refused and nothing is learned. A y built from an array (numbered
-    0, 1, ...) pairs by position with a subset of a frame's rows."""
+def test_learn_many_pairs_by_position_where_one_side_is_numbered(model, regression):
+    """Workflows whose y pairs with X's rows by position though their indexes differ, all
+    learned: mini-batches of a frame indexed by date against a y numbered 0, 1, ... (its iloc
+    slices keep ranges 25, 26, ...), and a shuffled frame against labels computed from it."""
     import pandas as pd
 
-    values = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 5.5]) if regression else np.array(
-        [True, True, False, False, True, False])
-    X = pd.DataFrame({"a": np.arange(6.0), "b": np.arange(6.0) ** 2 / 10})
+    rng = np.random.default_rng(4)
+    X = pd.DataFrame(rng.normal(size=(50, 2)), columns=["a", "b"],
+                     index=pd.date_range("2026-01-01", periods=50, freq="D"))
+    values = X["a"].to_numpy() * 2.0 if regression else (X["a"] > 0).to_numpy()
     y = pd.Series(values)
-    probe = {"a": 0.5, "b": 0.1}
-    before = model.predict_one(probe)
-    for X_bad, y_bad in ((X.iloc[3:6], y.iloc[1:4]), (X.sample(frac=1, random_state=1), y)):
-        with pytest.raises(ValueError, match="index is not X's"):
-            model.learn_many(X_bad, y_bad)
-        assert model.predict_one(probe) == before
-    rows = [4, 1, 5]
-    model.learn_many(X.iloc[rows], pd.Series(values[rows]))
+    for start in range(0, 50, 25):
+        model.learn_many(X.iloc[start : start + 25], y.iloc[start : start + 25])
+    shuffled = X.reset_index(drop=True).sample(frac=1, random_state=0)
+    labels = shuffled["a"] * 2.0 if regression else shuffled["a"] > 0
+    model.clone().learn_many(shuffled, pd.Series(labels.to_numpy()))
 
 
 @pytest.mark.parametrize("window", [False, True])
