@@ -350,9 +350,10 @@ class _ModelView:
     complete: dict[int, int] = field(default_factory=dict)
     #: the newest state this store published or restored (arrays not kept), for fetch()
     newest: StoredState | None = None
-    #: epoch -> the owner token of the first claim of that epoch read (the one that won it;
-    #: "" if it names none)
-    claimants: dict[int, str] = field(default_factory=dict)
+    #: the highest epoch a claim of the model was read for, and whether the first claim of it
+    #: (the one that won it) is this store's own: all that claiming again needs to know
+    claimed_epoch: int = -1
+    claimed_here: bool = False
 
 
 @dataclass(frozen=True)
@@ -813,7 +814,8 @@ class StateStore:
         records = self._read(deadline, {partition: (start, written.offset + 1)})
         # The first claim of the epoch, this one or an earlier one of this store whose
         # acknowledgement was lost, wins it: other owners' claims of it after that lost.
-        won = self._views[model].claimants.get(epoch) == self._owner_token
+        view = self._views.get(model)
+        won = view is not None and view.claimed_epoch == epoch and view.claimed_here
         for record in records:
             parsed = _parse_key(record.key)
             if (parsed is not None and parsed.model == model and parsed.epoch >= epoch
@@ -831,7 +833,7 @@ class StateStore:
         succeed; a state there is another owner's, whose claim compaction may have replaced
         by a later losing one)."""
         view = self._views.get(model)
-        if view is None or view.claimants.get(epoch) != self._owner_token:
+        if view is None or view.claimed_epoch != epoch or not view.claimed_here:
             return False
         return not any(key.epoch == epoch and key.slot is not None
                        for key in view.live.values())
@@ -967,9 +969,10 @@ class StateStore:
             view = self._views.setdefault(parsed.model, _ModelView())
             view.max_epoch = max(view.max_epoch, parsed.epoch)
             if (parsed.slot is None and record.value is not None
-                    and parsed.epoch not in view.claimants):
+                    and parsed.epoch > view.claimed_epoch):
                 # (A claim whose owner cannot be read counts as another owner's.)
-                view.claimants[parsed.epoch] = _claim_owner(record) or ""
+                view.claimed_epoch = parsed.epoch
+                view.claimed_here = _claim_owner(record) == self._owner_token
             keys = live.setdefault(parsed.model, {}) if rebuild else view.live
             if record.value is None:
                 keys.pop(bytes(record.key), None)
