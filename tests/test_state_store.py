@@ -432,6 +432,18 @@ def test_a_claim_past_an_epoch_taken_since_the_owner_was_given_the_model_is_refu
     assert store_of(topic).next_epoch(("m", 1)) == 2
 
 
+def _model_at_epoch_0(store_of, name: str, readers: int = 2) -> tuple[str, list[StateStore]]:
+    """A new state topic holding epoch 0 of model "m", and stores that have read it."""
+    topic = unique(name)
+    first = store_of(topic)
+    first.ensure_topic()
+    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    stores = [store_of(topic) for _ in range(readers)]
+    for store in stores:
+        store.restore()
+    return topic, stores
+
+
 def _lose_acknowledgements(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store's next send writes its records, then fails as if the acknowledgement were lost
     (a broker slower than the store's timeout)."""
@@ -480,12 +492,7 @@ def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
 @pytest.mark.broker
 def test_a_former_owner_whose_claim_lost_its_acknowledgement_stays_below_the_new_owner(
         broker, store_of, monkeypatch):  # noqa: F811
-    topic = unique("state-claim-lost-ack-zombie")
-    first = store_of(topic)
-    first.ensure_topic()
-    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
-    former = store_of(topic)
-    former.restore()
+    topic, (former,) = _model_at_epoch_0(store_of, "state-claim-lost-ack-zombie", readers=1)
     _lose_acknowledgements(former, monkeypatch)  # paused during its claim, past its session
     with pytest.raises(StateStoreError, match="simulated"):
         former.claim_epoch("m", newest_known=0)
@@ -505,13 +512,7 @@ def test_a_former_owner_whose_claim_lost_its_acknowledgement_stays_below_the_new
 @pytest.mark.broker
 def test_an_owner_whose_claim_came_first_keeps_its_epoch_over_a_later_claim_of_it(
         broker, store_of, monkeypatch):  # noqa: F811
-    topic = unique("state-claim-first-wins")
-    first = store_of(topic)
-    first.ensure_topic()
-    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
-    owner, other = store_of(topic), store_of(topic)
-    owner.restore()
-    other.restore()
+    _, (owner, other) = _model_at_epoch_0(store_of, "state-claim-first-wins")
     _lose_acknowledgements(owner, monkeypatch)
     with pytest.raises(StateStoreError, match="simulated"):
         owner.claim_epoch("m", newest_known=0)
@@ -525,13 +526,7 @@ def test_an_owner_whose_claim_came_first_keeps_its_epoch_over_a_later_claim_of_i
 @pytest.mark.broker
 def test_a_claim_that_lost_the_race_for_an_epoch_is_not_taken_for_the_owners_own(
         broker, store_of, monkeypatch):  # noqa: F811
-    topic = unique("state-claim-lost-race")
-    first = store_of(topic)
-    first.ensure_topic()
-    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
-    winner, loser = store_of(topic), store_of(topic)
-    winner.restore()
-    loser.restore()
+    _, (winner, loser) = _model_at_epoch_0(store_of, "state-claim-lost-race")
     assert winner.claim_epoch("m", newest_known=0) == 1
     # The loser's claim of epoch 1 comes second; its acknowledgement is lost, so it never
     # read that it lost. Claiming again it must see that epoch 1 is the winner's.
@@ -546,13 +541,8 @@ def test_a_claim_that_lost_the_race_for_an_epoch_is_not_taken_for_the_owners_own
 @pytest.mark.broker
 def test_an_own_claim_that_compaction_kept_over_the_winners_does_not_count_as_won(
         broker, store_of, monkeypatch):  # noqa: F811
-    topic, copy = unique("state-claim-compacted"), unique("state-claim-compacted-copy")
-    first = store_of(topic)
-    first.ensure_topic()
-    first.publish("m", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
-    winner, loser = store_of(topic), store_of(topic)
-    winner.restore()
-    loser.restore()
+    topic, (winner, loser) = _model_at_epoch_0(store_of, "state-claim-compacted")
+    copy = unique("state-claim-compacted-copy")
     assert winner.claim_epoch("m", newest_known=0) == 1
     _lose_acknowledgements(loser, monkeypatch)  # its claim of epoch 1 comes second
     with pytest.raises(StateStoreError, match="simulated"):
