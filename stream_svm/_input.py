@@ -21,7 +21,8 @@ __all__ = [
 ]
 
 
-def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels") -> None:
+def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: str = "X"
+                 ) -> None:
     """ValueError unless ``y`` holds one value per row of ``X`` and, when both are indexed by
     labels of their own (not pandas' default numbering 0, 1, ...), by the same labels in the
     same order. Values pair with rows by position: a y indexed in another order would teach
@@ -41,14 +42,14 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels") -> None:
     rows by position, as a Series built from a list or an array must.
     """
     if len(y) != len(X):
-        raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of X")
+        raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of {rows}")
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)
     if y_index is None or x_index is None or _numbered(y_index) or _numbered(x_index):
         return
     if not y_index.equals(x_index):
         raise ValueError(
-            f"{what}'s index is not X's (values pair with rows by position, so these would "
-            f"pair wrongly): pass {what}.loc[X.index] to pair them by label, or "
+            f"{what}'s index is not {rows}'s (values pair with rows by position, so these would "
+            f"pair wrongly): pass {what}.loc[{rows}.index] to pair them by label, or "
             f"{what}.to_numpy() to pair them by position"
         )
 

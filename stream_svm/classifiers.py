@@ -445,7 +445,7 @@ class IncrementalSVC(_EngineClassifier):
         if X_add is not None and len(X_add):
             if y_add is None:
                 raise ValueError("y_add must have one label per row of X_add")
-            check_paired(X_add, y_add, "y_add")
+            check_paired(X_add, y_add, "y_add", rows="X_add")
             labels = self._signs(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)

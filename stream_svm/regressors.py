@@ -440,7 +440,7 @@ class IncrementalSVR(_EngineRegressor):
         if X_add is not None and len(X_add):
             if y_add is None:
                 raise ValueError("y_add must have one target per row of X_add")
-            check_paired(X_add, y_add, "y_add", "targets")
+            check_paired(X_add, y_add, "y_add", "targets", "X_add")
             targets = _targets(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._keys_for(X_add, keys)
