@@ -784,19 +784,23 @@ class StateStore:
 
         A claim is won by the first claim record of its epoch. After a claim whose
         acknowledgement was lost (StateStoreError, the record written or not), claiming again
-        returns the epoch that claim won, when it was written and won it and no state has that
-        epoch (an owner that has since taken the model over knew of it and claims above it); a
-        claim of that epoch by another owner that came after it lost, and does not count.
+        returns the epoch that claim won, when it was written and won it, no state has that
+        epoch and it is above ``newest_known`` (made in this ownership; an owner that has since
+        taken the model over knew of it and claims above it); a claim of that epoch by another
+        owner that came after it lost, and does not count.
         """
         model = normalize_model_id(model_id)
         deadline = self._deadline()
         if not self._read_until:
             self._read(deadline)
         epoch = self.next_epoch(model)
-        if self._claimed_here(model, epoch - 1):
-            # This store's own claim, whose acknowledgement was lost, won the newest epoch.
-            # Taking the next one instead would put a former owner that lost its claim's
-            # acknowledgement above the owner the group has given the model since.
+        if ((newest_known is None or epoch - 1 > newest_known)
+                and self._claimed_here(model, epoch - 1)):
+            # This store's own claim, whose acknowledgement was lost, won the newest epoch,
+            # since the caller was given the model. Taking the next one instead would put a
+            # former owner that lost its claim's acknowledgement above the owner the group
+            # has given the model since. (A claim the caller already knew of when it was
+            # given the model again belongs to an earlier ownership: claim above it.)
             return epoch - 1
         if newest_known is not None and epoch - 1 > newest_known:
             raise StaleEpochError(

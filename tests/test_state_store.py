@@ -510,6 +510,26 @@ def test_a_former_owner_whose_claim_lost_its_acknowledgement_stays_below_the_new
 
 
 @pytest.mark.broker
+def test_an_own_claim_of_an_earlier_ownership_is_claimed_above_when_given_the_model_again(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic, (owner,) = _model_at_epoch_0(store_of, "state-claim-earlier-ownership", readers=1)
+    _lose_acknowledgements(owner, monkeypatch)
+    with pytest.raises(StateStoreError, match="simulated"):
+        owner.claim_epoch("m", newest_known=0)
+    # The owner loses the model before any state of epoch 1; another process is given it
+    # (knowing of epoch 1) and stalls past its session unpublished; the model comes back.
+    zombie = store_of(topic)
+    zombie.restore()
+    owner.restore()
+    # Given the model again, the owner knew of its own claim of epoch 1: it claims above it,
+    # not back into it...
+    assert owner.claim_epoch("m", newest_known=1) == 2
+    # ...so the process that stalled cannot claim past it.
+    with pytest.raises(StaleEpochError, match="another owner took epoch 2"):
+        zombie.claim_epoch("m", newest_known=1)
+
+
+@pytest.mark.broker
 def test_an_owner_whose_claim_came_first_keeps_its_epoch_over_a_later_claim_of_it(
         broker, store_of, monkeypatch):  # noqa: F811
     _, (owner, other) = _model_at_epoch_0(store_of, "state-claim-first-wins")
