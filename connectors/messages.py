@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from stream_svm._input import shown
+
 __all__ = [
     "MAX_INT_ID",
     "Forget",
@@ -132,9 +134,9 @@ def _id(document: dict[str, Any]) -> Id:
         raise Malformed("missing 'id'")
     value = document["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise Malformed(f"'id' must be a string or an integer, got {_shown(value)}")
+        raise Malformed(f"'id' must be a string or an integer, got {shown(value)}")
     if isinstance(value, int) and not -MAX_INT_ID <= value <= MAX_INT_ID:
-        raise Malformed(f"integer 'id' {_shown(value)} does not fit in 64 bits")
+        raise Malformed(f"integer 'id' {shown(value)} does not fit in 64 bits")
     if isinstance(value, str):
         if not 0 < len(value) <= MAX_ID_LENGTH:
             raise Malformed(f"string 'id' must have 1 to {MAX_ID_LENGTH} characters")
@@ -162,16 +164,16 @@ class Targets:
         """The label of a message's ``y``; :class:`Malformed` when it is not one."""
         if self.regression:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise Malformed(f"target {_shown(value)} is not a number")
+                raise Malformed(f"target {shown(value)} is not a number")
             try:
                 number = float(value)
             except OverflowError:
-                raise Malformed(f"target {_shown(value)} is too large for a float") from None
+                raise Malformed(f"target {shown(value)} is too large for a float") from None
             if not math.isfinite(number):
-                raise Malformed(f"target {_shown(value)} is not finite")
+                raise Malformed(f"target {shown(value)} is not finite")
             if abs(number) > MAX_TARGET:
                 # Its squared error, summed into the progressive RMSE, would overflow.
-                raise Malformed(f"target {_shown(value)} is too large: |y| must be at most "
+                raise Malformed(f"target {shown(value)} is too large: |y| must be at most "
                                 f"{MAX_TARGET:g}")
             return number
         if self.classes is not None:
@@ -182,7 +184,7 @@ class Targets:
             if type(value) is type(negative) and value == negative:
                 return False
             raise Malformed(
-                f"label {_shown(value)} is not one of the classes {list(self.classes)!r} "
+                f"label {shown(value)} is not one of the classes {list(self.classes)!r} "
                 "(model.classes: negative, positive)"
             )
         if isinstance(value, bool):
@@ -196,7 +198,7 @@ class Targets:
         if isinstance(value, str):  # named classes ("ham"/"spam") need the setting
             hint = "; for labels such as this one set model.classes = [negative, positive]"
         raise Malformed(
-            f"label {_shown(value)} is not one of the two classes (true/1 positive, "
+            f"label {shown(value)} is not one of the two classes (true/1 positive, "
             f"false/0/-1 negative){hint}"
         )
 
@@ -229,12 +231,6 @@ def _label(document: dict[str, Any], targets: Targets = _BINARY) -> Target:
     return targets.parse(document["y"])
 
 
-def _shown(value: object, limit: int = 80) -> str:
-    """repr of a value, cut for a dead-letter reason (a 4000-digit integer stays readable)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
 def _check_text(what: str, text: str) -> None:
     # JSON may spell lone surrogates ("\ud800"): valid JSON, but not Unicode text, so they
     # could be neither a Kafka key nor a feature name written back as UTF-8.
@@ -254,10 +250,10 @@ def _number(name: str, value: object) -> float:
             return float(value)
         except OverflowError:
             raise Malformed(
-                f"feature {name!r} is too large for a float: {_shown(value)}"
+                f"feature {name!r} is too large for a float: {shown(value)}"
             ) from None
     raise Malformed(
-        f"feature {name!r} must be a finite number, got {_shown(value)} ({type(value).__name__})"
+        f"feature {name!r} must be a finite number, got {shown(value)} ({type(value).__name__})"
     )
 
 
@@ -308,7 +304,7 @@ def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY)
             if "y" not in document:
                 raise Malformed("a relabel needs 'y'")
             return Relabel(_id(document), _label(document, targets))
-        raise Malformed(f"unknown op {_shown(op)} (known: 'forget', 'relabel')")
+        raise Malformed(f"unknown op {shown(op)} (known: 'forget', 'relabel')")
     if "x" not in document:
         if "y" in document:
             _check_fields(document, "label")
