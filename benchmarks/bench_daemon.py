@@ -2,6 +2,7 @@
 consume-parse-produce loop measured in the same run (the transport's ceiling).
 
     python benchmarks/bench_daemon.py [--messages 5000] [--rate 300] [--seconds 5]
+        [--fetch-max-wait-ms 50]
 
 Throughput: N labelled Bananas messages are in the input topic before the consumer starts;
 messages per second from the first poll to the last flush. Each model runs in both prediction
@@ -9,6 +10,9 @@ modes: progressive (each message predicted by the model that learned every earli
 default) and per poll (``kafka.predict_per_poll``: one prediction per poll, runs learned in one
 multiple update). Latency: messages produced at a fixed
 rate while the consumer runs; from each input's Kafka timestamp to the flush of its output.
+The bare loop and the daemon hold their fetches equally long (``kafka.fetch_max_wait_ms``, the
+daemon's default unless given): the embedded broker answers a fetch that found nothing only at the
+end of that wait, which bounds both loops' latency.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from connectors.broker import EmbeddedBroker
-from connectors.config import load_config
+from connectors.config import SCHEMA, load_config
 from connectors.daemon import Daemon, ensure_topics
 from connectors.messages import encode
 from connectors.sources import iter_source
@@ -63,11 +67,11 @@ def _produce(servers: str, topic: str, messages: list[bytes], rate: float | None
 
 
 def bare_loop(servers: str, source: str, target: str, n: int, max_batch: int,
-              batch_size: int = 16384) -> dict[str, Any]:
+              fetch_max_wait_ms: int, batch_size: int = 16384) -> dict[str, Any]:
     """Consume, parse JSON, produce a small JSON answer, flush per batch: no model.
     ``batch_size``: the producer's (16384, kafka-python's default; the daemon's is 512 KB)."""
     consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
-                             auto_offset_reset="earliest", fetch_max_wait_ms=100)
+                             auto_offset_reset="earliest", fetch_max_wait_ms=fetch_max_wait_ms)
     consumer.assign([TopicPartition(source, 0)])
     producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=2,
                              batch_size=batch_size)
@@ -95,7 +99,7 @@ def bare_loop(servers: str, source: str, target: str, n: int, max_batch: int,
 
 
 def daemon_run(servers: str, source: str, target: str, n: int, model: dict[str, Any],
-               max_batch: int, per_poll: bool) -> dict[str, Any]:
+               max_batch: int, per_poll: bool, fetch_max_wait_ms: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         config = load_config(None, {
             "kafka.bootstrap_servers": servers,
@@ -104,6 +108,7 @@ def daemon_run(servers: str, source: str, target: str, n: int, model: dict[str, 
             "kafka.dead_letter_topic": source.replace("-in-", "-dead-"),
             "kafka.max_batch": max_batch,
             "kafka.predict_per_poll": per_poll,
+            "kafka.fetch_max_wait_ms": fetch_max_wait_ms,
             "checkpoint.dir": directory,
             "checkpoint.every_messages": 100_000,
             "checkpoint.every_seconds": 3600,
@@ -143,6 +148,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=300.0, help="messages/s for latency")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of latency runs")
     parser.add_argument("--max-batch", type=int, default=500)
+    parser.add_argument("--fetch-max-wait-ms", type=int,
+                        default=SCHEMA["kafka"]["fetch_max_wait_ms"].default,
+                        help="how long the broker holds an empty fetch, for both loops")
     args = parser.parse_args()
     setups = {
         "IncrementalSVC (RBF, C=1, gamma=1)": {"type": "IncrementalSVC", "gamma": 1.0},
@@ -171,19 +179,22 @@ def main() -> None:
             consumer.join()
             return throughput, result
 
-        bare = measure(lambda s, t, n: bare_loop(servers, s, t, n, args.max_batch))
+        wait = args.fetch_max_wait_ms
+        bare = measure(lambda s, t, n: bare_loop(servers, s, t, n, args.max_batch, wait))
         rows.append(_row("bare kafka-python loop (consume, parse, produce)", *bare))
-        bare = measure(lambda s, t, n: bare_loop(servers, s, t, n, args.max_batch, 512 << 10))
+        bare = measure(lambda s, t, n: bare_loop(servers, s, t, n, args.max_batch, wait,
+                                                 512 << 10))
         rows.append(_row("bare loop, 512 KB producer batches (as the daemon's)", *bare))
         for name, model in setups.items():
             for per_poll in (False, True):
                 result = measure(lambda s, t, n, m=model, pp=per_poll: daemon_run(
-                    servers, s, t, n, m, args.max_batch, pp))
+                    servers, s, t, n, m, args.max_batch, pp, wait))
                 mode = "per poll" if per_poll else "progressive"
                 rows.append(_row(f"daemon, {name}, {mode}", *result))
     ceiling, batched = rows[0]["msg_per_s"], rows[1]["msg_per_s"]
     print(f"{args.messages} messages for throughput; {args.rate:g} msg/s for "
-          f"{args.seconds:g} s for latency; max_batch {args.max_batch}\n")
+          f"{args.seconds:g} s for latency; max_batch {args.max_batch}; "
+          f"fetch_max_wait_ms {args.fetch_max_wait_ms}\n")
     print("| setup | msg/s | of bare loop | of bare loop, 512 KB batches | p50 latency (ms) | "
           "p99 latency (ms) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

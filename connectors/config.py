@@ -143,6 +143,10 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         ),
         "request_timeout_ms": Setting(int, 30000, _positive),
         "poll_timeout_ms": Setting(int, 100, _non_negative),
+        # The longest a broker holds a fetch that finds no new message. Kafka answers as soon
+        # as a message arrives; brokers that do not (Tansu, the embedded broker) answer at the
+        # end of the wait, which then bounds the latency.
+        "fetch_max_wait_ms": Setting(int, 50, _non_negative),
         "max_batch": Setting(int, 500, _positive),
         "predict_per_poll": Setting(bool, False),
         "max_message_bytes": Setting(int, 1_000_000, _positive),
@@ -433,6 +437,9 @@ def _cross_checks(config: Config) -> None:
         raise ConfigError(
             "setting kafka.sasl_mechanism needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL"
         )
+    if kafka.fetch_max_wait_ms >= kafka.request_timeout_ms:
+        raise ConfigError("setting kafka.fetch_max_wait_ms must be below "
+                          "kafka.request_timeout_ms (a fetch is a request)")
     if config.retry.max_backoff_seconds < config.retry.initial_backoff_seconds:
         raise ConfigError(
             "setting retry.max_backoff_seconds must be >= retry.initial_backoff_seconds"

@@ -605,7 +605,7 @@ class Daemon:
                     # kafka.create_topics, with kafka.topic_partitions.
                     allow_auto_create_topics=False,
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
-                    fetch_max_wait_ms=min(100, max(1, config.kafka.poll_timeout_ms)),
+                    fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
                 )
                 _forbid_auto_creation(consumer)
                 if self.scope != "global":

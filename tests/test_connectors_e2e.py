@@ -68,13 +68,14 @@ def _config(broker, tmp_path, **extra):  # noqa: F811
 
 
 def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
-    config = _config(broker, tmp_path)
+    config = _config(broker, tmp_path, **{"kafka.fetch_max_wait_ms": 20})
     kafka = config.kafka
     daemon = Daemon(config)
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:
         assert wait_for(lambda: daemon.metrics_port is not None and daemon._consumer, 30)
+        assert daemon._consumer.config["fetch_max_wait_ms"] == 20  # the setting reaches it
         points = _points(40, seed=1)
         stream: list[object] = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(points)]
         unlabelled = _points(8, seed=2)

@@ -67,6 +67,8 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
         ({"kafka.input_topic": "bad topic!"}, {}, "kafka.input_topic"),
         ({"kafka.sasl_mechanism": "PLAIN"}, {}, "kafka.sasl_mechanism"),
         ({"metrics.enabled": "maybe"}, {}, "metrics.enabled"),
+        ({"kafka.fetch_max_wait_ms": "-1"}, {}, "kafka.fetch_max_wait_ms"),
+        ({"kafka.fetch_max_wait_ms": "30000"}, {}, "kafka.fetch_max_wait_ms"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
