@@ -73,18 +73,33 @@ def _check_kernel_finite(block: np.ndarray) -> None:
         )
 
 
+# RBF blocks of more columns than RBF_CHUNK are computed and exponentiated RBF_CHUNK columns at
+# a time when a column has at most RBF_CHUNK_MAX_POINTS values: a piece then stays in the core's
+# L2 cache between the distances and their exp, instead of going to memory and back (measured
+# on 500 columns: 10-12 % less time at n = 1000 to 5000, none at 20,000).
+RBF_CHUNK = 32
+RBF_CHUNK_MAX_POINTS = 8192
+
+
 def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features: np.ndarray,
                     n: int, positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """K(x_i, x_p) for i < n and the given positions p (columns of ``features``, stored feature
     by feature), by the compiled kernel loop; an RBF's exp vectorized by numpy. Returned n x m,
     a view of the m x n rows it fills: ``out`` when given."""
     block = np.empty((positions.size, n)) if out is None else out
-    rbf = kind == _pathcore.KERNEL_RBF
+    if kind != _pathcore.KERNEL_RBF:
+        _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block)
+        return block.T
     # No np.errstate needed: the compiled loop raises no numpy warning, and exp of the RBF's
     # -gamma |a - b|^2 <= 0 cannot overflow (its underflow to 0 is not reported by default).
-    _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block, not rbf)
-    if rbf:
-        np.exp(block, out=block)
+    # A many-column block goes RBF_CHUNK columns at a time, each exponentiated while it is
+    # still in the core's cache (the same values: exp is taken value by value).
+    chunk = RBF_CHUNK if n <= RBF_CHUNK_MAX_POINTS else positions.size
+    for start in range(0, positions.size, chunk):
+        part = block[start : start + chunk]
+        _pathcore.kernel_columns(kind, features, n, positions[start : start + chunk], gamma,
+                                 degree, coef0, part, False)
+        np.exp(part, out=part)
     return block.T
 
 

@@ -78,6 +78,22 @@ def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim, n):
     assert np.array_equal(out.T, products)
 
 
+
+@pytest.mark.parametrize("n", [40, 9000])
+def test_a_many_column_rbf_block_equals_numpys_exp_of_the_distances(n):
+    """A block of more columns than RBF_CHUNK is exponentiated a piece at a time (when its
+    columns are short enough): every value is still numpy's exp of -gamma |a - b|^2 as
+    SciPy's cdist gives it, to the last bit, in every piece and the partial last one."""
+    from stream_svm.engine import RBF_CHUNK, RBF_CHUNK_MAX_POINTS, _compiled_block
+
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((n, 3))
+    positions = rng.integers(0, n, 2 * RBF_CHUNK + 5).astype(np.int64)
+    assert (n <= RBF_CHUNK_MAX_POINTS) == (n == 40)
+    block = _compiled_block(_pathcore.KERNEL_RBF, 0.7, 3, 0.0, np.ascontiguousarray(X.T), n,
+                            positions)
+    assert np.array_equal(block, np.exp(-0.7 * cdist(X, X[positions], "sqeuclidean")))
+
 def _cpu_flags() -> set[str]:
     """The processor's feature flags as Linux lists them (empty elsewhere)."""
     try:
