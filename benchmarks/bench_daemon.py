@@ -28,7 +28,7 @@ import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from connectors.broker import EmbeddedBroker
-from connectors.config import SCHEMA, load_config
+from connectors.config import FETCH_MAX_WAIT_MS, load_config
 from connectors.daemon import Daemon, ensure_topics
 from connectors.messages import encode
 from connectors.sources import iter_source
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of latency runs")
     parser.add_argument("--max-batch", type=int, default=500)
     parser.add_argument("--fetch-max-wait-ms", type=int,
-                        default=SCHEMA["kafka"]["fetch_max_wait_ms"].default,
+                        default=FETCH_MAX_WAIT_MS,
                         help="how long the broker holds an empty fetch, for both loops")
     args = parser.parse_args()
     setups = {

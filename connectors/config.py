@@ -121,6 +121,9 @@ def _topic(value: str) -> str | None:
     return None
 
 
+#: kafka.fetch_max_wait_ms when it is unset and kafka.poll_timeout_ms is not lower.
+FETCH_MAX_WAIT_MS = 50
+
 SCHEMA: dict[str, dict[str, Setting]] = {
     "kafka": {
         "bootstrap_servers": Setting(str, "", optional=True),
@@ -145,8 +148,9 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "poll_timeout_ms": Setting(int, 100, _non_negative),
         # The longest a broker holds a fetch that finds no new message. Kafka answers as soon
         # as a message arrives; brokers that do not (Tansu, the embedded broker) answer at the
-        # end of the wait, which then bounds the latency.
-        "fetch_max_wait_ms": Setting(int, 50, _non_negative),
+        # end of the wait, which then bounds the latency. Unset: 50, or poll_timeout_ms when
+        # that is lower (at least 1), resolved in load_config.
+        "fetch_max_wait_ms": Setting(int, None, _positive, optional=True),
         "max_batch": Setting(int, 500, _positive),
         "predict_per_poll": Setting(bool, False),
         "max_message_bytes": Setting(int, 1_000_000, _positive),
@@ -410,6 +414,11 @@ def load_config(
     config = Config(**sections, sources=sources)
     if config.kafka.state_topic is None:
         config.kafka.state_topic = f"{config.kafka.group_id}.state"
+    if config.kafka.fetch_max_wait_ms is None:
+        # A shorter poll timeout, set to cut latency, keeps cutting it on brokers that answer
+        # an empty fetch only at the end of its wait.
+        config.kafka.fetch_max_wait_ms = min(FETCH_MAX_WAIT_MS,
+                                             max(1, config.kafka.poll_timeout_ms))
     _cross_checks(config)
     return config
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
+import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -162,7 +165,10 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
     (1.0, -1.0)
     """
     if classes is None:
-        return parse_binary_label(y)
+        sign = parse_binary_label(y)
+        if sign < 0 and y == -1 and not isinstance(y, (bool, np.bool_)):
+            _warn_minus_one()
+        return sign
     # Equality, so that numpy scalars and 1 == 1.0 match; a string never equals a number.
     try:
         if y == classes[1]:
@@ -176,9 +182,44 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
     )
 
 
+_minus_one_warned = False
+
+
+def _warn_minus_one() -> None:
+    # -1 learns as the negative class, but the predictions (False/True) then do not equal the
+    # labels: River's metrics would count every negative prediction wrong. Once per process: a
+    # -1/+1 stream would otherwise pay for the warning machinery at every negative label.
+    global _minus_one_warned
+    if _minus_one_warned:
+        return
+    _minus_one_warned = True
+    warnings.warn(
+        "label -1 is learned as the negative class, but predictions are False/True, which do "
+        "not equal -1 (River's metrics would count every negative prediction as a miss): pass "
+        "classes=[-1, 1] to learn and predict -1 and 1",
+        UserWarning, stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """The stacklevel of a warning that names the first caller outside this package (the
+    user's line, not the estimator's)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 2  # 1: the warn() call's caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def label_signs(ys: Iterable[object], classes: tuple[object, object] | None) -> np.ndarray:
     """Vector version of :func:`label_sign`."""
-    return np.array([label_sign(y, classes) for y in ys], dtype=float)
+    if classes is not None:
+        return np.array([label_sign(y, classes) for y in ys], dtype=float)
+    ys = list(ys)
+    signs = parse_binary_labels(ys)
+    if any(y == -1 and not isinstance(y, (bool, np.bool_)) for y in ys):
+        _warn_minus_one()  # once per call, not once per label
+    return signs
 
 
 def class_of(positive: bool, classes: tuple[object, object] | None) -> object:

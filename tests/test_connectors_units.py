@@ -67,7 +67,7 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
         ({"kafka.input_topic": "bad topic!"}, {}, "kafka.input_topic"),
         ({"kafka.sasl_mechanism": "PLAIN"}, {}, "kafka.sasl_mechanism"),
         ({"metrics.enabled": "maybe"}, {}, "metrics.enabled"),
-        ({"kafka.fetch_max_wait_ms": "-1"}, {}, "kafka.fetch_max_wait_ms"),
+        ({"kafka.fetch_max_wait_ms": "0"}, {}, "kafka.fetch_max_wait_ms"),
         ({"kafka.fetch_max_wait_ms": "30000"}, {}, "kafka.fetch_max_wait_ms"),
     ],
 )
@@ -120,6 +120,16 @@ def test_bundled_configs_are_valid():
             assert getattr(example.model, key) == SCHEMA["model"][key].default, name
     for path in sorted(configs.glob("*.toml")):
         load_config(path, environ={})
+
+
+@pytest.mark.parametrize(("overrides", "wait"), [
+    ({}, 50),
+    ({"kafka.poll_timeout_ms": "10"}, 10),  # a short poll, set to cut latency, keeps doing so
+    ({"kafka.poll_timeout_ms": "0"}, 1),  # never 0: an idle consumer would spin
+    ({"kafka.poll_timeout_ms": "10", "kafka.fetch_max_wait_ms": "80"}, 80),
+])
+def test_the_fetch_wait_defaults_to_50_ms_or_a_shorter_poll_timeout(overrides, wait):
+    assert load_config(None, overrides, environ={}).kafka.fetch_max_wait_ms == wait
 
 
 def test_kafka_settings_pass_through_with_credentials_from_the_environment():

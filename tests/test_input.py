@@ -151,3 +151,32 @@ def test_keys_taken_from_an_index_name_it_when_they_repeat(window):
     with pytest.raises(KeyError, match="repeats in X's index"):
         model.clone().learn_many(repeated, repeated.a > 0)
     model.learn_many(again.reset_index(drop=True), again.a * again.b > 0)
+
+
+@pytest.mark.parametrize("model", ["IncrementalSVC", "IncrementalLSSVC"])
+def test_minus_one_labels_without_classes_warn_once_at_the_callers_line(model, monkeypatch):
+    """-1 learns as the negative class, but predictions are False/True: River's metrics would
+    count each negative prediction as a miss. The first -1 warns, pointing to classes=[-1, 1],
+    at the user's line; with classes=[-1, 1] predictions are -1 and 1 and nothing warns."""
+    import warnings
+
+    import pandas as pd
+
+    import stream_svm
+    from stream_svm import _input
+
+    monkeypatch.setattr(_input, "_minus_one_warned", False)
+    cls = getattr(stream_svm, model)
+    learner = cls()
+    with pytest.warns(UserWarning, match=r"classes=\[-1, 1\]") as caught:
+        learner.learn_many(pd.DataFrame({"a": [0.0, 1.0, 2.0]}), pd.Series([-1, 1, -1]))
+    assert len(caught) == 1 and caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        learner.learn_one({"a": 3.0}, -1)  # once per process
+        monkeypatch.setattr(_input, "_minus_one_warned", False)
+        learner.learn_one({"a": 4.0}, 0)  # 0 equals False: nothing to warn about
+        explicit = cls(classes=[-1, 1])
+        for x, y in [(0.0, -1), (1.0, 1), (2.0, -1), (3.0, 1)]:
+            explicit.learn_one({"a": x}, y)
+        assert {explicit.predict_one({"a": 0.0}), explicit.predict_one({"a": 3.0})} <= {-1, 1}
