@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from stream_svm._input import FeatureSpace
+from stream_svm._input import FeatureSpace, check_findable_keys
 from stream_svm.engine import PathEngine, UpdateStats
 from stream_svm.kernels import make_kernel
 
@@ -104,7 +106,46 @@ def _check_C(C: object) -> float:
     return float(C)
 
 
-class _EngineModel:
+_PARAMETERS: dict[type, frozenset[str]] = {}
+
+
+def _parameters_of(cls: type) -> frozenset[str]:
+    """The names of the constructor's parameters of ``cls`` (cached per class)."""
+    names = _PARAMETERS.get(cls)
+    if names is None:
+        names = frozenset(name for name in inspect.signature(cls.__init__).parameters
+                          if name != "self")
+        _PARAMETERS[cls] = names
+    return names
+
+
+class FixedParameters:
+    """A model whose constructor's parameters are fixed once it is built (a mixin): what it
+    learns was set up from them, so assigning one afterwards would change what the model
+    shows (and what ``clone()`` copies) but not what it does. AttributeError instead, pointing
+    to the constructor and ``clone``. A model is built once ``_built_by`` is among its
+    attributes (the constructor sets it last). The bounds on feature names are read at every
+    learn: they stay settable, and River's ``mutate`` changes them."""
+
+    _built_by = "_engine"
+
+    @property
+    def _mutable_attributes(self) -> set[str]:
+        return {"max_features", "max_new_features"}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (name[:1] != "_" and self._built_by in self.__dict__
+                and name in _parameters_of(type(self)) and name not in self._mutable_attributes):
+            cls = type(self).__name__
+            raise AttributeError(
+                f"{cls}.{name} is fixed when the model is constructed (it was set up with "
+                f"{name}={getattr(self, name)!r}): construct {cls}({name}=...), or use "
+                f"model.clone({{{name!r}: ...}}) for a new, untrained model"
+            )
+        object.__setattr__(self, name, value)
+
+
+class _EngineModel(FixedParameters):
     """The engine, the feature space and the keys of an engine-backed model (a mixin under a
     River base class); subclasses call :meth:`_init_common` from their constructor."""
 
@@ -204,6 +245,7 @@ class _EngineModel:
             # pandas' default index carries no identity: such rows get automatic keys.
             return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
         index_keys = [plain_key(key) for key in X.index]
+        check_findable_keys(index_keys)
         problem = None
         if len(set(index_keys)) != len(index_keys):
             seen: set = set()

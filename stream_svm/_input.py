@@ -19,9 +19,39 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "FeatureSpace", "check_classes", "check_paired", "class_of", "label_sign",
+    "FeatureSpace", "check_classes", "check_findable_keys", "check_paired", "class_of",
+    "label_sign",
     "parse_binary_label", "parse_binary_labels",
 ]
+
+
+def check_findable_keys(keys: Iterable[Hashable]) -> None:
+    """KeyError for a key not equal to itself (NaN, e.g. an id column with missing values, or
+    a tuple holding one): no lookup could find it again, and repeats of it would go unseen.
+
+    >>> check_findable_keys([1, "a", (2, 3)])
+    >>> check_findable_keys([1, float("nan")])  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    KeyError: 'key nan is not equal to itself (NaN) ...'
+    """
+    for key in keys:
+        if not _equals_itself(key):
+            raise KeyError(
+                f"key {shown(key)} is not equal to itself (NaN): no point could be found by it "
+                "again; fill or drop the missing ids, or pass keys="
+            )
+
+
+def _equals_itself(key: object) -> bool:
+    # A tuple compares its items by identity first: (nan,) == (nan,) for one nan object, but
+    # not for the equal-looking key of a later lookup. Its items are checked one by one.
+    if isinstance(key, tuple):
+        return all(_equals_itself(item) for item in key)
+    try:
+        return bool(key == key)
+    except (TypeError, ValueError):  # an array's == is elementwise
+        return False
 
 
 def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: str = "X"

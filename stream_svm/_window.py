@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from stream_svm._engine_model import AutoKey, checkpoint_key_kind, plain_key
-from stream_svm._input import check_paired
+from stream_svm._input import check_findable_keys, check_paired
 from stream_svm.engine import UpdateStats
 
 
@@ -72,6 +72,8 @@ class _SlidingWindow:
         value = self._value(y)
         row, new = self._admitted(lambda: self._row(x))
         key = None if key is None else plain_key(key)
+        if key is not None:
+            check_findable_keys([key])
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
         self._check_kernel_values(row)
@@ -89,6 +91,7 @@ class _SlidingWindow:
         values = self._values(y)
         rows, new = self._admitted(lambda: self._frame(X))
         batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]
+        check_findable_keys(batch_keys)
         if len(set(batch_keys)) != len(batch_keys):
             raise KeyError("keys repeat within the batch")
         if (self._engine.first_stored(batch_keys) is not None

@@ -416,6 +416,11 @@ class IncrementalSVC(_EngineClassifier):
         y: pd.Series | None = None,
     ) -> None:
         """Remove several stored points in one update, by keys or else by value (X, y)."""
+        if isinstance(keys, (pd.DataFrame, pd.Series)):
+            raise TypeError(
+                "forget_many's first argument is keys; to forget by value pass X= and y= "
+                "(forget_many(X=X, y=y))"
+            )
         if keys is None:
             if X is None or y is None:
                 raise ValueError("forget_many needs keys, or both X and y")

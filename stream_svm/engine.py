@@ -41,6 +41,7 @@ from scipy.linalg import cholesky
 from scipy.linalg.lapack import dpotrs
 
 from stream_svm import _pathcore
+from stream_svm._input import check_findable_keys
 from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
@@ -1038,6 +1039,7 @@ class PathEngine:
             }[problem])
         if m and X_add.shape[1] < self.dim:
             X_add = np.hstack([X_add, np.zeros((m, self.dim - X_add.shape[1]))])
+        check_findable_keys(keys)
         # Set operations first (one pass in C); the offending key is looked for only on failure.
         if len(set(keys)) != len(keys) or not self._pos.keys().isdisjoint(keys):
             seen: set = set()

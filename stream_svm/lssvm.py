@@ -48,6 +48,7 @@ from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from stream_svm._engine_model import (
+    FixedParameters,
     _check_feature_limit,
     check_checkpoint_names,
     keys_from_arrays,
@@ -56,6 +57,7 @@ from stream_svm._engine_model import (
 from stream_svm._input import (
     FeatureSpace,
     check_classes,
+    check_findable_keys,
     check_paired,
     class_of,
     label_signs,
@@ -137,8 +139,10 @@ def _sort_key(name: Hashable) -> tuple[str, str]:
     return type(name).__name__, repr(name)
 
 
-class _IncrementalLSSVM:
+class _IncrementalLSSVM(FixedParameters):
     """Shared engine of :class:`IncrementalLSSVC` and :class:`IncrementalLSSVR`."""
+
+    _built_by = "_solution"  # the constructor's last state: parameters are fixed from then on
 
     def __init__(
         self,
@@ -493,7 +497,12 @@ class _IncrementalLSSVM:
     def forget_one(self, x: dict | None = None, y: Any = None, key: Hashable | None = None
                    ) -> None:
         """Remove one learned sample: the one learned under ``key``, or the sample ``(x, y)``
-        the caller supplies again (the model keeps no sample learned without a key)."""
+        the caller supplies again (the model keeps no sample learned without a key).
+
+        A sample given as ``(x, y)`` cannot be checked against what was learned, since nothing
+        of it is kept: forgetting one that was never learned changes the model (only the
+        guards of the module docstring catch some such removals). Learn under a ``key`` to
+        have forgets checked."""
         if key is not None:
             if x is not None or y is not None:
                 raise ValueError("forget_one takes a key, or x and y, not both")
@@ -532,7 +541,8 @@ class _IncrementalLSSVM:
     def forget_many(self, X: pd.DataFrame | None = None, y: pd.Series | None = None,
                     keys: Iterable[Hashable] | None = None) -> None:
         """Remove a batch of learned samples (Corollary 4) in one exact update: the rows of
-        ``X`` with targets ``y``, or the samples learned under ``keys``."""
+        ``X`` with targets ``y``, or the samples learned under ``keys``. Rows given by value
+        cannot be checked against what was learned (see :meth:`forget_one`)."""
         if keys is not None:
             if X is not None or y is not None:
                 raise ValueError("forget_many takes keys, or X and y, not both")
@@ -542,6 +552,11 @@ class _IncrementalLSSVM:
             for key in key_list:
                 del self._kept[key]
             return
+        if X is not None and y is None and not isinstance(X, pd.DataFrame):
+            raise TypeError(
+                f"forget_many's first argument is X, a DataFrame (got {type(X).__name__}); "
+                "to forget the samples learned under keys pass keys= (forget_many(keys=...))"
+            )
         if X is None or y is None:
             raise ValueError("forget_many needs keys, or X and y")
         _frame_columns(X)
@@ -551,6 +566,7 @@ class _IncrementalLSSVM:
     # --------------------------------------------------------------------------- kept samples
 
     def _check_new_keys(self, keys: list[Hashable]) -> None:
+        check_findable_keys(keys)
         seen: set[Hashable] = set()
         for key in keys:
             if key in self._kept or key in seen:

@@ -13,6 +13,7 @@ from stream_svm import (
     IncrementalLSSVC,
     IncrementalLSSVR,
     IncrementalSVC,
+    IncrementalSVR,
     SlidingWindowSVC,
 )
 from stream_svm._input import check_classes
@@ -233,3 +234,68 @@ def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     assert ("r", 1) in model and model.stored_keys() == []
     with pytest.raises(TypeError, match=r"key \('r', 1\) cannot be checkpointed"):
         model.to_checkpoint()
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, IncrementalLSSVC])
+def test_forget_many_with_its_arguments_in_the_other_estimators_order_says_so(make):
+    """The kernel SVMs take forget_many(keys, X, y), the LS-SVMs forget_many(X, y, keys): a
+    call written for the other kind names the argument to pass by name, and changes nothing."""
+    X = pd.DataFrame({"a": [0.0, 1.0, 2.0]})
+    y = pd.Series([1.0, 0.0, 1.0]) if make is IncrementalSVR else pd.Series([True, False, True])
+    model = make()
+    model.learn_many(X, y, keys=["k0", "k1", "k2"])
+    before = [model.decision_function_one({"a": v}) if make is not IncrementalSVR
+              else model.predict_one({"a": v}) for v in (0.0, 1.5)]
+    if make is IncrementalLSSVC:
+        with pytest.raises(TypeError, match=r"first argument is X, a DataFrame \(got list\)"):
+            model.forget_many(["k0", "k1"])
+    else:
+        with pytest.raises(TypeError, match=r"first argument is keys.*forget_many\(X=X, y=y\)"):
+            model.forget_many(X.iloc[:2], y.iloc[:2])
+    after = [model.decision_function_one({"a": v}) if make is not IncrementalSVR
+             else model.predict_one({"a": v}) for v in (0.0, 1.5)]
+    assert after == before
+    model.forget_many(keys=["k0", "k1"])  # by name, both kinds take keys
+    assert "k2" in model and "k0" not in model
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC,
+                                  IncrementalLSSVC])
+def test_a_nan_key_is_refused_and_changes_nothing(make):
+    """An id column with missing values gives NaN keys, which equal nothing, themselves
+    included: repeats would go unseen and no forget could find the point again."""
+    y = [1.0, 0.0, 1.0] if make is IncrementalSVR else [True, False, True]
+    model = make()
+    model.learn_one({"a": 5.0}, y[0], key="kept")
+    indexed = pd.DataFrame({"a": [0.1, 0.5, 0.9]}, index=pd.Index([1.0, np.nan, np.nan]))
+    attempts = [lambda: model.learn_one({"a": 1.0}, y[0], key=float("nan")),
+                lambda: model.learn_many(indexed.reset_index(drop=True), pd.Series(y),
+                                         keys=[1, ("t", np.nan), 2])]
+    if make is not IncrementalLSSVC:  # the LS-SVM keeps samples by keys= only
+        attempts.append(lambda: model.learn_many(indexed, pd.Series(y, index=indexed.index)))
+    for attempt in attempts:
+        with pytest.raises(KeyError, match="not equal to itself"):
+            attempt()
+    stored = model.n_samples_ if make is IncrementalLSSVC else len(model._engine.keys)
+    assert stored == 1 and "kept" in model
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC, AlphaISVC,
+                                  IncrementalLSSVC, IncrementalLSSVR])
+def test_a_parameter_set_after_construction_is_refused_not_ignored(make):
+    """The model is set up from its parameters when constructed: assigning one later used to
+    change what repr and clone() show while the model went on with the old value."""
+    import pickle
+
+    name, value = ("rho", 5.0) if make in (IncrementalLSSVC, IncrementalLSSVR) else ("C", 5.0)
+    model = make()
+    original = getattr(model, name)
+    with pytest.raises(AttributeError, match=rf"{make.__name__}\.{name} is fixed.*clone"):
+        setattr(model, name, value)
+    assert getattr(model, name) == original
+    assert getattr(model.clone({name: value}), name) == value
+    assert getattr(pickle.loads(pickle.dumps(model)), name) == original
+    model.max_features = 7  # read at every learn: stays settable, as River's mutate says
+    model.mutate({"max_new_features": 3})
+    assert (model.max_features, model.max_new_features) == (7, 3)
+    model.note = "a user's own attribute"
