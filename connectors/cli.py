@@ -57,11 +57,35 @@ def _setting(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
+def _count(text: str) -> int:
+    """An argument that is a whole number >= 1 (a number of points)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _every(text: str) -> int:
+    """An argument that is a whole number >= 0 (0: never)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {value}")
+    return value
+
+
 def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
     parser.add_argument("--config", help="TOML settings file (see configs/default.toml)")
     for flag, name in SETTING_FLAGS.items():
         if flags is None or flag in flags:
-            parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, help=f"sets {name}")
+            extra = " (0 picks a free port)" if flag == "metrics_port" else ""
+            parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag,
+                                help=f"sets {name}{extra}")
     parser.add_argument(
         "--set",
         dest="settings",
@@ -128,27 +152,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
-    demo.add_argument("--limit", type=int, default=None, help="replay only the first N points")
+    demo.add_argument("--limit", type=_count, default=None, help="replay only the first N points")
     demo.add_argument("--config", help="model settings (default: configs/bananas.toml values)")
     demo.add_argument("--metrics-port", type=int, default=9464, help="0 picks a free port")
-    demo.add_argument("--unlabelled-every", type=int, default=10,
+    demo.add_argument("--unlabelled-every", type=_every, default=10,
                       help="every Nth point is sent without its label (predict only), 0: none")
 
     replay = commands.add_parser("replay", help="produce a data set into a topic",
                                  parents=[common])
     replay.add_argument("source", help="bananas, phishing, river-flow:DIR[#RIVER], FILE.csv or "
                                        "FILE.jsonl")
-    replay.add_argument("--topic", default="stream-svm.input")
+    replay.add_argument("--topic", default="stream-svm.input",
+                        help="topic to produce to (default: stream-svm.input, the daemon's "
+                        "default kafka.input_topic)")
     replay.add_argument("--bootstrap-servers", required=True)
     replay.add_argument("--target", default="y",
                         help="label column of a CSV/JSONL file (default: y)")
-    replay.add_argument("--limit", type=int, default=None)
+    replay.add_argument("--limit", type=_count, default=None,
+                        help="produce only the first N points")
     replay.add_argument("--id-prefix", default="",
                         help="ids are PREFIX + the id column's value, or the row number")
     replay.add_argument("--id-column", default=None, metavar="NAME",
                         help="column (field) of a CSV/JSONL file holding each message's id; "
                         "not a feature")
-    replay.add_argument("--unlabelled-every", type=int, default=0,
+    replay.add_argument("--unlabelled-every", type=_every, default=0,
                         help="every Nth point is sent without its label (0: none)")
     replay.add_argument("--key", default=None, metavar="KEY",
                         help="Kafka key of every message, e.g. a gauge's name (one model per "
@@ -165,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="label column of a CSV/JSONL file (default: y)")
     evaluate.add_argument("--id-column", default=None, metavar="NAME",
                           help="column (field) of a CSV/JSONL file that is an id, not a feature")
-    evaluate.add_argument("--limit", type=int, default=None)
+    evaluate.add_argument("--limit", type=_count, default=None,
+                          help="evaluate on the first N points only")
     evaluate.add_argument("--plot", metavar="FILE.png",
                           help="also draw accuracy over time and breakpoints per update "
                           "(needs matplotlib)")

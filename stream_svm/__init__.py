@@ -1,6 +1,7 @@
 """stream-svm: exact online kernel SVMs for streams, as River estimators."""
 
-from stream_svm import datasets
+# Not in __all__: `from stream_svm import *` must not replace river.datasets.
+from stream_svm import datasets  # noqa: F401 (stream_svm.datasets, as an attribute)
 from stream_svm.alpha_isvm import AlphaISVC
 from stream_svm.classifiers import (
     AutoKey,
@@ -26,6 +27,5 @@ __all__ = [
     "SlidingWindowSVC",
     "SlidingWindowSVR",
     "UpdateStats",
-    "datasets",
     "proba_from_decision",
 ]

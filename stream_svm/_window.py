@@ -27,6 +27,12 @@ class _SlidingWindow:
         for name, value in (("window_size", self.window_size), ("step", self.step)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.step > self.window_size:
+            raise ValueError(
+                f"step ({self.step}) must be at most window_size ({self.window_size}): each slide "
+                "keeps the newest window_size of the step arrivals, so the others would never "
+                "be learned"
+            )
         if self.strategy not in ("multiple", "single"):
             raise ValueError(f"strategy must be 'multiple' or 'single', got {self.strategy!r}")
         self._buffer_rows: list[np.ndarray] = []

@@ -33,6 +33,24 @@ def test_version_and_log_level_after_the_command(capsys):
     assert args.log_level == "DEBUG"  # not reset by the command's own default
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["evaluate", "--dataset", "bananas", "--limit", "-5"], "--limit: must be at least 1, got -5"),
+    (["evaluate", "--dataset", "bananas", "--limit", "ten"], "expected a whole number, got 'ten'"),
+    (["replay", "bananas", "--bootstrap-servers", "h:1", "--unlabelled-every", "-1"],
+     "--unlabelled-every: must be 0 (none) or more"),
+])
+def test_counts_on_the_command_line_are_checked_by_the_parser(arguments, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(arguments)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_star_import_leaves_rivers_datasets_alone():
+    namespace: dict = {}
+    exec("from river import datasets\nfrom stream_svm import *", namespace)
+    assert namespace["datasets"].__name__ == "river.datasets"
+
+
 def test_evaluate_help_lists_only_what_applies(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])

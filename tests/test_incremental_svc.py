@@ -254,6 +254,10 @@ def test_bad_labels_keys_and_parameters():
         IncrementalSVC(gamma=0.0)
     with pytest.raises(ValueError, match="reserve_epsilon"):
         IncrementalSVC(reserve_epsilon=-1.0)
+    # A step beyond the window would leave step - window_size of every step arrivals unlearned.
+    with pytest.raises(ValueError, match=r"step \(250\) must be at most window_size \(100\)"):
+        SlidingWindowSVC(window_size=100, step=250)
+    assert SlidingWindowSVC(window_size=100, step=100).step == 100
 
 
 def test_breakpoint_bound_leaves_model_unchanged():
