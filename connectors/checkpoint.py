@@ -169,7 +169,11 @@ class CheckpointStore:
                 raise CheckpointError(f"array {name!r} has dtype object, which needs pickle")
             if array.dtype.kind not in _KINDS:
                 raise CheckpointError(f"array {name!r} has dtype {array.dtype}, not plain")
-        existing = self.paths()
+        try:
+            existing = self._paths_to_write()
+        except OSError as exc:
+            raise CheckpointError(
+                f"could not write a checkpoint in {self.directory}: {exc}") from exc
         sequence = existing[0][0] + 1 if existing else 1
         document = {
             "format": FORMAT,
@@ -200,8 +204,24 @@ class CheckpointStore:
             temporary.unlink(missing_ok=True)
             raise CheckpointError(f"could not write checkpoint {final}: {exc}") from exc
         for _, old in existing[self.keep - 1 :]:
-            old.unlink(missing_ok=True)
+            try:
+                old.unlink(missing_ok=True)
+            except OSError as exc:  # the new one is written: pruning is retried next time
+                log.warning("could not remove the old checkpoint %s: %s", old, exc)
         return final
+
+    def _paths_to_write(self) -> list[tuple[int, Path]]:
+        """:meth:`paths`, before a write: a directory removed meanwhile is created again (its
+        checkpoints are gone: the next one starts over), and temporary files left by a write
+        that was killed (they hold training data) are removed. The daemon holds the
+        directory's lock, so no other write is under way."""
+        if not self.directory.exists():
+            log.error("checkpoint directory %s has disappeared, with every checkpoint in it: "
+                      "creating it again", self.directory)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in self.directory.glob(".checkpoint-*.tmp"):
+            path.unlink(missing_ok=True)
+        return self.paths()
 
     def read(
         self,

@@ -123,6 +123,9 @@ def _topic(value: str) -> str | None:
 
 #: kafka.fetch_max_wait_ms when it is unset and kafka.poll_timeout_ms is not lower.
 FETCH_MAX_WAIT_MS = 50
+#: kafka-python closes idle connections after this (its default), and refuses a request
+#: timeout that is not below it.
+KAFKA_CONNECTIONS_MAX_IDLE_MS = 540_000
 
 SCHEMA: dict[str, dict[str, Setting]] = {
     "kafka": {
@@ -149,7 +152,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         # The longest a broker holds a fetch that finds no new message. Kafka answers as soon
         # as a message arrives; brokers that do not (Tansu, the embedded broker) answer at the
         # end of the wait, which then bounds the latency. Unset: 50, or poll_timeout_ms when
-        # that is lower (at least 1), resolved in load_config.
+        # that is lower (at least 1; below request_timeout_ms), resolved in load_config.
         "fetch_max_wait_ms": Setting(int, None, _positive, optional=True),
         "max_batch": Setting(int, 500, _positive),
         "predict_per_poll": Setting(bool, False),
@@ -418,7 +421,8 @@ def load_config(
         # A shorter poll timeout, set to cut latency, keeps cutting it on brokers that answer
         # an empty fetch only at the end of its wait.
         config.kafka.fetch_max_wait_ms = min(FETCH_MAX_WAIT_MS,
-                                             max(1, config.kafka.poll_timeout_ms))
+                                             max(1, config.kafka.poll_timeout_ms),
+                                             max(1, config.kafka.request_timeout_ms - 1))
     _cross_checks(config)
     return config
 
@@ -447,8 +451,15 @@ def _cross_checks(config: Config) -> None:
             "setting kafka.sasl_mechanism needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL"
         )
     if kafka.fetch_max_wait_ms >= kafka.request_timeout_ms:
-        raise ConfigError("setting kafka.fetch_max_wait_ms must be below "
-                          "kafka.request_timeout_ms (a fetch is a request)")
+        raise ConfigError(
+            f"setting kafka.fetch_max_wait_ms ({kafka.fetch_max_wait_ms}, "
+            f"{config.sources['kafka.fetch_max_wait_ms']}) must be below kafka.request_timeout_ms "
+            f"({kafka.request_timeout_ms}, {config.sources['kafka.request_timeout_ms']}): a fetch "
+            "is a request")
+    if kafka.request_timeout_ms >= KAFKA_CONNECTIONS_MAX_IDLE_MS:
+        raise ConfigError(
+            f"setting kafka.request_timeout_ms ({kafka.request_timeout_ms}) must be below "
+            f"{KAFKA_CONNECTIONS_MAX_IDLE_MS}, the Kafka client's connections_max_idle_ms")
     if config.retry.max_backoff_seconds < config.retry.initial_backoff_seconds:
         raise ConfigError(
             "setting retry.max_backoff_seconds must be >= retry.initial_backoff_seconds"

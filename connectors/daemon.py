@@ -125,6 +125,25 @@ class RunSummary:
     exit_code: int = 0
 
 
+def backoff_delay(initial: float, maximum: float, failures: int) -> float:
+    """initial * 2^(failures - 1), at most ``maximum``. The exponent is capped: 2^1024 is beyond
+    a float, and an outage of some hours at a small initial delay reached it (OverflowError)."""
+    return min(maximum, initial * 2.0 ** min(failures - 1, 64))
+
+
+def _committable(processor: Processor) -> dict[str, int]:
+    """The next offsets of a processor's partitions as its group may commit them. Messages held
+    for the scaler's warm-up have no output yet and only a checkpoint holds them: their
+    partitions are committed up to the first of them, so a model started anew from the
+    committed offsets (start_fresh) still answers them."""
+    next_offsets = dict(processor.offsets)
+    for record in processor.held:
+        name = f"{record.topic}:{record.partition}"
+        if name in next_offsets:
+            next_offsets[name] = min(next_offsets[name], record.offset)
+    return next_offsets
+
+
 class _Backoff:
     def __init__(self, initial: float, maximum: float, attempts: int) -> None:
         self.initial, self.maximum, self.attempts = initial, maximum, attempts
@@ -134,7 +153,7 @@ class _Backoff:
         self.failures += 1
         if self.attempts and self.failures >= self.attempts:
             raise DaemonError(f"{what}: giving up after {self.failures} attempts: {error}")
-        delay = min(self.maximum, self.initial * 2 ** (self.failures - 1))
+        delay = backoff_delay(self.initial, self.maximum, self.failures)
         log.warning(
             "%s (attempt %d): %s; retrying in %.1f s", what, self.failures, error, delay
         )
@@ -180,6 +199,34 @@ def _topic_id(consumer: Any, topic: str) -> str | None:
     except Exception:  # pragma: no cover - another kafka-python
         return None
     return None if found is None else str(found)
+
+
+def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
+    """Have ``listener`` called at every update of the consumer's cluster metadata (kafka-python
+    keeps listeners on its client's cluster object; nothing happens with a client without)."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    add = getattr(cluster, "add_listener", None)
+    if add is not None:
+        add(listener)
+
+
+def _close_counter(consumer: Any) -> Callable[[], float] | None:
+    """A function giving how many of the consumer's connections have closed so far, or None
+    when this kafka-python keeps no such sensor (its metrics give only a rate over a window;
+    a total is added to the sensor those rates are taken from)."""
+    try:
+        from kafka.metrics.stats import Total
+
+        metrics = consumer._metrics
+        sensor = metrics.get_sensor("connections-closed")
+        if sensor is None:
+            return None
+        name = metrics.metric_name("stream-svm-connections-closed-total", "stream-svm",
+                                   "connections closed since the consumer started")
+        sensor.add(name, Total())
+        return metrics.metrics[name].value
+    except Exception:  # pragma: no cover - another kafka-python
+        return None
 
 
 def _known_partitions(consumer: Any, topic: str) -> set[int] | None:
@@ -289,8 +336,17 @@ class Daemon:
         self._checkpoint_retry_at = 0.0  # after a failed checkpoint, not before this
         self._last_commit = 0.0
         self._committed: dict[str, int] = {}
+        # What a learner with one model commits: the next offsets its newest checkpoint (or
+        # the one it was restored from) covers, None before there is one. Committing what was
+        # processed instead let a daemon killed before its first checkpoint leave a commit
+        # without a checkpoint: the restart refused to start, and --start-fresh skipped what
+        # the lost model had learned.
+        self._covered: dict[str, int] | None = None
         self._started = time.monotonic()
         self._stop_requests = 0
+        # Set by the second stop request: what a delivery retry waits on once the first stop
+        # has set stop_event (waiting on that returned at once: retries ran back to back).
+        self._second_stop = threading.Event()
         # Set while the processor's state runs ahead of what was delivered: from the start of
         # each batch until its outputs are acknowledged, and for good when a second stop gave
         # them up or a batch failed half-way. The state must then be neither checkpointed nor
@@ -305,6 +361,19 @@ class Daemon:
         # metadata refresh it asked for brings the new topic id and partitions within moments.
         self._recheck_until = 0.0
         self._resumed: set[str] = set()  # partitions resumed in spite of a reset
+        # Set by the consumer's metadata updates (a reconnect after a broker restart brings
+        # one): the topics are then checked at once, not at the next TOPIC_CHECK_SECONDS.
+        self._metadata_changed = False
+        # After a lost connection (the broker may have restarted empty, and its topics been
+        # recreated with other messages at the same offsets), what a poll returns is held back
+        # until the metadata fetched since has been checked (monotonic deadline; 0: none).
+        self._verify_until = 0.0
+        self._closed_connections: Callable[[], float] | None = None
+        self._closes_seen = 0.0
+        # Partitions reset (re-positioned or stopped) after the current poll returned: what it
+        # returned of them was read at the lost position (the topic as it was, or a recreated
+        # topic at the old offsets), and is dropped rather than learned.
+        self._reset_since_poll: set[str] = set()
         # Partitions positioned in the topic as it is now, by a reset (beyond_end, out_of_range)
         # or because they are new, with the monotonic time of it: the new topic id the metadata
         # shows afterwards is that same loss, and must not re-position (and re-read) them.
@@ -336,6 +405,7 @@ class Daemon:
         if self._stop_requests == 1:
             log.info("stopping: finishing the batch, flushing, checkpointing, committing")
         elif self._stop_requests == 2:
+            self._second_stop.set()
             log.warning(
                 "stop requested again: outputs that cannot be delivered now are given up "
                 "(not checkpointed: they are repeated from the last checkpoint on restart)"
@@ -537,6 +607,7 @@ class Daemon:
         if checkpoint is not None:
             processor = checkpoint.restored
             self._restored = True
+            self._covered = _committable(processor)
             log.info(
                 "restored checkpoint %s: %d model updates, next offsets %s",
                 checkpoint.path,
@@ -565,7 +636,7 @@ class Daemon:
     def _connect(self) -> bool:
         """Create the clients (retrying with backoff); False when stopped meanwhile."""
         from kafka import KafkaConsumer, KafkaProducer
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaConfigurationError, KafkaError
 
         config = self.config
         retry = config.retry
@@ -617,6 +688,8 @@ class Daemon:
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
+                    _on_metadata(consumer, self._note_metadata)
+                    self._closed_connections = _close_counter(consumer)
                 producer = KafkaProducer(
                     **client,
                     acks="all",
@@ -639,6 +712,12 @@ class Daemon:
                 with contextlib.suppress(Exception):
                     consumer.close()  # type: ignore[possibly-undefined]
                 raise
+            except KafkaConfigurationError as exc:
+                # Settings the client refuses are refused again at every attempt: retrying
+                # them as an unreachable broker went on for ever.
+                with contextlib.suppress(Exception):
+                    consumer.close()  # type: ignore[possibly-undefined]
+                raise StartRefused(f"the Kafka client refuses the settings: {exc}") from None
             except (KafkaError, OSError, DaemonError, StateStoreError) as exc:
                 self.metrics.broker_errors.inc()
                 self.metrics.connected.set(0)
@@ -1053,14 +1132,70 @@ class Daemon:
         now = time.monotonic()
         if self.models is not None:
             return  # the consumer group assigns new partitions; a lost offset stops (above)
-        if now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until:
+        if (now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until
+                or self._metadata_changed):
+            fresh = self._metadata_changed
+            self._metadata_changed = False
             self._last_topic_check = now
             self._check_topic_ids(consumer)
             self._check_new_partitions(consumer)
+            if fresh and self._verify_until:
+                # Metadata fetched after the lost connection, checked: what the partitions
+                # return from now on is the topic the model read (or a reset was decided).
+                self._verify_until = 0.0
+                log.info("topics checked after the reconnect: reading on")
+
+    def _note_metadata(self, _cluster: Any) -> None:
+        self._metadata_changed = True
+
+    def _notice_reconnect(self) -> None:
+        """After a connection closed, hold what the polls return until metadata fetched since
+        has been checked (a broker that restarted empty may hold a recreated topic with other
+        messages at the model's offsets: one poll of them was learned and answered before
+        the check of the topic's id noticed)."""
+        if self.models is not None or self._consumer is None:
+            return  # a consumer group's member: a lost offset stops it (_check_positions)
+        if not self._verify_until:
+            log.info("a connection to the broker closed: holding what is read until the "
+                     "topics' metadata is checked again")
+        self._verify_until = time.monotonic() + self._verify_seconds()
+        _request_metadata(self._consumer)
+
+    def _verify_seconds(self) -> float:
+        return max(5.0, self.config.kafka.request_timeout_ms / 1000)
+
+    def _hold_until_verified(self, records: list[Any]) -> list[Any]:
+        """Records polled while a reconnect is unverified: none is handled; each partition is
+        read again from the model's offset once the check has passed. Past the deadline (no
+        metadata came) they are handled, with a warning: the stream must not stop for it."""
+        assert self.processor is not None
+        if not self._connected:
+            # Read while no connection is up: fetched before it was lost (the client's buffer),
+            # from the topic the model was reading.
+            return records
+        if time.monotonic() >= self._verify_until:
+            self._verify_until = 0.0
+            log.warning("no metadata came within %.0f s of the reconnect: reading on without "
+                        "the check of the topics", self._verify_seconds())
+            return records
+        from kafka import TopicPartition
+
+        first: dict[tuple[str, int], int] = {}
+        for record in records:
+            key = (record.topic, record.partition)
+            first[key] = min(first.get(key, record.offset), record.offset)
+        for (topic, partition), offset in first.items():
+            name = f"{topic}:{partition}"
+            self._consumer.seek(TopicPartition(topic, partition),
+                                self.processor.offsets.get(name, offset))
+        _request_metadata(self._consumer)
+        return []
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
         name = f"{tp.topic}:{tp.partition}"
         policy = self.config.kafka.on_partition_reset  # always "stop" with model.scope != global
+        if policy != "resume":
+            self._reset_since_poll.add(name)
         self.metrics.partition_resets.labels(
             topic=tp.topic, partition=str(tp.partition), cause=cause
         ).inc()
@@ -1130,6 +1265,10 @@ class Daemon:
         if self._connection_metric is False:  # pragma: no cover - another kafka-python
             return
         connected = self._connection_metric.value() > 0
+        closes = self._closed_connections() if self._closed_connections is not None else 0.0
+        if closes > self._closes_seen or (self._connected and not connected):
+            self._closes_seen = closes
+            self._notice_reconnect()
         if self._connected and not connected:
             self.metrics.broker_errors.inc()
             log.warning("lost the connection to the broker; reconnecting")
@@ -1158,9 +1297,12 @@ class Daemon:
                     settle_backoff.reset()
                 else:
                     settle_backoff.failures += 1
-                    self.stop_event.wait(min(retry.max_backoff_seconds,
-                                             retry.initial_backoff_seconds
-                                             * 2 ** (settle_backoff.failures - 1)))
+                    self.stop_event.wait(backoff_delay(retry.initial_backoff_seconds,
+                                                       retry.max_backoff_seconds,
+                                                       settle_backoff.failures))
+            # Only a reset noticed after this poll returned makes its records stale (one
+            # before it re-positioned the partition, and the poll read from there).
+            self._reset_since_poll.clear()
             try:
                 polled = self._consumer.poll(
                     timeout_ms=self._poll_timeout_ms(), max_records=config.kafka.max_batch
@@ -1184,6 +1326,19 @@ class Daemon:
             self._watch_connection()
             self._update_lag()
             self._check_positions()
+            if self._verify_until and records:
+                records = self._hold_until_verified(records)
+            if self._reset_since_poll:
+                reset, self._reset_since_poll = self._reset_since_poll, set()
+                dropped = [r for r in records if f"{r.topic}:{r.partition}" in reset]
+                if dropped:
+                    log.warning("dropped %d messages polled from %s before its reset was "
+                                "noticed: they are not learned or answered now (the partition "
+                                "is read again as kafka.on_partition_reset says)",
+                                len(dropped), ", ".join(sorted(reset)))
+                    records = [r for r in records if f"{r.topic}:{r.partition}" not in reset]
+                if self.stop_event.is_set():
+                    break
             if not records:
                 if self.until_drained and self._drained():
                     log.info("every partition is read up to its high watermark: stopping")
@@ -1345,21 +1500,29 @@ class Daemon:
                 )
                 return False
             futures = []
+            # Once stop is requested, a retry waits for the second request, not for stop_event
+            # (already set: the retries would run back to back).
+            wake = self._second_stop if self.stop_event.is_set() else self.stop_event
             try:
                 for topic, key, value in sends:
                     futures.append(self._producer.send(topic, key=key, value=value))
                 self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
             except KafkaError as exc:
                 self.metrics.broker_errors.inc()
+                # A send that raised (e.g. a record too large) leaves the ones before it in
+                # the producer's buffer: deliver them before telling which failed, or they
+                # were sent again with the retry (and written twice).
+                with contextlib.suppress(KafkaError):
+                    self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
                 failed = [s for s, f in zip(sends, futures, strict=False) if not f.succeeded()]
                 failed += sends[len(futures) :]
                 sends = failed
-                backoff.wait(self.stop_event, f"could not deliver {len(sends)} outputs", exc)
+                backoff.wait(wake, f"could not deliver {len(sends)} outputs", exc)
                 continue
             sends = [s for s, f in zip(sends, futures, strict=True) if not f.succeeded()]
             if sends:
                 backoff.wait(
-                    self.stop_event,
+                    wake,
                     f"could not deliver {len(sends)} outputs",
                     RuntimeError("not acknowledged"),
                 )
@@ -1435,6 +1598,7 @@ class Daemon:
             log.error("%s (the previous checkpoint stays in use)", exc)
             self._publish()  # predictors need not wait for the disk
             return
+        self._covered = _committable(self.processor)
         self._publish()
         self.metrics.checkpointed(time.perf_counter() - started)
         self._since_checkpoint = 0
@@ -1567,14 +1731,12 @@ class Daemon:
                             type(exc).__name__, exc)
             return
         assert self.processor is not None
-        # Messages held for the scaler's warm-up have no output yet and only a checkpoint
-        # holds them: their partitions are committed up to the first of them, so a model
-        # started anew from the committed offsets (start_fresh) still answers them.
-        next_offsets = dict(self.processor.offsets)
-        for record in self.processor.held:
-            name = f"{record.topic}:{record.partition}"
-            if name in next_offsets:
-                next_offsets[name] = min(next_offsets[name], record.offset)
+        # A predictor's progress is what it answered (it writes no checkpoint); a learner's is
+        # what its newest checkpoint covers.
+        next_offsets = (_committable(self.processor) if self.role == "predictor"
+                        else self._covered)
+        if next_offsets is None:
+            return
         offsets = {
             TopicPartition(name.rpartition(":")[0], int(name.rpartition(":")[2])): (
                 OffsetAndMetadata(offset, "", -1)

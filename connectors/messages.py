@@ -342,17 +342,63 @@ def dead_letter(
 ) -> dict[str, Any]:
     """The dead-letter record of a message: what is wrong (``error``, a sentence), the kind of
     problem (``reason``: malformed, unknown_id, duplicate_id, non_finite, refused, internal),
-    the original bytes (as text when they are UTF-8, otherwise base64; cut to ``max_bytes``,
-    then ``truncated`` is true) and where it was read."""
+    the original bytes and where it was read.
+
+    The bytes are kept as text when they are UTF-8, otherwise in base64, and cut short
+    (``truncated`` true) so that the whole record, encoded, takes at most ``max_bytes`` bytes:
+    JSON escapes a control character in 6 bytes, so 400 KB of them made a 2.4 MB dead letter
+    that no broker accepted, and the stream stalled on it.
+
+    >>> record = dead_letter("bad", b"\\x01" * 1000, Source("t", 0, 5), max_bytes=600)
+    >>> len(encode(record)) <= 600, record["raw_encoding"], record["truncated"]
+    (True, 'utf-8', True)
+    """
     record: dict[str, Any] = {"error": error, "reason": reason, "source": source.as_dict()}
     data = b"" if raw is None else raw
-    if len(data) > max_bytes:
-        data = data[:max_bytes]
-        record["truncated"] = True
-    try:
-        record["raw"] = data.decode("utf-8")
-        record["raw_encoding"] = "utf-8"
-    except UnicodeDecodeError:
-        record["raw"] = base64.b64encode(data).decode("ascii")
+    # What the record takes without the bytes, with room for the keys that carry them.
+    budget = max(0, max_bytes - len(encode(record)) - _DEAD_LETTER_KEYS)
+    cut = data[:budget]
+    text = _utf8_prefix(cut, whole=len(cut) == len(data))
+    if text is not None:
+        text = _escaped_prefix(text, budget)
+        record["raw"], record["raw_encoding"] = text, "utf-8"
+        kept = len(text.encode("utf-8"))
+    else:
+        cut = data[: budget // 4 * 3]  # base64 writes 4 bytes per 3
+        record["raw"] = base64.b64encode(cut).decode("ascii")
         record["raw_encoding"] = "base64"
+        kept = len(cut)
+    if kept < len(data):
+        record["truncated"] = True
     return record
+
+
+#: Bytes of a dead letter's keys for its payload: ,"raw":"", "raw_encoding":"base64" and
+#: "truncated":true, with room to spare.
+_DEAD_LETTER_KEYS = 64
+
+
+def _escaped_prefix(text: str, budget: int) -> str:
+    """The longest prefix of ``text`` whose JSON string form (escapes included, quotes not)
+    takes at most ``budget`` bytes: a binary search, for the rare message that needs it."""
+    if len(json.dumps(text)) - 2 <= budget:
+        return text
+    low, high = 0, min(len(text), budget)  # an escape never takes less than its character
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(json.dumps(text[:middle])) - 2 <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
+
+
+def _utf8_prefix(data: bytes, whole: bool) -> str | None:
+    """``data`` as text, or None when it is not UTF-8. A prefix cut from longer bytes may end
+    inside a character: up to three trailing bytes are dropped for that."""
+    for end in range(len(data), max(len(data) - (1 if whole else 4), -1), -1):
+        try:
+            return data[:end].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return None

@@ -502,7 +502,8 @@ class StateStore:
             allow_auto_create_topics=False,
             isolation_level="read_uncommitted",
             max_partition_fetch_bytes=max(1_048_576, self.max_record_bytes + 65_536),
-            fetch_max_wait_ms=100,
+            # kafka-python refuses a fetch wait that is not below the request timeout.
+            fetch_max_wait_ms=max(1, min(100, settings["request_timeout_ms"] - 1)),
         )
         try:
             consumer = KafkaConsumer(**settings)

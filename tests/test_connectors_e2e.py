@@ -174,7 +174,7 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
         if letter["raw_encoding"] == "base64":
             import base64
 
-            assert base64.b64decode(letter["raw"]) == raw
+            assert base64.b64decode(letter["raw"]) == raw  # (only not-json: not UTF-8)
         elif name == "oversize":
             assert letter["truncated"] and raw.startswith(letter["raw"].encode())
         else:

@@ -615,17 +615,135 @@ def test_a_batch_interrupted_before_its_outputs_are_sent_is_neither_checkpointed
 def test_messages_held_for_the_scalers_warm_up_are_not_committed(tmp_path):
     config = _settings(tmp_path, **{"scaler.mode": "warmup", "scaler.warmup_messages": 20})
     daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
     daemon.processor = daemon._new_processor(build_model(config))
     daemon._consumer = consumer = _Consumer()
     answered = [_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(30)]
     daemon.processor.process(answered)  # the warm-up froze at the 20th: all 30 answered
+    daemon.checkpoint()
     daemon._commit()
     held = [_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(30, 35)]
     daemon.processor = daemon._new_processor(build_model(config))  # a new warm-up
     daemon.processor.offsets = {"in:0": 30}
     daemon.processor.process(held)
     assert len(daemon.processor.held) == 5 and daemon.processor.offsets == {"in:0": 35}
+    daemon.checkpoint()
     daemon._commit()
     committed = [{f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()}
                  for offsets in consumer.commits]
     assert committed == [{"in:0": 30}]  # the held messages' partition stays at the first
+
+
+def test_offsets_are_committed_only_as_far_as_a_checkpoint_covers_them(tmp_path):
+    """A daemon killed before its first checkpoint had committed what it processed: the restart
+    found a commit and no checkpoint and refused to start, and --start-fresh then skipped what
+    the lost model had learned. The group's offset is what the newest checkpoint covers."""
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._consumer = consumer = _Consumer()
+    daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                              for i in range(12)])
+    daemon._commit()
+    assert consumer.commits == []  # processed, not checkpointed: nothing to commit
+    daemon.checkpoint()
+    daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                              for i in range(12, 20)])
+    daemon._commit()
+    committed = [{f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()}
+                 for offsets in consumer.commits]
+    assert committed == [{"in:0": 12}]  # the checkpoint's, not the 20 processed
+
+
+def test_the_retry_delay_stays_finite_however_long_the_outage():
+    """2 ** 1024 overflows a float: after 1025 failures at a small initial delay (some hours of
+    outage) the daemon died with OverflowError, although max_attempts = 0 never gives up."""
+    from connectors.daemon import backoff_delay
+
+    assert backoff_delay(0.001, 0.001, 5000) == 0.001
+    assert backoff_delay(0.5, 30.0, 1) == 0.5 and backoff_delay(0.5, 30.0, 3) == 2.0
+    assert backoff_delay(0.5, 30.0, 10**6) == 30.0
+
+
+def test_a_checkpoint_directory_removed_or_replaced_does_not_stop_the_stream(tmp_path, caplog):
+    """The directory removed: created again, and the checkpoint written (the old ones are gone,
+    said at ERROR). Replaced by a file: a CheckpointError (the daemon logs it, counts it and
+    goes on) instead of a FileNotFoundError that ended the daemon. Temporary files a killed
+    write left behind (they hold training data) are removed by the next write."""
+    import shutil
+
+    directory = tmp_path / "checkpoints"
+    store = CheckpointStore(directory)
+    store.save({"a": np.zeros(2)}, {}, {})
+    (directory / ".checkpoint-000000000009.npz.12345.tmp").write_bytes(b"training data")
+    shutil.rmtree(directory)
+    with caplog.at_level("ERROR"):
+        path = store.save({"a": np.ones(2)}, {}, {})
+    assert path.exists() and "has disappeared" in caplog.text
+    (directory / ".checkpoint-000000000009.npz.12345.tmp").write_bytes(b"training data")
+    store.save({"a": np.ones(2)}, {}, {})
+    assert not list(directory.glob("*.tmp"))
+    shutil.rmtree(directory)
+    directory.write_bytes(b"")  # a file where the directory was
+    with pytest.raises(CheckpointError, match="could not write a checkpoint"):
+        store.save({"a": np.ones(2)}, {}, {})
+
+    config = _settings(tmp_path / "daemon")
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                              for i in range(6)])
+    shutil.rmtree(config.checkpoint.dir)
+    Path(config.checkpoint.dir).write_bytes(b"")
+    daemon.checkpoint()  # logged and counted, not raised
+    assert daemon.summary.checkpoint_failures == 1
+
+
+class _TooLargeProducer:
+    """A producer whose send raises for one value (a record over max_request_size), after
+    buffering the ones before it: those are delivered by the next flush."""
+
+    def __init__(self, refused: bytes) -> None:
+        self.refused, self.buffered, self.delivered = refused, [], []
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"") -> Any:
+        from kafka.errors import MessageSizeTooLargeError
+
+        if value == self.refused:
+            raise MessageSizeTooLargeError("too large")
+        future = _Future()
+        self.buffered.append((value, future))
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        for value, future in self.buffered:
+            self.delivered.append(value)
+            future.done = True
+        self.buffered = []
+
+
+class _Future:
+    def __init__(self) -> None:
+        self.done = False
+
+    def succeeded(self) -> bool:
+        return self.done
+
+
+def test_a_send_that_raises_does_not_send_the_ones_before_it_twice(tmp_path):
+    config = _settings(tmp_path, **{"retry.initial_backoff_seconds": 0.001,
+                                    "retry.max_backoff_seconds": 0.001})
+    daemon = Daemon(config)
+    daemon._producer = producer = _TooLargeProducer(refused=b"big")
+    sends = [("out", None, b"one"), ("out", None, b"two"), ("out", None, b"big")]
+    attempts = []
+    daemon.stop_event.wait = lambda delay=None: attempts.append(delay)  # type: ignore[method-assign]
+
+    def give_up(*_: Any) -> None:
+        if len(attempts) >= 3:
+            daemon._stop_requests = 2
+    daemon.metrics.broker_errors.inc = give_up  # type: ignore[method-assign]
+    assert daemon._deliver(sends) is False
+    assert producer.delivered == [b"one", b"two"]  # each once, whatever the retries

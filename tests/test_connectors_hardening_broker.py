@@ -288,11 +288,18 @@ def test_a_broker_restarted_empty_before_the_daemon_is_not_resumed_silently(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["stop", "earliest"])
-def test_a_broker_restarted_under_the_daemon(tmp_path, policy):
+@pytest.mark.parametrize(("policy", "new"), [("stop", range(20, 25)), ("earliest", range(20, 25)),
+                                             ("stop", range(100, 140)),
+                                             ("earliest", range(100, 140))],
+                         ids=["stop-fewer", "earliest-fewer", "stop-more", "earliest-more"])
+def test_a_broker_restarted_under_the_daemon(tmp_path, policy, new):
     """The broker restarts empty while the daemon runs. Its lost connection is counted and
-    shown, and the partition that now ends below the daemon's position is noticed: the daemon
-    stops (exit 1), or with 'earliest' keeps its model and reads the new messages."""
+    shown, and the partition that lost the daemon's position is noticed: the daemon stops
+    (exit 1), or with 'earliest' keeps its model and reads the new messages. With more new
+    messages than the daemon had read (40 at offsets 0-39, the daemon at 20), nothing is read
+    at the old position meanwhile: what the polls return after the reconnect is held until
+    the topic's new id is seen (before, offsets 20-39 were learned and answered, and with
+    'earliest' read again as duplicates)."""
     embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
     daemon = None
     thread = None
@@ -303,17 +310,20 @@ def test_a_broker_restarted_under_the_daemon(tmp_path, policy):
         topics = [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic]
         embedded, daemon, thread = _serve_then_restart_the_broker(embedded, config)
         ensure_topics({"bootstrap_servers": embedded.bootstrap_servers}, topics)
-        produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(20, 25)])
+        produce(embedded.bootstrap_servers, kafka.input_topic, [_valid(i) for i in new])
         text = daemon.metrics.render().decode()
         if policy == "stop":
             thread.join(timeout=60)
             assert not thread.is_alive() and daemon.summary.exit_code == 1
             assert daemon.summary.messages == 20
+            assert sorted(daemon.processor.model.stored_keys()) == sorted(
+                f"v{i}" for i in range(20))
         else:
-            assert wait_for(lambda: daemon.summary.messages == 25, 60)
+            assert wait_for(lambda: daemon.summary.messages == 20 + len(new), 60)
             assert wait_for(lambda: b"stream_svm_connected 1.0" in daemon.metrics.render(), 20)
             assert sorted(daemon.processor.model.stored_keys()) == sorted(
-                f"v{i}" for i in range(25))
+                [f"v{i}" for i in range(20)] + [f"v{i}" for i in new])
+            assert read_all(embedded.bootstrap_servers, kafka.dead_letter_topic, idle=0.5) == []
         text = daemon.metrics.render().decode()
         assert re.search(r"stream_svm_partition_resets_total\{cause=\"(beyond_end|"
                          r"topic_recreated)\",partition=\"0\"", text), text

@@ -28,6 +28,7 @@ from connectors.messages import (
     Relabel,
     Source,
     dead_letter,
+    encode,
     parse_label,
     parse_message,
 )
@@ -69,6 +70,9 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
         ({"metrics.enabled": "maybe"}, {}, "metrics.enabled"),
         ({"kafka.fetch_max_wait_ms": "0"}, {}, "kafka.fetch_max_wait_ms"),
         ({"kafka.fetch_max_wait_ms": "30000"}, {}, "kafka.fetch_max_wait_ms"),
+        ({"kafka.request_timeout_ms": "40", "kafka.fetch_max_wait_ms": "50"}, {},
+         "50, flag"),  # both values, both sources
+        ({"kafka.request_timeout_ms": "600000"}, {}, "kafka.request_timeout_ms"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
@@ -127,6 +131,7 @@ def test_bundled_configs_are_valid():
     ({"kafka.poll_timeout_ms": "10"}, 10),  # a short poll, set to cut latency, keeps doing so
     ({"kafka.poll_timeout_ms": "0"}, 1),  # never 0: an idle consumer would spin
     ({"kafka.poll_timeout_ms": "10", "kafka.fetch_max_wait_ms": "80"}, 80),
+    ({"kafka.request_timeout_ms": "40"}, 39),  # kept below the request timeout
 ])
 def test_the_fetch_wait_defaults_to_50_ms_or_a_shorter_poll_timeout(overrides, wait):
     assert load_config(None, overrides, environ={}).kafka.fetch_max_wait_ms == wait
@@ -193,9 +198,21 @@ def test_size_limit_and_dead_letter_records():
     assert dead_letter("why", raw, source, 1000, reason="internal")["reason"] == "internal"
     binary = dead_letter("why", b"\xff\x00", source, 1000)
     assert base64.b64decode(binary["raw"]) == b"\xff\x00" and binary["raw_encoding"] == "base64"
-    cut = dead_letter("big", b"a" * 50, source, 10)
-    assert cut["raw"] == "a" * 10 and cut["truncated"] is True
+    cut = dead_letter("big", b"a" * 500, source, 300)
+    assert len(encode(cut)) <= 300 and cut["truncated"] is True
+    assert cut["raw_encoding"] == "utf-8" and 150 < len(cut["raw"]) and "a" * 500 > cut["raw"]
     json.dumps(dead_letter("none", None, source, 10))
+    # Whatever the bytes, the encoded record fits the limit (a broker refuses larger ones):
+    # JSON escapes a control character in 6 bytes, a character beyond ASCII in 6 or 12.
+    for raw in (b"\x01" * 4000, "\u00e9\U0001F600".encode() * 700, b'{"a": "\\""}' * 900,
+                b"\xff" * 5000):
+        letter = dead_letter("why", raw, source, 3000)
+        assert len(encode(letter)) <= 3000 and letter["truncated"] is True
+        kept = (base64.b64decode(letter["raw"]) if letter["raw_encoding"] == "base64"
+                else letter["raw"].encode("utf-8"))
+        assert raw.startswith(kept) and len(kept) > 400  # as much as fits: 6 bytes a control
+    whole = dead_letter("why", b"\x01" * 400, source, 3000)  # 2400 bytes escaped: it fits
+    assert whole["raw"] == "\x01" * 400 and "truncated" not in whole
 
 
 # -- checkpoints -----------------------------------------------------------------------------
