@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from connectors.config import ConfigError, load_config
@@ -57,26 +57,23 @@ def _setting(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
-def _count(text: str) -> int:
-    """An argument that is a whole number >= 1 (a number of points)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _whole_number(minimum: int, meaning: str) -> Callable[[str], int]:
+    """An argument type: a whole number >= ``minimum`` (``meaning`` says what that is)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {meaning}, got {value}")
+        return value
+
+    return parse
 
 
-def _every(text: str) -> int:
-    """An argument that is a whole number >= 0 (0: never)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {value}")
-    return value
+_count = _whole_number(1, "at least 1")  # a number of points
+_every = _whole_number(0, "0 (none) or more")  # every Nth point, 0: never
 
 
 def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
