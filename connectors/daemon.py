@@ -210,20 +210,21 @@ def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
         add(listener)
 
 
-def _close_counter(consumer: Any) -> Callable[[], float] | None:
-    """A function giving how many of the consumer's connections have closed so far, or None
-    when this kafka-python keeps no such sensor (its metrics give only a rate over a window;
-    a total is added to the sensor those rates are taken from)."""
+def _connection_counter(consumer: Any, sensor: str) -> Callable[[], float] | None:
+    """A function giving how many of the consumer's connections have been made
+    (``connections-created``) or have closed (``connections-closed``) so far, or None when
+    this kafka-python keeps no such sensor (its metrics give only rates over a window: a total
+    is added to the sensor those rates are taken from)."""
     try:
         from kafka.metrics.stats import Total
 
         metrics = consumer._metrics
-        sensor = metrics.get_sensor("connections-closed")
-        if sensor is None:
+        found = metrics.get_sensor(sensor)
+        if found is None:
             return None
-        name = metrics.metric_name("stream-svm-connections-closed-total", "stream-svm",
-                                   "connections closed since the consumer started")
-        sensor.add(name, Total())
+        name = metrics.metric_name(f"stream-svm-{sensor}-total", "stream-svm",
+                                   f"{sensor} since the consumer started")
+        found.add(name, Total())
         return metrics.metrics[name].value
     except Exception:  # pragma: no cover - another kafka-python
         return None
@@ -370,6 +371,12 @@ class Daemon:
         self._verify_until = 0.0
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
+        # Connections made before the current poll, and before the poll after which the latest
+        # close was noticed: records polled while no connection was made since that close were
+        # fetched before it (the client's buffer), from the topic the model was reading.
+        self._made_connections: Callable[[], float] | None = None
+        self._made_before_poll = 0.0
+        self._made_at_close = 0.0
         # Partitions reset (re-positioned or stopped) after the current poll returned: what it
         # returned of them was read at the lost position (the topic as it was, or a recreated
         # topic at the old offsets), and is dropped rather than learned.
@@ -689,7 +696,10 @@ class Daemon:
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
                     _on_metadata(consumer, self._note_metadata)
-                    self._closed_connections = _close_counter(consumer)
+                    self._closed_connections = _connection_counter(consumer,
+                                                                   "connections-closed")
+                    self._made_connections = _connection_counter(consumer,
+                                                                 "connections-created")
                 producer = KafkaProducer(
                     **client,
                     acks="all",
@@ -1156,8 +1166,9 @@ class Daemon:
         if self.models is not None or self._consumer is None:
             return  # a consumer group's member: a lost offset stops it (_check_positions)
         if not self._verify_until:
-            log.info("a connection to the broker closed: holding what is read until the "
-                     "topics' metadata is checked again")
+            log.info("a connection to the broker closed: once reconnected, holding what is "
+                     "read until the topics' metadata is checked again")
+        self._made_at_close = self._made_before_poll
         self._verify_until = time.monotonic() + self._verify_seconds()
         _request_metadata(self._consumer)
 
@@ -1169,8 +1180,10 @@ class Daemon:
         read again from the model's offset once the check has passed. Past the deadline (no
         metadata came) they are handled, with a warning: the stream must not stop for it."""
         assert self.processor is not None
-        if not self._connected:
-            # Read while no connection is up: fetched before it was lost (the client's buffer),
+        reconnected = (self._made_connections() > self._made_at_close
+                       if self._made_connections is not None else self._connected)
+        if not reconnected:
+            # No connection made since the close: fetched before it (the client's buffer),
             # from the topic the model was reading.
             return records
         if time.monotonic() >= self._verify_until:
@@ -1303,6 +1316,8 @@ class Daemon:
             # Only a reset noticed after this poll returned makes its records stale (one
             # before it re-positioned the partition, and the poll read from there).
             self._reset_since_poll.clear()
+            if self._made_connections is not None:
+                self._made_before_poll = self._made_connections()
             try:
                 polled = self._consumer.poll(
                     timeout_ms=self._poll_timeout_ms(), max_records=config.kafka.max_batch
