@@ -362,21 +362,27 @@ class Daemon:
         # metadata refresh it asked for brings the new topic id and partitions within moments.
         self._recheck_until = 0.0
         self._resumed: set[str] = set()  # partitions resumed in spite of a reset
-        # Set by the consumer's metadata updates (a reconnect after a broker restart brings
-        # one): the topics are then checked at once, not at the next TOPIC_CHECK_SECONDS.
-        self._metadata_changed = False
+        # Counted by the consumer's metadata updates (a reconnect after a broker restart brings
+        # one), on the client's IO thread, the only writer: the topics are checked at once
+        # when it moved, not at the next TOPIC_CHECK_SECONDS. A counter, not a flag that the
+        # loop clears: an update landing between a read and a clear cannot be lost.
+        self._metadata_updates = 0
+        self._metadata_checked = 0
         # After a lost connection (the broker may have restarted empty, and its topics been
         # recreated with other messages at the same offsets), what a poll returns is held back
         # until the metadata fetched since has been checked (monotonic deadline; 0: none).
         self._verify_until = 0.0
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
-        # Connections made before the current poll, and before the poll after which the latest
-        # close was noticed: records polled while no connection was made since that close were
-        # fetched before it (the client's buffer), from the topic the model was reading.
+        # Connections made as of the previous look (_watch_connection), and as of the look
+        # before the latest close was noticed; metadata updates counted when it was noticed.
+        # The client connects on its own IO thread, at any time: records polled while no
+        # connection was made since the close were fetched before it (the client's buffer),
+        # from the topic the model was reading; only an update after it ends the hold.
         self._made_connections: Callable[[], float] | None = None
-        self._made_before_poll = 0.0
+        self._made_seen = 0.0
         self._made_at_close = 0.0
+        self._updates_at_close = 0
         # Partitions reset (re-positioned or stopped) after the current poll returned: what it
         # returned of them was read at the lost position (the topic as it was, or a recreated
         # topic at the old offsets), and is dropped rather than learned.
@@ -1142,21 +1148,21 @@ class Daemon:
         now = time.monotonic()
         if self.models is not None:
             return  # the consumer group assigns new partitions; a lost offset stops (above)
+        updates = self._metadata_updates  # read once: the IO thread may count on meanwhile
         if (now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until
-                or self._metadata_changed):
-            fresh = self._metadata_changed
-            self._metadata_changed = False
+                or updates != self._metadata_checked):
+            self._metadata_checked = updates
             self._last_topic_check = now
             self._check_topic_ids(consumer)
             self._check_new_partitions(consumer)
-            if fresh and self._verify_until:
+            if self._verify_until and updates > self._updates_at_close:
                 # Metadata fetched after the lost connection, checked: what the partitions
                 # return from now on is the topic the model read (or a reset was decided).
                 self._verify_until = 0.0
                 log.info("topics checked after the reconnect: reading on")
 
     def _note_metadata(self, _cluster: Any) -> None:
-        self._metadata_changed = True
+        self._metadata_updates += 1  # on the client's IO thread, its only writer
 
     def _notice_reconnect(self) -> None:
         """After a connection closed, hold what the polls return until metadata fetched since
@@ -1168,7 +1174,9 @@ class Daemon:
         if not self._verify_until:
             log.info("a connection to the broker closed: once reconnected, holding what is "
                      "read until the topics' metadata is checked again")
-        self._made_at_close = self._made_before_poll
+        # As of the look before this close could have been followed by a reconnect.
+        self._made_at_close = self._made_seen
+        self._updates_at_close = self._metadata_updates
         self._verify_until = time.monotonic() + self._verify_seconds()
         _request_metadata(self._consumer)
 
@@ -1199,6 +1207,8 @@ class Daemon:
             first[key] = min(first.get(key, record.offset), record.offset)
         for (topic, partition), offset in first.items():
             name = f"{topic}:{partition}"
+            if name in self._reset_since_poll:
+                continue  # positioned by its reset just now (e.g. to its end)
             self._consumer.seek(TopicPartition(topic, partition),
                                 self.processor.offsets.get(name, offset))
         _request_metadata(self._consumer)
@@ -1278,10 +1288,14 @@ class Daemon:
         if self._connection_metric is False:  # pragma: no cover - another kafka-python
             return
         connected = self._connection_metric.value() > 0
+        # Connections made first, closes second: a close counted here whose reconnect came
+        # before the first read is still compared with the count of the previous look.
+        made = self._made_connections() if self._made_connections is not None else 0.0
         closes = self._closed_connections() if self._closed_connections is not None else 0.0
         if closes > self._closes_seen or (self._connected and not connected):
             self._closes_seen = closes
             self._notice_reconnect()
+        self._made_seen = made
         if self._connected and not connected:
             self.metrics.broker_errors.inc()
             log.warning("lost the connection to the broker; reconnecting")
@@ -1316,8 +1330,6 @@ class Daemon:
             # Only a reset noticed after this poll returned makes its records stale (one
             # before it re-positioned the partition, and the poll read from there).
             self._reset_since_poll.clear()
-            if self._made_connections is not None:
-                self._made_before_poll = self._made_connections()
             try:
                 polled = self._consumer.poll(
                     timeout_ms=self._poll_timeout_ms(), max_records=config.kafka.max_batch

@@ -747,3 +747,52 @@ def test_a_send_that_raises_does_not_send_the_ones_before_it_twice(tmp_path):
     daemon.metrics.broker_errors.inc = give_up  # type: ignore[method-assign]
     assert daemon._deliver(sends) is False
     assert producer.delivered == [b"one", b"two"]  # each once, whatever the retries
+
+
+class _Seeking(_Consumer):
+    """A consumer that records seeks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def seek(self, tp: Any, offset: int) -> None:
+        self.seeks.append((tp.topic, tp.partition, offset))
+
+
+class _Metric:
+    def __init__(self, value: float) -> None:
+        self.number = value
+
+    def value(self) -> float:
+        return self.number
+
+
+@pytest.mark.parametrize("reconnected", [False, True])
+def test_after_a_closed_connection_only_reads_from_a_new_connection_wait_for_the_check(
+        tmp_path, reconnected):
+    """The client connects on its own thread, at any time. Records polled while no connection
+    was made since a close were fetched before it: answered. Once one was made (here before
+    the daemon even looked), they may come from a broker that restarted empty with a recreated
+    topic: the partition is read again from the model's offset, until metadata that came
+    after the close has been checked."""
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.offsets = {"in:0": 20}
+    daemon._consumer = consumer = _Seeking()
+    counts = {"made": 1.0, "closed": 0.0}
+    daemon._made_connections = lambda: counts["made"]
+    daemon._closed_connections = lambda: counts["closed"]
+    daemon._connection_metric = _Metric(1.0)
+    daemon._watch_connection()  # a first look: connected, nothing closed
+    counts["closed"] += 1  # the broker restarts ...
+    if reconnected:
+        counts["made"] += 1  # ... and the client reconnected before the daemon looked
+    daemon._watch_connection()
+    records = [_record(i, {"id": i, "x": {"a": 0.1}, "y": True}) for i in range(20, 23)]
+    kept = daemon._hold_until_verified(records)
+    if not reconnected:
+        assert kept == records and consumer.seeks == []
+        return
+    assert kept == [] and consumer.seeks == [("in", 0, 20)]
