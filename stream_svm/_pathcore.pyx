@@ -739,6 +739,8 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 from scipy.linalg.cython_blas cimport dgemv
 
+import numpy as np
+
 cdef enum:
     MARGIN = 0
     ERROR = 1
@@ -786,6 +788,8 @@ F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
     I_COLUMN_READY_, I_RECENT_NEXT_, I_REUSED_, I_Z_VALID_)
 #: Length of the ``ints`` array.
 N_INTS = 11
+cdef enum:
+    N_INTS_ = 11
 
 # Migration counters (``counts``), in this order.
 MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
@@ -897,27 +901,38 @@ cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_dri
 
 
 cdef class LoopArrays:
-    """The arrays the breakpoint loop works on that outlive a path (the stored points', S's,
-    the recent columns and the loop's scratch), as typed views acquired once per array:
-    acquiring a view costs about 100 ns, and a path passed some thirty-five of them on every
-    call. :meth:`bind` takes the current arrays before each call and acquires a view only
-    for an array that is not the one it already holds (the engine replaces arrays that grow).
+    """The breakpoint loop's arrays between calls: views of the engine's arrays (stored points',
+    S's, the recent columns), and the loop's own scratch and scalars, which it allocates and
+    keeps from path to path.
+
+    One path is :meth:`bind`, :meth:`reserve`, :meth:`begin`, then :meth:`follow` until it
+    returns DONE (or a failure), serving its requests in between, and :meth:`outcome`. The
+    engine's arrays are passed before every call, as the engine replaces those that grow:
+    a view is acquired (about 100 ns) only for an array that is not the one already held.
+    Everything a path needs to start is set here in one call: after the loop has streamed S's
+    kernel columns through the caches, each interpreter step of the Python around it costs
+    a cache miss or more.
     """
     cdef list _held
     cdef double[:, ::1] XT, columns, R, recent
     cdef double[::1] y, p, gap, alpha, g, h, h_abs, h_drift, w, driven_effect, column, work
-    cdef double[::1] change, point_eta, margin_events, fs
+    cdef double[::1] change, point_eta, margin_events, fs, beta_D
     cdef signed char[::1] status
     cdef long[::1] slot_of, margin, store, recent_of, margin_candidate, ints, counts
-    cdef unsigned char[::1] blocked
+    cdef unsigned char[::1] blocked, adding, active
+    cdef Py_ssize_t rows, capacity
 
     def __cinit__(self):
-        self._held = [None] * 29
+        self._held = [None] * 16
+        self.rows = self.capacity = 0
+        self.fs = np.empty(5)
+        self.ints = np.zeros(N_INTS, dtype=np.int64)
+        self.counts = np.zeros(len(MIGRATIONS), dtype=np.int64)
+        self.margin = np.empty(0, dtype=np.int64)
 
-    def bind(self, XT, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R, margin,
-             store, w, blocked, driven_effect, fs, ints, counts, column, work,
-             recent, recent_of, change, point_eta, margin_events, margin_candidate) -> None:
-        """Hold views of these arrays (see the class)."""
+    def bind(self, XT, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R,
+             store, recent, recent_of) -> None:
+        """Hold views of the engine's arrays (see the class)."""
         cdef list held = self._held
         if XT is not held[0]:
             self.XT = XT
@@ -958,77 +973,129 @@ cdef class LoopArrays:
         if R is not held[12]:
             self.R = R
             held[12] = R
-        if margin is not held[13]:
-            self.margin = margin
-            held[13] = margin
-        if store is not held[14]:
+        if store is not held[13]:
             self.store = store
-            held[14] = store
-        if w is not held[15]:
-            self.w = w
-            held[15] = w
-        if blocked is not held[16]:
-            self.blocked = blocked
-            held[16] = blocked
-        if driven_effect is not held[17]:
-            self.driven_effect = driven_effect
-            held[17] = driven_effect
-        if fs is not held[18]:
-            self.fs = fs
-            held[18] = fs
-        if ints is not held[19]:
-            self.ints = ints
-            held[19] = ints
-        if counts is not held[20]:
-            self.counts = counts
-            held[20] = counts
-        if column is not held[21]:
-            self.column = column
-            held[21] = column
-        if work is not held[22]:
-            self.work = work
-            held[22] = work
-        if recent is not held[23]:
+            held[13] = store
+        if recent is not held[14]:
             self.recent = recent
-            held[23] = recent
-        if recent_of is not held[24]:
+            held[14] = recent
+        if recent_of is not held[15]:
             self.recent_of = recent_of
-            held[24] = recent_of
-        if change is not held[25]:
-            self.change = change
-            held[25] = change
-        if point_eta is not held[26]:
-            self.point_eta = point_eta
-            held[26] = point_eta
-        if margin_events is not held[27]:
-            self.margin_events = margin_events
-            held[27] = margin_events
-        if margin_candidate is not held[28]:
-            self.margin_candidate = margin_candidate
-            held[28] = margin_candidate
+            held[15] = recent_of
 
+    def reserve(self, Py_ssize_t rows, Py_ssize_t capacity) -> None:
+        """Scratch for ``rows`` stored points and ``capacity`` members of S. Growing S's room
+        in the middle of a path keeps the members and drops what the loop derived from the
+        factor's layout (it computes that again)."""
+        cdef Py_ssize_t k
+        if rows > self.rows:
+            self.driven_effect = np.empty(rows)
+            self.change = np.empty(rows)
+            self.point_eta = np.empty(rows)
+            self.margin_events = np.empty(2 * rows)
+            self.margin_candidate = np.empty(rows, dtype=np.int64)
+            self.blocked = np.empty(rows, dtype=np.uint8)
+            self.column = np.empty(rows)
+            self.beta_D = np.empty(rows)
+            self.adding = np.empty(rows, dtype=np.uint8)
+            self.active = np.empty(rows, dtype=np.uint8)
+            self.rows = rows
+        if capacity > self.capacity:
+            k = min(self.ints[I_K_], self.capacity)
+            margin = np.full(capacity, -1, dtype=np.int64)
+            margin[:k] = np.asarray(self.margin)[:k]
+            self.margin = margin
+            self.w = np.zeros(capacity)
+            self.work = np.zeros(4 * capacity)
+            self.ints[I_W_VALID_] = 0
+            self.ints[I_Z_VALID_] = 0
+            self.capacity = capacity
 
-def follow_path(
-    LoopArrays a, int kernel_kind, double gamma, int degree, double coef0, double ridge,
-    Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
-    long[::1] D, double[:, ::1] K_D, unsigned char[::1] adding, unsigned char[::1] active,
-    double[::1] beta_D,
-):
-    """Run PathEngine._follow_path's loop from the saved state, on the arrays ``a`` holds
-    (bound just before); returns a code (DONE, or a request, or a failure: LIMIT,
-    EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a user-callable kernel: a stored point's
-    column is then requested (NEED_COLUMN_, position in ``ints[I_PENDING_]``) and read from
-    ``column`` when called again. Kernel columns are rows here, contiguous over the points:
-    ``K_D[j, i] = K(x_i, x_D[j])``, and ``columns`` holds S's."""
-    cdef int code
-    with nogil:
-        code = _follow(kernel_kind, gamma, degree, coef0, ridge, a.XT, n, C, kkt_tol,
-                       degeneracy_tol, a.y, a.p, a.gap, a.alpha, a.g, a.status, a.slot_of, a.h,
-                       a.h_abs, a.h_drift, a.columns, a.R, a.margin, a.store, a.w, D, K_D,
-                       adding, active, a.blocked, beta_D, a.driven_effect, a.fs, a.ints,
-                       a.counts, a.column, a.work, a.recent, a.recent_of, a.change,
-                       a.point_eta, a.margin_events, a.margin_candidate)
-    return code
+    def begin(self, const long[::1] D, const long[::1] members, double b, double t,
+              double diag_scale, Py_ssize_t limit, Py_ssize_t recent_next) -> None:
+        """Start a path driving the points ``D`` (bound and reserved first), from S's
+        ``members`` (in factor order), b, t and the kernel's scale."""
+        cdef Py_ssize_t i, j, k = members.shape[0], m = D.shape[0]
+        if k > self.capacity or m > self.rows:
+            raise ValueError(f"{k} members or {m} driven points exceed the room reserved")
+        for j in range(m):
+            if not 0 <= D[j] < self.status.shape[0]:
+                raise ValueError(f"driven position {D[j]} is not a stored point's")
+        for i in range(self.capacity):
+            self.margin[i] = members[i] if i < k else -1
+        self.fs[F_B_] = b
+        self.fs[F_T_] = t
+        self.fs[F_ARRIVED_] = -1.0  # a new path: the loop sets up its moves
+        self.fs[F_NO_IMBALANCE_] = -1.0
+        self.fs[F_DIAG_SCALE_] = diag_scale
+        for i in range(N_INTS_):
+            self.ints[i] = 0
+        self.ints[I_PENDING_] = -1
+        self.ints[I_K_] = k
+        self.ints[I_LIMIT_] = limit
+        self.ints[I_RECENT_NEXT_] = recent_next
+        for i in range(self.counts.shape[0]):
+            self.counts[i] = 0
+        for j in range(m):
+            self.adding[j] = self.status[D[j]] == ADDING
+            self.active[j] = 1
+
+    def follow(self, int kernel_kind, double gamma, int degree, double coef0, double ridge,
+               Py_ssize_t n, double C, double kkt_tol, double degeneracy_tol,
+               long[::1] D, double[:, ::1] K_D) -> int:
+        """Run PathEngine._follow_path's loop from the saved state; returns a code (DONE, or a
+        request, or a failure: LIMIT, EMPTY_MARGIN, NON_FINITE). ``kernel_kind`` -1 is a
+        user-callable kernel: a stored point's column is then requested (NEED_COLUMN, the
+        position in :attr:`pending`), given by :meth:`supply_column` before the next call.
+        Kernel columns are rows here, contiguous over the points:
+        ``K_D[j, i] = K(x_i, x_D[j])``, and ``columns`` holds S's."""
+        cdef int code
+        if D.shape[0] > self.rows or K_D.shape[0] < D.shape[0] or K_D.shape[1] < n:
+            raise ValueError("the driven points do not fit the room reserved")
+        with nogil:
+            code = _follow(kernel_kind, gamma, degree, coef0, ridge, self.XT, n, C, kkt_tol,
+                           degeneracy_tol, self.y, self.p, self.gap, self.alpha, self.g,
+                           self.status, self.slot_of, self.h, self.h_abs, self.h_drift,
+                           self.columns, self.R, self.margin, self.store, self.w, D, K_D,
+                           self.adding, self.active, self.blocked, self.beta_D,
+                           self.driven_effect, self.fs, self.ints, self.counts, self.column,
+                           self.work, self.recent, self.recent_of, self.change,
+                           self.point_eta, self.margin_events, self.margin_candidate)
+        return code
+
+    @property
+    def members(self) -> int:
+        """How many points S holds now."""
+        return self.ints[I_K_]
+
+    @property
+    def pending(self) -> int:
+        """The position whose kernel column the loop asked for (NEED_COLUMN)."""
+        return self.ints[I_PENDING_]
+
+    @property
+    def steps(self) -> int:
+        return self.ints[I_STEPS_]
+
+    def supply_column(self, const double[::1] values) -> None:
+        """The requested column, K(x_i, x_pending) + ridge at pending, for every stored i."""
+        cdef Py_ssize_t i
+        if values.shape[0] > self.rows:
+            raise ValueError(f"a column of {values.shape[0]} values for {self.rows} rows")
+        for i in range(values.shape[0]):
+            self.column[i] = values[i]
+        self.ints[I_COLUMN_READY_] = 1
+
+    def outcome(self) -> tuple:
+        """Where the path stopped: (S's members in factor order (a new array), b, t, the next
+        recent-column slot, steps, breakpoints, columns reused, ((migration, times), ...)
+        for the migrations that happened)."""
+        cdef Py_ssize_t k = self.ints[I_K_], c
+        migrations = tuple((MIGRATIONS[c], self.counts[c]) for c in range(self.counts.shape[0])
+                           if self.counts[c])
+        return (np.asarray(self.margin)[:k].copy(), self.fs[F_B_], self.fs[F_T_],
+                self.ints[I_RECENT_NEXT_], self.ints[I_STEPS_], self.ints[I_BREAKPOINTS_],
+                self.ints[I_REUSED_], migrations)
 
 
 cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, double ridge,

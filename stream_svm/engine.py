@@ -54,6 +54,10 @@ RECENT_COLUMN_BYTES = 512 << 10
 RECENT_COLUMNS_MAX = 16
 _NO_ROWS = np.zeros((0, 0))  # a 2-D array argument that is not there
 _NO_POSITIONS = np.zeros(0, dtype=np.int64)  # a list of positions that is not there
+# Every recent-column slot, for each number of slots there can be (made once: read-only).
+_ALL_SLOTS = tuple(np.arange(count) for count in range(RECENT_COLUMNS_MAX + 1))
+for _slots in _ALL_SLOTS:
+    _slots.flags.writeable = False
 _EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 
 
@@ -251,7 +255,6 @@ class PathEngine:
         self._recent, self._recent_of = _empty_recent(0)
         self._recent_next = 0
         self._undo: dict | None = None  # the running update's snapshot (see update)
-        self._scratch: tuple[np.ndarray, ...] | None = None  # see _loop_buffers
         self._loop_arrays: _pathcore.LoopArrays | None = None  # see _follow_path
         # Largest K(x, x) seen: the scale of kernel values. No floor: every tolerance must scale
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
@@ -466,7 +469,7 @@ class PathEngine:
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
-        state["_undo"] = state["_scratch"] = state["_loop_arrays"] = None
+        state["_undo"] = state["_loop_arrays"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -475,7 +478,7 @@ class PathEngine:
         self.__dict__.setdefault("_XT", None)
         self.__dict__.setdefault("_XT_of", None)
         self.__dict__.setdefault("_undo", None)
-        self.__dict__.setdefault("_scratch", None)
+        self.__dict__.pop("_scratch", None)  # (scratch of older versions)
         self.__dict__.setdefault("_loop_arrays", None)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
@@ -1049,7 +1052,7 @@ class PathEngine:
                 if key in seen:
                     raise KeyError(f"key {key!r} repeats among the points to add")
                 seen.add(key)
-        if len(set(remove)) != len(remove) or not self._pos.keys() >= set(remove):
+        if remove and (len(set(remove)) != len(remove) or not self._pos.keys() >= set(remove)):
             removing: set = set()
             for key in remove:
                 if key not in self._pos:
@@ -1140,7 +1143,10 @@ class PathEngine:
                 error = error_rows = _NO_POSITIONS
                 scan_error = new[0]
                 # Every slot, by position (-1: none held).
-                recent_slots, recent_rows = np.arange(self._recent_of.size), self._recent_of
+                slots = self._recent_of.size
+                recent_slots = (_ALL_SLOTS[slots] if slots <= RECENT_COLUMNS_MAX
+                                else np.arange(slots))
+                recent_rows = self._recent_of
             new_terms = np.empty(new.size)  # the size of the terms of the new points' g
             diagonal, reserved = _pathcore.admit_points(
                 np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,
@@ -1211,9 +1217,10 @@ class PathEngine:
             if features is None:
                 features = self._features_by_column()
             self._follow_path(np.array(driven), driven_block[: len(driven)], features, stats)
-        stats.count("removed", len(remove))
-        unlearned = [p for p in driven if self._status[p] == REMOVING]
-        self._delete_positions(settled_removals + unlearned)
+        if remove:
+            stats.count("removed", len(remove))
+            unlearned = [p for p in driven if self._status[p] == REMOVING]
+            self._delete_positions(settled_removals + unlearned)
         centered = self._center_b()
         if keys and not driven and not remove and not centered and checked_terms is not None:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
@@ -1322,7 +1329,7 @@ class PathEngine:
         up to date by scaling, and by subtracting a column when a driven point joins S: O(n) per
         breakpoint instead of O(n |D|).
 
-        The loop itself is compiled (:func:`stream_svm._pathcore.follow_path`, without the
+        The loop itself is compiled (:meth:`stream_svm._pathcore.LoopArrays.follow`, without the
         GIL): at every breakpoint it solves the margin system through the factor, computes the
         sensitivities, takes the smallest step to an event and migrates the point, with these
         rules, which make the path exact at any scale:
@@ -1344,80 +1351,51 @@ class PathEngine:
         The loop returns to Python only to get more capacity for S or a user-callable
         kernel's column.
         """
-        C = self.C
         n = self.n
-        alpha = self._alpha[:n]
-        status = self._status[:n]
-        adding = status[D] == ADDING
-        if D.size == n and not adding.any():
+        if D.size == n and not np.any(self._status[D] == ADDING):
             # Every stored point leaves: no condition remains to be kept. Following the path
             # would only chase the round-off left in the last coefficients (an imbalance of
             # 1e-31 that no point remains to absorb).
-            alpha[D] = 0.0
+            self._alpha[D] = 0.0
             return
         limit = self.max_breakpoints
         if limit is None:
             limit = 1000 + 10 * (n + D.size)
-        # The driven moves beta_D, their contribution to f (K_D beta_D), the threshold below
-        # which a move is round-off and the points refused entry to S (none) are set up by the
-        # loop when it starts (fs[F_ARRIVED] < 0).
-        beta_D = np.empty(D.size)
-        K_D = np.ascontiguousarray(K_D)
-
-        k = self._margin.size
         # The factor, kernel columns and row map have room to grow (the loop asks for more
-        # when S fills them); the member list gets the same room for the loop.
-        self._reserve_margin(min(n, k + 16))
-        capacity = self._R.shape[0]
-        # Per point: the driven contribution, g's change, the event steps, the margin members'
-        # events ((eta, sensitivity) pairs and their positions), the points refused entry and
-        # a column; then w = R^-T 1 (kept by the loop as S changes), the loop's work space, S's
-        # members and the loop's scalars and migration counts. Only scratch (each set here or
-        # by the loop before it is read): kept between paths.
-        (driven_effect, change, point_eta, margin_events, margin_candidate, blocked, column, w,
-         work, margin, fs, ints, counts) = self._loop_buffers(capacity)
-        margin.fill(-1)
-        margin[:k] = self._margin
-        fs[:] = (self.b, self._t, -1.0, -1.0, self._diag_scale)
-        scalars = [0] * _pathcore.N_INTS
-        scalars[_pathcore.I_PENDING] = -1
-        scalars[_pathcore.I_K] = k
-        scalars[_pathcore.I_LIMIT] = limit
-        scalars[_pathcore.I_RECENT_NEXT] = self._recent_next
-        ints[:] = scalars
-        counts.fill(0)
-        active = np.ones(D.size, dtype=np.uint8)
-        D = np.ascontiguousarray(D, dtype=np.int64)
-        adding = adding.view(np.uint8)  # (bool's bytes: no copy)
-        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        # when S fills them); the loop's own scratch gets the same room.
+        members = min(n, self._margin.size + 16)
+        if members > self._R.shape[0]:
+            self._reserve_margin(members)
         arrays = self._loop_arrays
         if arrays is None:
             arrays = self._loop_arrays = _pathcore.LoopArrays()
+        D = np.ascontiguousarray(D, dtype=np.int64)
+        K_D = np.ascontiguousarray(K_D)
+        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        arrays.bind(features, self._y, self._p, self._gap, self._alpha, self._g, self._status,
+                    self._slot, self._h, self._h_abs, self._h_drift, self._columns, self._R,
+                    self._store, self._recent, self._recent_of)
+        arrays.reserve(self._X.shape[0], self._R.shape[0])
+        # The driven moves beta_D, their contribution to f (K_D beta_D), the threshold below
+        # which a move is round-off and the points refused entry to S (none) are set up by the
+        # loop when it starts.
+        arrays.begin(D, self._margin, self.b, self._t, self._diag_scale, limit,
+                     self._recent_next)
         try:
             while True:
-                arrays.bind(features, self._y, self._p, self._gap, self._alpha, self._g,
-                            self._status, self._slot, self._h, self._h_abs, self._h_drift,
-                            self._columns, self._R, margin, self._store, w, blocked,
-                            driven_effect, fs, ints, counts, column, work, self._recent,
-                            self._recent_of, change, point_eta, margin_events,
-                            margin_candidate)
-                code = _pathcore.follow_path(
-                    arrays, kind, gamma, degree, coef0, self.ridge, n, C, self.kkt_tol,
-                    self.degeneracy_tol, D, K_D, adding, active, beta_D)
+                code = arrays.follow(kind, gamma, degree, coef0, self.ridge, n, self.C,
+                                     self.kkt_tol, self.degeneracy_tol, D, K_D)
                 if code == _pathcore.DONE:
                     break
                 if code == _pathcore.NEED_CAPACITY:
-                    k = int(ints[_pathcore.I_K])
-                    self._reserve_margin(min(n, 2 * capacity))
-                    capacity = self._R.shape[0]
-                    margin = np.concatenate([margin[:k], np.full(capacity - k, -1, np.int64)])
-                    w = np.zeros(capacity)
-                    work = np.zeros(4 * capacity)
-                    ints[_pathcore.I_W_VALID] = ints[_pathcore.I_Z_VALID] = 0
+                    self._reserve_margin(min(n, 2 * self._R.shape[0]))
+                    arrays.bind(features, self._y, self._p, self._gap, self._alpha, self._g,
+                                self._status, self._slot, self._h, self._h_abs,
+                                self._h_drift, self._columns, self._R, self._store,
+                                self._recent, self._recent_of)
+                    arrays.reserve(self._X.shape[0], self._R.shape[0])
                 elif code == _pathcore.NEED_COLUMN:
-                    pending = int(ints[_pathcore.I_PENDING])
-                    column[:n] = self._kernel_columns(np.array([pending]))[:, 0]
-                    ints[_pathcore.I_COLUMN_READY] = 1
+                    arrays.supply_column(self._kernel_columns(np.array([arrays.pending]))[:, 0])
                 elif code == _pathcore.NON_FINITE:
                     raise ValueError(
                         "a kernel value of a new or stored point is not finite (features too "
@@ -1425,7 +1403,7 @@ class PathEngine:
                     )
                 elif code == _pathcore.LIMIT:
                     raise ConvergenceError(
-                        f"update stopped after {int(ints[_pathcore.I_STEPS])} steps "
+                        f"update stopped after {arrays.steps} steps "
                         f"(max_breakpoints={limit}); the model is unchanged"
                     )
                 else:
@@ -1434,35 +1412,13 @@ class PathEngine:
                         "unchanged"
                     )
         finally:
-            # (Each array read once as a list: after the loop streamed the kernel columns
-            # through the caches, every interpreter step here costs a cache miss or more.)
-            scalars, floats = ints.tolist(), fs.tolist()
-            k = scalars[_pathcore.I_K]
-            self._margin = margin[:k].copy()
-            self.b, self._t = floats[_pathcore.F_B], floats[_pathcore.F_T]
-            self._recent_next = scalars[_pathcore.I_RECENT_NEXT]
-            stats.steps += scalars[_pathcore.I_STEPS]
-            stats.breakpoints += scalars[_pathcore.I_BREAKPOINTS]
-            stats.columns_reused += scalars[_pathcore.I_REUSED]
-            for name, times in zip(_pathcore.MIGRATIONS, counts.tolist(), strict=True):
-                if times:
-                    stats.count(name, times)
-
-    def _loop_buffers(self, capacity: int) -> tuple[np.ndarray, ...]:
-        """The breakpoint loop's scratch arrays, for the stored points' room (X's rows) and S's
-        (``capacity``): kept between paths, made anew when either room grows (no copy: none
-        holds anything between paths)."""
-        rows = self._X.shape[0]
-        buffers = self._scratch
-        if buffers is None or buffers[0].size < rows or buffers[7].size < capacity:
-            buffers = (np.empty(rows), np.empty(rows), np.empty(rows), np.empty(2 * rows),
-                       np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.uint8),
-                       np.empty(rows), np.empty(capacity), np.empty(4 * capacity),
-                       np.empty(capacity, dtype=np.int64), np.empty(5),
-                       np.empty(_pathcore.N_INTS, dtype=np.int64),
-                       np.empty(len(_pathcore.MIGRATIONS), dtype=np.int64))
-            self._scratch = buffers
-        return buffers
+            (self._margin, self.b, self._t, self._recent_next, steps, breakpoints, reused,
+             migrations) = arrays.outcome()
+            stats.steps += steps
+            stats.breakpoints += breakpoints
+            stats.columns_reused += reused
+            for name, times in migrations:
+                stats.count(name, times)
 
     def _delete_positions(self, positions: list[int]) -> None:
         """Swap-remove stored points (none of them may be in S): the points after the new end
