@@ -1887,6 +1887,53 @@ def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, lo
         _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0], NULL, NULL)
 
 
+def leave_sets(const long[::1] removed, signed char[::1] status, const double[::1] alpha,
+               double[:, ::1] R, double[:, ::1] columns, long[::1] margin, long[::1] store,
+               long[::1] slot_of, Py_ssize_t k, Py_ssize_t n, double[:, ::1] block,
+               long[::1] order) -> tuple:
+    """Points to remove leave their sets, in the order given: S's members one at a time (as
+    ``margin_remove``, each one's kernel column copied to the next row of ``block``, kept
+    there only if its coefficient is not 0), then every one marked REMOVING. ``order`` gets
+    the positions the path must drive to 0 (S's members with a coefficient, in the order
+    given, then E's), then those whose coefficient is 0 already. Returns (S's size now, how
+    many of S's members and of E's members are to be driven). RuntimeError, with nothing
+    changed, for a reserve point whose coefficient is not 0 (a broken engine: it must stop
+    rather than drop it)."""
+    cdef Py_ssize_t c, m = removed.shape[0], driven = 0, errors = 0, settled = 0, position
+    if (order.shape[0] < m or block.shape[0] < m or (m and block.shape[1] < n)
+            or k > margin.shape[0] or k > R.shape[0] or k > columns.shape[0]
+            or k > store.shape[0] or n > columns.shape[1]):
+        raise ValueError("the arrays do not fit the points to remove")
+    for c in range(m):
+        position = removed[c]
+        if not 0 <= position < status.shape[0]:
+            raise ValueError(f"position {position} is not a stored point's")
+        if status[position] != MARGIN and status[position] != ERROR and alpha[position] != 0.0:
+            raise RuntimeError("a reserve point to remove has a coefficient other than 0")
+    with nogil:
+        for c in range(m):
+            position = removed[c]
+            if status[position] == MARGIN:
+                _margin_remove(R, columns, margin, store, slot_of, n, k, slot_of[position],
+                               &block[driven, 0], NULL, NULL)
+                k -= 1
+                if alpha[position] != 0.0:
+                    order[driven] = position
+                    driven += 1
+        for c in range(m):
+            position = removed[c]
+            if status[position] == ERROR and alpha[position] != 0.0:
+                order[driven + errors] = position
+                errors += 1
+        for c in range(m):
+            position = removed[c]
+            if alpha[position] == 0.0:
+                order[driven + errors + settled] = position
+                settled += 1
+            status[position] = REMOVING
+    return k, driven, errors
+
+
 # What check_points reports: the points to add are valid, or the first input found wrong.
 cdef enum:
     POINTS_VALID_ = 0

@@ -1184,24 +1184,19 @@ class PathEngine:
         if remove:
             self._before_change()
             removed = np.array([self._pos[key] for key in remove], dtype=np.int64)
-            leaving_status = self._status[removed]
-            # S's members leave it one at a time, in the order given, each with its column.
+            # S's members leave it one at a time, in the order given, each with its column
+            # (kept in the block if the point is driven); E's are driven too, with theirs.
             if driven_block is None:
                 driven_block = np.empty((removed.size, n))
-            for position in removed[leaving_status == MARGIN].tolist():
-                # Its column goes to the next row of the block; it stays there only if the
-                # point is driven (the next one overwrites it otherwise).
-                self._margin_remove(int(self._slot[position]), out=driven_block[len(driven)])
-                if self._alpha[position] != 0.0:
-                    driven.append(position)
-            settled = self._alpha[removed] == 0.0
-            if np.any(~settled & (leaving_status != MARGIN) & (leaving_status != ERROR)):
-                # A reserve point holds alpha = 0 by construction: anything else is a broken
-                # engine, which must stop here (the update is rolled back) rather than drop it.
-                raise RuntimeError("a reserve point to remove has a coefficient other than 0")
-            settled_removals.extend(removed[settled].tolist())
-            error_removed = removed[~settled & (leaving_status == ERROR)].tolist()
-            self._status[removed] = REMOVING
+            taken = len(driven)
+            order = np.empty(removed.size, dtype=np.int64)
+            k, members, errors = _pathcore.leave_sets(
+                removed, self._status, self._alpha, self._R, self._columns, self._margin,
+                self._store, self._slot, self._margin.size, n, driven_block[taken:], order)
+            self._margin = self._margin[:k].copy()
+            driven.extend(order[:members].tolist())
+            error_removed = order[members : members + errors].tolist()
+            settled_removals.extend(order[members + errors :].tolist())
         if error_removed:
             positions = np.array(error_removed)
             if features is None:
