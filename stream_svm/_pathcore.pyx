@@ -920,6 +920,7 @@ cdef class LoopArrays:
     cdef signed char[::1] status
     cdef long[::1] slot_of, margin, store, recent_of, margin_candidate, ints, counts
     cdef unsigned char[::1] blocked, adding, active
+    cdef object margin_array  # the array ``margin`` views (a view's own copy is slower)
     cdef Py_ssize_t rows, capacity
 
     def __cinit__(self):
@@ -928,7 +929,8 @@ cdef class LoopArrays:
         self.fs = np.empty(5)
         self.ints = np.zeros(N_INTS, dtype=np.int64)
         self.counts = np.zeros(len(MIGRATIONS), dtype=np.int64)
-        self.margin = np.empty(0, dtype=np.int64)
+        self.margin_array = np.empty(0, dtype=np.int64)
+        self.margin = self.margin_array
 
     def bind(self, XT, y, p, gap, alpha, g, status, slot_of, h, h_abs, h_drift, columns, R,
              store, recent, recent_of) -> None:
@@ -1003,7 +1005,8 @@ cdef class LoopArrays:
         if capacity > self.capacity:
             k = min(self.ints[I_K_], self.capacity)
             margin = np.full(capacity, -1, dtype=np.int64)
-            margin[:k] = np.asarray(self.margin)[:k]
+            margin[:k] = self.margin_array[:k]
+            self.margin_array = margin
             self.margin = margin
             self.w = np.zeros(capacity)
             self.work = np.zeros(4 * capacity)
@@ -1091,9 +1094,11 @@ cdef class LoopArrays:
         recent-column slot, steps, breakpoints, columns reused, ((migration, times), ...)
         for the migrations that happened)."""
         cdef Py_ssize_t k = self.ints[I_K_], c
-        migrations = tuple((MIGRATIONS[c], self.counts[c]) for c in range(self.counts.shape[0])
-                           if self.counts[c])
-        return (np.asarray(self.margin)[:k].copy(), self.fs[F_B_], self.fs[F_T_],
+        cdef list migrations = []
+        for c in range(self.counts.shape[0]):
+            if self.counts[c]:
+                migrations.append((MIGRATIONS[c], self.counts[c]))
+        return (self.margin_array[:k].copy(), self.fs[F_B_], self.fs[F_T_],
                 self.ints[I_RECENT_NEXT_], self.ints[I_STEPS_], self.ints[I_BREAKPOINTS_],
                 self.ints[I_REUSED_], migrations)
 
