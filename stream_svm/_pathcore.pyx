@@ -531,6 +531,53 @@ cdef extern from *:
     #undef STREAM_SVM_SUM8
     #undef STREAM_SVM_SUM4
 
+    /* The sums of refresh_g: g_i = sum_S K(x_i, x_s) y_s alpha_s and
+       terms_i = sum_S |K(x_i, x_s)| alpha_s, S's members in factor order, four columns per
+       pass over the points and one at a time after, each point's additions in that order
+       (``store`` gives each member's row of ``columns``). */
+    STREAM_SVM_CLONES
+    static void stream_svm_margin_sums(Py_ssize_t n, Py_ssize_t k, const double *columns,
+                                       Py_ssize_t lda, const long *store, const long *margin,
+                                       const double *alpha, const double *y,
+                                       double *STREAM_SVM_RESTRICT g,
+                                       double *STREAM_SVM_RESTRICT terms)
+    {
+        Py_ssize_t j = 0, i;
+        for (i = 0; i < n; i++) {
+            g[i] = 0.0;
+            terms[i] = 0.0;
+        }
+        for (; j + 4 <= k; j += 4) {
+            const double *STREAM_SVM_RESTRICT c0 = columns + store[j] * lda;
+            const double *STREAM_SVM_RESTRICT c1 = columns + store[j + 1] * lda;
+            const double *STREAM_SVM_RESTRICT c2 = columns + store[j + 2] * lda;
+            const double *STREAM_SVM_RESTRICT c3 = columns + store[j + 3] * lda;
+            const double w0 = alpha[margin[j]], w1 = alpha[margin[j + 1]];
+            const double w2 = alpha[margin[j + 2]], w3 = alpha[margin[j + 3]];
+            const double a0 = y[margin[j]] * w0, a1 = y[margin[j + 1]] * w1;
+            const double a2 = y[margin[j + 2]] * w2, a3 = y[margin[j + 3]] * w3;
+            for (i = 0; i < n; i++) {
+                double value = g[i] + c0[i] * a0;
+                double size = terms[i] + fabs(c0[i]) * w0;
+                value = value + c1[i] * a1;
+                value = value + c2[i] * a2;
+                g[i] = value + c3[i] * a3;
+                size = size + fabs(c1[i]) * w1;
+                size = size + fabs(c2[i]) * w2;
+                terms[i] = size + fabs(c3[i]) * w3;
+            }
+        }
+        for (; j < k; j++) {
+            const double *STREAM_SVM_RESTRICT c0 = columns + store[j] * lda;
+            const double w0 = alpha[margin[j]];
+            const double a0 = y[margin[j]] * w0;
+            for (i = 0; i < n; i++) {
+                g[i] = g[i] + c0[i] * a0;
+                terms[i] = terms[i] + fabs(c0[i]) * w0;
+            }
+        }
+    }
+
     /* After a step: g moves along its sensitivities and, unless the step moved b alone, the
        driven contribution shrinks by the same factor as the driven moves. */
     STREAM_SVM_CLONES
@@ -651,6 +698,10 @@ cdef extern from *:
                                   Py_ssize_t lda, const double* beta, double* out) noexcept nogil
     void stream_svm_take_step(Py_ssize_t n, double step, int scale_driven, const double* change,
                               double* g, double* driven) noexcept nogil
+    void stream_svm_margin_sums(Py_ssize_t n, Py_ssize_t k, const double* columns,
+                                Py_ssize_t lda, const long* store, const long* margin,
+                                const double* alpha, const double* y, double* g,
+                                double* terms) noexcept nogil
     void stream_svm_exp_init() noexcept nogil
     void stream_svm_rbf_values(Py_ssize_t n, double gamma, double* column) noexcept nogil
     void stream_svm_rbf_values_portable(Py_ssize_t n, double gamma, double* column) noexcept nogil
@@ -1557,58 +1608,20 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
     relative to its terms, whether h's accumulated round-off may matter next to that
     tolerance, |sum y alpha|)."""
-    cdef Py_ssize_t i, j = 0, k = margin.shape[0]
-    cdef double size, abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
+    cdef Py_ssize_t i, k = margin.shape[0]
+    cdef double abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
     cdef double balance = 0.0
-    cdef double value, size_sum
-    cdef double a0, a1, a2, a3, w0, w1, w2, w3
-    cdef double* c0
-    cdef double* c1
-    cdef double* c2
-    cdef double* c3
-    cdef double* g_out
-    cdef double* terms_out
     cdef bint kkt_ok = True, drifted = False, any_error = False, drift_matters = False
     if g.shape[0] < n or terms.shape[0] < n or store.shape[0] < k:
         raise ValueError("g, terms or store is too short")
     if n == 0:
         return 0.0, True, False, 0.0
     with nogil:
-        # Column by column (contiguous rows of ``columns``), each point's sum in S's order;
-        # four columns per pass over the points (the same additions in the same order, a
-        # quarter of the loads and stores of g and terms).
-        g_out = &g[0]
-        terms_out = &terms[0]
-        for i in range(n):
-            g_out[i] = 0.0
-            terms_out[i] = 0.0
-        while j + 4 <= k:
-            c0 = &columns[store[j], 0]
-            c1 = &columns[store[j + 1], 0]
-            c2 = &columns[store[j + 2], 0]
-            c3 = &columns[store[j + 3], 0]
-            w0, w1, w2, w3 = (alpha[margin[j]], alpha[margin[j + 1]], alpha[margin[j + 2]],
-                              alpha[margin[j + 3]])
-            a0, a1, a2, a3 = (y[margin[j]] * w0, y[margin[j + 1]] * w1, y[margin[j + 2]] * w2,
-                              y[margin[j + 3]] * w3)
-            for i in range(n):
-                value = g_out[i] + c0[i] * a0
-                value = value + c1[i] * a1
-                value = value + c2[i] * a2
-                g_out[i] = value + c3[i] * a3
-                size_sum = terms_out[i] + fabs(c0[i]) * w0
-                size_sum = size_sum + fabs(c1[i]) * w1
-                size_sum = size_sum + fabs(c2[i]) * w2
-                terms_out[i] = size_sum + fabs(c3[i]) * w3
-            j += 4
-        while j < k:
-            c0 = &columns[store[j], 0]
-            w0 = alpha[margin[j]]
-            a0 = y[margin[j]] * w0
-            for i in range(n):
-                g_out[i] = g_out[i] + c0[i] * a0
-                terms_out[i] = terms_out[i] + fabs(c0[i]) * w0
-            j += 1
+        # Column by column (contiguous rows of ``columns``), each point's sum in S's order,
+        # four columns per pass over the points (see stream_svm_margin_sums).
+        stream_svm_margin_sums(n, k, &columns[0, 0] if columns.shape[0] else NULL,
+                               columns.shape[1], &store[0] if k else NULL,
+                               &margin[0] if k else NULL, &alpha[0], &y[0], &g[0], &terms[0])
         for i in range(n):
             balance += y[i] * alpha[i]
             g[i] = y[i] * (h[i] + b + g[i]) + p[i]
