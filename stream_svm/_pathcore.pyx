@@ -1905,6 +1905,21 @@ def margin_remove(double[:, ::1] R, double[:, ::1] columns, long[::1] margin, lo
         _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0], NULL, NULL)
 
 
+def keep_rows(double[:, ::1] block, const unsigned char[::1] keep) -> int:
+    """Move the rows of ``block`` marked in ``keep`` (one flag per leading row) up over the
+    others, in order, in place; returns how many were kept."""
+    cdef Py_ssize_t r, kept = 0, m = keep.shape[0], width = block.shape[1]
+    if m > block.shape[0]:
+        raise ValueError(f"{m} flags for {block.shape[0]} rows")
+    with nogil:
+        for r in range(m):
+            if keep[r]:
+                if r != kept:
+                    memcpy(&block[kept, 0], &block[r, 0], width * sizeof(double))
+                kept += 1
+    return kept
+
+
 def leave_sets(const long[::1] removed, signed char[::1] status, const double[::1] alpha,
                double[:, ::1] R, double[:, ::1] columns, long[::1] margin, long[::1] store,
                long[::1] slot_of, Py_ssize_t k, Py_ssize_t n, double[:, ::1] block,

@@ -1175,8 +1175,8 @@ class PathEngine:
                 if K_new is None:
                     self._kernel_columns(new[unsatisfied], features,
                                          out=driven_block[: len(driven)])
-                elif reserved:  # the driven ones' rows moved up over the others'
-                    driven_block[: len(driven)] = driven_block[: new.size][unsatisfied]
+                elif reserved:  # the driven ones' rows move up over the others'
+                    _pathcore.keep_rows(driven_block, unsatisfied.view(np.uint8))
 
         # Points to remove leave their sets; those with alpha = 0 cost nothing.
         n = self.n
@@ -1207,15 +1207,16 @@ class PathEngine:
             self._move_error_columns(columns, self._y[positions], joining=False)
             driven.extend(error_removed)
 
+        driven_positions = np.array(driven, dtype=np.int64)
         if driven:
             self._before_change()
             if features is None:
                 features = self._features_by_column()
-            self._follow_path(np.array(driven), driven_block[: len(driven)], features, stats)
+            self._follow_path(driven_positions, driven_block[: len(driven)], features, stats)
         if remove:
             stats.count("removed", len(remove))
-            unlearned = [p for p in driven if self._status[p] == REMOVING]
-            self._delete_positions(settled_removals + unlearned)
+            unlearned = driven_positions[self._status[driven_positions] == REMOVING]
+            self._delete_positions(settled_removals + unlearned.tolist())
         centered = self._center_b()
         if keys and not driven and not remove and not centered and checked_terms is not None:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the

@@ -359,3 +359,100 @@ def test_count_free_counts_coefficients_strictly_between_the_bounds():
     assert _pathcore.count_free(members, alpha, 1.0) == expected == 4
     with pytest.raises(ValueError, match="outside"):
         _pathcore.count_free(np.array([7], dtype=np.int64), alpha, 1.0)
+
+
+def test_keep_rows_moves_the_kept_rows_up_in_order():
+    block = np.arange(30.0).reshape(6, 5)
+    original = block.copy()
+    keep = np.array([False, True, False, True, True], dtype=bool)  # the last row is not flagged
+    assert _pathcore.keep_rows(block, keep.view(np.uint8)) == 3
+    np.testing.assert_array_equal(block[:3], original[:5][keep])
+    np.testing.assert_array_equal(block[5], original[5])
+    with pytest.raises(ValueError, match="7 flags for 6 rows"):
+        _pathcore.keep_rows(block, np.ones(7, dtype=np.uint8))
+
+
+def _engine_with_every_set():
+    from stream_svm.engine import ERROR, MARGIN, RESERVE, PathEngine
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((120, 2))
+    y = np.where(X[:, 0] + 0.8 * rng.standard_normal(120) > 0, 1.0, -1.0)
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=2.0)
+    engine.update(X, y, keys=list(range(120)))
+    status = engine._status[: engine.n]
+    by_set = {name: np.flatnonzero(status == code).tolist()
+              for name, code in (("margin", MARGIN), ("error", ERROR), ("reserve", RESERVE))}
+    assert all(len(positions) >= 3 for positions in by_set.values())
+    return engine, by_set
+
+
+def test_leave_sets_sorts_the_removals_as_removing_them_one_at_a_time_would():
+    """The reference: S's members leave through margin_remove in the order given, each column
+    in the next block row (kept only when the coefficient is not 0); then the driven are S's
+    members with a coefficient and E's, in the order given, and the settled the rest."""
+    from stream_svm.engine import REMOVING
+
+    engine, by_set = _engine_with_every_set()
+    n = engine.n
+    margin = by_set["margin"]
+    # One of S's members with a coefficient of 0 (as a path can leave one): it settles.
+    engine._alpha[margin[1]] = 0.0
+    removed = np.array([by_set["reserve"][0], margin[2], by_set["error"][1], margin[1],
+                        by_set["error"][0], margin[0], by_set["reserve"][2]], dtype=np.int64)
+    state = {name: getattr(engine, name).copy()
+             for name in ("_status", "_alpha", "_R", "_columns", "_margin", "_store", "_slot")}
+
+    want = {name: value.copy() for name, value in state.items()}
+    want_block = np.zeros((removed.size, n))
+    driven_members = []
+    k = want["_margin"].size
+    for position in removed:
+        if want["_status"][position] == 0:  # MARGIN
+            members = want["_margin"][:k].copy()
+            _pathcore.margin_remove(want["_R"], want["_columns"], members, want["_store"],
+                                    want["_slot"], n, int(want["_slot"][position]),
+                                    want_block[len(driven_members)])
+            want["_margin"][: k - 1] = members[: k - 1]
+            k -= 1
+            if want["_alpha"][position] != 0.0:
+                driven_members.append(int(position))
+    errors = [int(p) for p in removed if want["_status"][p] == 1 and want["_alpha"][p] != 0]
+    settled = [int(p) for p in removed if want["_alpha"][p] == 0.0]
+
+    got = {name: value.copy() for name, value in state.items()}
+    block = np.zeros((removed.size, n))
+    order = np.empty(removed.size, dtype=np.int64)
+    k_now, members_driven, errors_driven = _pathcore.leave_sets(
+        removed, got["_status"], got["_alpha"], got["_R"], got["_columns"], got["_margin"],
+        got["_store"], got["_slot"], got["_margin"].size, n, block, order)
+    assert (k_now, members_driven, errors_driven) == (k, len(driven_members), len(errors))
+    assert order.tolist() == driven_members + errors + settled
+    np.testing.assert_array_equal(block[:members_driven], want_block[:members_driven])
+    kk = k_now
+    np.testing.assert_array_equal(got["_R"][:kk, :kk], want["_R"][:kk, :kk])
+    np.testing.assert_array_equal(got["_margin"][:kk], want["_margin"][:kk])
+    np.testing.assert_array_equal(got["_store"][:kk], want["_store"][:kk])
+    np.testing.assert_array_equal(got["_slot"], want["_slot"])
+    np.testing.assert_array_equal(got["_columns"][got["_store"][:kk], :n],
+                                  want["_columns"][want["_store"][:kk], :n])
+    assert np.all(got["_status"][removed] == REMOVING)
+    others = np.setdiff1d(np.arange(n), removed)
+    np.testing.assert_array_equal(got["_status"][others], state["_status"][others])
+
+
+def test_leave_sets_refuses_a_reserve_point_with_a_coefficient_and_changes_nothing():
+    engine, by_set = _engine_with_every_set()
+    n = engine.n
+    stray = by_set["reserve"][1]
+    engine._alpha[stray] = 1e-3  # a broken engine's state
+    removed = np.array([by_set["margin"][0], stray], dtype=np.int64)
+    arrays = [engine._status, engine._alpha, engine._R, engine._columns, engine._margin,
+              engine._store, engine._slot]
+    before = [array.copy() for array in arrays]
+    with pytest.raises(RuntimeError, match="reserve point"):
+        _pathcore.leave_sets(removed, engine._status, engine._alpha, engine._R, engine._columns,
+                             engine._margin, engine._store, engine._slot, engine._margin.size,
+                             n, np.zeros((2, n)), np.empty(2, dtype=np.int64))
+    for array, saved in zip(arrays, before, strict=True):
+        np.testing.assert_array_equal(array, saved)
