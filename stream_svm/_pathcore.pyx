@@ -973,10 +973,11 @@ cdef class LoopArrays:
     cdef unsigned char[::1] blocked, adding, active
     cdef object margin_array  # the array ``margin`` views (a view's own copy is slower)
     cdef Py_ssize_t rows, capacity
+    cdef Py_ssize_t factor_room  # the factor's room at the last reserve (its layout in work)
 
     def __cinit__(self):
         self._held = [None] * 16
-        self.rows = self.capacity = 0
+        self.rows = self.capacity = self.factor_room = 0
         self.fs = np.empty(5)
         self.ints = np.zeros(N_INTS, dtype=np.int64)
         self.counts = np.zeros(len(MIGRATIONS), dtype=np.int64)
@@ -1037,10 +1038,16 @@ cdef class LoopArrays:
             held[15] = recent_of
 
     def reserve(self, Py_ssize_t rows, Py_ssize_t capacity) -> None:
-        """Scratch for ``rows`` stored points and ``capacity`` members of S. Growing S's room
-        in the middle of a path keeps the members and drops what the loop derived from the
-        factor's layout (it computes that again)."""
+        """Scratch for ``rows`` stored points and ``capacity`` members of S (the factor's room).
+        A factor of another room in the middle of a path keeps the members and drops what the
+        loop derived from the factor's layout (it computes that again): the loop keeps it in
+        ``work`` at offsets that follow the factor's room, which a restored engine can make
+        smaller than this scratch's."""
         cdef Py_ssize_t k
+        if capacity != self.factor_room:
+            self.ints[I_W_VALID_] = 0
+            self.ints[I_Z_VALID_] = 0
+            self.factor_room = capacity
         if rows > self.rows:
             self.driven_effect = np.empty(rows)
             self.change = np.empty(rows)
@@ -1935,7 +1942,8 @@ def leave_sets(const long[::1] removed, signed char[::1] status, const double[::
     cdef Py_ssize_t c, m = removed.shape[0], driven = 0, errors = 0, settled = 0, position
     if (order.shape[0] < m or block.shape[0] < m or (m and block.shape[1] < n)
             or k > margin.shape[0] or k > R.shape[0] or k > columns.shape[0]
-            or k > store.shape[0] or n > columns.shape[1]):
+            or k > store.shape[0] or n > columns.shape[1]
+            or slot_of.shape[0] < status.shape[0] or alpha.shape[0] < status.shape[0]):
         raise ValueError("the arrays do not fit the points to remove")
     for c in range(m):
         position = removed[c]
@@ -1943,6 +1951,8 @@ def leave_sets(const long[::1] removed, signed char[::1] status, const double[::
             raise ValueError(f"position {position} is not a stored point's")
         if status[position] != MARGIN and status[position] != ERROR and alpha[position] != 0.0:
             raise RuntimeError("a reserve point to remove has a coefficient other than 0")
+        if status[position] == MARGIN and not 0 <= slot_of[position] < k:
+            raise ValueError(f"S's member {position} has no slot among the {k} members")
     with nogil:
         for c in range(m):
             position = removed[c]

@@ -456,3 +456,31 @@ def test_leave_sets_refuses_a_reserve_point_with_a_coefficient_and_changes_nothi
                              n, np.zeros((2, n)), np.empty(2, dtype=np.int64))
     for array, saved in zip(arrays, before, strict=True):
         np.testing.assert_array_equal(array, saved)
+
+
+def test_a_restored_engine_with_a_smaller_factor_walks_the_same_path_as_a_fresh_one():
+    """A rollback gives the factor the room S needs (``_restore``), less than the loop's
+    scratch kept from before; S then outgrowing it in the middle of a path changes where the
+    loop keeps what it derived from the factor: it must derive it again, as a loop with new
+    scratch does, to the last bit."""
+    from stream_svm.engine import PathEngine
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=400) > 0, 1.0, -1.0)
+
+    def shrunk() -> PathEngine:
+        engine = PathEngine(make_kernel("rbf", gamma=0.5), C=50.0)
+        engine.update(X[:150], y[:150], keys=list(range(150)))
+        engine.update(remove=list(range(140)))
+        engine._restore(engine._snapshot(with_columns=True))
+        return engine
+
+    kept, fresh = shrunk(), shrunk()
+    fresh._loop_arrays = None
+    assert kept._R.shape[0] < 64 and kept._loop_arrays is not None
+    for engine in (kept, fresh):
+        engine.update(X[150:], y[150:], keys=list(range(150, 400)))
+    assert kept._margin.size > 64  # S outgrew the restored factor's room during the path
+    np.testing.assert_array_equal(kept._alpha[: kept.n], fresh._alpha[: fresh.n])
+    assert kept.b == fresh.b
