@@ -89,22 +89,19 @@ RBF_CHUNK_MAX_POINTS = 8192
 def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features: np.ndarray,
                     n: int, positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """K(x_i, x_p) for i < n and the given positions p (columns of ``features``, stored feature
-    by feature), by the compiled kernel loop; an RBF's exp vectorized by numpy. Returned n x m,
-    a view of the m x n rows it fills: ``out`` when given."""
+    by feature), by the compiled kernel loop; an RBF's exp by the same vectorized loop as the
+    columns the breakpoint loop computes (a point's column has the same bits wherever it was
+    computed). Returned n x m, a view of the m x n rows it fills: ``out`` when given."""
     block = np.empty((positions.size, n)) if out is None else out
-    if kind != _pathcore.KERNEL_RBF:
+    chunk = RBF_CHUNK if kind == _pathcore.KERNEL_RBF and n <= RBF_CHUNK_MAX_POINTS else 0
+    if positions.size <= chunk or not chunk:
         _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block)
         return block.T
-    # No np.errstate needed: the compiled loop raises no numpy warning, and exp of the RBF's
-    # -gamma |a - b|^2 <= 0 cannot overflow (its underflow to 0 is not reported by default).
-    # A many-column block goes RBF_CHUNK columns at a time, each exponentiated while it is
-    # still in the core's cache (the same values: exp is taken value by value).
-    chunk = RBF_CHUNK if n <= RBF_CHUNK_MAX_POINTS else positions.size
+    # A many-column RBF block goes RBF_CHUNK columns at a time, each exponentiated while it is
+    # still in the core's cache.
     for start in range(0, positions.size, chunk):
-        part = block[start : start + chunk]
         _pathcore.kernel_columns(kind, features, n, positions[start : start + chunk], gamma,
-                                 degree, coef0, part, False)
-        np.exp(part, out=part)
+                                 degree, coef0, block[start : start + chunk])
     return block.T
 
 

@@ -80,10 +80,11 @@ def test_kernel_columns_sum_each_points_features_in_order_at_any_width(dim, n):
 
 
 @pytest.mark.parametrize("n", [40, 9000])
-def test_a_many_column_rbf_block_equals_numpys_exp_of_the_distances(n):
-    """A block of more columns than RBF_CHUNK is exponentiated a piece at a time (when its
-    columns are short enough): every value is still numpy's exp of -gamma |a - b|^2 as
-    SciPy's cdist gives it, to the last bit, in every piece and the partial last one."""
+def test_a_many_column_rbf_block_has_the_bits_of_the_loops_own_columns(n):
+    """A block of more columns than RBF_CHUNK is computed a piece at a time (when its columns
+    are short enough): every value is still the breakpoint loop's exp (rbf_values) of
+    -gamma |a - b|^2 as SciPy's cdist gives it, to the last bit, in every piece and the
+    partial last one; and within one ulp of numpy's exp."""
     from stream_svm.engine import RBF_CHUNK, RBF_CHUNK_MAX_POINTS, _compiled_block
 
     rng = np.random.default_rng(n)
@@ -92,7 +93,13 @@ def test_a_many_column_rbf_block_equals_numpys_exp_of_the_distances(n):
     assert (n <= RBF_CHUNK_MAX_POINTS) == (n == 40)
     block = _compiled_block(_pathcore.KERNEL_RBF, 0.7, 3, 0.0, np.ascontiguousarray(X.T), n,
                             positions)
-    assert np.array_equal(block, np.exp(-0.7 * cdist(X, X[positions], "sqeuclidean")))
+    distances = np.ascontiguousarray(cdist(X, X[positions], "sqeuclidean").T)
+    for column in distances:
+        _pathcore.rbf_values(column, 0.7)
+    assert np.array_equal(block, distances.T)
+    np.testing.assert_array_max_ulp(block, np.exp(-0.7 * cdist(X, X[positions], "sqeuclidean")),
+                                    maxulp=1)
+
 
 def _cpu_flags() -> set[str]:
     """The processor's feature flags as Linux lists them (empty elsewhere)."""
