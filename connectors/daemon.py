@@ -1199,8 +1199,29 @@ class Daemon:
             log.warning("no metadata came within %.0f s of the reconnect: reading on without "
                         "the check of the topics", self._verify_seconds())
             return records
+        self._seek_back(records)
+        return []
+
+    def _hold_missing_topics(self, records: list[Any]) -> list[Any]:
+        """Records of a topic the last metadata check found missing are not handled: the
+        client fetched them with the partition leaders it knew before (seen when a broker
+        restarted empty and the topic was created again with other messages). Their partitions
+        are read again from the model's offsets once metadata showing the topic has been
+        checked (a new id: its offsets mean nothing to the model)."""
+        held = [record for record in records if record.topic in self._missing_topics]
+        if not held:
+            return records
+        log.info("holding %d messages of %s until the metadata shows the topic again",
+                 len(held), ", ".join(sorted({record.topic for record in held})))
+        self._seek_back(held)
+        return [record for record in records if record.topic not in self._missing_topics]
+
+    def _seek_back(self, records: list[Any]) -> None:
+        """Read the partitions of these records again from the model's offsets (or from the
+        first of them, for a partition the model never read), and ask for metadata."""
         from kafka import TopicPartition
 
+        assert self.processor is not None
         first: dict[tuple[str, int], int] = {}
         for record in records:
             key = (record.topic, record.partition)
@@ -1212,7 +1233,6 @@ class Daemon:
             self._consumer.seek(TopicPartition(topic, partition),
                                 self.processor.offsets.get(name, offset))
         _request_metadata(self._consumer)
-        return []
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
         name = f"{tp.topic}:{tp.partition}"
@@ -1355,6 +1375,8 @@ class Daemon:
             self._check_positions()
             if self._verify_until and records:
                 records = self._hold_until_verified(records)
+            if self._missing_topics and records and self.processor is not None:
+                records = self._hold_missing_topics(records)
             if self._reset_since_poll:
                 reset, self._reset_since_poll = self._reset_since_poll, set()
                 dropped = [r for r in records if f"{r.topic}:{r.partition}" in reset]

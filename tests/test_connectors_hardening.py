@@ -796,3 +796,23 @@ def test_after_a_closed_connection_only_reads_from_a_new_connection_wait_for_the
         assert kept == records and consumer.seeks == []
         return
     assert kept == [] and consumer.seeks == [("in", 0, 20)]
+
+
+def test_records_of_a_topic_the_metadata_lacks_wait_until_it_shows_the_topic(tmp_path):
+    """A topic missing at the last metadata check (a broker restarted empty, the topic not yet
+    created again) can be fetched from as soon as it is created, with the partition leaders
+    the client knew before, ahead of the metadata that shows it with its new id: those records
+    are not handled (the partition is read again from the model's offset) until metadata
+    showing the topic has been checked. Another topic's records are handled meanwhile."""
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.offsets = {"in:0": 20, "more:0": 5}
+    daemon._consumer = consumer = _Seeking()
+    daemon._missing_topics = {"in"}
+    point = {"id": 0, "x": {"a": 0.1}, "y": True}
+    records = [_record(i, point) for i in range(20, 23)] + [_record(5, point, topic="more")]
+    assert daemon._hold_missing_topics(records) == records[-1:]
+    assert consumer.seeks == [("in", 0, 20)]
+    daemon._missing_topics.clear()  # the metadata shows it again, checked
+    assert daemon._hold_missing_topics(records) == records
