@@ -36,11 +36,17 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     KeyError: 'key nan is not equal to itself (NaN) ...'
     """
     for key in keys:
+        if type(key) in _ALWAYS_EQUAL_TO_ITSELF:
+            continue  # (most keys: one set lookup instead of a comparison)
         if not _equals_itself(key):
             raise KeyError(
                 f"key {shown(key)} is not equal to itself (NaN): no point could be found by it "
                 "again; fill or drop the missing ids, or pass keys="
             )
+
+
+# Exactly these types (not subclasses, whose == may be anything) equal themselves always.
+_ALWAYS_EQUAL_TO_ITSELF = frozenset({int, str, bytes, bool})
 
 
 def _equals_itself(key: object) -> bool:
