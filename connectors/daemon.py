@@ -392,6 +392,9 @@ class Daemon:
         # shows afterwards is that same loss, and must not re-position (and re-read) them.
         self._repositioned: dict[str, float] = {}
         self._missing_topics: set[str] = set()  # input topics the metadata lacks, once warned
+        # When records of a missing topic were first held (see _hold_missing_topics); -inf once
+        # the hold gave up on the metadata.
+        self._held_since: dict[str, float] = {}
         self.role: str = config.daemon.role
         # A learner that publishes its model for predictors (connectors.replica).
         self._publishes = self.role == "learner" and config.kafka.publish_state
@@ -1104,6 +1107,7 @@ class Daemon:
             elif not missing and topic in self._missing_topics:
                 log.info("topic %s exists again", topic)
                 self._missing_topics.discard(topic)
+                self._held_since.pop(topic, None)
         assigned = list(consumer.assignment())
         added = [
             TopicPartition(topic, partition)
@@ -1207,14 +1211,27 @@ class Daemon:
         client fetched them with the partition leaders it knew before (seen when a broker
         restarted empty and the topic was created again with other messages). Their partitions
         are read again from the model's offsets once metadata showing the topic has been
-        checked (a new id: its offsets mean nothing to the model)."""
-        held = [record for record in records if record.topic in self._missing_topics]
-        if not held:
+        checked (a new id: its offsets mean nothing to the model). If the metadata still lacks
+        the topic after max(5 s, request_timeout_ms) while its messages keep coming, they are
+        handled, with a warning: the stream must not stop for it."""
+        now = time.monotonic()
+        holding = set()
+        for topic in {record.topic for record in records} & self._missing_topics:
+            since = self._held_since.setdefault(topic, now)
+            if now - since < self._verify_seconds():
+                if since == now:
+                    log.info("holding the messages of %s until the metadata shows the topic "
+                             "again", topic)
+                holding.add(topic)
+            elif since != -math.inf:
+                log.warning("messages of %s keep coming while the metadata has lacked the "
+                            "topic for %.0f s: reading on without the check of its id",
+                            topic, now - since)
+                self._held_since[topic] = -math.inf
+        if not holding:
             return records
-        log.info("holding %d messages of %s until the metadata shows the topic again",
-                 len(held), ", ".join(sorted({record.topic for record in held})))
-        self._seek_back(held)
-        return [record for record in records if record.topic not in self._missing_topics]
+        self._seek_back([record for record in records if record.topic in holding])
+        return [record for record in records if record.topic not in holding]
 
     def _seek_back(self, records: list[Any]) -> None:
         """Read the partitions of these records again from the model's offsets (or from the

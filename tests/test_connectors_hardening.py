@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import zipfile
@@ -816,3 +817,23 @@ def test_records_of_a_topic_the_metadata_lacks_wait_until_it_shows_the_topic(tmp
     assert consumer.seeks == [("in", 0, 20)]
     daemon._missing_topics.clear()  # the metadata shows it again, checked
     assert daemon._hold_missing_topics(records) == records
+
+
+def test_records_of_a_missing_topic_are_held_for_a_bounded_time_only(tmp_path, caplog):
+    """Metadata that keeps lacking a topic whose messages keep coming (a broker that answers
+    with no leader for it, say) must not stop its stream: after max(5 s, request_timeout) of
+    holding, the messages are handled, with one warning."""
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.offsets = {"in:0": 20}
+    daemon._consumer = consumer = _Seeking()
+    daemon._missing_topics = {"in"}
+    records = [_record(i, {"id": i, "x": {"a": 0.1}, "y": True}) for i in range(20, 23)]
+    assert daemon._hold_missing_topics(records) == []
+    daemon._held_since["in"] -= daemon._verify_seconds()  # as if it had been held that long
+    with caplog.at_level(logging.WARNING, logger="connectors.daemon"):
+        assert daemon._hold_missing_topics(records) == records
+        assert daemon._hold_missing_topics(records) == records
+    assert len(consumer.seeks) == 1
+    assert sum("reading on without the check" in r.getMessage() for r in caplog.records) == 1
