@@ -128,19 +128,19 @@ def test_unknown_query_features_fold_into_one_column_with_the_same_decision(kern
     padded[0, :2] = [0.3, -0.2]
     padded[0, 2:] = [query[f"u{i}"] for i in range(50_000)]
     full = model._engine.decision_function(padded)[0]  # support rows padded with zeros
-    kernel = model._engine.kernel
+    engine = model._engine
     widths = []
-    original = type(kernel).__call__
+    original = type(engine).decision_function
 
-    def recording(self, A, B):
-        widths.append(A.shape[1])
-        return original(self, A, B)
+    def recording(self, X):
+        widths.append(np.atleast_2d(X).shape[1])  # the width the kernel is evaluated at
+        return original(self, X)
 
-    type(kernel).__call__ = recording
+    type(engine).decision_function = recording
     try:
         folded = model.decision_function_one(query)
     finally:
-        type(kernel).__call__ = original
+        type(engine).decision_function = original
     assert folded == pytest.approx(full, rel=1e-12, abs=1e-12)
     assert widths == [3]  # the two known features and one for the 50,000 unknown ones
     assert model.n_features == 2 and model._engine.dim == 2

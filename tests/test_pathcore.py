@@ -491,3 +491,32 @@ def test_a_restored_engine_with_a_smaller_factor_walks_the_same_path_as_a_fresh_
     assert kept._margin.size > 64  # S outgrew the restored factor's room during the path
     np.testing.assert_array_equal(kept._alpha[: kept.n], fresh._alpha[: fresh.n])
     assert kept.b == fresh.b
+
+
+def test_rbf_decisions_by_the_compiled_kernel_equal_the_kernel_objects_own():
+    """RBF predictions go through the compiled kernel loop, PREDICT_CHUNK points at a time:
+    the same decision values as the kernel object's (SciPy's cdist and numpy's exp) to a few
+    ulps, for more points than one chunk, and for queries wider or narrower than the model."""
+    from stream_svm.engine import PREDICT_CHUNK, PathEngine
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((300, 3))
+    y = np.where(X[:, 0] * X[:, 2] > 0, 1.0, -1.0)
+    engine = PathEngine(make_kernel("rbf", gamma=0.8), C=3.0)
+    engine.update(X, y, keys=list(range(300)))
+    support, coef = engine._support()
+    queries = rng.standard_normal((2 * PREDICT_CHUNK + 7, 3))
+    expected = engine.kernel(queries, support) @ coef + engine.b
+    scale = np.abs(coef).sum() + abs(engine.b)
+    np.testing.assert_allclose(engine.decision_function(queries), expected, rtol=0,
+                               atol=1e-14 * scale)
+    wider = np.hstack([queries[:5], np.full((5, 2), 0.5)])  # features no stored point has
+    padded = np.hstack([support, np.zeros((support.shape[0], 2))])
+    np.testing.assert_allclose(engine.decision_function(wider),
+                               engine.kernel(wider, padded) @ coef + engine.b, rtol=0,
+                               atol=1e-14 * scale)
+    narrower = queries[:5, :2]  # the missing feature reads 0
+    np.testing.assert_allclose(
+        engine.decision_function(narrower),
+        engine.kernel(np.hstack([narrower, np.zeros((5, 1))]), support) @ coef + engine.b,
+        rtol=0, atol=1e-14 * scale)
