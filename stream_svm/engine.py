@@ -347,12 +347,16 @@ class PathEngine:
         ...                   keys=["a", "b", "c"])
         >>> engine.oldest_keys(2)
         ['a', 'b']
+        >>> engine.update(remove=["a"]).removed, engine.oldest_keys(1)
+        (1, ['b'])
         """
         n = self.n
         count = min(int(count), n)
         if count <= 0:
             return []
         sequence = self._seq[:n]
+        if count == 1:  # a window sliding by one point
+            return [self._keys[int(np.argmin(sequence))]]
         if count < n:  # the oldest few without sorting every point
             oldest = np.argpartition(sequence, count - 1)[:count]
             order = oldest[np.argsort(sequence[oldest], kind="stable")]
