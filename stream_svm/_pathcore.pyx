@@ -781,8 +781,8 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
 # The breakpoint loop (PathEngine._follow_path): everything that happens per breakpoint.
 #
 # It is resumable: when it needs Python (a kernel column of a user-callable kernel, or more
-# capacity for the margin set) it returns a request code with its state saved in the arrays
-# and scalars the caller owns, and the caller calls it again after serving the request.
+# capacity for the margin set) it returns a request code with its state saved in LoopArrays
+# (and in the engine's arrays), and the caller calls it again after serving the request.
 
 from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
@@ -799,8 +799,8 @@ cdef enum:
     ADDING = 3
     REMOVING = 4
 
-# Return codes of follow_path, and the slots of the float scalars (``fs``) and integer scalars
-# (``ints``) the loop keeps between calls.
+# Return codes of LoopArrays.follow, and the slots of the float scalars (``fs``) and integer
+# scalars (``ints``) the loop keeps between calls.
 cdef enum:
     DONE_ = 0
     NEED_COLUMN_ = 1
