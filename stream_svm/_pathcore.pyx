@@ -788,7 +788,6 @@ from libc.float cimport DBL_EPSILON
 from libc.math cimport fabs, INFINITY, isfinite, sqrt
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
-from scipy.linalg.cython_blas cimport dgemv
 
 import numpy as np
 
@@ -1231,11 +1230,8 @@ cdef int _follow(
     cdef double sens_max, d_alpha, margin_eta_min
     cdef bint any_active, bias_only, finish
     cdef signed char state
-    cdef int one = 1, lda_cols = columns.shape[1], lda_kd = K_D.shape[1], mm = <int>m
+    cdef Py_ssize_t lda_cols = columns.shape[1], lda_kd = K_D.shape[1]
     cdef double* row
-    cdef int nn = <int>n
-    cdef char notrans = b'N'
-    cdef double d_one = 1.0, d_zero = 0.0
     # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row,
     # then z = R^-T r for r = -driven_effect_S (kept up to date as S changes, see below).
     cdef double* beta_S = &work[capacity]
@@ -1287,8 +1283,10 @@ cdef int _follow(
                     beta_D[j] = y[D[j]] * ((C_ - alpha[D[j]]) if adding[j] else -alpha[D[j]])
                 else:
                     beta_D[j] = 0.0
-            dgemv(&notrans, &nn, &mm, &d_one, &K_D[0, 0], &lda_kd, &beta_D[0], &one, &d_zero,
-                  &driven_effect[0], &one)
+            # The compiled loop rather than BLAS's dgemv: this product is small, and a
+            # threaded BLAS would leave its threads spinning beside the caller (the daemon's
+            # Kafka threads) after every path.
+            stream_svm_columns_times(n, m, &K_D[0, 0], lda_kd, &beta_D[0], &driven_effect[0])
             ints[I_FRESH_] = 0
             ints[I_Z_VALID_] = 0
         beta_sum = 0.0
@@ -1738,6 +1736,23 @@ def admit_points(const double[:, ::1] block, const long[::1] new, const long[::1
             new_terms[c] = fabs(p[position]) + fabs(b) + h_abs[position] + margin_size
     free(found)
     return diagonal, reserved
+
+
+def rows_times(const double[:, ::1] rows, const double[::1] weights, double shift,
+               double[::1] out) -> None:
+    """``out[c] = rows[c] . weights + shift`` for every row (a prediction's kernel values
+    against the support vectors, times their coefficients, plus b), without the GIL and on
+    this thread alone: a threaded BLAS would leave threads spinning beside the caller after
+    every prediction, for a product too small to gain from them."""
+    cdef Py_ssize_t c, m = rows.shape[0], width = rows.shape[1]
+    if weights.shape[0] != width or out.shape[0] != m:
+        raise ValueError(f"{m} x {width} rows, {weights.shape[0]} weights, {out.shape[0]} outputs")
+    if width == 0:
+        out[:] = shift
+        return
+    with nogil:
+        for c in range(m):
+            out[c] = stream_svm_dot(width, &rows[c, 0], &weights[0]) + shift
 
 
 def count_free(const long[::1] members, const double[::1] alpha, double upper) -> int:

@@ -397,7 +397,7 @@ class PathEngine:
             features = np.ascontiguousarray(np.concatenate([support, part]).T)
             at = np.arange(stored, stored + part.shape[0])
             block = _compiled_block(kind, gamma, degree, coef0, features, stored, at)
-            values[start : start + part.shape[0]] = block.T @ coef + self.b
+            _pathcore.rows_times(block.T, coef, self.b, values[start : start + part.shape[0]])
         return values
 
     def dual_objective(self) -> float:

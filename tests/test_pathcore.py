@@ -520,3 +520,26 @@ def test_rbf_decisions_by_the_compiled_kernel_equal_the_kernel_objects_own():
         engine.decision_function(narrower),
         engine.kernel(np.hstack([narrower, np.zeros((5, 1))]), support) @ coef + engine.b,
         rtol=0, atol=1e-14 * scale)
+
+
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 300])
+def test_rows_times_gives_each_rows_product_with_the_weights_plus_the_shift(width):
+    rng = np.random.default_rng(width)
+    rows = rng.standard_normal((5, width))
+    weights = rng.standard_normal(width)
+    out = np.full(5, np.nan)
+    _pathcore.rows_times(rows, weights, 0.25, out)
+    scale = np.abs(rows) @ np.abs(weights) + 0.25
+    np.testing.assert_allclose(out, rows @ weights + 0.25, rtol=0, atol=1e-15 * scale.max())
+    empty = np.full(3, np.nan)
+    _pathcore.rows_times(np.zeros((3, 0)), np.zeros(0), -1.5, empty)
+    assert np.array_equal(empty, np.full(3, -1.5))
+
+
+def test_rows_times_refuses_shapes_that_do_not_match_and_writes_nothing():
+    out = np.full(4, 7.0)
+    with pytest.raises(ValueError, match="4 x 3 rows, 2 weights"):
+        _pathcore.rows_times(np.ones((4, 3)), np.ones(2), 0.0, out)
+    with pytest.raises(ValueError, match="3 outputs"):
+        _pathcore.rows_times(np.ones((4, 3)), np.ones(3), 0.0, out[:3])
+    assert np.array_equal(out, np.full(4, 7.0))
