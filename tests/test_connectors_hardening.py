@@ -583,6 +583,9 @@ class _Consumer:
 class _InterruptedProducer:
     """A producer interrupted while it sends (Ctrl-C in a program embedding the daemon)."""
 
+    def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
     def send(self, *args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
@@ -709,7 +712,11 @@ class _TooLargeProducer:
     def __init__(self, refused: bytes) -> None:
         self.refused, self.buffered, self.delivered = refused, [], []
 
-    def send(self, topic: str, key: Any = None, value: bytes = b"") -> Any:
+    def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"",
+             partition: int | None = None) -> Any:
         from kafka.errors import MessageSizeTooLargeError
 
         if value == self.refused:
@@ -749,6 +756,36 @@ def test_a_send_that_raises_does_not_send_the_ones_before_it_twice(tmp_path):
     assert daemon._deliver(sends) is False
     assert producer.delivered == [b"one", b"two"]  # each once, whatever the retries
 
+
+
+class _PartitionedProducer:
+    """A producer that records the partition each send names, for topics of 1 or 3 partitions."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any, int | None]] = []
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return {0} if topic == "one" else {0, 1, 2}
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"",
+             partition: int | None = None) -> Any:
+        self.sent.append((topic, key, partition))
+        future = _Future()
+        future.done = True
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_outputs_name_the_only_partition_and_leave_keyed_topics_to_the_partitioner(tmp_path):
+    """A topic of one partition gets its records there by name (no key hashing); a topic of
+    several keeps the producer's partitioner, so that an id's outputs stay on one partition."""
+    daemon = Daemon(_settings(tmp_path))
+    daemon._producer = producer = _PartitionedProducer()
+    sends = [("one", b"1", b"a"), ("three", b"1", b"b"), ("one", b"2", b"c")]
+    assert daemon._deliver(sends) is True
+    assert producer.sent == [("one", b"1", 0), ("three", b"1", None), ("one", b"2", 0)]
 
 class _Seeking(_Consumer):
     """A consumer that records seeks."""
