@@ -35,9 +35,13 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     ...
     KeyError: 'key nan is not equal to itself (NaN) ...'
     """
+    always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
-        if type(key) in _ALWAYS_EQUAL_TO_ITSELF:
+        kind = type(key)
+        if kind in always:
             continue  # (most keys: one set lookup instead of a comparison)
+        if kind is tuple and always.issuperset(map(type, key)):
+            continue  # a tuple of such items, e.g. (batch, row): one pass in C
         if not _equals_itself(key):
             raise KeyError(
                 f"key {shown(key)} is not equal to itself (NaN): no point could be found by it "
