@@ -90,6 +90,7 @@ def bare_loop(servers: str, source: str, target: str, n: int, max_batch: int,
             message = json.loads(record.value)
             answer = {"id": message["id"], "prediction": False, "score": 0.0,
                       "source": {"topic": record.topic, "offset": record.offset}}
+            # (_topics creates every topic with one partition: 0 is the partitioner's choice)
             producer.send(target, key=str(message["id"]).encode(), value=encode(answer),
                           partition=0 if name_partition else None)
         producer.flush()

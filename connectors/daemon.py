@@ -97,10 +97,19 @@ def _freeze_start() -> None:
     gc.collect()
     gc.freeze()
 
-def _only_partition(partitions: set[int] | None) -> int | None:
+
+def _only_partition(producer: Any, topic: str) -> int | None:
     """The partition of a topic that has one, else None (the producer's partitioner picks).
     Naming it skips the partitioner, which hashes every key in Python (murmur2, about a fifth
-    of a send); a topic of one partition gets every record there anyway."""
+    of a send); a topic of one partition gets every record there anyway. A topic whose
+    metadata the broker refuses (e.g. not authorized) is left to ``send``, which reports that
+    on each of its records' futures, so that the batch's other topics are delivered."""
+    from kafka.errors import BrokerResponseError
+
+    try:
+        partitions = producer.partitions_for(topic)
+    except BrokerResponseError:
+        return None
     if partitions is not None and len(partitions) == 1:
         return next(iter(partitions))
     return None
@@ -1579,9 +1588,10 @@ class Daemon:
             # (already set: the retries would run back to back).
             wake = self._second_stop if self.stop_event.is_set() else self.stop_event
             try:
-                only = {topic: _only_partition(self._producer.partitions_for(topic))
-                        for topic in {send[0] for send in sends}}
+                only: dict[str, int | None] = {}
                 for topic, key, value in sends:
+                    if topic not in only:  # (in the records' order, as send waits for metadata)
+                        only[topic] = _only_partition(self._producer, topic)
                     futures.append(self._producer.send(topic, key=key, value=value,
                                                        partition=only[topic]))
                 self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)

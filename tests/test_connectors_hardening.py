@@ -787,6 +787,48 @@ def test_outputs_name_the_only_partition_and_leave_keyed_topics_to_the_partition
     assert daemon._deliver(sends) is True
     assert producer.sent == [("one", b"1", 0), ("three", b"1", None), ("one", b"2", 0)]
 
+
+class _UnauthorizedTopicProducer(_PartitionedProducer):
+    """A producer whose broker refuses the metadata of topic "dead" (not authorized) until
+    it is granted; a record sent there meanwhile fails on its future, as kafka-python's send
+    reports such an error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.granted = False
+
+    def partitions_for(self, topic: str) -> set[int]:
+        from kafka.errors import TopicAuthorizationFailedError
+
+        if topic == "dead" and not self.granted:
+            raise TopicAuthorizationFailedError("dead")
+        return {0}
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"",
+             partition: int | None = None) -> Any:
+        future = super().send(topic, key, value, partition)
+        future.done = topic != "dead" or self.granted
+        return future
+
+
+def test_a_topic_whose_metadata_is_refused_does_not_hold_back_the_others(tmp_path):
+    config = _settings(tmp_path, **{"retry.initial_backoff_seconds": 0.001,
+                                    "retry.max_backoff_seconds": 0.001})
+    daemon = Daemon(config)
+    daemon._producer = producer = _UnauthorizedTopicProducer()
+    waits = []
+
+    def wait(delay: float | None = None) -> bool:
+        waits.append(delay)
+        producer.granted = True  # the next attempt finds the topic authorized
+        return False
+    daemon.stop_event.wait = wait  # type: ignore[method-assign]
+    sends = [("one", b"1", b"a"), ("dead", b"1", b"why"), ("one", b"2", b"c")]
+    assert daemon._deliver(sends) is True
+    assert len(waits) == 1  # one retry, of the dead letter alone
+    assert producer.sent == [("one", b"1", 0), ("dead", b"1", None), ("one", b"2", 0),
+                             ("dead", b"1", 0)]
+
 class _Seeking(_Consumer):
     """A consumer that records seeks."""
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from stream_svm._input import FeatureSpace, parse_binary_label
+from stream_svm._input import FeatureSpace, check_findable_keys, parse_binary_label
 
 
 @pytest.mark.parametrize("y,expected", [(True, 1.0), (1, 1.0), (1.0, 1.0), (np.True_, 1.0),
@@ -180,3 +180,16 @@ def test_minus_one_labels_without_classes_warn_once_at_the_callers_line(model, m
         for x, y in [(0.0, -1), (1.0, 1), (2.0, -1), (3.0, 1)]:
             explicit.learn_one({"a": x}, y)
         assert {explicit.predict_one({"a": 0.0}), explicit.predict_one({"a": 3.0})} <= {-1, 1}
+
+
+@pytest.mark.parametrize("key", [math.nan, ("t", math.nan), ("t", ("u", math.nan)),
+                                 (1, np.float64("nan")), ("t", (2, (3, float("nan"))))])
+def test_a_key_holding_nan_anywhere_is_refused(key):
+    with pytest.raises(KeyError, match="not equal to itself"):
+        check_findable_keys([1, key])
+
+
+@pytest.mark.parametrize("key", [(1, "a", b"b", True), (), ("t", (1, 2)), (np.int64(3), "x"),
+                                 1.5])
+def test_keys_equal_to_themselves_pass(key):
+    check_findable_keys(["a", key])
