@@ -383,14 +383,24 @@ class PathEngine:
         elif X.shape[1] < support.shape[1]:
             X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        values = np.empty(X.shape[0])
+        if kind == _pathcore.KERNEL_LINEAR:
+            # f(x) = <w, x> + b with w = sum_s coef_s x_s: O(dim) per point, not O(|SV| dim),
+            # by compiled loops on this thread (a threaded BLAS would leave its threads
+            # spinning beside the caller's after every prediction).
+            weights = np.empty(support.shape[1])
+            _pathcore.rows_times(np.ascontiguousarray(support.T), coef, 0.0, weights)
+            _pathcore.rows_times(np.ascontiguousarray(X), weights, self.b, values)
+            return values
         if kind != _pathcore.KERNEL_RBF:
-            # Features too large for the kernel give inf or nan here; callers check the
-            # values, so numpy's overflow warnings would only be noise on every prediction.
+            # A polynomial (numpy's matrix product and power are faster than the loop's pow)
+            # or a user's kernel. Features too large for the kernel give inf or nan here;
+            # callers check the values, so numpy's overflow warnings would only be noise.
             with np.errstate(over="ignore", invalid="ignore"):
                 return self.kernel(X, support) @ coef + self.b
         # RBF: the compiled kernel loop, as in training (the same squared distances as SciPy's
-        # cdist, and the loop's exp), PREDICT_CHUNK points at a time (bounded memory).
-        values = np.empty(X.shape[0])
+        # cdist, and the loop's exp), PREDICT_CHUNK points at a time (bounded memory), on
+        # this thread.
         stored = support.shape[0]
         for start in range(0, X.shape[0], PREDICT_CHUNK):
             part = X[start : start + PREDICT_CHUNK]

@@ -543,3 +543,36 @@ def test_rows_times_refuses_shapes_that_do_not_match_and_writes_nothing():
     with pytest.raises(ValueError, match="3 outputs"):
         _pathcore.rows_times(np.ones((4, 3)), np.ones(3), 0.0, out[:3])
     assert np.array_equal(out, np.full(4, 7.0))
+
+
+@pytest.mark.parametrize("name, params", [("linear", {}),
+                                          ("poly", {"gamma": 0.5, "degree": 3, "coef0": 1.0})])
+def test_linear_and_polynomial_decisions_equal_the_kernel_objects_own(name, params):
+    """Linear predictions go through the primal weights w = sum_s coef_s x_s, polynomial ones
+    through the kernel object: the same decision values as the kernel sum to the round-off of
+    the sums, for any number of points and for wider or narrower queries."""
+    from stream_svm.engine import PREDICT_CHUNK, PathEngine
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((200, 4))
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] ** 2 > 0.3, 1.0, -1.0)
+    engine = PathEngine(make_kernel(name, **params), C=2.0)
+    engine.update(X, y, keys=list(range(200)))
+    support, coef = engine._support()
+    assert coef.size > 10
+    queries = rng.standard_normal((PREDICT_CHUNK + 3, 4))
+
+    def check(batch: np.ndarray, as_stored: np.ndarray, stored: np.ndarray) -> None:
+        values = engine.kernel(as_stored, stored)
+        scale = np.abs(values) @ np.abs(coef) + abs(engine.b)
+        got = engine.decision_function(batch)
+        assert got.shape == (batch.shape[0],)
+        np.testing.assert_allclose(got, values @ coef + engine.b, rtol=0,
+                                   atol=1e-13 * max(scale.max(initial=0.0), 1.0))
+
+    for batch in (queries, queries[:1], queries[:0]):
+        check(batch, batch, support)
+    wider = np.hstack([queries[:5], np.full((5, 2), 0.5)])  # features no stored point has
+    check(wider, wider, np.hstack([support, np.zeros((support.shape[0], 2))]))
+    narrower = queries[:5, :3]  # the missing feature reads 0
+    check(narrower, np.hstack([narrower, np.zeros((5, 1))]), support)
