@@ -7,7 +7,6 @@ no BLAS of our own is linked. Every function works in place on arrays the engine
 releases the GIL while it computes.
 """
 
-from libc.math cimport pow
 from scipy.linalg.cython_blas cimport drot, drotg
 
 cdef enum:
@@ -680,8 +679,43 @@ cdef extern from *:
         }
     }
 
+    /* (gamma v + coef0)^degree in place for n values, degree >= 1: by repeated squaring, 256
+       values at a time (each pass over them vectorizes), the same multiplications in the same
+       order for every value whatever the vector width. Within a few ulps of pow, which took
+       about 10 ns a value (five times the rest of a polynomial column at 20 features). */
+    STREAM_SVM_CLONES
+    static void stream_svm_poly_values(Py_ssize_t n, double gamma, double coef0, long degree,
+                                       double *STREAM_SVM_RESTRICT values)
+    {
+        double base[256];
+        Py_ssize_t start, i, m;
+        long e;
+        int first;
+        for (start = 0; start < n; start += 256) {
+            double *STREAM_SVM_RESTRICT v = values + start;
+            m = n - start < 256 ? n - start : 256;
+            for (i = 0; i < m; i++) base[i] = gamma * v[i] + coef0;
+            first = 1;
+            for (e = degree; e > 0; e >>= 1) {
+                if (e & 1) {
+                    if (first) {
+                        for (i = 0; i < m; i++) v[i] = base[i];
+                    } else {
+                        for (i = 0; i < m; i++) v[i] = v[i] * base[i];
+                    }
+                    first = 0;
+                }
+                if (e > 1) {
+                    for (i = 0; i < m; i++) base[i] = base[i] * base[i];
+                }
+            }
+        }
+    }
+
     """
     double stream_svm_dot(Py_ssize_t k, const double* a, const double* b) noexcept nogil
+    void stream_svm_poly_values(Py_ssize_t n, double gamma, double coef0, long degree,
+                                double* values) noexcept nogil
     void stream_svm_solve_transposed(Py_ssize_t k, const double* R, Py_ssize_t lda,
                                      double* x) noexcept nogil
     void stream_svm_solve(Py_ssize_t k, const double* R, Py_ssize_t lda, double* x) noexcept nogil
@@ -773,8 +807,7 @@ def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] position
                 for i in range(n):
                     column[i] = -gamma * column[i]
             elif kind == POLY:
-                for i in range(n):
-                    column[i] = pow(gamma * column[i] + coef0, degree)
+                stream_svm_poly_values(n, gamma, coef0, degree, column)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1168,9 +1201,9 @@ cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, dou
     if kernel_kind == RBF:
         stream_svm_rbf_values(n, gamma, out)  # in [0, 1]: finite
     else:
+        if kernel_kind == POLY:
+            stream_svm_poly_values(n, gamma, coef0, degree, out)
         for i in range(n):
-            if kernel_kind == POLY:
-                out[i] = pow(gamma * out[i] + coef0, degree)
             if not isfinite(out[i]):
                 return 1
     out[p] += ridge

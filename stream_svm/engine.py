@@ -392,15 +392,14 @@ class PathEngine:
             _pathcore.rows_times(np.ascontiguousarray(support.T), coef, 0.0, weights)
             _pathcore.rows_times(np.ascontiguousarray(X), weights, self.b, values)
             return values
-        if kind != _pathcore.KERNEL_RBF:
-            # A polynomial (numpy's matrix product and power are faster than the loop's pow)
-            # or a user's kernel. Features too large for the kernel give inf or nan here;
-            # callers check the values, so numpy's overflow warnings would only be noise.
+        if kind < 0:
+            # A user's kernel. Features too large for it give inf or nan here; callers check
+            # the values, so numpy's overflow warnings would only be noise on every prediction.
             with np.errstate(over="ignore", invalid="ignore"):
                 return self.kernel(X, support) @ coef + self.b
-        # RBF: the compiled kernel loop, as in training (the same squared distances as SciPy's
-        # cdist, and the loop's exp), PREDICT_CHUNK points at a time (bounded memory), on
-        # this thread.
+        # RBF and polynomial: the compiled kernel loop, as in training (for RBF the same
+        # squared distances as SciPy's cdist, and the loop's exp), PREDICT_CHUNK points at a
+        # time (bounded memory), on this thread.
         stored = support.shape[0]
         for start in range(0, X.shape[0], PREDICT_CHUNK):
             part = X[start : start + PREDICT_CHUNK]
