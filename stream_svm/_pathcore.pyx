@@ -681,8 +681,10 @@ cdef extern from *:
 
     /* (gamma v + coef0)^degree in place for n values, degree >= 1: by repeated squaring, 256
        values at a time (each pass over them vectorizes), the same multiplications in the same
-       order for every value whatever the vector width. Within a few ulps of pow, which took
-       about 10 ns a value (five times the rest of a polynomial column at 20 features). */
+       order for every value whatever the vector width. Its rounding error grows with the
+       degree (measured against pow: 1 ulp at degree 3, 8 at 13, 46 at 64), as a power of the
+       base's own rounding does; pow took about 10 ns a value, five times the rest of a
+       polynomial column at 20 features. */
     STREAM_SVM_CLONES
     static void stream_svm_poly_values(Py_ssize_t n, double gamma, double coef0, long degree,
                                        double *STREAM_SVM_RESTRICT values)

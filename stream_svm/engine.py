@@ -259,6 +259,8 @@ class PathEngine:
         # with the data (features times s and C / s^2 is the same problem for a linear kernel).
         self._diag_scale = 0.0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
+        # A linear kernel's primal weights, with the support-vector cache they came from.
+        self._weights_cache: tuple[tuple, np.ndarray] | None = None
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
         self.updates_total = 0
@@ -371,27 +373,39 @@ class PathEngine:
             self._sv_cache = (self._X[sv], self._alpha[sv] * self._y[sv])
         return self._sv_cache
 
+    def _primal_weights(self) -> np.ndarray:
+        """w = sum_s coef_s x_s over the support vectors, for a linear kernel (kept until the
+        support vectors change)."""
+        support, coef = self._support()
+        cached = self._weights_cache
+        if cached is None or cached[0] is not self._sv_cache:
+            weights = np.empty(support.shape[1])
+            _pathcore.rows_times(np.ascontiguousarray(support.T), coef, 0.0, weights)
+            cached = self._weights_cache = (self._sv_cache, weights)
+        return cached[1]
+
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """f(x) for each row of X; columns beyond ``dim`` are features no stored point has."""
         X = np.atleast_2d(np.asarray(X, dtype=float))
         support, coef = self._support()
         if coef.size == 0:
             return np.full(X.shape[0], self.b)
+        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
+        values = np.empty(X.shape[0])
+        if kind == _pathcore.KERNEL_LINEAR:
+            # f(x) = <w, x> + b: O(dim) per point, not O(|SV| dim), by a compiled loop on this
+            # thread (a threaded BLAS would leave its threads spinning beside the caller's
+            # after every prediction). Features no stored point has weigh 0; missing ones read 0.
+            weights = self._primal_weights()
+            width = min(X.shape[1], weights.size)
+            _pathcore.rows_times(np.ascontiguousarray(X[:, :width]), weights[:width], self.b,
+                                 values)
+            return values
         if X.shape[1] > support.shape[1]:
             padding = np.zeros((support.shape[0], X.shape[1] - support.shape[1]))
             support = np.hstack([support, padding])
         elif X.shape[1] < support.shape[1]:
             X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
-        kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
-        values = np.empty(X.shape[0])
-        if kind == _pathcore.KERNEL_LINEAR:
-            # f(x) = <w, x> + b with w = sum_s coef_s x_s: O(dim) per point, not O(|SV| dim),
-            # by compiled loops on this thread (a threaded BLAS would leave its threads
-            # spinning beside the caller's after every prediction).
-            weights = np.empty(support.shape[1])
-            _pathcore.rows_times(np.ascontiguousarray(support.T), coef, 0.0, weights)
-            _pathcore.rows_times(np.ascontiguousarray(X), weights, self.b, values)
-            return values
         if kind < 0:
             # A user's kernel. Features too large for it give inf or nan here; callers check
             # the values, so numpy's overflow warnings would only be noise on every prediction.
@@ -494,7 +508,7 @@ class PathEngine:
         state = self.__dict__.copy()
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
-        state["_undo"] = state["_loop_arrays"] = None
+        state["_undo"] = state["_loop_arrays"] = state["_weights_cache"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -505,6 +519,7 @@ class PathEngine:
         self.__dict__.setdefault("_undo", None)
         self.__dict__.pop("_scratch", None)  # (scratch of older versions)
         self.__dict__.setdefault("_loop_arrays", None)
+        self.__dict__.setdefault("_weights_cache", None)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0

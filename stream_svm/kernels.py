@@ -95,11 +95,18 @@ class RBFKernel(Kernel):
         return np.ones(A.shape[0])
 
 
+_MAX_DEGREE = 2**31 - 1
+
+
 class PolynomialKernel(Kernel):
     name = "poly"
 
     def __init__(self, gamma: float, degree: int, coef0: float) -> None:
-        self.gamma, self.degree, self.coef0 = gamma, degree, coef0
+        # (The compiled loop takes the power by repeated squaring, in a C int.)
+        if (isinstance(degree, bool) or not isinstance(degree, (int, np.integer))
+                or not 1 <= degree <= _MAX_DEGREE):
+            raise ValueError(f"degree must be an integer from 1 to {_MAX_DEGREE}, got {degree!r}")
+        self.gamma, self.degree, self.coef0 = gamma, int(degree), coef0
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         return (self.gamma * (A @ B.T) + self.coef0) ** self.degree
@@ -154,12 +161,10 @@ def make_kernel(
     if kernel == "rbf":
         return RBFKernel(gamma)
     g = _check_positive("gamma", gamma)
-    if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
-        raise ValueError(f"degree must be an integer >= 1, got {degree!r}")
     if isinstance(coef0, bool) or not isinstance(coef0, (int, float, np.number)):
         raise TypeError(f"coef0 must be a number, got {coef0!r}")
     if not np.isfinite(coef0) or coef0 < 0:
         # A negative offset makes the polynomial kernel indefinite.
         raise ValueError(f"coef0 must be finite and >= 0 for a positive semi-definite kernel, "
                          f"got {coef0!r}")
-    return PolynomialKernel(g, int(degree), float(coef0))
+    return PolynomialKernel(g, degree, float(coef0))

@@ -576,13 +576,34 @@ def test_linear_and_polynomial_decisions_equal_the_kernel_objects_own(name, para
     check(wider, wider, np.hstack([support, np.zeros((support.shape[0], 2))]))
     narrower = queries[:5, :3]  # the missing feature reads 0
     check(narrower, np.hstack([narrower, np.zeros((5, 1))]), support)
+    # After updates that change the support vectors (the linear weights are kept until then).
+    before = engine.decision_function(queries[:7])
+    engine.update(X[:40] + 0.3, -y[:40], keys=list(range(200, 240)), remove=list(range(40)))
+    support, coef = engine._support()
+    check(queries, queries, support)
+    assert not np.allclose(engine.decision_function(queries[:7]), before)
+    engine.update(remove=list(range(40, 200)) + list(range(200, 240)))
+    assert np.array_equal(engine.decision_function(queries[:3]), np.full(3, engine.b))
 
 
-@pytest.mark.parametrize("degree", [1, 2, 3, 4, 5, 7, 8, 13])
-def test_polynomial_columns_are_within_a_few_ulps_of_pow_at_any_degree(degree):
+def _power_by_squaring(base: np.ndarray, degree: int) -> np.ndarray:
+    """base ** degree by the multiplications stream_svm_poly_values makes, in its order."""
+    result, square, exponent = None, base.copy(), degree
+    while exponent:
+        if exponent & 1:
+            result = square.copy() if result is None else result * square
+        exponent >>= 1
+        if exponent:
+            square = square * square
+    return result
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 4, 5, 7, 8, 13, 64])
+def test_polynomial_columns_take_the_power_by_repeated_squaring(degree):
     """The polynomial kernel's power is taken by repeated squaring (pow took most of a
-    column's time): within a few ulps of pow for bases of either sign, inf where pow
-    overflows, for columns longer than one pass of 256 values."""
+    column's time): the same bits as those multiplications in numpy, for bases of either
+    sign, inf where they overflow, over more than one pass of 256 values; close to pow, the
+    error growing with the degree."""
     rng = np.random.default_rng(degree)
     n = 600
     X = np.ascontiguousarray(rng.standard_normal((n, 3)))
@@ -595,10 +616,22 @@ def test_polynomial_columns_are_within_a_few_ulps_of_pow_at_any_degree(degree):
     dots = np.zeros((2, n))  # the same inner products, by the linear kernel's loop
     _pathcore.kernel_columns(_pathcore.KERNEL_LINEAR, features, n, positions, 0.0, 1, 0.0,
                              dots)
+    base = 0.7 * dots.T - 0.3
     with np.errstate(over="ignore", invalid="ignore"):
-        expected = np.power(0.7 * dots.T - 0.3, float(degree))  # the C library's pow
+        assert np.array_equal(out.T, _power_by_squaring(base, degree), equal_nan=True)
+        expected = np.power(base, float(degree))  # the C library's pow
     finite = np.isfinite(expected)
     np.testing.assert_allclose(out.T[finite], expected[finite], rtol=1e-15 * degree, atol=0)
     assert np.array_equal(out.T[~finite], expected[~finite])
     if degree >= 4:
         assert not finite.all()
+
+
+@pytest.mark.parametrize("degree", [0, -1, 2.0, True, 2**31])
+def test_a_polynomial_kernel_refuses_a_degree_that_is_not_a_positive_int(degree):
+    from stream_svm.kernels import PolynomialKernel
+
+    with pytest.raises(ValueError, match="degree must be an integer from 1"):
+        PolynomialKernel(1.0, degree, 1.0)
+    with pytest.raises(ValueError, match="degree must be an integer from 1"):
+        make_kernel("poly", degree=degree)
