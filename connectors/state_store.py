@@ -18,10 +18,14 @@ Keys, and why no crash can leave a model without a state
     sequences of one epoch use different slots (double buffering): a publish of sequence s that
     dies half-way can only damage the keys of slot s % 2, and sequence s - 1 stays whole in the
     other slot. Each epoch has keys of its own, so two owners never overwrite each other.
-    A new owner also writes a *claim* record ``{"claim": true, "epoch": e, "model": model_id}``
-    (see :meth:`StateStore.claim_epoch`) so that its epoch is taken even before its first state.
-    Its value names the store that wrote it (``owner``, random per store), so that a store
-    recognizes its own claim when a claim's acknowledgement was lost and it claims again.
+    A new owner also writes a *claim* record, key
+    ``{"claim": true, "epoch": e, "model": model_id, "owner": token}`` (see
+    :meth:`StateStore.claim_epoch`), so that its epoch is taken even before its first state.
+    ``token`` names the store that wrote it (random per store, :attr:`StateStore.owner_token`):
+    a store recognizes its own claim when a claim's acknowledgement was lost and it claims
+    again, and two owners' claims of one epoch have different keys, so compaction keeps both
+    and the first one, which won the epoch, stays readable as the first. (Claim keys without
+    ``owner``, as earlier versions wrote them, are still read: their value names the owner.)
 
 Values
     ``b"SSVS"``, one byte format version, a 4-byte big-endian header length, the header (UTF-8
@@ -217,14 +221,21 @@ def chunk_key(model_id: Any, epoch: int, sequence: int, chunk: int) -> bytes:
     return _canonical({"chunk": chunk, "epoch": epoch, "model": model, "slot": sequence % 2})
 
 
-def claim_key(model_id: Any, epoch: int) -> bytes:
-    """The record key of the claim of ``epoch`` for a model (see :meth:`StateStore.claim_epoch`).
+def claim_key(model_id: Any, epoch: int, owner: str | None = None) -> bytes:
+    """The record key of the claim of ``epoch`` for a model by the store whose
+    :attr:`StateStore.owner_token` is ``owner`` (see :meth:`StateStore.claim_epoch`); without
+    ``owner``, the key of a claim written before claims named their owner in the key.
 
-    >>> claim_key([3, None], 1)
-    b'{"claim":true,"epoch":1,"model":[3,null]}'
+    >>> claim_key([3, None], 1, "9f0c")
+    b'{"claim":true,"epoch":1,"model":[3,null],"owner":"9f0c"}'
     """
     model = _jsonable_id(normalize_model_id(model_id))
-    return _canonical({"claim": True, "epoch": epoch, "model": model})
+    document: dict[str, Any] = {"claim": True, "epoch": epoch, "model": model}
+    if owner is not None:
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"a claim's owner is a non-empty string, not {owner!r}")
+        document["owner"] = owner
+    return _canonical(document)
 
 
 @dataclass(frozen=True)
@@ -233,6 +244,7 @@ class _Key:
     epoch: int
     slot: int | None  # None for a claim
     chunk: int | None
+    owner: str | None = None  # a claim's owner token, when its key names it
 
 
 def _parse_key(raw: bytes | None) -> _Key | None:
@@ -249,6 +261,11 @@ def _parse_key(raw: bytes | None) -> _Key | None:
             return None
         if set(document) == {"claim", "epoch", "model"} and document["claim"] is True:
             return _Key(model, epoch, None, None)
+        if set(document) == {"claim", "epoch", "model", "owner"} and document["claim"] is True:
+            owner = document["owner"]
+            if not isinstance(owner, str) or not owner:
+                return None
+            return _Key(model, epoch, None, None, owner)
         if set(document) != {"chunk", "epoch", "model", "slot"}:
             return None
         slot, chunk = document["slot"], document["chunk"]
@@ -418,6 +435,12 @@ class StateStore:
         #: written in this store's claims: its own claims are told from other owners' by it
         self._owner_token = uuid.uuid4().hex
         self._check_options()
+
+    @property
+    def owner_token(self) -> str:
+        """This store's random token, written in the keys of its claims (see
+        :func:`claim_key`): how it tells its own claims from other owners'."""
+        return self._owner_token
 
     # ----------------------------------------------------------------- clients
 
@@ -812,7 +835,7 @@ class StateStore:
         partition = self.partition_of(model, self._partitions(deadline))
         header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
                   "owner": self._owner_token}
-        key = claim_key(model, epoch)
+        key = claim_key(model, epoch, self._owner_token)
         [written] = self._send_all([(key, _encode_value(header))], partition, deadline,
                                    f"claiming epoch {epoch} of model {_jsonable_id(model)}")
         start = self._read_until.get(partition, 0)
@@ -835,8 +858,8 @@ class StateStore:
     def _claimed_here(self, model: Hashable, epoch: int) -> bool:
         """Whether the first claim of ``epoch`` this store has read is one it wrote itself, and
         no state of that epoch is known (this store publishes only after a claim it saw
-        succeed; a state there is another owner's, whose claim compaction may have replaced
-        by a later losing one)."""
+        succeed; a state there is another owner's, whose claim keyed without its owner
+        compaction may have replaced by a later losing one)."""
         view = self._views.get(model)
         if view is None or view.claimed_epoch != epoch or not view.claimed_here:
             return False
@@ -977,7 +1000,8 @@ class StateStore:
                     and parsed.epoch > view.claimed_epoch):
                 # (A claim whose owner cannot be read counts as another owner's.)
                 view.claimed_epoch = parsed.epoch
-                view.claimed_here = _claim_owner(record) == self._owner_token
+                owner = parsed.owner if parsed.owner is not None else _claim_owner(record)
+                view.claimed_here = owner == self._owner_token
             keys = live.setdefault(parsed.model, {}) if rebuild else view.live
             if record.value is None:
                 keys.pop(bytes(record.key), None)

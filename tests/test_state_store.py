@@ -20,6 +20,8 @@ from connectors.state_store import (
     _decode_value,
     _encode_payload,
     _encode_value,
+    _parse_key,
+    _Record,
     chunk_key,
     claim_key,
     normalize_model_id,
@@ -147,6 +149,48 @@ def test_consecutive_sequences_use_different_keys_and_epochs_never_share_one():
     assert chunk_key([3, None], 0, 0, 0) != chunk_key([4, None], 0, 0, 0)
     assert chunk_key((3, None), 1, 2, 0) == chunk_key([3, None], 1, 2, 0)
     assert chunk_key([3, None], 1, 2, 0) == b'{"chunk":0,"epoch":1,"model":[3,null],"slot":0}'
+
+
+def test_claims_of_one_epoch_by_two_owners_have_different_keys_and_old_claim_keys_still_parse():
+    model = [3, None]
+    assert claim_key(model, 1, "a1") != claim_key(model, 1, "b2")
+    assert _parse_key(claim_key(model, 1, "a1")).owner == "a1"
+    # a claim key written without its owner (earlier versions) is still a claim of the epoch
+    legacy = _parse_key(b'{"claim":true,"epoch":1,"model":[3,null]}')
+    assert (legacy.model, legacy.epoch, legacy.slot, legacy.owner) == ((3, None), 1, None, None)
+    for bad_owner in ("", 7):
+        with pytest.raises(ValueError, match="owner"):
+            claim_key(model, 1, bad_owner)
+        assert _parse_key(b'{"claim":true,"epoch":1,"model":[3,null],"owner":%s}'
+                          % (b'""' if bad_owner == "" else b"7")) is None
+
+
+def _claim_record(store: StateStore, offset: int, model: Any, epoch: int) -> _Record:
+    header = {"kind": "claim", "model": model, "epoch": epoch, "owner": store.owner_token}
+    return _Record(0, offset, claim_key(model, epoch, store.owner_token), _encode_value(header))
+
+
+def _compacted(records: list[_Record]) -> list[_Record]:
+    """What log compaction leaves: the newest record of each key, in offset order."""
+    newest = {record.key: record for record in records}
+    return sorted(newest.values(), key=lambda record: record.offset)
+
+
+def test_compaction_keeps_the_winning_claim_so_the_loser_never_takes_it_for_its_own():
+    # Two owners claim epoch 1 of a model at once: the winner's claim lands first, the loser's
+    # second (the loser's claim_epoch raised StaleEpochError, or lost its acknowledgement).
+    # Compaction runs before the winner's first state. Had both claims one key, compaction
+    # would keep the loser's alone: reading the topic again, the loser would find its own
+    # claim first, and a retried claim_epoch would hand it epoch 1 beside the winner.
+    winner = StateStore("127.0.0.1:9", "state", timeout=1.0)  # never connects
+    loser = StateStore("127.0.0.1:9", "state", timeout=1.0)
+    records = [_claim_record(winner, 10, "m", 1), _claim_record(loser, 11, "m", 1)]
+    for store in (winner, loser):
+        store._apply(_compacted(records), rebuild=True)  # as its read of the topic does
+        store._read_until = {0: 12}
+    assert winner._claimed_here("m", 1)
+    assert not loser._claimed_here("m", 1)
+    assert loser.next_epoch("m") == 2  # claiming again goes above the winner
 
 
 def test_model_ids_are_normalized_and_ambiguous_ones_refused():
@@ -367,8 +411,8 @@ def test_a_zombie_cannot_replace_the_new_owners_state(broker, store_of):  # noqa
                     sequence=4)
     # B's first state tombstoned the epoch-0 keys (and A's claim) it had seen
     tombstoned = {r.key for r in raw_records(servers, topic) if r.value is None}
-    assert {chunk_key([3, None], 0, s, 0) for s in (2, 3)} | {claim_key([3, None], 0)} \
-        <= tombstoned
+    assert {chunk_key([3, None], 0, s, 0) for s in (2, 3)} \
+        | {claim_key([3, None], 0, owner_a.owner_token)} <= tombstoned
     # A wakes up, never having re-read the topic, and publishes with its old epoch
     owner_a.publish([3, None], arrays_of(99), {"owner": "A"}, next_offset=99, epoch=0,
                     sequence=99)
@@ -470,7 +514,7 @@ def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
     _lose_acknowledgements(owner, monkeypatch)
     with pytest.raises(StateStoreError, match="simulated"):
         owner.claim_epoch(("m", 0), newest_known=0)
-    assert [claim_key(("m", 0), 1)] == [
+    assert [claim_key(("m", 0), 1, owner.owner_token)] == [
         r.key for r in raw_records(broker.bootstrap_servers, topic) if b"claim" in r.key]
     if read_since:  # the owner has read its own claim of epoch 1 (restore, or another model)
         owner.restore()
