@@ -391,13 +391,13 @@ class PathEngine:
         if coef.size == 0:
             return np.full(X.shape[0], self.b)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
-        values = np.empty(X.shape[0])
         if kind == _pathcore.KERNEL_LINEAR:
             # f(x) = <w, x> + b: O(dim) per point, not O(|SV| dim), by a compiled loop on this
             # thread (a threaded BLAS would leave its threads spinning beside the caller's
             # after every prediction). Features no stored point has weigh 0; missing ones read 0.
             weights = self._primal_weights()
             width = min(X.shape[1], weights.size)
+            values = np.empty(X.shape[0])
             _pathcore.rows_times(np.ascontiguousarray(X[:, :width]), weights[:width], self.b,
                                  values)
             return values
@@ -415,6 +415,7 @@ class PathEngine:
         # squared distances as SciPy's cdist, and the loop's exp), PREDICT_CHUNK points at a
         # time (bounded memory), on this thread.
         stored = support.shape[0]
+        values = np.empty(X.shape[0])
         for start in range(0, X.shape[0], PREDICT_CHUNK):
             part = X[start : start + PREDICT_CHUNK]
             features = np.ascontiguousarray(np.concatenate([support, part]).T)
