@@ -139,6 +139,83 @@ def test_the_exp_chosen_for_this_processor_gives_the_portable_loops_bits():
     assert np.any((values > 0) & (values < np.finfo(float).tiny))
 
 
+def _events_by_the_rule(mode, db, y, driven, change, status, blocked, gap, g, tol_g):
+    """The breakpoint's pass written out with numpy: sensitivities, then each point's step
+    to its event (error and added points rising to the margin, reserve points falling to it
+    or, with a finite gap, rising to their other side; none when blocked)."""
+    from stream_svm.engine import ADDING, ERROR, RESERVE
+    value = {0: y * ((change + driven) + db), 1: y * db, 2: y * driven}[mode]
+    up, down = value > tol_g, value < -tol_g
+    reserve = status == RESERVE
+    flipping = reserve & up & (gap < np.inf)
+    event = ((((status == ERROR) | (status == ADDING)) & up) | (reserve & down) | flipping)
+    event &= blocked == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.where(flipping, gap - g, -g) / value
+    step = np.where(step <= 0.0, 0.0, step)
+    return value, np.where(event, step, np.inf)
+
+
+def test_the_events_pass_chosen_for_this_processor_gives_the_portable_bits():
+    """The breakpoint's pass over the points (AVX-512 where the processor has it, eight points
+    per instruction) against the loop that runs everywhere and against the rule written with
+    numpy: the same sensitivities, steps and smallest step, bit for bit, for every state,
+    blocked points, finite and infinite gaps, sensitivities at the noise threshold, the three
+    modes and every remainder of the eight-point blocks."""
+    from stream_svm.engine import REMOVING
+    rng = np.random.default_rng(11)
+    n, tol_g = 1003, 0.05
+    events = flips = 0
+    for mode in (0, 1, 2):
+        for trial in range(4):
+            y = rng.choice([-1.0, 1.0], n)
+            driven = rng.normal(size=n)
+            change = rng.normal(size=n)
+            change[::17] = tol_g - driven[::17]  # |value| exactly at the threshold
+            status = rng.integers(0, REMOVING + 1, n).astype(np.int8)
+            blocked = (rng.random(n) < 0.1).astype(np.uint8)
+            gap = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 3.0, n), np.inf)
+            g = rng.normal(size=n) * (10.0 ** rng.integers(-3, 3, n))
+            g[::13] = 0.0
+            db = (0.3, -1e-9, 0.0, 2.5)[trial]
+            for size in (n, 1, 7, 8, 9, 15):
+                outputs = []
+                for portable in (False, True):
+                    sensitivities, steps = change[:size].copy(), np.empty(size)
+                    smallest = _pathcore.point_events(
+                        mode, db, y[:size], driven[:size], sensitivities, status[:size],
+                        blocked[:size], gap[:size], g[:size], tol_g, steps, portable=portable)
+                    outputs.append((sensitivities, steps, smallest))
+                value, expected = _events_by_the_rule(mode, db, y[:size], driven[:size],
+                                                      change[:size], status[:size],
+                                                      blocked[:size], gap[:size], g[:size],
+                                                      tol_g)
+                for sensitivities, steps, smallest in outputs:
+                    assert np.array_equal(sensitivities.view(np.int64), value.view(np.int64))
+                    assert np.array_equal(steps.view(np.int64), expected.view(np.int64))
+                    assert smallest == expected.min()
+                events += np.isfinite(expected).sum()
+                flips += np.sum(np.isfinite(expected) & (gap[:size] < np.inf)
+                                & (status[:size] == 2) & (value > 0))
+    assert events > 2000 and flips > 100  # the comparisons above had events to compare
+
+
+def test_the_search_for_a_steps_events_finds_each_one_in_order():
+    values = np.full(1003, np.inf)
+    at = [0, 7, 8, 9, 500, 995, 1002]
+    values[at] = [0.5, 0.25, 0.5, 1.0, 0.5, 0.0, 0.5]
+    for portable in (False, True):
+        found, start = [], 0
+        while (start := _pathcore.next_at_most(values, start, 0.5, portable=portable)) < 1003:
+            found.append(start)
+            start += 1
+        assert found == [0, 7, 8, 500, 995, 1002]
+        assert _pathcore.next_at_most(values, 1003, 0.5, portable=portable) == 1003
+        assert _pathcore.next_at_most(values[:7], 1, 0.5, portable=portable) == 7
+    with pytest.raises(ValueError, match="outside"):
+        _pathcore.next_at_most(values, 1004, 0.5)
+
+
 def test_rbf_columns_are_within_one_ulp_of_exp_down_to_the_subnormals():
     """The compiled loop's exp (vectorized, table-driven) against the C library's, from
     exp(0) = 1 to arguments whose exp is subnormal or rounds to 0."""
