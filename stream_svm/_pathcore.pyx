@@ -1094,8 +1094,10 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
             w[k] = (1.0 - stream_svm_dot(k, work, w)) / R[k, k]
         if z != NULL:
             z[k] = (z_entry - stream_svm_dot(k, work, z)) / R[k, k]
-    # The rows of ``columns`` are packed: the new column takes row k.
-    memcpy(&columns[k, 0], column, n * sizeof(double))
+    # The rows of ``columns`` are packed: the new column takes row k (where the loop put it
+    # already).
+    if column != &columns[k, 0]:
+        memcpy(&columns[k, 0], column, n * sizeof(double))
     store[k] = k
     slot_of[position] = k
     margin[k] = position
@@ -1453,6 +1455,7 @@ cdef int _follow(
     cdef signed char state
     cdef Py_ssize_t lda_cols = columns.shape[1], lda_kd = K_D.shape[1]
     cdef double* row
+    cdef double* leaving
     # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row,
     # then z = R^-T r for r = -driven_effect_S (kept up to date as S changes, see below).
     cdef double* beta_S = &work[capacity]
@@ -1693,25 +1696,26 @@ cdef int _follow(
         if state == MARGIN:
             slot = slot_of[chosen]
             d_alpha = y[chosen] * beta_S[slot]
-            _margin_remove(R, columns, margin, store, slot_of, n, k, slot, &column[0],
-                           &w[0] if ints[I_W_VALID_] else NULL,
-                           z if ints[I_Z_VALID_] else NULL)
-            ints[I_K_] = k - 1
-            # Paths move points in and out of S again and again: keep the column it leaves
-            # with, so that its return costs a copy instead of n kernel evaluations.
+            # Paths move points in and out of S again and again: the column it leaves with
+            # goes to the recent columns, so that its return costs a copy instead of n kernel
+            # evaluations (copied there straight from S's storage).
+            leaving = &column[0]
             if recent.shape[0]:
                 index = ints[I_RECENT_NEXT_]
                 recent_of[index] = chosen
-                memcpy(&recent[index, 0], &column[0], n * sizeof(double))
+                leaving = &recent[index, 0]
                 ints[I_RECENT_NEXT_] = (index + 1) % recent.shape[0]
+            _margin_remove(R, columns, margin, store, slot_of, n, k, slot, leaving,
+                           &w[0] if ints[I_W_VALID_] else NULL,
+                           z if ints[I_Z_VALID_] else NULL)
+            ints[I_K_] = k - 1
             # A point refused entry was in the span of S; with S smaller it may not be.
             for i in range(n):
                 blocked[i] = 0
             if d_alpha > 0:
                 alpha[chosen] = C_
                 status[chosen] = ERROR
-                _move_error_column(h, h_abs, h_drift, n, &column[0], 1, C_ * y[chosen], C_,
-                                   True)
+                _move_error_column(h, h_abs, h_drift, n, leaving, 1, C_ * y[chosen], C_, True)
                 counts[M_MARGIN_ERROR] += 1
             else:
                 alpha[chosen] = 0.0
@@ -1772,32 +1776,37 @@ cdef int _enter_margin(
     ``recent_of``), or is computed (or asked of Python for a user-callable kernel)."""
     cdef long chosen = ints[I_PENDING_]
     cdef Py_ssize_t k = ints[I_K_], i, j, index = -1, m = D.shape[0], cached = -1
+    cdef double* entering
     cdef signed char state = status[chosen]
     cdef double weight
     if k + 1 > R.shape[0] or k + 1 > columns.shape[0]:
         return NEED_CAPACITY_
+    # The column goes straight to S's storage row k (the next free one; unused if the point
+    # is refused entry), not through the scratch column.
+    entering = &columns[k, 0]
     if state == ADDING:
         for j in range(m):
             if D[j] == chosen:
                 index = j
                 break
-        memcpy(&column[0], &K_D[index, 0], n * sizeof(double))
+        memcpy(entering, &K_D[index, 0], n * sizeof(double))
     else:
         for j in range(recent_of.shape[0]):
             if recent_of[j] == chosen:
                 cached = j
                 break
         if cached >= 0:
-            memcpy(&column[0], &recent[cached, 0], n * sizeof(double))
+            memcpy(entering, &recent[cached, 0], n * sizeof(double))
             ints[I_REUSED_] += 1
         elif kernel_kind < 0:
             if not ints[I_COLUMN_READY_]:
                 return NEED_COLUMN_
-        elif _column_of(kernel_kind, gamma, degree, coef0, ridge, XT, n, chosen, &column[0]):
+            memcpy(entering, &column[0], n * sizeof(double))  # supplied by Python
+        elif _column_of(kernel_kind, gamma, degree, coef0, ridge, XT, n, chosen, entering):
             return NON_FINITE_
     ints[I_COLUMN_READY_] = 0
     ints[I_PENDING_] = -1
-    if _margin_add(R, columns, margin, store, slot_of, status, n, k, chosen, &column[0],
+    if _margin_add(R, columns, margin, store, slot_of, status, n, k, chosen, entering,
                    &fs[F_T_], fs[F_DIAG_SCALE_], degeneracy_tol, &work[0],
                    &w[0] if ints[I_W_VALID_] else NULL,
                    &work[3 * R.shape[0]] if ints[I_Z_VALID_] else NULL,
@@ -1813,7 +1822,7 @@ cdef int _enter_margin(
             active[index] = 0
             counts[M_ADDED_MARGIN] += 1
         elif state == ERROR:
-            _move_error_column(h, h_abs, h_drift, n, &column[0], 1, C * y[chosen], C, False)
+            _move_error_column(h, h_abs, h_drift, n, entering, 1, C * y[chosen], C, False)
             counts[M_ERROR_MARGIN] += 1
         else:
             counts[M_RESERVE_MARGIN] += 1
