@@ -19,13 +19,17 @@ Keys, and why no crash can leave a model without a state
     dies half-way can only damage the keys of slot s % 2, and sequence s - 1 stays whole in the
     other slot. Each epoch has keys of its own, so two owners never overwrite each other.
     A new owner also writes a *claim* record, key
-    ``{"claim": true, "epoch": e, "model": model_id, "owner": token}`` (see
+    ``{"claim": true, "epoch": e, "model": model_id, "owner": "<token>.<count>"}`` (see
     :meth:`StateStore.claim_epoch`), so that its epoch is taken even before its first state.
-    ``token`` names the store that wrote it (random per store, :attr:`StateStore.owner_token`):
-    a store recognizes its own claim when a claim's acknowledgement was lost and it claims
-    again, and two owners' claims of one epoch have different keys, so compaction keeps both
-    and the first one, which won the epoch, stays readable as the first. (Claim keys without
-    ``owner``, as earlier versions wrote them, are still read: their value names the owner.)
+    ``token`` names the store that wrote it (random per store, :attr:`StateStore.owner_token`),
+    so that a store recognizes its own claim when a claim's acknowledgement was lost and it
+    claims again; ``count`` numbers that store's claims. Every claim record thus has a key
+    of its own, and compaction removes none: the first claim of an epoch, which won it,
+    stays the first one read, also when another owner's losing claim or a retry of the
+    winner's own came after it. Claim keys without ``owner``, as earlier versions of this
+    module wrote them, are still read (their value names the owner); those versions do not
+    read the new keys, so every process sharing a state topic must run a version that
+    writes them.
 
 Values
     ``b"SSVS"``, one byte format version, a 4-byte big-endian header length, the header (UTF-8
@@ -52,7 +56,8 @@ Fencing of zombies
     learns of one by :meth:`newest_epoch`, reading on to its own publish. After each
     complete state, an owner tombstones the keys of older epochs it has seen (and chunks left
     over in the slot it wrote), so that once compacted the topic holds one epoch's two slots
-    and claim per model; a zombie's writes after that stay until an owner reads them.
+    and claims per model (its owner's, and any that lost the race for it); a zombie's writes
+    after that stay until an owner reads them.
 
     Kafka transactions were considered and are not used. Tested with kafka-python 3.0.12 on
     the embedded broker (Tansu 0.6.0): ``init_transactions`` with a ``transactional_id`` works
@@ -222,12 +227,13 @@ def chunk_key(model_id: Any, epoch: int, sequence: int, chunk: int) -> bytes:
 
 
 def claim_key(model_id: Any, epoch: int, owner: str | None = None) -> bytes:
-    """The record key of the claim of ``epoch`` for a model by the store whose
-    :attr:`StateStore.owner_token` is ``owner`` (see :meth:`StateStore.claim_epoch`); without
-    ``owner``, the key of a claim written before claims named their owner in the key.
+    """The record key of a claim of ``epoch`` for a model (see :meth:`StateStore.claim_epoch`).
+    ``owner`` is the writing store's :attr:`StateStore.owner_token`, a dot and the number of
+    that store's claim (one key per claim record); without it, the key that earlier versions
+    gave every claim of the epoch.
 
-    >>> claim_key([3, None], 1, "9f0c")
-    b'{"claim":true,"epoch":1,"model":[3,null],"owner":"9f0c"}'
+    >>> claim_key([3, None], 1, "9f0c.2")
+    b'{"claim":true,"epoch":1,"model":[3,null],"owner":"9f0c.2"}'
     """
     model = _jsonable_id(normalize_model_id(model_id))
     document: dict[str, Any] = {"claim": True, "epoch": epoch, "model": model}
@@ -434,11 +440,13 @@ class StateStore:
         self._closed = False
         #: written in this store's claims: its own claims are told from other owners' by it
         self._owner_token = uuid.uuid4().hex
+        #: claim records this store has written (numbered in their keys)
+        self._claims_written = 0
         self._check_options()
 
     @property
     def owner_token(self) -> str:
-        """This store's random token, written in the keys of its claims (see
+        """This store's random token (hex digits), written in the keys of its claims (see
         :func:`claim_key`): how it tells its own claims from other owners'."""
         return self._owner_token
 
@@ -835,7 +843,10 @@ class StateStore:
         partition = self.partition_of(model, self._partitions(deadline))
         header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
                   "owner": self._owner_token}
-        key = claim_key(model, epoch, self._owner_token)
+        # A key of its own for every claim record, a retry's too: compaction must not replace
+        # this store's first claim of the epoch (which may have won it) by a later one.
+        self._claims_written += 1
+        key = claim_key(model, epoch, f"{self._owner_token}.{self._claims_written}")
         [written] = self._send_all([(key, _encode_value(header))], partition, deadline,
                                    f"claiming epoch {epoch} of model {_jsonable_id(model)}")
         start = self._read_until.get(partition, 0)
@@ -1000,7 +1011,8 @@ class StateStore:
                     and parsed.epoch > view.claimed_epoch):
                 # (A claim whose owner cannot be read counts as another owner's.)
                 view.claimed_epoch = parsed.epoch
-                owner = parsed.owner if parsed.owner is not None else _claim_owner(record)
+                owner = (parsed.owner.split(".")[0] if parsed.owner is not None
+                         else _claim_owner(record))
                 view.claimed_here = owner == self._owner_token
             keys = live.setdefault(parsed.model, {}) if rebuild else view.live
             if record.value is None:

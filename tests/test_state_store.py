@@ -167,7 +167,8 @@ def test_claims_of_one_epoch_by_two_owners_have_different_keys_and_old_claim_key
 
 def _claim_record(store: StateStore, offset: int, model: Any, epoch: int) -> _Record:
     header = {"kind": "claim", "model": model, "epoch": epoch, "owner": store.owner_token}
-    return _Record(0, offset, claim_key(model, epoch, store.owner_token), _encode_value(header))
+    key = claim_key(model, epoch, f"{store.owner_token}.{offset}")
+    return _Record(0, offset, key, _encode_value(header))
 
 
 def _compacted(records: list[_Record]) -> list[_Record]:
@@ -412,7 +413,7 @@ def test_a_zombie_cannot_replace_the_new_owners_state(broker, store_of):  # noqa
     # B's first state tombstoned the epoch-0 keys (and A's claim) it had seen
     tombstoned = {r.key for r in raw_records(servers, topic) if r.value is None}
     assert {chunk_key([3, None], 0, s, 0) for s in (2, 3)} \
-        | {claim_key([3, None], 0, owner_a.owner_token)} <= tombstoned
+        | {claim_key([3, None], 0, f"{owner_a.owner_token}.1")} <= tombstoned
     # A wakes up, never having re-read the topic, and publishes with its old epoch
     owner_a.publish([3, None], arrays_of(99), {"owner": "A"}, next_offset=99, epoch=0,
                     sequence=99)
@@ -514,7 +515,7 @@ def test_a_claim_whose_acknowledgement_was_lost_does_not_fence_its_own_owner(
     _lose_acknowledgements(owner, monkeypatch)
     with pytest.raises(StateStoreError, match="simulated"):
         owner.claim_epoch(("m", 0), newest_known=0)
-    assert [claim_key(("m", 0), 1, owner.owner_token)] == [
+    assert [claim_key(("m", 0), 1, f"{owner.owner_token}.1")] == [
         r.key for r in raw_records(broker.bootstrap_servers, topic) if b"claim" in r.key]
     if read_since:  # the owner has read its own claim of epoch 1 (restore, or another model)
         owner.restore()
@@ -612,11 +613,39 @@ def test_an_own_claim_that_compaction_kept_over_the_winners_does_not_count_as_wo
     with pytest.raises(StateStoreError, match="simulated"):
         loser.claim_epoch("m", newest_known=0)
     winner.publish("m", arrays_of(2), {}, next_offset=2, epoch=1, sequence=1)
-    # Compaction keeps the newer of the two claims of epoch 1 (same key): the loser's. The
-    # winner's state of epoch 1 shows that the epoch is not the loser's.
+    # Compaction keeps both claims of epoch 1 (each has a key of its own), the winner's first;
+    # (had it kept the loser's alone, as with claims that share a key, the winner's state of
+    # epoch 1 would still show that the epoch is not the loser's).
     compacted_copy(broker.bootstrap_servers, topic, copy)
     after = store_of(copy)
     after._owner_token = loser._owner_token  # the loser's process, reading the compacted topic
+    after.restore()
+    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
+        after.claim_epoch("m", newest_known=0)
+
+
+@pytest.mark.broker
+def test_an_epoch_whose_winner_claimed_it_twice_stays_the_winners_after_compaction(
+        broker, store_of, monkeypatch):  # noqa: F811
+    topic, (winner, loser) = _model_at_epoch_0(store_of, "state-claim-retried")
+    copy = unique("state-claim-retried-copy")
+    _lose_acknowledgements(winner, monkeypatch)  # its claim of epoch 1 is written first
+    with pytest.raises(StateStoreError, match="simulated"):
+        winner.claim_epoch("m", newest_known=0)
+    _lose_acknowledgements(loser, monkeypatch)  # the loser's second
+    with pytest.raises(StateStoreError, match="simulated"):
+        loser.claim_epoch("m", newest_known=0)
+    # The winner claims again without having read either claim: it writes a second claim,
+    # reads on to it and finds its first one first. Epoch 1 is its own.
+    assert winner.claim_epoch("m", newest_known=0) == 1
+    claims = [r.key for r in raw_records(broker.bootstrap_servers, topic) if b"claim" in r.key]
+    assert len(claims) == len(set(claims)) == 3  # a key per claim record: compaction drops none
+    # Before the winner's first state, compaction runs. Had the winner's two claims shared a
+    # key, only its second would be left, after the loser's: the loser, reading the compacted
+    # topic, would find its own claim first and take epoch 1 too.
+    compacted_copy(broker.bootstrap_servers, topic, copy)
+    after = store_of(copy)
+    after._owner_token = loser.owner_token  # the loser's process, reading the compacted topic
     after.restore()
     with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
         after.claim_epoch("m", newest_known=0)
