@@ -451,10 +451,11 @@ cdef extern from *:
         const __m512i reserve_state = _mm512_set1_epi64(reserve_code);
         const __m512i adding = _mm512_set1_epi64(adding_code);
         const __m512i none = _mm512_setzero_si512();
+        const __m512i sign = _mm512_set1_epi64(INT64_MIN);
         __m512i lowest = _mm512_castpd_si512(infinity);
         Py_ssize_t i = 0;
-        int64_t lowest_bits;
-        double result, rest;
+        int64_t lowest_bits, rest_bits;
+        double rest;
         for (; i + 8 <= n; i += 8) {
             __m512d value, step;
             __m512i state, refused;
@@ -480,23 +481,29 @@ cdef extern from *:
             flipping = reserve & up & _mm512_cmp_pd_mask(gaps, infinity, _CMP_LT_OQ);
             event = ((rises & up) | (reserve & down) | flipping)
                     & _mm512_cmpeq_epi64_mask(refused, none);
-            /* (flipping ? gap - g : -g) / value, clamped below at +0.0 */
-            step = _mm512_div_pd(_mm512_mask_sub_pd(_mm512_sub_pd(zero, gs), flipping, gaps, gs),
-                                 value);
+            /* (flipping ? gap - g : -g) / value, clamped below at +0.0; -g by its sign bit,
+               as the portable loop's negation (0 - g would differ for a NaN's sign) */
+            step = _mm512_div_pd(
+                _mm512_mask_sub_pd(_mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(gs),
+                                                                        sign)),
+                                   flipping, gaps, gs),
+                value);
             step = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(step, zero, _CMP_LE_OQ), step, zero);
             step = _mm512_mask_blend_pd(event, infinity, step);
             _mm512_storeu_pd(point_eta + i, step);
             lowest = _mm512_min_epi64(lowest, _mm512_castpd_si512(step));
         }
         lowest_bits = _mm512_reduce_min_epi64(lowest);
-        memcpy(&result, &lowest_bits, sizeof result);
         if (i < n) {
+            /* the last points' smallest, merged as the portable loop orders steps: by bits */
             rest = stream_svm_point_events_portable(
                 n - i, mode, db, y + i, driven + i, change + i, status + i, blocked + i, gap + i,
                 g + i, tol_g, error_code, reserve_code, adding_code, point_eta + i);
-            result = rest < result ? rest : result;
+            memcpy(&rest_bits, &rest, sizeof rest_bits);
+            lowest_bits = rest_bits < lowest_bits ? rest_bits : lowest_bits;
         }
-        return result;
+        memcpy(&rest, &lowest_bits, sizeof rest);
+        return rest;
     }
     #endif
 
@@ -1362,6 +1369,13 @@ def point_events(int mode, double db, const double[::1] y, const double[::1] dri
                 n, mode, db, &y[0], &driven[0], &change[0], &status[0], &blocked[0], &gap[0],
                 &g[0], tol_g, ERROR, RESERVE, ADDING, &point_eta[0])
     return smallest
+
+
+def avx512_loops() -> bool:
+    """Whether the loops chosen at import for this processor are the AVX-512 ones (exp of the
+    RBF columns, the breakpoint's pass over the points and its search for events); else the
+    portable ones run. Both give the same bits."""
+    return stream_svm_rbf_values_gathers() != 0
 
 
 def next_at_most(const double[::1] values, Py_ssize_t start, double bound,

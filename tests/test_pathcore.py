@@ -152,7 +152,7 @@ def _events_by_the_rule(mode, db, y, driven, change, status, blocked, gap, g, to
     event &= blocked == 0
     with np.errstate(divide="ignore", invalid="ignore"):
         step = np.where(flipping, gap - g, -g) / value
-    step = np.where(step <= 0.0, 0.0, step)
+        step = np.where(step <= 0.0, 0.0, step)
     return value, np.where(event, step, np.inf)
 
 
@@ -177,6 +177,10 @@ def test_the_events_pass_chosen_for_this_processor_gives_the_portable_bits():
             gap = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 3.0, n), np.inf)
             g = rng.normal(size=n) * (10.0 ** rng.integers(-3, 3, n))
             g[::13] = 0.0
+            if trial == 3:  # values no path should reach, but the two loops agree on them too
+                g[::101] = np.nan
+                g[5::101] = -np.nan
+                g[7::211] = np.inf
             db = (0.3, -1e-9, 0.0, 2.5)[trial]
             for size in (n, 1, 7, 8, 9, 15):
                 outputs = []
@@ -190,14 +194,26 @@ def test_the_events_pass_chosen_for_this_processor_gives_the_portable_bits():
                                                       change[:size], status[:size],
                                                       blocked[:size], gap[:size], g[:size],
                                                       tol_g)
-                for sensitivities, steps, smallest in outputs:
-                    assert np.array_equal(sensitivities.view(np.int64), value.view(np.int64))
-                    assert np.array_equal(steps.view(np.int64), expected.view(np.int64))
-                    assert smallest == expected.min()
+                (chosen, chosen_steps, chosen_min), portable_output = outputs
+                # the loop chosen for this processor and the portable one: bit for bit
+                assert np.array_equal(chosen.view(np.int64), portable_output[0].view(np.int64))
+                assert np.array_equal(chosen_steps.view(np.int64),
+                                      portable_output[1].view(np.int64))
+                assert np.float64(chosen_min).view(np.int64) == np.float64(
+                    portable_output[2]).view(np.int64)
+                # and the rule (NaN's sign aside); the smallest step is ordered by bits
+                assert np.array_equal(chosen.view(np.int64), value.view(np.int64))
+                assert np.array_equal(chosen_steps, expected, equal_nan=True)
+                smallest_bits = min(expected.view(np.int64).min(),
+                                    np.float64(np.inf).view(np.int64))  # the search's start
+                assert np.array_equal(np.int64(smallest_bits).view(np.float64), chosen_min,
+                                      equal_nan=True)
                 events += np.isfinite(expected).sum()
                 flips += np.sum(np.isfinite(expected) & (gap[:size] < np.inf)
                                 & (status[:size] == 2) & (value > 0))
     assert events > 2000 and flips > 100  # the comparisons above had events to compare
+    if platform.machine() == "x86_64" and _cpu_flags() >= {"avx512f"}:
+        assert _pathcore.avx512_loops()  # the AVX-512 loop is the one compared above
 
 
 def test_the_search_for_a_steps_events_finds_each_one_in_order():
