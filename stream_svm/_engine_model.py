@@ -119,6 +119,55 @@ def _parameters_of(cls: type) -> frozenset[str]:
     return names
 
 
+def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The constructor's parameters a checkpoint stores, and those it cannot: callables (a
+    user's kernel), by name, with what they were (module and qualified name, for messages),
+    which ``from_checkpoint`` must be given back."""
+    params: dict[str, Any] = {}
+    callables: dict[str, str] = {}
+    for name, value in model._get_params().items():
+        if callable(value):
+            module = getattr(value, "__module__", None) or "?"
+            callables[name] = f"{module}.{getattr(value, '__qualname__', type(value).__name__)}"
+        else:
+            params[name] = value
+    return params, callables
+
+
+def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """The constructor's arguments for a checkpoint of ``cls``: the parameters it stores, and
+    ``given``, the callables it could not store, passed back. ValueError when one is missing
+    (a checkpoint made with a user's kernel is not restored with the default one) or when one
+    given was stored (or is not a callable); TypeError for a name ``cls`` does not take."""
+    params = dict(meta["params"])
+    callables = dict(meta.get("callables", {}))
+    if "callables" not in meta and "kernel" in _parameters_of(cls) and "kernel" not in params:
+        callables["kernel"] = "not named in checkpoints of earlier versions"
+    unknown = sorted(set(given) - _parameters_of(cls))
+    if unknown:
+        raise TypeError(f"{cls.__name__} takes no parameter {unknown[0]!r}")
+    for name, value in given.items():
+        if name not in callables:
+            raise ValueError(
+                f"{name} is stored in the checkpoint ({params.get(name)!r}): only a callable "
+                f"the checkpoint could not hold is passed back to {cls.__name__}.from_checkpoint"
+            )
+        if not callable(value):
+            raise ValueError(f"{name} must be the callable the model was made with, not "
+                             f"{type(value).__name__}")
+    missing = [name for name in callables if name not in given]
+    if missing:
+        name = missing[0]
+        raise ValueError(
+            f"this {cls.__name__} checkpoint was made with a user-callable {name} "
+            f"({callables[name]}), which a checkpoint cannot hold: pass it back, "
+            f"{cls.__name__}.from_checkpoint(arrays, meta, {name}=...). Nothing was restored."
+        )
+    params.update(given)
+    return params
+
+
 class FixedParameters:
     """A model whose constructor's parameters are fixed once it is built (a mixin): what it
     learns was set up from them, so assigning one afterwards would change what the model

@@ -19,8 +19,10 @@ from stream_svm._engine_model import (
     AutoKey,
     _EngineModel,
     check_checkpoint_names,
+    checkpoint_params,
     keys_from_arrays,
     keys_to_arrays,
+    restored_params,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -218,9 +220,11 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         check_checkpoint_names(self._features.names)
         arrays = dict(state)
         arrays.update(keys_to_arrays(self._engine.keys))
+        params, callables = checkpoint_params(self)  # callables: given back on restore
         meta = {
             "class": type(self).__name__,
-            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "params": params,
+            "callables": callables,
             "features": list(self._features.names),
             "auto_keys": self._auto_keys,
             "breakpoints_total": self._engine.breakpoints_total,
@@ -236,11 +240,17 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         return None
 
     @classmethod
-    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
-        """Rebuild a model saved by :meth:`to_checkpoint` (decisions reproduced exactly)."""
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                        **callables: Any):
+        """Rebuild a model saved by :meth:`to_checkpoint` (decisions reproduced exactly).
+
+        A checkpoint holds no Python function: a model made with a user-callable ``kernel``
+        is restored only when it is passed back (``from_checkpoint(arrays, meta,
+        kernel=my_kernel)``); without it, ValueError naming the function the model had.
+        """
         if meta.get("class") != cls.__name__:
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
-        model = cls(**meta["params"])
+        model = cls(**restored_params(cls, meta, callables))
         model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
         model._features = FeatureSpace(meta["features"])
         model._compacted_at = len(model._features)

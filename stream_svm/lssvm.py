@@ -51,8 +51,10 @@ from stream_svm._engine_model import (
     FixedParameters,
     _check_feature_limit,
     check_checkpoint_names,
+    checkpoint_params,
     keys_from_arrays,
     keys_to_arrays,
+    restored_params,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -630,9 +632,11 @@ class _IncrementalLSSVM(FixedParameters):
         arrays["omega"] = (self._omega if self._omega is not None
                            else np.zeros((0, self.n_components)))
         arrays["phase"] = self._phase if self._phase is not None else np.zeros(0)
+        params, callables = checkpoint_params(self)  # callables: given back on restore
         meta = {
             "class": type(self).__name__,
-            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "params": params,
+            "callables": callables,
             "features": list(names),
             "has_space": self._space is not None,
             "n_samples": self.n_samples_,
@@ -640,12 +644,14 @@ class _IncrementalLSSVM(FixedParameters):
         return arrays, meta
 
     @classmethod
-    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                        **callables: Any):
         """Rebuild a model saved by :meth:`to_checkpoint`; ValueError if the arrays do not fit
-        together (a damaged or foreign checkpoint)."""
+        together (a damaged or foreign checkpoint), or if the model had a callable parameter
+        that is not passed back (a checkpoint holds no Python function)."""
         if meta.get("class") != cls.__name__:
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
-        model = cls(**meta["params"])
+        model = cls(**restored_params(cls, meta, callables))
         names = list(meta["features"])
         has_space = bool(meta["has_space"])
         width = model._bias_width + (model.n_components if model.features == "rff"

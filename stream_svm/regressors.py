@@ -23,8 +23,10 @@ from stream_svm._engine_model import (
     AutoKey,
     _EngineModel,
     check_checkpoint_names,
+    checkpoint_params,
     keys_from_arrays,
     keys_to_arrays,
+    restored_params,
 )
 from stream_svm._input import FeatureSpace, check_paired, real_to_float, shown
 from stream_svm._window import _SlidingWindow
@@ -231,9 +233,11 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         keys = engine.keys
         arrays.update(keys_to_arrays(keys))
         arrays["target"] = np.array([self._targets[key] for key in keys], dtype=float)
+        params, callables = checkpoint_params(self)  # callables: given back on restore
         meta = {
             "class": type(self).__name__,
-            "params": {k: v for k, v in self._get_params().items() if not callable(v)},
+            "params": params,
+            "callables": callables,
             "features": list(self._features.names),
             "auto_keys": self._auto_keys,
             "breakpoints_total": engine.breakpoints_total,
@@ -249,12 +253,17 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return None
 
     @classmethod
-    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
-                        ) -> _EngineRegressor:
-        """Rebuild a model saved by :meth:`to_checkpoint` (predictions reproduced exactly)."""
+    def from_checkpoint(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                        **callables: Any) -> _EngineRegressor:
+        """Rebuild a model saved by :meth:`to_checkpoint` (predictions reproduced exactly).
+
+        A checkpoint holds no Python function: a model made with a user-callable ``kernel``
+        is restored only when it is passed back (``from_checkpoint(arrays, meta,
+        kernel=my_kernel)``); without it, ValueError naming the function the model had.
+        """
         if meta.get("class") != cls.__name__:
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
-        model = cls(**meta["params"])
+        model = cls(**restored_params(cls, meta, callables))
         keys = keys_from_arrays(arrays)
         targets = np.asarray(arrays["target"], dtype=float)
         if targets.shape != (len(keys),):
