@@ -711,6 +711,48 @@ cdef extern from *:
         }
     }
 
+    /* h += weight * column (a point joining E) or -= (leaving), with h's size h_abs (not
+       below 0) and its round-off bound h_drift: compiled with the other loops over the
+       points (the Cython loop ran two values per instruction). */
+    STREAM_SVM_CLONES
+    static void stream_svm_move_error_column(Py_ssize_t n, const double *column, double weight,
+                                             double C, int joining,
+                                             double *STREAM_SVM_RESTRICT h,
+                                             double *STREAM_SVM_RESTRICT h_abs,
+                                             double *STREAM_SVM_RESTRICT h_drift)
+    {
+        Py_ssize_t i;
+        if (joining) {
+            for (i = 0; i < n; i++) {
+                const double value = column[i], size = fabs(value) * C;
+                h[i] += value * weight;
+                h_abs[i] += size;
+                h_drift[i] += size;
+            }
+        } else {
+            for (i = 0; i < n; i++) {
+                const double value = column[i], size = fabs(value) * C;
+                const double shrunk = h_abs[i] - size;
+                h[i] -= value * weight;
+                h_abs[i] = shrunk > 0.0 ? shrunk : 0.0;
+                h_drift[i] += size;
+            }
+        }
+    }
+
+    /* sums[i] += row[i] * weight and sizes[i] += |row[i]|, i < n. */
+    STREAM_SVM_CLONES
+    static void stream_svm_accumulate_column(Py_ssize_t n, const double *row, double weight,
+                                             double *STREAM_SVM_RESTRICT sums,
+                                             double *STREAM_SVM_RESTRICT sizes)
+    {
+        Py_ssize_t i;
+        for (i = 0; i < n; i++) {
+            sums[i] += row[i] * weight;
+            sizes[i] += fabs(row[i]);
+        }
+    }
+
     /* After a step: g moves along its sensitivities and, unless the step moved b alone, the
        driven contribution shrinks by the same factor as the driven moves. */
     STREAM_SVM_CLONES
@@ -875,6 +917,11 @@ cdef extern from *:
                                                 const double* values, double bound) noexcept nogil
     void stream_svm_columns_times(Py_ssize_t n, Py_ssize_t k, const double* columns,
                                   Py_ssize_t lda, const double* beta, double* out) noexcept nogil
+    void stream_svm_move_error_column(Py_ssize_t n, const double* column, double weight,
+                                      double C, int joining, double* h, double* h_abs,
+                                      double* h_drift) noexcept nogil
+    void stream_svm_accumulate_column(Py_ssize_t n, const double* row, double weight,
+                                      double* sums, double* sizes) noexcept nogil
     void stream_svm_take_step(Py_ssize_t n, double step, int scale_driven, const double* change,
                               double* g, double* driven) noexcept nogil
     void stream_svm_margin_sums(Py_ssize_t n, Py_ssize_t k, const double* columns,
@@ -1112,22 +1159,13 @@ cdef bint _margin_add(double[:, ::1] R, double[:, ::1] columns, long[::1] margin
     return True
 
 
-cdef void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_drift,
-                             Py_ssize_t n, const double* column, Py_ssize_t stride, double weight,
-                             double C, bint joining) noexcept nogil:
+cdef inline void _move_error_column(double[::1] h, double[::1] h_abs, double[::1] h_drift,
+                                    Py_ssize_t n, const double* column, double weight, double C,
+                                    bint joining) noexcept nogil:
     """h += weight * column (joining E) or -= (leaving), with h's size and drift bound."""
-    cdef Py_ssize_t i
-    cdef double size, value
-    for i in range(n):
-        value = column[i * stride]
-        size = fabs(value) * C
-        if joining:
-            h[i] += value * weight
-            h_abs[i] += size
-        else:
-            h[i] -= value * weight
-            h_abs[i] = h_abs[i] - size if h_abs[i] - size > 0.0 else 0.0
-        h_drift[i] += size
+    if n:
+        stream_svm_move_error_column(n, column, weight, C, joining, &h[0], &h_abs[0],
+                                     &h_drift[0])
 
 
 cdef class LoopArrays:
@@ -1468,7 +1506,6 @@ cdef int _follow(
     cdef bint any_active, bias_only, finish
     cdef signed char state
     cdef Py_ssize_t lda_cols = columns.shape[1], lda_kd = K_D.shape[1]
-    cdef double* row
     cdef double* leaving
     # work: [0, capacity) scratch, then beta_S in factor order, then beta_S by storage row,
     # then z = R^-T r for r = -driven_effect_S (kept up to date as S changes, see below).
@@ -1729,7 +1766,7 @@ cdef int _follow(
             if d_alpha > 0:
                 alpha[chosen] = C_
                 status[chosen] = ERROR
-                _move_error_column(h, h_abs, h_drift, n, leaving, 1, C_ * y[chosen], C_, True)
+                _move_error_column(h, h_abs, h_drift, n, leaving, C_ * y[chosen], C_, True)
                 counts[M_MARGIN_ERROR] += 1
             else:
                 alpha[chosen] = 0.0
@@ -1761,11 +1798,8 @@ cdef int _follow(
             point_eta[i] = 0.0
         for j in range(m):
             if active[j] and adding[j]:
-                row = &K_D[j, 0]
-                value = C_ * y[D[j]]
-                for i in range(n):
-                    change[i] += row[i] * value
-                    point_eta[i] += fabs(row[i])
+                stream_svm_accumulate_column(n, &K_D[j, 0], C_ * y[D[j]], &change[0],
+                                             &point_eta[0])
         for i in range(n):
             h[i] += change[i]
             h_abs[i] += point_eta[i] * C_
@@ -1836,7 +1870,7 @@ cdef int _enter_margin(
             active[index] = 0
             counts[M_ADDED_MARGIN] += 1
         elif state == ERROR:
-            _move_error_column(h, h_abs, h_drift, n, entering, 1, C * y[chosen], C, False)
+            _move_error_column(h, h_abs, h_drift, n, entering, C * y[chosen], C, False)
             counts[M_ERROR_MARGIN] += 1
         else:
             counts[M_RESERVE_MARGIN] += 1
@@ -2047,8 +2081,7 @@ def move_error_columns(const double[:, ::1] block, const double[::1] labels, dou
         return
     with nogil:
         for c in range(m):
-            _move_error_column(h, h_abs, h_drift, n, &block[c, 0], 1, C * labels[c], C,
-                               joining)
+            _move_error_column(h, h_abs, h_drift, n, &block[c, 0], C * labels[c], C, joining)
 
 
 def swap_remove(const long[::1] removed, Py_ssize_t n, double[:, ::1] X,
