@@ -513,7 +513,9 @@ class Daemon:
         config.kafka.bootstrap_servers = self.broker.bootstrap_servers
         log.warning(
             "no kafka.bootstrap_servers configured: started the embedded broker at %s (memory "
-            "only: its topics vanish when the daemon stops)", self.broker.bootstrap_servers,
+            "only: its topics vanish when the daemon stops, so a restart that restores a "
+            "checkpoint finds its offsets gone and stops, unless kafka.on_partition_reset "
+            "(--on-partition-reset) says what to do then)", self.broker.bootstrap_servers,
         )
 
     def _new_processor(self, model: Any, metrics: Any = None) -> Processor:
