@@ -133,6 +133,31 @@ def shown(value: object) -> str:
     return f"{text[:50]}... ({len(text)} characters)"
 
 
+def finite_score(value: float) -> float:
+    """A prediction's decision value, or ValueError when it is not finite: finite features
+    can still overflow a kernel (a polynomial or linear kernel at 1e300), and no class or
+    value follows from inf or NaN."""
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the model's decision value for these features is {value} (not finite): they are "
+            "too large for its kernel; nothing was predicted"
+        )
+    return value
+
+
+def finite_scores(values: Any, index: Any) -> np.ndarray:
+    """:func:`finite_score` for a batch (``index``: the rows' labels, for the message)."""
+    values = np.asarray(values, dtype=float)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise ValueError(
+            f"the model's decision value for row {index[bad[0]]!r} is {values[bad[0]]} (not "
+            f"finite; {bad.size} such rows): its features are too large for the model's "
+            "kernel; nothing was predicted"
+        )
+    return values
+
+
 def parse_binary_label(y: object) -> float:
     """Map a binary label to +1.0 or -1.0.
 

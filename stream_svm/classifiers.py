@@ -29,6 +29,8 @@ from stream_svm._input import (
     check_classes,
     check_paired,
     class_of,
+    finite_score,
+    finite_scores,
     label_sign,
     label_signs,
 )
@@ -186,19 +188,20 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         p is a monotone squashing of the decision value, not a calibrated probability: wrap the
         model in a calibrator if probabilities must be calibrated.
         """
-        p = float(_sigmoid(self.decision_function_one(x)))
+        p = float(_sigmoid(finite_score(self.decision_function_one(x))))
         return {self._class(False): 1.0 - p, self._class(True): p}
 
     def predict_one(self, x: Mapping, **kwargs: Any) -> Any:
-        """True (or the positive class of ``classes``) when f(x) > 0."""
-        return self._class(self.decision_function_one(x) > 0)
+        """True (or the positive class of ``classes``) when f(x) > 0; ValueError when f(x) is
+        not finite (features too large for the kernel)."""
+        return self._class(finite_score(self.decision_function_one(x)) > 0)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
-        p = _sigmoid(self.decision_function_many(X))
+        p = _sigmoid(finite_scores(self.decision_function_many(X), X.index))
         return pd.DataFrame({self._class(False): 1.0 - p, self._class(True): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        positive = self.decision_function_many(X) > 0
+        positive = finite_scores(self.decision_function_many(X), X.index) > 0
         if self._classes is None:
             return pd.Series(positive, index=X.index)
         return pd.Series(np.where(positive, self._classes[1], self._classes[0]), index=X.index,

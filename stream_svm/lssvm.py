@@ -62,6 +62,8 @@ from stream_svm._input import (
     check_findable_keys,
     check_paired,
     class_of,
+    finite_score,
+    finite_scores,
     label_signs,
     real_to_float,
     shown,
@@ -296,7 +298,10 @@ class _IncrementalLSSVM(FixedParameters):
         count = len(data)
         if design is None:
             return np.zeros(count)
-        return design @ self._solution
+        # Features too large for the model overflow to inf here: the predictions refuse it
+        # (finite_score), a decision function returns it; numpy's warning would be noise.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return design @ self._solution
 
     # ------------------------------------------------------------------------------ updating
 
@@ -809,19 +814,19 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
         return np.clip((1.0 + np.asarray(decisions, dtype=float)) / 2.0, 0.0, 1.0)
 
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Any, float]:
-        p = _probability(self.decision_function_one(x))
+        p = _probability(finite_score(self.decision_function_one(x)))
         return {class_of(False, self._classes): 1.0 - p, class_of(True, self._classes): p}
 
     def predict_one(self, x: dict, **kwargs: Any) -> Any:
-        return class_of(self.decision_function_one(x) > 0.0, self._classes)
+        return class_of(finite_score(self.decision_function_one(x)) > 0.0, self._classes)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
-        p = self.decision_to_proba(self._decisions(X))
+        p = self.decision_to_proba(finite_scores(self._decisions(X), X.index))
         return pd.DataFrame({class_of(False, self._classes): 1.0 - p,
                              class_of(True, self._classes): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        positive = self._decisions(X) > 0.0
+        positive = finite_scores(self._decisions(X), X.index) > 0.0
         if self._classes is None:
             return pd.Series(positive, index=X.index, dtype=bool)
         return pd.Series(np.where(positive, self._classes[1], self._classes[0]),
@@ -866,10 +871,10 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
         return _rff_skips(self.features)
 
     def predict_one(self, x: dict, **kwargs: Any) -> float:
-        return self.decision_function_one(x)
+        return finite_score(self.decision_function_one(x))
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(self._decisions(X), index=X.index, dtype=float)
+        return pd.Series(finite_scores(self._decisions(X), X.index), index=X.index, dtype=float)
 
 
 IncrementalLSSVC.__doc__ = (IncrementalLSSVC.__doc__ or "").format(parameters=_PARAMETERS_DOC)

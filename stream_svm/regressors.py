@@ -28,7 +28,14 @@ from stream_svm._engine_model import (
     keys_to_arrays,
     restored_params,
 )
-from stream_svm._input import FeatureSpace, check_paired, real_to_float, shown
+from stream_svm._input import (
+    FeatureSpace,
+    check_paired,
+    finite_score,
+    finite_scores,
+    real_to_float,
+    shown,
+)
 from stream_svm._window import _SlidingWindow
 from stream_svm.engine import RESERVE
 
@@ -209,11 +216,13 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
 
     # ---------------------------------------------------------------- predictions
     def predict_one(self, x: Mapping, **kwargs: Any) -> float:
-        """f(x) = sum_i theta_i K(x_i, x) + b."""
-        return self.decision_function_one(x)
+        """f(x) = sum_i theta_i K(x_i, x) + b; ValueError when it is not finite (features too
+        large for the kernel)."""
+        return finite_score(self.decision_function_one(x))
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(self.decision_function_many(X), index=X.index, dtype=float)
+        return pd.Series(finite_scores(self.decision_function_many(X), X.index), index=X.index,
+                         dtype=float)
 
     # ---------------------------------------------------------------- persistence
     def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
