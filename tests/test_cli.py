@@ -128,3 +128,23 @@ def test_replay_sends_the_files_labels_and_ids_as_they_are(tmp_path):
     assert messages == [{"id": "u-m-1", "x": {"a": 1.0}, "y": "spam"},
                         {"id": "u-7", "x": {"a": 0.2}, "y": "ham"},
                         {"id": "u-8", "x": {"a": 0.5}, "y": 2.5}]
+
+
+def test_serve_reports_an_unreachable_broker_once_per_attempt_without_kafka_pythons_noise(
+        tmp_path):
+    from connectors.broker import free_loopback_port
+
+    closed = free_loopback_port()  # nothing listens there
+    result = _run("serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{closed}",
+                  "--set", "retry.max_attempts=2", "--set", "retry.initial_backoff_seconds=0.1",
+                  "--set", "kafka.request_timeout_ms=2000",
+                  "--set", f"checkpoint.dir={tmp_path / 'ckpt'}",
+                  "--set", "metrics.port=0", timeout=60)
+    assert result.returncode == 1
+    # The daemon's own lines name the broker and the cause...
+    assert "unreachable (attempt 1)" in result.stderr
+    assert f"broker at 127.0.0.1:{closed} unreachable: giving up after 2 attempts" \
+        in result.stderr
+    # ...and kafka-python's line for every refused connection is left out.
+    assert "ECONNREFUSED" not in result.stderr
+    assert "KafkaConnectionError" not in result.stderr
