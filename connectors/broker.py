@@ -11,6 +11,7 @@ beyond 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -89,6 +90,8 @@ class EmbeddedBroker:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._log_path = Path(log_file) if log_file else None
+        self._own_log = False  # a temporary log of its own, removed after a clean stop
+        self._accepted = False  # it accepted connections (started)
         self._log_handle = None
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -109,6 +112,7 @@ class EmbeddedBroker:
             fd, name = tempfile.mkstemp(prefix="stream-svm-broker-", suffix=".log")
             os.close(fd)
             self._log_path = Path(name)
+            self._own_log = True
         self._log_handle = open(self._log_path, "ab")
         command = [
             binary,
@@ -130,6 +134,7 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._accepted = False
         if not wait_for_port(LOOPBACK, self.port, self.start_timeout) or not self.running:
             code = self.process.poll()
             self.stop()
@@ -137,10 +142,15 @@ class EmbeddedBroker:
                 f"the embedded broker did not accept connections on {url} within "
                 f"{self.start_timeout:g} s (exit code {code}); see {self._log_path}"
             )
+        self._accepted = True
         return self
 
     def stop(self) -> None:
+        """Stop the broker. Its temporary log (when no ``log_file`` was given) is removed if
+        the broker ran until stopped here, and kept if it had exited by itself or never
+        accepted connections: then it holds why."""
         process, self.process = self.process, None
+        clean = False
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -149,9 +159,14 @@ class EmbeddedBroker:
                 process.kill()
                 process.wait(timeout=self.stop_timeout)
             log.info("stopped the embedded broker on %s", self.bootstrap_servers)
+            clean = self._accepted
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
+        if clean and self._own_log and self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+            self._log_path, self._own_log = None, False
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

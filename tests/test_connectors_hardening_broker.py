@@ -500,3 +500,30 @@ def test_a_reset_whose_new_position_is_not_known_yet_does_not_end_the_daemon(tmp
     daemon._update_lag()
     assert not daemon._drained()
     assert 'cause="beyond_end"' in daemon.metrics.render().decode()
+
+
+@pytest.mark.broker
+def test_the_broker_removes_its_temporary_log_after_a_clean_stop_and_keeps_a_given_one(
+        tmp_path):
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    temporary = embedded._log_path
+    assert temporary is not None and temporary.exists()
+    embedded.stop()
+    assert not temporary.exists()  # runs of the demo and the tests leave nothing in $TMPDIR
+    given = tmp_path / "broker.log"
+    with EmbeddedBroker(port=free_loopback_port(), start_timeout=20, log_file=given):
+        pass
+    assert given.exists()  # a log the caller named is the caller's
+
+
+@pytest.mark.broker
+def test_the_broker_keeps_its_log_when_it_exited_by_itself():
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    temporary = embedded._log_path
+    embedded.process.kill()  # it dies under its owner: the log is what tells why
+    embedded.process.wait(timeout=10)
+    embedded.stop()
+    try:
+        assert temporary.exists()
+    finally:
+        temporary.unlink()
