@@ -383,7 +383,12 @@ def evaluate(
     finally:
         bar.close()
     seconds = time.perf_counter() - started
-    summary: dict[str, Any] = {"model": config.model.type, "points": seen}
+    from connectors.models import model_settings
+
+    # "settings": what the model was made with, once the configuration file, the environment
+    # and --set were merged (which of them set what shows nowhere else).
+    summary: dict[str, Any] = {"model": config.model.type, "settings": model_settings(config),
+                               "points": seen}
     if regression:
         summary["mae"] = absolute / seen if seen else None
         summary["rmse"] = math.sqrt(squared / seen) if seen else None

@@ -910,10 +910,11 @@ class PathEngine:
             total.absorb(stats)
             if not self._kkt_holds() and not self._repair(total):
                 violation = self.kkt_violation()
+                remedy = ("a ridge" if isinstance(self.kernel, LinearKernel)
+                          else "a larger gamma or a ridge")
                 raise ConvergenceError(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
-                    "matrix is numerically singular: try a larger gamma or a ridge); the model "
-                    "is unchanged"
+                    f"matrix is numerically singular: try {remedy}); the model is unchanged"
                 )
         return total
 

@@ -68,6 +68,11 @@ def test_evaluate_writes_a_plot_and_valid_json_for_an_empty_source(tmp_path, cap
                  "model.window_size=50", "--plot", str(figure), "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["plot"] == str(figure)
+    # the settings the model was made with, once --set and the defaults were merged
+    assert report["model"] == "SlidingWindowSVC"
+    assert report["settings"]["type"] == "SlidingWindowSVC"
+    assert (report["settings"]["window_size"], report["settings"]["step"]) == (50, 5)
+    assert report["settings"]["C"] == 1.0
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

@@ -244,3 +244,17 @@ def test_b_does_not_depend_on_a_member_of_s_an_ulp_below_c():
         np.testing.assert_allclose(resumed.decision_function_many(grid),
                                    whole.decision_function_many(grid), rtol=0, atol=1e-12,
                                    err_msg=f"checkpoint after {cut} points")
+
+
+def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
+    # A linear kernel has no gamma: the error names the ridge only (and the model is kept).
+    from stream_svm import IncrementalSVC
+
+    model = IncrementalSVC(kernel="linear")
+    for i in range(10):
+        model.learn_one({"a": float(i), "b": float(i % 3)}, i % 2 == 0, key=i)
+    before = model.decision_function_one({"a": 1.0})
+    with pytest.raises(ConvergenceError, match=r"try a ridge\)") as raised:
+        model.learn_one({"a": 1e150}, True, key="huge")
+    assert "gamma" not in str(raised.value)
+    assert model.n_stored == 10 and model.decision_function_one({"a": 1.0}) == before
