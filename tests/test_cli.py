@@ -4,6 +4,7 @@ unreachable broker and a taken metrics port, progress and plots of ``evaluate``.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -153,3 +154,19 @@ def test_serve_reports_an_unreachable_broker_once_per_attempt_without_kafka_pyth
     # ...and kafka-python's line for every refused connection is left out.
     assert "ECONNREFUSED" not in result.stderr
     assert "KafkaConnectionError" not in result.stderr
+
+
+def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
+    from connectors.cli import _ConnectionRefusals
+
+    def kept(message: str) -> bool:
+        record = logging.LogRecord("kafka.net.manager", logging.ERROR, __file__, 1, message,
+                                   None, None)
+        return _ConnectionRefusals().filter(record)
+
+    assert not kept("Connection failed: KafkaConnectionError: 111 ECONNREFUSED")
+    # the cause of any other failure shows: kafka-python's line is the only one that gives it
+    assert kept("Connection failed: KafkaConnectionError: Handshake failed: "
+                "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    assert kept("Connection failed: KafkaConnectionError: DNS Resolution failure")
+    assert kept("SASL authentication failed")
