@@ -364,7 +364,10 @@ def evaluate(
                 y = targets.model_label(targets.parse(label))
             except Malformed as exc:
                 raise SourceError(f"{dataset}, point {index}: {exc}") from None
-            prediction = model.predict_one(x)
+            try:
+                prediction = model.predict_one(x)
+            except ValueError as exc:  # features too large for the kernel (not finite)
+                raise SourceError(f"{dataset}, point {index}: {exc}") from None
             seen += 1
             if regression:
                 absolute += abs(y - prediction)
@@ -374,10 +377,13 @@ def evaluate(
                 correct += int(prediction == y)
                 curve.append(correct / seen)
             before = int(getattr(model, "breakpoints_total", 0))
-            if keyed:
-                model.learn_one(x, y, key=index)
-            else:
-                model.learn_one(x, y)
+            try:
+                if keyed:
+                    model.learn_one(x, y, key=index)
+                else:
+                    model.learn_one(x, y)
+            except ValueError as exc:  # refused, the model unchanged: say which point
+                raise SourceError(f"{dataset}, point {index}: {exc}") from None
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)
             bar.update()
     finally:

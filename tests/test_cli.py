@@ -170,3 +170,12 @@ def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
                 "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     assert kept("Connection failed: KafkaConnectionError: DNS Resolution failure")
     assert kept("SASL authentication failed")
+
+
+def test_evaluate_names_the_point_the_model_refuses(tmp_path, capsys):
+    source = tmp_path / "huge.jsonl"
+    source.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\n{"a": 1e300, "y": true}\n')
+    assert main(["evaluate", "--dataset", str(source), "--set", "model.kernel=poly",
+                 "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert f"{source}, point 2: the model's decision value for these features is inf" in error
