@@ -515,7 +515,8 @@ class Daemon:
             "no kafka.bootstrap_servers configured: started the embedded broker at %s (memory "
             "only: its topics vanish when the daemon stops, so a restart that restores a "
             "checkpoint finds its offsets gone and stops, unless kafka.on_partition_reset "
-            "(--on-partition-reset) says what to do then)", self.broker.bootstrap_servers,
+            "(--on-partition-reset, for a global model) says what to do then)",
+            self.broker.bootstrap_servers,
         )
 
     def _new_processor(self, model: Any, metrics: Any = None) -> Processor:
