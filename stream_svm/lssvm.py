@@ -262,7 +262,14 @@ class _IncrementalLSSVM(FixedParameters):
         """Map input rows to the model's columns: (bias,) then phi(x)."""
         if self.features == "rff":
             assert omega is not None and phase is not None
-            mapped = math.sqrt(2.0 / self.n_components) * np.cos(rows @ omega + phase)
+            with np.errstate(over="ignore", invalid="ignore"):
+                angles = rows @ omega + phase
+            if not np.isfinite(angles).all():
+                raise ValueError(
+                    "the features are too large for the random Fourier map (their products with "
+                    "its frequencies overflow); nothing was learned or predicted"
+                )
+            mapped = math.sqrt(2.0 / self.n_components) * np.cos(angles)
         else:
             mapped = rows
         if self.fit_intercept:

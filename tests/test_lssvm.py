@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -433,3 +434,19 @@ def _river_checks():
 @pytest.mark.parametrize("model,check", list(_river_checks()))
 def test_river_checks(model, check):
     check(model.clone())
+
+
+@pytest.mark.parametrize("cls,label", [(IncrementalLSSVC, True), (IncrementalLSSVR, 1.0)])
+def test_features_too_large_for_the_fourier_map_are_refused_and_change_nothing(cls, label):
+    model = cls(features="rff", n_components=10, gamma=1.0, seed=1)
+    model.learn_one({"a": 0.5}, label)
+    model.learn_one({"a": -0.5}, -label if isinstance(label, float) else not label)
+    arrays, _ = model.to_checkpoint()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a clear error, not numpy's overflow warnings
+        with pytest.raises(ValueError, match="too large for the random Fourier map"):
+            model.learn_one({"a": 1e308}, label)
+        with pytest.raises(ValueError, match="too large for the random Fourier map"):
+            model.predict_one({"a": -1e308})
+    after, _ = model.to_checkpoint()
+    assert all(np.array_equal(arrays[name], after[name]) for name in arrays)
