@@ -603,11 +603,23 @@ def test_a_claim_that_lost_the_race_for_an_epoch_is_not_taken_for_the_owners_own
         loser.claim_epoch("m", newest_known=0)
 
 
+def _assert_the_loser_is_refused_after_compaction(servers: str, store_of: Any, topic: str,
+                                                  loser: StateStore) -> None:
+    """The loser's process, reading what compaction leaves of the topic, does not take the
+    epoch it lost (epoch 1 of model "m") for its own."""
+    copy = unique(f"{topic}-compacted")
+    compacted_copy(servers, topic, copy)
+    after = store_of(copy)
+    after._owner_token = loser.owner_token
+    after.restore()
+    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
+        after.claim_epoch("m", newest_known=0)
+
+
 @pytest.mark.broker
 def test_an_own_claim_that_compaction_kept_over_the_winners_does_not_count_as_won(
         broker, store_of, monkeypatch):  # noqa: F811
     topic, (winner, loser) = _model_at_epoch_0(store_of, "state-claim-compacted")
-    copy = unique("state-claim-compacted-copy")
     assert winner.claim_epoch("m", newest_known=0) == 1
     _lose_acknowledgements(loser, monkeypatch)  # its claim of epoch 1 comes second
     with pytest.raises(StateStoreError, match="simulated"):
@@ -616,19 +628,14 @@ def test_an_own_claim_that_compaction_kept_over_the_winners_does_not_count_as_wo
     # Compaction keeps both claims of epoch 1 (each has a key of its own), the winner's first;
     # (had it kept the loser's alone, as with claims that share a key, the winner's state of
     # epoch 1 would still show that the epoch is not the loser's).
-    compacted_copy(broker.bootstrap_servers, topic, copy)
-    after = store_of(copy)
-    after._owner_token = loser._owner_token  # the loser's process, reading the compacted topic
-    after.restore()
-    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
-        after.claim_epoch("m", newest_known=0)
+    _assert_the_loser_is_refused_after_compaction(broker.bootstrap_servers, store_of, topic,
+                                                  loser)
 
 
 @pytest.mark.broker
 def test_an_epoch_whose_winner_claimed_it_twice_stays_the_winners_after_compaction(
         broker, store_of, monkeypatch):  # noqa: F811
     topic, (winner, loser) = _model_at_epoch_0(store_of, "state-claim-retried")
-    copy = unique("state-claim-retried-copy")
     _lose_acknowledgements(winner, monkeypatch)  # its claim of epoch 1 is written first
     with pytest.raises(StateStoreError, match="simulated"):
         winner.claim_epoch("m", newest_known=0)
@@ -643,12 +650,8 @@ def test_an_epoch_whose_winner_claimed_it_twice_stays_the_winners_after_compacti
     # Before the winner's first state, compaction runs. Had the winner's two claims shared a
     # key, only its second would be left, after the loser's: the loser, reading the compacted
     # topic, would find its own claim first and take epoch 1 too.
-    compacted_copy(broker.bootstrap_servers, topic, copy)
-    after = store_of(copy)
-    after._owner_token = loser.owner_token  # the loser's process, reading the compacted topic
-    after.restore()
-    with pytest.raises(StaleEpochError, match="another owner took epoch 1"):
-        after.claim_epoch("m", newest_known=0)
+    _assert_the_loser_is_refused_after_compaction(broker.bootstrap_servers, store_of, topic,
+                                                  loser)
 
 
 @pytest.mark.broker
