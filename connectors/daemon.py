@@ -181,6 +181,82 @@ class _Backoff:
         self.failures = 0
 
 
+def _bootstrap_hosts(servers: list[str]) -> list[tuple[str, int, int]]:
+    """(host, port, address family) of each bootstrap server, parsed as kafka-python does."""
+    try:
+        from kafka.cluster import collect_hosts  # kafka-python 3
+    except ImportError:  # pragma: no cover - kafka-python 2
+        from kafka.conn import collect_hosts
+    return collect_hosts(servers, randomize=False)
+
+
+def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> str | None:
+    """Why no bootstrap server accepts a TCP connection within ``timeout`` seconds (each
+    server's cause), or None when one does or ``stop`` is set meanwhile.
+
+    kafka-python keeps retrying a refused connection until its bootstrap timeout (the
+    connection attempt's kafka.request_timeout_ms, 30 s by default) and cannot be interrupted
+    meanwhile: a mistyped address or a broker not yet started showed nothing for 30 s, and a
+    SIGTERM waited as long. The connections tried here all at once answer at once, and the
+    wait for them ends with a stop."""
+    import errno
+    import selectors
+    import socket
+
+    try:
+        hosts = _bootstrap_hosts(servers)
+    except ValueError as exc:  # a port that is not a number
+        return f"{','.join(servers)}: not host:port ({exc})"
+    causes: dict[str, str] = {f"{host}:{port}": "" for host, port, _ in hosts}  # in order
+    selector = selectors.DefaultSelector()
+    try:
+        for host, port, family in hosts:
+            label = f"{host}:{port}"
+            try:
+                addresses = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError) as exc:
+                causes[label] = f"the name does not resolve ({exc})"
+                continue
+            for address_family, kind, protocol, _, address in addresses:
+                try:
+                    connection = socket.socket(address_family, kind, protocol)
+                except OSError as exc:
+                    causes[label] = causes[label] or str(exc)
+                    continue
+                connection.setblocking(False)
+                code = connection.connect_ex(address)
+                if code == 0:
+                    connection.close()
+                    return None
+                if code not in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+                    connection.close()
+                    causes[label] = causes[label] or os.strerror(code)
+                    continue
+                selector.register(connection, selectors.EVENT_WRITE, label)
+        deadline = time.monotonic() + timeout
+        while selector.get_map():
+            if stop.is_set():
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for key in selector.get_map().values():
+                    causes[key.data] = causes[key.data] or f"no answer within {timeout:g} s"
+                break
+            for key, _ in selector.select(min(0.2, remaining)):
+                connection = key.fileobj
+                code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                selector.unregister(connection)
+                connection.close()
+                if code == 0:
+                    return None
+                causes[key.data] = causes[key.data] or os.strerror(code)
+    finally:
+        for key in list(selector.get_map().values()):
+            key.fileobj.close()
+        selector.close()
+    return "; ".join(f"{label}: {cause}" for label, cause in causes.items() if cause) or None
+
+
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -693,6 +769,12 @@ class Daemon:
         log.info("connecting to %s", servers)
         while not self.stop_event.is_set():
             try:
+                cause = _unreachable(client["bootstrap_servers"], self.stop_event,
+                                     config.kafka.request_timeout_ms / 1000)
+                if self.stop_event.is_set():
+                    break
+                if cause is not None:
+                    raise OSError(cause)
                 if config.kafka.create_topics:
                     self._create_topics(client)
                 if self._publishes and self._epoch is None:

@@ -156,6 +156,74 @@ def test_serve_reports_an_unreachable_broker_once_per_attempt_without_kafka_pyth
     assert "KafkaConnectionError" not in result.stderr
 
 
+def test_serve_reports_a_refused_connection_at_once_with_the_default_timeout(tmp_path):
+    """kafka-python retries a refused connection for its whole bootstrap timeout (30 s with
+    the default kafka.request_timeout_ms): the daemon must not stay silent that long for a
+    mistyped address, nor make a stop wait for it."""
+    import time
+
+    from connectors.broker import free_loopback_port
+
+    closed = free_loopback_port()
+    started = time.monotonic()
+    result = _run("serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{closed}",
+                  "--set", "retry.max_attempts=3", "--set", "retry.initial_backoff_seconds=0.1",
+                  "--set", f"checkpoint.dir={tmp_path / 'ckpt'}",
+                  "--set", "metrics.port=0", timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert f"unreachable (attempt 1): 127.0.0.1:{closed}: Connection refused; retrying in 0.1 s" \
+        in result.stderr
+    assert "giving up after 3 attempts" in result.stderr
+    # Three attempts of 30 s each before; here the interpreter's start-up is most of it.
+    assert elapsed < 25, elapsed
+
+
+def test_the_connection_probe_names_each_servers_cause_and_ends_with_a_stop():
+    import threading
+    import time
+
+    from connectors.broker import free_loopback_port
+    from connectors.daemon import _unreachable
+
+    stop = threading.Event()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        open_port = listening.getsockname()[1]
+        closed = free_loopback_port()
+        # One server that answers is enough.
+        assert _unreachable([f"127.0.0.1:{closed}", f"127.0.0.1:{open_port}"], stop, 5) is None
+        cause = _unreachable([f"127.0.0.1:{closed}", "no-such-host.invalid:9092"], stop, 5)
+        assert cause is not None
+        first, second = cause.split("; ")
+        assert first == f"127.0.0.1:{closed}: Connection refused"
+        assert second.startswith("no-such-host.invalid:9092: the name does not resolve")
+        assert "not host:port" in _unreachable(["127.0.0.1:port"], stop, 5)
+    # A listener whose backlog is full leaves new connections unanswered: the probe waits up
+    # to its timeout, or until a stop.
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        waiting = [socket.socket() for _ in range(4)]
+        try:
+            for connection in waiting:
+                connection.setblocking(False)
+                connection.connect_ex(("127.0.0.1", port))
+            assert _unreachable([f"127.0.0.1:{port}"], stop, 0.5) == \
+                f"127.0.0.1:{port}: no answer within 0.5 s"
+            timer = threading.Timer(0.3, stop.set)
+            timer.start()
+            started = time.monotonic()
+            assert _unreachable([f"127.0.0.1:{port}"], stop, 30) is None
+            assert time.monotonic() - started < 10
+            timer.join()
+        finally:
+            for connection in waiting:
+                connection.close()
+
+
 def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     from connectors.cli import _ConnectionRefusals
 
