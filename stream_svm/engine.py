@@ -118,6 +118,16 @@ class ConvergenceError(RuntimeError):
     derailed on a numerically singular kernel); the model was left as it was before."""
 
 
+class _Derailed(ConvergenceError):
+    """Round-off derailed an update even one point at a time."""
+
+
+# An update that derails even one point at a time is completed by learning the points it leaves
+# stored afresh when they are at most this many (a path from an empty model costs about as
+# much as a batch solver's fit of them).
+RELEARN_MAX_POINTS = 20_000
+
+
 @dataclass
 class UpdateStats:
     """What one update did.
@@ -129,7 +139,9 @@ class UpdateStats:
     numerically singular kernel) and the update was redone one point at a time (repairing a
     derailed point's violators by removing and adding them back, see ``_repair``).
     ``columns_reused`` counts points that re-entered the margin set with the kernel column
-    they had left it with, instead of computing it again.
+    they had left it with, instead of computing it again. ``relearned`` tells that even that
+    failed and the points the update leaves stored were learned afresh, from an empty model,
+    by the same engine (see ``PathEngine.update``).
     """
 
     added: int = 0
@@ -141,6 +153,7 @@ class UpdateStats:
     refactorized: bool = False
     retried: bool = False
     columns_reused: int = 0
+    relearned: bool = False
 
     def count(self, migration: str, times: int = 1) -> None:
         if times:
@@ -859,6 +872,7 @@ class PathEngine:
         X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,
                                                              linear, gap)
         remove = list(remove)
+        stored_before = self.n
         if remove or X_add.shape[1] > self.dim:
             self._undo = self._snapshot()
         else:
@@ -884,7 +898,20 @@ class PathEngine:
                 self.ensure_dim(X_add.shape[1])
                 if self.n:
                     self.recompute_error_contributions()
-                stats = self._one_at_a_time(X_add, y_add, keys, remove, linear, gap)
+                try:
+                    stats = self._one_at_a_time(X_add, y_add, keys, remove, linear, gap)
+                except _Derailed:
+                    if not stored_before:  # learning afresh is what failed
+                        raise
+                    # The round-off of the state itself may be what derails every path from
+                    # it: coefficients and g carry the round-off of terms far larger than
+                    # theirs (a point at 1e5 under a linear kernel, since forgotten), and a
+                    # window whose oldest point could not be removed stayed stuck on it.
+                    # The points the update leaves stored, learned afresh, have no such past.
+                    self._roll_back()
+                    self._before_change()
+                    self.ensure_dim(X_add.shape[1])
+                    stats = self._relearn(X_add, y_add, keys, remove, linear, gap)
         except BaseException:
             self._roll_back()
             raise
@@ -894,6 +921,55 @@ class PathEngine:
         self.last_update = stats
         self.breakpoints_total += stats.breakpoints
         self.updates_total += 1
+        return stats
+
+    def _relearn(self, X_add, y_add, keys, remove, linear, gap) -> UpdateStats:
+        """The update's outcome learned afresh: the points it leaves stored (the stored ones
+        but the removed, in their order, then the new ones) added to an empty engine of the
+        same settings in one update, whose state then becomes this engine's, with the points'
+        sequence numbers as an incremental update would have given them. Raises the derailed
+        update's ConvergenceError again when that fails too, or when there are more than
+        RELEARN_MAX_POINTS points."""
+        n = self.n
+        gone = np.array([self._pos[key] for key in remove], dtype=np.int64)
+        keep = np.setdiff1d(np.arange(n), gone)
+        keep = keep[np.argsort(self._seq[keep], kind="stable")]
+        if keep.size + len(keys) > RELEARN_MAX_POINTS:
+            raise _Derailed(
+                f"round-off derailed the update, and its {keep.size + len(keys)} points are too "
+                f"many to learn afresh (at most RELEARN_MAX_POINTS = {RELEARN_MAX_POINTS}); the "
+                "model is unchanged"
+            )
+        new = np.zeros((len(keys), self.dim))
+        new[:, : X_add.shape[1]] = X_add
+        fresh = PathEngine(self.kernel, self.C, self.ridge, self.max_breakpoints,
+                           self.degeneracy_tol, self.residual_tol, self.kkt_tol)
+        try:
+            stats = fresh.update(
+                np.vstack([self._X[keep, : self.dim], new]),
+                np.concatenate([self._y[keep], y_add]),
+                [self._keys[i] for i in keep] + list(keys),
+                linear=np.concatenate([self._p[keep], linear]),
+                gap=np.concatenate([self._gap[keep], gap]),
+            )
+        except ConvergenceError:
+            raise _Derailed(
+                "round-off derailed the update, also when its points were learned afresh (the "
+                "kernel matrix is numerically singular: try a ridge"
+                + (" or a larger gamma" if isinstance(self.kernel, (RBFKernel, PolynomialKernel))
+                   else "") + "); the model is unchanged"
+            ) from None
+        fresh._seq[: keep.size] = self._seq[keep]
+        fresh._seq[keep.size : fresh.n] = self._next_seq + np.arange(len(keys))
+        fresh._next_seq = self._next_seq + len(keys)
+        kept = {name: self.__dict__[name] for name in
+                ("last_update", "breakpoints_total", "updates_total", "refactorizations_total",
+                 "_undo")}
+        self.__dict__.update(fresh.__dict__)
+        self.__dict__.update(kept)
+        stats.added, stats.removed = len(keys), len(remove)
+        stats.retried = stats.relearned = True
+        stats.count("removed", len(remove))
         return stats
 
     def _one_at_a_time(self, X_add, y_add, keys, remove, linear, gap) -> UpdateStats:
@@ -914,7 +990,7 @@ class PathEngine:
                 remedy = ("a larger gamma or a ridge"
                           if isinstance(self.kernel, (RBFKernel, PolynomialKernel))
                           else "a ridge")
-                raise ConvergenceError(
+                raise _Derailed(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
                     f"matrix is numerically singular: try {remedy}); the model is unchanged"
                 )
@@ -1198,18 +1274,7 @@ class PathEngine:
                 self._y, self._p, self._gap, self._alpha, self._g, self._h, self._h_abs,
                 self._h_drift, self._status, C, self.b, new_terms, scan_error)
             self._diag_scale = max(self._diag_scale, diagonal)
-            if self._margin.size and self._t < self._diag_scale / 16:
-                # t was chosen on a smaller scale than the data now has: P = K_SS + t 11' would
-                # lose the kernel's information to the shift's round-off (or the shift to the
-                # kernel's). Refactor on the new scale; the solution does not depend on t.
-                self._before_change()
-                saved = (self._R, self._t)
-                try:
-                    self._factorize()
-                except np.linalg.LinAlgError:
-                    # K_SS is singular to working precision on the new scale: the old factor
-                    # still represents it exactly enough to go on.
-                    self._R, self._t = saved
+            self._fit_shift_to_scale()
             # admit_points put each new point on the side nearer to its violation (a finite
             # gap) and those already satisfied in the reserve set; the others are driven.
             stats.count("added->reserve", reserved)
@@ -1466,6 +1531,15 @@ class PathEngine:
         order (what removing them one at a time, highest position first, would do)."""
         if not positions:
             return
+        # The kernel's scale is that of the points stored, not of every point ever seen: one
+        # extreme point, once forgotten, left tolerances and t on its scale for good (a
+        # linear model then refused ordinary points), and a restored model, whose scale is
+        # taken from its points, learned differently from the original.
+        rescale = False
+        if not isinstance(self.kernel, RBFKernel):  # (its diagonal is 1 everywhere)
+            leaving = self._diagonal_scale(self._X[np.asarray(positions)])
+            # (within round-off: the scale was taken from the compiled kernel's values)
+            rescale = not leaving < self._diag_scale * (1 - 1e-9)
         undo = self._undo
         if undo is not None and undo.get("X") is None and "light" not in undo:
             # The snapshot left the rows out, which stand before n as they were until now.
@@ -1492,6 +1566,31 @@ class PathEngine:
         end = n - removed.size
         del keys[end:]
         self.n = end
+        if rescale:
+            self._diag_scale = self._diagonal_scale(self._X[:end]) if end else 0.0
+            self._fit_shift_to_scale()
+
+    def _diagonal_scale(self, X: np.ndarray) -> float:
+        """The largest K(x, x) + ridge over the rows of X: the kernel's scale, which the
+        tolerances and t are relative to."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(np.max(np.abs(self.kernel.diagonal(X)))) + self.ridge
+
+    def _fit_shift_to_scale(self) -> None:
+        """Refactor P = K_SS + t 11' when t is off the kernel's scale by more than 16x: with
+        t far below it P loses the shift to the kernel values' round-off, with t far above
+        it the kernel values to the shift's. The solution does not depend on t."""
+        scale = self._diag_scale
+        if not self._margin.size or not scale > 0 or scale / 16 <= self._t <= 16 * scale:
+            return
+        self._before_change()
+        saved = (self._R, self._t)
+        try:
+            self._factorize()
+        except np.linalg.LinAlgError:
+            # K_SS is singular to working precision on the new scale: the old factor still
+            # represents it exactly enough to go on.
+            self._R, self._t = saved
 
     # ------------------------------------------------------------------ maintenance
     def discard_reserve(self, epsilon: float) -> int:
@@ -1605,10 +1704,9 @@ class PathEngine:
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
         if n:
-            diagonal = np.abs(self.kernel.diagonal(X))
-            if not np.all(np.isfinite(diagonal)):
+            fresh._diag_scale = fresh._diagonal_scale(X)
+            if not np.isfinite(fresh._diag_scale):
                 raise ValueError("a kernel value of the state's points is not finite")
-            fresh._diag_scale = float(np.max(diagonal))
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
