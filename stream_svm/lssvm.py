@@ -90,6 +90,17 @@ def _two_sum(hi: np.ndarray, lo: np.ndarray, delta: np.ndarray) -> tuple[np.ndar
     return total, lo + error
 
 
+def _nonzero_values(x: Mapping) -> dict[Hashable, float] | None:
+    """A sample's features as learned (absent, None and 0 alike), to compare samples; None
+    when a value is not a number."""
+    try:
+        numbers_ = {name: float(value) for name, value in x.items() if value is not None}
+    except (TypeError, ValueError):
+        return None
+    # (NaN reads 0, as in a DataFrame)
+    return {name: value for name, value in numbers_.items() if value != 0.0 and value == value}
+
+
 def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
     if not isinstance(X, pd.DataFrame):
         raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
@@ -513,10 +524,11 @@ class _IncrementalLSSVM(FixedParameters):
         """Remove one learned sample: the one learned under ``key``, or the sample ``(x, y)``
         the caller supplies again (the model keeps no sample learned without a key).
 
-        A sample given as ``(x, y)`` cannot be checked against what was learned, since nothing
-        of it is kept: forgetting one that was never learned changes the model (only the
-        guards of the module docstring catch some such removals). Learn under a ``key`` to
-        have forgets checked."""
+        A sample given as ``(x, y)`` that equals one learned under a key is that one (the
+        oldest such): its key is forgotten with it. Any other cannot be checked against what
+        was learned, since nothing of it is kept: forgetting one that was never learned
+        changes the model (only the guards of the module docstring catch some such
+        removals). Learn under a ``key`` to have forgets checked."""
         if key is not None:
             if x is not None or y is not None:
                 raise ValueError("forget_one takes a key, or x and y, not both")
@@ -526,7 +538,12 @@ class _IncrementalLSSVM(FixedParameters):
             return
         if x is None or y is None:
             raise ValueError("forget_one needs the key the sample was learned under, or x and y")
+        kept = self._kept_by_value([x], [y])
         self._update([], [], [x], [y])
+        # A sample learned under a key and forgotten by value is not kept any more: its key
+        # would forget it a second time.
+        for key in kept:
+            del self._kept[key]
 
     def relabel_one(self, key: Hashable, y: Any) -> None:
         """Give the sample learned under ``key`` the target ``y``: its exact removal and
@@ -560,7 +577,9 @@ class _IncrementalLSSVM(FixedParameters):
         if keys is not None:
             if X is not None or y is not None:
                 raise ValueError("forget_many takes keys, or X and y, not both")
-            key_list = list(dict.fromkeys(keys))
+            key_list = list(keys)
+            if len(set(key_list)) != len(key_list):
+                raise KeyError("keys repeat within the batch: each sample is forgotten once")
             points = [self.stored_point(key) for key in key_list]
             self._update([], [], [x for x, _ in points], [t for _, t in points])
             for key in key_list:
@@ -575,7 +594,11 @@ class _IncrementalLSSVM(FixedParameters):
             raise ValueError("forget_many needs keys, or X and y")
         _frame_columns(X)
         _check_index(X, y)
-        self._update(X.iloc[:0], [], X, list(y))
+        targets = list(y)
+        kept = self._kept_by_value(X.to_dict("records"), targets)
+        self._update(X.iloc[:0], [], X, targets)
+        for key in kept:
+            del self._kept[key]
 
     # --------------------------------------------------------------------------- kept samples
 
@@ -583,9 +606,29 @@ class _IncrementalLSSVM(FixedParameters):
         check_findable_keys(keys)
         seen: set[Hashable] = set()
         for key in keys:
-            if key in self._kept or key in seen:
+            if key in self._kept:
                 raise KeyError(f"a sample is already learned under key {key!r}")
+            if key in seen:
+                raise KeyError(f"key {key!r} repeats within the batch; keys must be unique")
             seen.add(key)
+
+    def _kept_by_value(self, xs: list[Mapping], ys: list[Any]) -> list[Hashable]:
+        """The keys of the kept samples equal to the given ones, each the oldest not already
+        taken (samples not kept have no key: none for them)."""
+        if not self._kept:
+            return []
+        found: list[Hashable] = []
+        wanted = self._parse_targets(ys)
+        for x, target in zip(xs, wanted, strict=True):
+            values = _nonzero_values(x)
+            if values is None:
+                continue
+            for key, (kept_x, kept_y) in self._kept.items():
+                if (key not in found and _nonzero_values(kept_x) == values
+                        and self._parse_targets([kept_y])[0] == target):
+                    found.append(key)
+                    break
+        return found
 
     def __contains__(self, key: object) -> bool:
         try:
