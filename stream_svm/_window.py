@@ -71,6 +71,25 @@ class _SlidingWindow:
             return x, self._value_out(self._buffer_values[index])
         return super().stored_point(key)
 
+    def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
+                       ) -> Hashable:
+        """Key of the oldest sample equal to x with y (skipping ``taken``): in the window,
+        else among the arrivals waiting in the buffer (newer than the window's)."""
+        try:
+            return super()._find_by_value(x, y, taken)  # type: ignore[misc]
+        except KeyError as missing:
+            row, new = self._row(x)
+            if not new:
+                value = self._value(y)
+                for key, buffered, buffered_value in zip(
+                        self._buffer_keys, self._buffer_rows, self._buffer_values, strict=True):
+                    width = min(row.size, buffered.size)
+                    if (key not in taken and buffered_value == value
+                            and np.array_equal(row[:width], buffered[:width])
+                            and not row[width:].any() and not buffered[width:].any()):
+                        return key
+            raise missing
+
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Buffer one sample; slide the window when ``step`` samples are buffered.
 
@@ -132,7 +151,8 @@ class _SlidingWindow:
     def forget_one(
         self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
     ) -> None:
-        """Remove one sample from the window (or the buffer), by key or else by value."""
+        """Remove one sample from the window (or the buffer), by key or else by value (the
+        oldest equal sample of the window, else of the buffer)."""
         if key is None:
             if x is None or y is None:
                 raise ValueError("forget_one needs a key, or both x and y")

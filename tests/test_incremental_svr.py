@@ -291,3 +291,28 @@ def test_forgetting_down_to_one_sample_centers_b_as_a_fresh_model_does():
         alone = IncrementalSVR(**settings)
         alone.learn_one({"a": X[-1, 0], "b": X[-1, 1]}, float(y[-1]), key=count - 1)
         assert model.predict_one(probe) == pytest.approx(alone.predict_one(probe), abs=1e-9), seed
+
+
+@pytest.mark.parametrize("regression", [True, False])
+def test_a_window_forgets_a_buffered_sample_by_value(regression):
+    from stream_svm import SlidingWindowSVC
+
+    model = (SlidingWindowSVR(window_size=10, step=4) if regression
+             else SlidingWindowSVC(window_size=10, step=4))
+    first, second = (1.5, -2.0) if regression else (True, False)
+    for i in range(4):  # one slide: these are in the window
+        model.learn_one({"a": float(i)}, first if i % 2 else second, key=f"w{i}")
+    model.learn_one({"a": 1.0, "b": 2.0}, first, key="buffered")
+    model.learn_one({"a": 3.0}, first)  # also in the window, with this label: the window's
+    assert model.n_buffered == 2 and model.n_window == 4
+    # Features in another order, an explicit zero: the buffered sample (it was "no stored
+    # point equals ..." before, although `"buffered" in model` was True).
+    model.forget_one({"b": 2.0, "zero": 0.0, "a": 1.0}, first)
+    assert "buffered" not in model and model.n_buffered == 1
+    # The window's equal sample is older than the buffer's: it goes first.
+    model.forget_one({"a": 3.0}, first)
+    assert "w3" not in model and model.n_window == 3 and model.n_buffered == 1
+    model.forget_one({"a": 3.0}, first)
+    assert model.n_buffered == 0
+    with pytest.raises(KeyError, match="equals"):
+        model.forget_one({"a": 3.0}, first)
