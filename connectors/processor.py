@@ -372,7 +372,17 @@ class Processor:
                 op = parse_message(record.value, self.max_message_bytes, self.targets)
             except Exception:  # dead-lettered when processed after the warm-up
                 continue
-            if isinstance(op, Observe) and scaler.observe(op.x):
+            if not isinstance(op, Observe):
+                continue
+            try:
+                frozen = scaler.observe(op.x)
+            except ValueError as exc:
+                # Still held: processed after the warm-up like the others (a value the frozen
+                # statistics cannot scale is dead-lettered then).
+                log.warning("%s:%d:%d is left out of the scaler's warm-up: %s", record.topic,
+                            record.partition, record.offset, exc)
+                continue
+            if frozen:
                 released, self.held = self.held + list(records[index + 1:]), []
                 log.info("scaler frozen after %d feature messages (%d features); processing "
                          "the %d held messages", scaler.seen, len(scaler.means), len(released))
@@ -440,7 +450,15 @@ class Processor:
                                          self.targets)
                 if self.scaler is not None and isinstance(entry.op, Observe):
                     op = entry.op
-                    entry.op = Observe(op.id, self.scaler.transform(op.x), op.y)
+                    scaled = self.scaler.transform(op.x)
+                    for name, value in scaled.items():
+                        if not math.isfinite(value):
+                            entry.error, entry.error_kind = (
+                                f"feature {name!r} = {op.x[name]!r} is {value} once scaled "
+                                "((x - mean) / scale overflows): the message is neither "
+                                "answered nor learned", "non_finite")
+                            return
+                    entry.op = Observe(op.id, scaled, op.y)
         except Malformed as exc:
             entry.error, entry.error_kind = str(exc), "malformed"
 
@@ -466,6 +484,15 @@ class Processor:
             for i, entry in enumerate(entries):
                 try:
                     scores[i] = self._scores([entry.op.x])[0]  # type: ignore[union-attr]
+                except _REFUSALS as single:
+                    # The model refuses to score these features (an LS-SVM's Fourier map was
+                    # drawn without this name, or overflows on it): the producer's to fix.
+                    self._reject(
+                        entry,
+                        f"the model cannot score these features: {type(single).__name__}: "
+                        f"{single}; the message is neither answered nor learned",
+                        "refused",
+                    )
                 except Exception as single:
                     self._internal(entry, single)
         # The model's probability is a monotone squashing of the decision value: one kernel

@@ -73,17 +73,28 @@ class FeatureScaler:
         return cls(messages)
 
     def observe(self, x: Mapping[str, float]) -> bool:
-        """Add one message's features to the warm-up; True once the statistics froze."""
+        """Add one message's features to the warm-up; True once the statistics froze.
+
+        ValueError, and nothing counted, when a value is too large for the statistics (its
+        square overflows): one such value made a feature's scale infinite, and every later
+        value of it 0."""
         if self.frozen:
             return True
+        updates = []
         for name, value in x.items():
             count = self._count.get(name, 0) + 1
             mean = self._mean.get(name, 0.0)
             delta = value - mean
             mean += delta / count
+            m2 = self._m2.get(name, 0.0) + delta * (value - mean)
+            if not (math.isfinite(mean) and math.isfinite(m2)):
+                raise ValueError(f"feature {name!r} = {value!r} is too large for the scaler's "
+                                 "warm-up statistics (its square overflows)")
+            updates.append((name, count, mean, m2))
+        for name, count, mean, m2 in updates:
             self._count[name] = count
             self._mean[name] = mean
-            self._m2[name] = self._m2.get(name, 0.0) + delta * (value - mean)
+            self._m2[name] = m2
         self.seen += 1
         if self.seen >= self.target:
             self._freeze()

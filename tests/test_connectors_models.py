@@ -327,3 +327,19 @@ def test_an_id_column_is_the_messages_id_and_not_a_feature(tmp_path):
         list(iter_records(str(data), "label", id_column="id"))
     with pytest.raises(SourceError, match=r"for \.csv and \.jsonl files"):
         list(iter_records("bananas", id_column="id"))
+
+
+def test_features_a_model_cannot_score_are_refused_not_internal_errors():
+    # An LS-SVM's random Fourier map is drawn on the first sample's feature names: a new name
+    # (the producer's schema drifted) was dead-lettered as "internal" and logged at ERROR.
+    model = IncrementalLSSVC(features="rff", n_components=20, gamma=0.1, seed=1)
+    processor = Processor(model)
+    messages = [{"id": i, "x": x, "y": i % 2 == 0} for i, x in enumerate(_points(6, seed=2))]
+    messages.insert(3, {"id": "drift", "x": {"a": 0.5, "c": 1.0}, "y": True})
+    messages.insert(4, {"id": "huge", "x": {"a": 1.7e308, "b": 1.7e308}, "y": True})
+    result = processor.process(_records(messages))
+    reasons = {json.loads(d.record["raw"])["id"]: d.record["reason"] for d in result.dead_letters}
+    assert reasons == {"drift": "refused", "huge": "refused"}
+    errors = {json.loads(d.record["raw"])["id"]: d.record["error"] for d in result.dead_letters}
+    assert errors["drift"].startswith("the model cannot score these features: ValueError:")
+    assert len(result.outputs) == 6 and model.n_samples_ == 6

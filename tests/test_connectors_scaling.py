@@ -5,6 +5,7 @@ learning then forgetting a message gives the model back, which a moving scaler c
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -172,3 +173,34 @@ def test_evaluate_applies_the_scaler_as_the_daemon_does(tmp_path):
     assert summary["accuracy"] > unscaled["accuracy"] + 0.2
     with pytest.raises(ConfigError, match=r"warmup_messages needs scaler\.mode"):
         load_config(None, {"scaler.warmup_messages": "10"}, environ={})
+
+
+def test_a_value_too_large_for_the_warm_up_is_left_out_of_it_and_processed_after(caplog):
+    # One glitch of 1e200 made the feature's scale infinite: every later value of it read 0.
+    xs, ys = _stream(12, seed=3)
+    messages = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    messages.insert(2, {"id": "glitch", "x": {"t": 1e200, "v": -3.0}, "y": True})
+    processor = Processor(IncrementalSVC(), scaler=FeatureScaler.warming_up(10))
+    with caplog.at_level("WARNING", logger="connectors.processor"):
+        result = processor.process(_records(messages))
+    assert "in:0:2 is left out of the scaler's warm-up: feature 't' = 1e+200" in caplog.text
+    scaler = processor.scaler
+    assert scaler.frozen and scaler.seen == 10
+    assert all(math.isfinite(v) and v > 0 for v in scaler.scales.values())
+    expected = np.std([m["x"]["t"] for m in messages[:11] if m["id"] != "glitch"])
+    assert scaler.scales["t"] == pytest.approx(expected, rel=1e-9)
+    # The glitch itself, scaled with the frozen statistics, is still finite here: the model
+    # judges it like any other point; nothing was dropped.
+    assert len(result.outputs) + len(result.dead_letters) == len(messages)
+
+
+def test_a_value_the_frozen_statistics_overflow_is_dead_lettered_as_non_finite():
+    processor = Processor(IncrementalSVC(), scaler=FeatureScaler.fixed({"a": 0.0}, {"a": 1e-10}))
+    messages = [{"id": 1, "x": {"a": 1.0}, "y": True}, {"id": 2, "x": {"a": 1e300}, "y": True},
+                {"id": 3, "x": {"a": -1.0}, "y": False}]
+    result = processor.process(_records(messages))
+    (dead,) = result.dead_letters
+    assert dead.record["reason"] == "non_finite"
+    assert "feature 'a' = 1e+300 is inf once scaled" in dead.record["error"]
+    assert [o.record["id"] for o in result.outputs] == [1, 3]
+    assert processor.model.n_stored == 2
