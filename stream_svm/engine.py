@@ -886,7 +886,7 @@ class PathEngine:
             try:
                 stats = self._run_update(X_add, y_add, keys, remove, linear, gap)
                 derailed = not self._kkt_holds()
-            except ConvergenceError:
+            except (ConvergenceError, np.linalg.LinAlgError):  # (a factor refused on round-off)
                 derailed = True
             if derailed:
                 # Round-off derailed the path (numerically singular kernels, degenerate data):
@@ -896,13 +896,18 @@ class PathEngine:
                 self._roll_back()
                 self._before_change()  # the state is the one before the update again
                 self.ensure_dim(X_add.shape[1])
-                if self.n:
-                    self.recompute_error_contributions()
                 try:
+                    if self.n:
+                        self.recompute_error_contributions()
                     stats = self._one_at_a_time(X_add, y_add, keys, remove, linear, gap)
-                except _Derailed:
+                except (_Derailed, np.linalg.LinAlgError) as exc:
                     if not stored_before:  # learning afresh is what failed
-                        raise
+                        if isinstance(exc, _Derailed):
+                            raise
+                        raise _Derailed(
+                            "round-off derailed the update (the margin set's kernel matrix is "
+                            "not positive definite to working precision: try "
+                            f"{self._remedy()}); the model is unchanged") from None
                     # The round-off of the state itself may be what derails every path from
                     # it: coefficients and g carry the round-off of terms far larger than
                     # theirs (a point at 1e5 under a linear kernel, since forgotten), and a
@@ -912,6 +917,9 @@ class PathEngine:
                     self._before_change()
                     self.ensure_dim(X_add.shape[1])
                     stats = self._relearn(X_add, y_add, keys, remove, linear, gap)
+        except _Derailed as exc:
+            self._roll_back()
+            raise ConvergenceError(str(exc)) from None  # (the public class, by its name too)
         except BaseException:
             self._roll_back()
             raise
@@ -952,12 +960,11 @@ class PathEngine:
                 linear=np.concatenate([self._p[keep], linear]),
                 gap=np.concatenate([self._gap[keep], gap]),
             )
-        except ConvergenceError:
+        except (ConvergenceError, np.linalg.LinAlgError):
             raise _Derailed(
                 "round-off derailed the update, also when its points were learned afresh (the "
-                "kernel matrix is numerically singular: try a ridge"
-                + (" or a larger gamma" if isinstance(self.kernel, (RBFKernel, PolynomialKernel))
-                   else "") + "); the model is unchanged"
+                f"kernel matrix is numerically singular: try {self._remedy()}); the model is "
+                "unchanged"
             ) from None
         fresh._seq[: keep.size] = self._seq[keep]
         fresh._seq[keep.size : fresh.n] = self._next_seq + np.arange(len(keys))
@@ -986,15 +993,18 @@ class PathEngine:
             total.absorb(stats)
             if not self._kkt_holds() and not self._repair(total):
                 violation = self.kkt_violation()
-                # (gamma shapes only the RBF and polynomial kernels)
-                remedy = ("a larger gamma or a ridge"
-                          if isinstance(self.kernel, (RBFKernel, PolynomialKernel))
-                          else "a ridge")
                 raise _Derailed(
                     f"round-off derailed the update (KKT violation {violation:.3g}; the kernel "
-                    f"matrix is numerically singular: try {remedy}); the model is unchanged"
+                    f"matrix is numerically singular: try {self._remedy()}); the model is "
+                    "unchanged"
                 )
         return total
+
+    def _remedy(self) -> str:
+        # (gamma shapes only the RBF and polynomial kernels)
+        if isinstance(self.kernel, (RBFKernel, PolynomialKernel)):
+            return "a larger gamma or a ridge"
+        return "a ridge"
 
     def _violators(self) -> np.ndarray:
         """Positions whose KKT condition fails (relative to their terms, as in ``_kkt_holds``)."""

@@ -6,6 +6,8 @@ by learning its points afresh with the same engine."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -130,3 +132,27 @@ def test_learning_afresh_that_fails_too_leaves_the_engine_unchanged(monkeypatch)
     assert np.array_equal(engine.decision_function(X), before[0])
     engine.update(X[:1] + 0.5, y[:1], ["new"], remove=[0])  # and it still learns
     assert relative_kkt_violation(engine) < 1e-8
+
+
+def test_a_factor_refused_on_round_off_is_a_convergence_error_and_changes_nothing():
+    # A quadratic kernel with one point at 1e5 (K ~ 4e20 beside values of 1): the factor of
+    # the margin set is not positive definite to working precision in one slide, whose
+    # scipy LinAlgError escaped the documented ConvergenceError before.
+    window = SlidingWindowSVC(window_size=20, kernel="poly", degree=2)
+    rng = random.Random(3)
+    probe = {"a": 0.3, "b": 1.0}
+    refused = 0
+    for i in range(200):
+        a = rng.uniform(-1, 1)
+        x = {"a": 1e5, "b": 1e5} if i == 10 else {"a": a, "b": 1.0}
+        before = (window.decision_function_one(probe), window.stored_keys(), window.n_buffered)
+        try:
+            window.learn_one(x, a > 0, key=i)
+        except ConvergenceError as error:
+            assert type(error) is ConvergenceError
+            refused += 1
+            assert (window.decision_function_one(probe), window.stored_keys(),
+                    window.n_buffered) == before
+    assert 0 < refused <= 20  # while the outlier is stored
+    assert relative_kkt_violation(window._engine) < 1e-8
+    assert_matches_batch(window._engine, window._engine.X[:5] + 0.1)
