@@ -404,6 +404,17 @@ def load_config(
                     )
                 raw[f"{section}.{match}"] = (value, f"env {variable}")
                 break
+        else:
+            # Other STREAM_SVM_ variables (the scripts' STREAM_SVM_VENV) are no settings, but
+            # one whose first word is nearly a section's name is a misspelt setting, which
+            # would otherwise leave its default in place without a word.
+            word = rest.partition("_")[0]
+            close = difflib.get_close_matches(word, list(SCHEMA), n=1, cutoff=0.75)
+            if close:
+                raise ConfigError(
+                    f"environment variable {variable}: unknown section {word!r}; did you mean "
+                    f"{ENV_PREFIX}{close[0].upper()}_...?"
+                )
     sections: dict[str, SimpleNamespace] = {}
     sources: dict[str, str] = {}
     for section, settings in SCHEMA.items():

@@ -142,7 +142,7 @@ def _id(document: dict[str, Any]) -> Id:
     value = document["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise Malformed(f"'id' must be a string or an integer, got {shown(value)}")
-    if isinstance(value, int) and not -MAX_INT_ID <= value <= MAX_INT_ID:
+    if isinstance(value, int) and not -MAX_INT_ID - 1 <= value <= MAX_INT_ID:
         raise Malformed(f"integer 'id' {shown(value)} does not fit in 64 bits")
     if isinstance(value, str):
         if not 0 < len(value) <= MAX_ID_LENGTH:

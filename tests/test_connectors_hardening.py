@@ -129,6 +129,14 @@ def test_poison_values_are_malformed_with_a_readable_reason(raw, reason):
     assert len(str(caught.value)) < 300  # a 400-digit literal is cut, not copied
 
 
+def test_integer_ids_are_exactly_the_64_bit_range():
+    for value in (-(2**63), 2**63 - 1):
+        assert parse_message(f'{{"id": {value}, "x": {{"a": 1.0}}}}'.encode(), 10_000).id == value
+    for value in (-(2**63) - 1, 2**63):
+        with pytest.raises(Malformed, match="does not fit in 64 bits"):
+            parse_message(f'{{"id": {value}, "x": {{"a": 1.0}}}}'.encode(), 10_000)
+
+
 # -- the processor: one outcome per message, whatever happens ---------------------------------
 
 

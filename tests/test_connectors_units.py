@@ -55,6 +55,17 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
     assert config.sources["model.gamma"] == str(path)
 
 
+def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
+    # STREAM_SVM_MODLE_C=5 left C at its default without a word.
+    with pytest.raises(ConfigError, match=r"STREAM_SVM_MODLE_C: unknown section 'modle'; did "
+                                          r"you mean STREAM_SVM_MODEL_"):
+        load_config(None, {}, {"STREAM_SVM_MODLE_C": "5"})
+    with pytest.raises(ConfigError, match="did you mean STREAM_SVM_METRICS_"):
+        load_config(None, {}, {"STREAM_SVM_METRIC_PORT": "9000"})
+    # Variables that name no section at all are someone else's.
+    load_config(None, {}, {"STREAM_SVM_VENV": "x", "STREAM_SVM_ADVERSARIAL_SCENARIOS": "9"})
+
+
 @pytest.mark.parametrize(
     ("overrides", "environ", "named"),
     [
