@@ -156,3 +156,27 @@ def test_a_factor_refused_on_round_off_is_a_convergence_error_and_changes_nothin
     assert 0 < refused <= 20  # while the outlier is stored
     assert relative_kkt_violation(window._engine) < 1e-8
     assert_matches_batch(window._engine, window._engine.X[:5] + 0.1)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.01])
+def test_a_regressor_forgets_a_glitch_exactly(epsilon):
+    # The forget raised ConvergenceError (C * K = 2e10): an exact-unlearning request for the
+    # bad record could not be carried out.
+    from stream_svm import IncrementalSVR
+
+    rng = random.Random(1)
+    model = IncrementalSVR(kernel="linear", epsilon=epsilon)
+    never = IncrementalSVR(kernel="linear", epsilon=epsilon)
+    for i in range(6):
+        a = rng.uniform(-1, 1)
+        model.learn_one({"a": a, "b": 1.0}, 2 * a, key=i)
+        never.learn_one({"a": a, "b": 1.0}, 2 * a, key=i)
+    model.learn_one({"a": 1e5, "b": 1e5}, 2.0, key="glitch")
+    model.forget_one(key="glitch")
+    for i in range(40):
+        a = rng.uniform(-1, 1)
+        model.learn_one({"a": a, "b": 1.0}, 2 * a, key=100 + i)
+        never.learn_one({"a": a, "b": 1.0}, 2 * a, key=100 + i)
+    probes = pd.DataFrame({"a": np.linspace(-1, 1, 7), "b": 1.0})
+    assert np.allclose(model.predict_many(probes), never.predict_many(probes), rtol=1e-9,
+                       atol=1e-9)
