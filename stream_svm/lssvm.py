@@ -577,9 +577,7 @@ class _IncrementalLSSVM(FixedParameters):
         if keys is not None:
             if X is not None or y is not None:
                 raise ValueError("forget_many takes keys, or X and y, not both")
-            key_list = list(keys)
-            if len(set(key_list)) != len(key_list):
-                raise KeyError("keys repeat within the batch: each sample is forgotten once")
+            key_list = list(dict.fromkeys(keys))  # a key named twice is forgotten once
             points = [self.stored_point(key) for key in key_list]
             self._update([], [], [x for x, _ in points], [t for _, t in points])
             for key in key_list:
