@@ -92,6 +92,27 @@ def _finite_numbers(value: dict) -> str | None:
     return None
 
 
+def _bootstrap_servers(value: str) -> str | None:
+    """host:port entries, comma-separated (a port may be left out: 9092; an IPv6 address with a
+    port in brackets, [::1]:9092; a PROTOCOL:// prefix is ignored, as Kafka's clients do)."""
+    for entry in value.split(","):
+        server = entry.strip().split("://")[-1]
+        if server.startswith("["):
+            host, closed, rest = server[1:].partition("]")
+            if not closed or (rest and not rest.startswith(":")):
+                return f"must be host:port entries: {entry.strip()!r} is not [IPv6]:port"
+            port = rest[1:] if rest else "9092"
+        elif server.count(":") == 1:
+            host, port = server.split(":")
+        else:  # a host without port, or a bare IPv6 address
+            host, port = server, "9092"
+        if not host or not host.isprintable() or any(c.isspace() for c in host):
+            return f"must be host:port entries: {entry.strip()!r} has no usable host"
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            return f"must be host:port entries: {entry.strip()!r} has no port in 1-65535"
+    return None
+
+
 def _positive_numbers(value: dict) -> str | None:
     problem = _finite_numbers(value)
     if problem is None and any(number <= 0 for number in value.values()):
@@ -129,7 +150,7 @@ KAFKA_CONNECTIONS_MAX_IDLE_MS = 540_000
 
 SCHEMA: dict[str, dict[str, Setting]] = {
     "kafka": {
-        "bootstrap_servers": Setting(str, "", optional=True),
+        "bootstrap_servers": Setting(str, "", _bootstrap_servers, optional=True),
         "input_topic": Setting(str, "stream-svm.input", _topic),
         "label_topic": Setting(str, "", _topic, optional=True),
         "output_topic": Setting(str, "stream-svm.predictions", _topic),
@@ -408,13 +429,13 @@ def load_config(
             # Other STREAM_SVM_ variables (the scripts' STREAM_SVM_VENV) are no settings, but
             # one whose first word is nearly a section's name is a misspelt setting, which
             # would otherwise leave its default in place without a word.
-            word = rest.partition("_")[0]
-            close = difflib.get_close_matches(word, list(SCHEMA), n=1, cutoff=0.75)
-            if close:
-                raise ConfigError(
-                    f"environment variable {variable}: unknown section {word!r}; did you mean "
-                    f"{ENV_PREFIX}{close[0].upper()}_...?"
-                )
+            word, _, key = rest.partition("_")
+            for close in difflib.get_close_matches(word, list(SCHEMA), n=3, cutoff=0.75):
+                if any(k.lower() == key for k in SCHEMA[close]):
+                    raise ConfigError(
+                        f"environment variable {variable}: unknown section {word!r}; did you "
+                        f"mean {ENV_PREFIX}{close.upper()}_{key.upper()}?"
+                    )
     sections: dict[str, SimpleNamespace] = {}
     sources: dict[str, str] = {}
     for section, settings in SCHEMA.items():

@@ -203,19 +203,49 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> s
     import selectors
     import socket
 
+    named: dict[str, tuple[str, int, int]] = {}  # each server once, in the given order
     try:
-        hosts = _bootstrap_hosts(servers)
-    except ValueError as exc:  # a port that is not a number
+        parsed = _bootstrap_hosts(servers)
+    except ValueError as exc:  # (refused with the settings already: load_config checks them)
         return f"{','.join(servers)}: not host:port ({exc})"
-    causes: dict[str, str] = {f"{host}:{port}": "" for host, port, _ in hosts}  # in order
+    for host, port, family in parsed:
+        named.setdefault(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                         (host, port, family))
+    if not named:
+        return None
+    labels, hosts = list(named), list(named.values())
+    causes: dict[str, str] = dict.fromkeys(labels, "")
+    deadline = time.monotonic() + timeout
+    # Names are resolved on threads of their own: a resolver that does not answer must not
+    # hold a stop up (an abandoned lookup ends with the resolver's own timeout).
+    resolved: dict[str, Any] = {}
+    done = threading.Event()
+
+    def resolve(label: str, host: str, port: int, family: int) -> None:
+        try:
+            resolved[label] = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+        except (OSError, UnicodeError, ValueError) as exc:
+            resolved[label] = exc
+        if len(resolved) == len(hosts):
+            done.set()
+
+    for label, (host, port, family) in zip(labels, hosts, strict=True):
+        threading.Thread(target=resolve, args=(label, host, port, family), daemon=True,
+                         name="stream-svm-resolve").start()
+    while not done.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+        if stop.is_set():
+            return None
+        if time.monotonic() >= deadline:
+            break
     selector = selectors.DefaultSelector()
     try:
-        for host, port, family in hosts:
-            label = f"{host}:{port}"
-            try:
-                addresses = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
-            except (socket.gaierror, UnicodeError) as exc:
-                causes[label] = f"the name does not resolve ({exc})"
+        for label in labels:
+            addresses = resolved.get(label)
+            if addresses is None:
+                causes[label] = f"the name did not resolve within {timeout:g} s"
+                continue
+            if isinstance(addresses, BaseException):
+                causes[label] = f"the name does not resolve ({addresses})"
                 continue
             for address_family, kind, protocol, _, address in addresses:
                 try:
@@ -233,7 +263,6 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> s
                     causes[label] = causes[label] or os.strerror(code)
                     continue
                 selector.register(connection, selectors.EVENT_WRITE, label)
-        deadline = time.monotonic() + timeout
         while selector.get_map():
             if stop.is_set():
                 return None

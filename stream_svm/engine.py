@@ -960,18 +960,23 @@ class PathEngine:
                 linear=np.concatenate([self._p[keep], linear]),
                 gap=np.concatenate([self._gap[keep], gap]),
             )
-        except (ConvergenceError, np.linalg.LinAlgError):
+        except (ConvergenceError, np.linalg.LinAlgError) as exc:
+            cause = f"the kernel matrix is numerically singular: try {self._remedy()}"
+            if "max_breakpoints" in str(exc):  # the limit, not round-off, stopped it
+                cause = str(exc).removesuffix("; the model is unchanged")
             raise _Derailed(
-                "round-off derailed the update, also when its points were learned afresh (the "
-                f"kernel matrix is numerically singular: try {self._remedy()}); the model is "
-                "unchanged"
+                f"round-off derailed the update, and learning its {keep.size + len(keys)} "
+                f"points afresh failed too ({cause}); the model is unchanged"
             ) from None
-        fresh._seq[: keep.size] = self._seq[keep]
-        fresh._seq[keep.size : fresh.n] = self._next_seq + np.arange(len(keys))
+        # The fresh engine numbered the points in the order given (its own retries keep the
+        # numbers, though not always the positions): give them this engine's numbers.
+        sequence = np.concatenate([self._seq[keep], self._next_seq + np.arange(len(keys))])
+        fresh._seq[: fresh.n] = sequence[fresh._seq[: fresh.n]]
         fresh._next_seq = self._next_seq + len(keys)
         kept = {name: self.__dict__[name] for name in
                 ("last_update", "breakpoints_total", "updates_total", "refactorizations_total",
                  "_undo")}
+        kept["refactorizations_total"] += fresh.refactorizations_total
         self.__dict__.update(fresh.__dict__)
         self.__dict__.update(kept)
         stats.added, stats.removed = len(keys), len(remove)
@@ -1546,7 +1551,9 @@ class PathEngine:
         # linear model then refused ordinary points), and a restored model, whose scale is
         # taken from its points, learned differently from the original.
         rescale = False
-        if not isinstance(self.kernel, RBFKernel):  # (its diagonal is 1 everywhere)
+        # (RBF's diagonal is 1 everywhere; a user's kernel would be called back once per point:
+        # its scale stays the largest seen.)
+        if isinstance(self.kernel, (LinearKernel, PolynomialKernel)):
             leaving = self._diagonal_scale(self._X[np.asarray(positions)])
             # (within round-off: the scale was taken from the compiled kernel's values)
             rescale = not leaving < self._diag_scale * (1 - 1e-9)

@@ -615,17 +615,20 @@ class _IncrementalLSSVM(FixedParameters):
         taken (samples not kept have no key: none for them)."""
         if not self._kept:
             return []
+        # One pass over the kept samples: (features, target) -> their keys, oldest first.
+        index: dict[tuple, list[Hashable]] = {}
+        targets = self._parse_targets([y for _, y in self._kept.values()])
+        for (key, (kept_x, _)), target in zip(self._kept.items(), targets, strict=True):
+            values = _nonzero_values(kept_x)
+            if values is not None:
+                index.setdefault((frozenset(values.items()), float(target)), []).append(key)
         found: list[Hashable] = []
-        wanted = self._parse_targets(ys)
-        for x, target in zip(xs, wanted, strict=True):
+        for x, target in zip(xs, self._parse_targets(ys), strict=True):
             values = _nonzero_values(x)
-            if values is None:
-                continue
-            for key, (kept_x, kept_y) in self._kept.items():
-                if (key not in found and _nonzero_values(kept_x) == values
-                        and self._parse_targets([kept_y])[0] == target):
-                    found.append(key)
-                    break
+            keys = None if values is None else index.get((frozenset(values.items()),
+                                                          float(target)))
+            if keys:
+                found.append(keys.pop(0))
         return found
 
     def __contains__(self, key: object) -> bool:

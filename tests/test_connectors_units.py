@@ -58,12 +58,27 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
 def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
     # STREAM_SVM_MODLE_C=5 left C at its default without a word.
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODLE_C: unknown section 'modle'; did "
-                                          r"you mean STREAM_SVM_MODEL_"):
+                                          r"you mean STREAM_SVM_MODEL_C\?"):
         load_config(None, {}, {"STREAM_SVM_MODLE_C": "5"})
-    with pytest.raises(ConfigError, match="did you mean STREAM_SVM_METRICS_"):
+    with pytest.raises(ConfigError, match=r"did you mean STREAM_SVM_METRICS_PORT\?"):
         load_config(None, {}, {"STREAM_SVM_METRIC_PORT": "9000"})
-    # Variables that name no section at all are someone else's.
-    load_config(None, {}, {"STREAM_SVM_VENV": "x", "STREAM_SVM_ADVERSARIAL_SCENARIOS": "9"})
+    # Variables that name no setting are someone else's.
+    load_config(None, {}, {"STREAM_SVM_VENV": "x", "STREAM_SVM_ADVERSARIAL_SCENARIOS": "9",
+                           "STREAM_SVM_MODE": "fast", "STREAM_SVM_SCALE": "2"})
+
+
+@pytest.mark.parametrize("servers", ["127.0.0.1:port", "a b:9092", "h:0", "h:99999", "[::1",
+                                     "h:9092,,h2:9092", "a\x00b:9092"])
+def test_bootstrap_servers_that_are_not_host_port_are_refused_at_start(servers):
+    with pytest.raises(ConfigError,
+                       match=r"kafka.bootstrap_servers \(from flag\): must be host:port"):
+        load_config(None, {"kafka.bootstrap_servers": servers}, {})
+
+
+def test_bootstrap_servers_in_every_form_kafka_clients_take():
+    for servers in ("kafka:9092", "kafka", "[::1]:9092", "::1", "SASL_SSL://b1:9093,b2:9093"):
+        assert load_config(None, {"kafka.bootstrap_servers": servers}, {}).kafka \
+            .bootstrap_servers == servers
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from stream_svm import IncrementalSVC, SlidingWindowSVC
-from stream_svm.engine import ConvergenceError, PathEngine
+from stream_svm.engine import ConvergenceError, PathEngine, _Derailed
 from stream_svm.kernels import make_kernel
 from tests.oracle import assert_matches_batch, relative_kkt_violation
 
@@ -124,7 +124,9 @@ def test_learning_afresh_that_fails_too_leaves_the_engine_unchanged(monkeypatch)
         return False
 
     monkeypatch.setattr(PathEngine, "_kkt_holds", derail)
-    with pytest.raises(ConvergenceError, match="also when its points were learned afresh"):
+    with pytest.raises(ConvergenceError,
+                       match=r"learning its 12 points afresh failed too \(the kernel matrix is "
+                             r"numerically singular: try a ridge\); the model is unchanged"):
         engine.update(X[:1] + 0.5, y[:1], ["new"], remove=[0])
     monkeypatch.undo()
     assert list(engine.keys) == before[1]
@@ -180,3 +182,41 @@ def test_a_regressor_forgets_a_glitch_exactly(epsilon):
     probes = pd.DataFrame({"a": np.linspace(-1, 1, 7), "b": 1.0})
     assert np.allclose(model.predict_many(probes), never.predict_many(probes), rtol=1e-9,
                        atol=1e-9)
+
+
+def test_learning_afresh_keeps_the_points_order_when_its_own_path_moves_them(monkeypatch):
+    # The fresh engine's own retry can repair points by removing and adding them back, which
+    # moves them: the numbers must follow the points, not their positions.
+    engine = PathEngine(make_kernel("linear"), 1.0)
+    X = np.arange(6.0)[:, None]
+    y = np.array([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    for i in range(6):
+        engine.update(X[i : i + 1], y[i : i + 1], [f"k{i}"])
+    holds, one_at_a_time = PathEngine._kkt_holds, PathEngine._one_at_a_time
+    calls = {"fresh": 0, "repairs": 0}
+
+    def kkt(self):
+        if self is engine:
+            return False
+        calls["fresh"] += 1
+        if calls["fresh"] == 1:  # the fresh engine's multiple path derails too...
+            return False
+        if self.n == 4 and calls["repairs"] < 2:  # ...and its point by point path repairs
+            calls["repairs"] += 1
+            return False
+        return holds(self)
+
+    def derail(self, *arguments):
+        if self is engine:
+            raise _Derailed("forced")
+        return one_at_a_time(self, *arguments)
+
+    monkeypatch.setattr(PathEngine, "_kkt_holds", kkt)
+    monkeypatch.setattr(PathEngine, "_one_at_a_time", derail)
+    monkeypatch.setattr(PathEngine, "_violators", lambda self: np.array([0]))
+    stats = engine.update(np.array([[6.0]]), np.array([1.0]), ["k6"], remove=["k0"])
+    monkeypatch.undo()
+    assert stats.relearned and calls["repairs"] == 2
+    assert engine.keys != ["k1", "k2", "k3", "k4", "k5", "k6"]  # the repair moved points
+    assert engine.oldest_keys(6) == ["k1", "k2", "k3", "k4", "k5", "k6"]
+    assert relative_kkt_violation(engine) < 1e-8
