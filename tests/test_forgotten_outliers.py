@@ -220,3 +220,21 @@ def test_learning_afresh_keeps_the_points_order_when_its_own_path_moves_them(mon
     assert engine.keys != ["k1", "k2", "k3", "k4", "k5", "k6"]  # the repair moved points
     assert engine.oldest_keys(6) == ["k1", "k2", "k3", "k4", "k5", "k6"]
     assert relative_kkt_violation(engine) < 1e-8
+
+
+def test_too_many_points_to_learn_afresh_is_a_convergence_error_naming_the_bound(monkeypatch):
+    import stream_svm.engine as engine_module
+
+    engine = PathEngine(make_kernel("linear"), 1.0)
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((12, 2))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    engine.update(X, y, list(range(12)))
+    before = engine.decision_function(X).copy()
+    monkeypatch.setattr(engine_module, "RELEARN_MAX_POINTS", 10)
+    monkeypatch.setattr(PathEngine, "_kkt_holds", lambda self: False)
+    with pytest.raises(ConvergenceError, match=r"its 12 points are too many to learn afresh "
+                                               r"\(at most RELEARN_MAX_POINTS = 10\)"):
+        engine.update(X[:1] + 0.5, y[:1], ["new"], remove=[0])
+    monkeypatch.undo()
+    assert np.array_equal(engine.decision_function(X), before) and "new" not in engine
