@@ -56,6 +56,14 @@ class Metrics:
         self.breakpoints = Counter(
             "stream_svm_breakpoints", "Breakpoints of the path-following updates", registry=r
         )
+        self.update_retries = Counter(
+            "stream_svm_update_retries",
+            "Model updates that round-off derailed, by how they were completed: point by point "
+            "(one_at_a_time) or by learning their points afresh (afresh); a growing count "
+            "tells that the kernel matrix is near singular",
+            ["how"],
+            registry=r,
+        )
         self.update_breakpoints = Histogram(
             "stream_svm_update_breakpoints",
             "Breakpoints per model update",

@@ -114,6 +114,9 @@ class _Entry:
 _REFUSALS = (ValueError, KeyError, TypeError, ConvergenceError)
 
 
+#: The model's running totals an update's metrics are read from (0 for a model without).
+_UPDATE_TOTALS = ("breakpoints_total", "retries_total", "relearns_total")
+
 #: Fewer feature dicts than this are predicted or learned one by one: a DataFrame's round trip
 #: (built here, turned back into dicts by the model) costs ~1.5 ms, some 40 single predictions.
 _TABLE_MIN_ROWS = 32
@@ -777,17 +780,24 @@ class Processor:
     # -- bookkeeping -----------------------------------------------------------------------
 
     def _timed(self, update: Any) -> None:
-        before = int(getattr(self.model, "breakpoints_total", 0))
+        model = self.model
+        before = [int(getattr(model, name, 0)) for name in _UPDATE_TOTALS]
         started = time.perf_counter()
         update()
         elapsed = time.perf_counter() - started
         if self.metrics is None:
             return
-        # A buffered learn_one makes no update: count breakpoints by the model's total.
-        breakpoints = int(getattr(self.model, "breakpoints_total", 0)) - before
+        # A buffered learn_one makes no update: count by the model's totals.
+        breakpoints, retries, relearns = (int(getattr(model, name, 0)) - was
+                                          for name, was in zip(_UPDATE_TOTALS, before,
+                                                               strict=True))
         self.metrics.update_seconds.observe(elapsed)
         self.metrics.breakpoints.inc(breakpoints)
         self.metrics.update_breakpoints.observe(breakpoints)
+        if retries - relearns > 0:
+            self.metrics.update_retries.labels(how="one_at_a_time").inc(retries - relearns)
+        if relearns > 0:
+            self.metrics.update_retries.labels(how="afresh").inc(relearns)
 
     def _publish_scores(self) -> None:
         """Show the progressive figures (NaN before any score): the classifier's accuracy or

@@ -237,6 +237,18 @@ class _EngineModel(FixedParameters):
         return self._engine.updates_total
 
     @property
+    def retries_total(self) -> int:
+        """Updates that round-off derailed and that were redone one point at a time (a count
+        that grows tells that the kernel matrix is near singular: standardize the features,
+        or add a ridge)."""
+        return self._engine.retries_total
+
+    @property
+    def relearns_total(self) -> int:
+        """Updates completed only by learning their points afresh (see ``PathEngine.update``)."""
+        return self._engine.relearns_total
+
+    @property
     def n_margin(self) -> int:
         return self._engine.n_margin
 
@@ -263,13 +275,15 @@ class _EngineModel(FixedParameters):
         them (the engine from its snapshot, everything else from a deep copy), then re-raises."""
         engine = self._engine
         snapshot = engine._snapshot()
-        counters = (engine.last_update, engine.breakpoints_total, engine.updates_total)
+        counters = (engine.last_update, engine.breakpoints_total, engine.updates_total,
+                    engine.retries_total, engine.relearns_total)
         rest = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_engine"})
         try:
             yield
         except BaseException:
             engine._restore(snapshot)
-            engine.last_update, engine.breakpoints_total, engine.updates_total = counters
+            (engine.last_update, engine.breakpoints_total, engine.updates_total,
+             engine.retries_total, engine.relearns_total) = counters
             self.__dict__.update(rest)
             raise
 

@@ -279,6 +279,11 @@ class PathEngine:
         self.breakpoints_total = 0
         self.updates_total = 0
         self.refactorizations_total = 0
+        # Updates that round-off derailed and that were completed point by point, or by
+        # learning their points afresh (UpdateStats.retried / .relearned): a count that grows
+        # tells that the kernel matrix is near singular (standardize the features, or a ridge).
+        self.retries_total = 0
+        self.relearns_total = 0
 
     # ------------------------------------------------------------------ read-only views
     @property
@@ -930,6 +935,8 @@ class PathEngine:
         self.last_update = stats
         self.breakpoints_total += stats.breakpoints
         self.updates_total += 1
+        self.retries_total += stats.retried
+        self.relearns_total += stats.relearned
         return stats
 
     def _relearn(self, X_add, y_add, keys, remove, linear, gap) -> UpdateStats:
@@ -976,7 +983,7 @@ class PathEngine:
         fresh._next_seq = self._next_seq + len(keys)
         kept = {name: self.__dict__[name] for name in
                 ("last_update", "breakpoints_total", "updates_total", "refactorizations_total",
-                 "_undo")}
+                 "retries_total", "relearns_total", "_undo")}
         kept["refactorizations_total"] += fresh.refactorizations_total
         self.__dict__.update(fresh.__dict__)
         self.__dict__.update(kept)

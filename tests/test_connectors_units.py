@@ -384,3 +384,30 @@ def test_a_named_label_without_classes_points_to_the_classes_setting():
                                         r"positive, false/0/-1 negative\)$"):
         Targets().parse(2)  # a number: no such hint
     assert Targets(classes=("ham", "spam")).parse("ham") is False
+
+
+def test_updates_completed_afresh_are_counted_for_the_operator(monkeypatch):
+    from prometheus_client import generate_latest
+
+    from stream_svm import IncrementalSVC
+    from stream_svm.engine import PathEngine
+
+    model = IncrementalSVC(kernel="linear")
+    metrics = Metrics()
+    processor = Processor(model, metrics=metrics)
+    rng = np.random.default_rng(8)
+    records = [Record("in", 0, i, json.dumps({"id": i, "x": {"a": float(a), "b": float(b)},
+                                               "y": bool(a > 0)}).encode(), 0)
+               for i, (a, b) in enumerate(rng.normal(size=(6, 2)))]
+    processor.process(records[:5])
+    holds = PathEngine._kkt_holds
+    # The model's own engine derails on every path, point by point too; learned afresh, the
+    # points hold their conditions.
+    monkeypatch.setattr(PathEngine, "_kkt_holds",
+                        lambda self: self is not model._engine and holds(self))
+    processor.process(records[5:])
+    monkeypatch.undo()
+    assert model.retries_total == model.relearns_total == 1 and 5 in model
+    text = generate_latest(metrics.registry).decode()
+    assert 'stream_svm_update_retries_total{how="afresh"} 1.0' in text
+    assert 'how="one_at_a_time"' not in text
