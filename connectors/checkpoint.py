@@ -24,6 +24,7 @@ unusable.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -38,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatch", "CheckpointStore"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointLockLost", "CheckpointMismatch",
+           "CheckpointStore", "DirectoryLock"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,79 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """A readable checkpoint that belongs to another configuration: nothing was touched."""
+
+
+class CheckpointLockLost(CheckpointError):
+    """The checkpoint directory was removed and created again, and another process holds its
+    new lock: this one must write no more checkpoints there."""
+
+
+class DirectoryLock:
+    """One process's exclusive lock on a checkpoint directory (flock on its ``.lock`` file,
+    which holds the owner's pid). :meth:`verify` finds a directory removed and created again
+    (the lock then guards a file no longer in it) and takes the new one's lock, or raises
+    :class:`CheckpointLockLost` when another process took it first."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self._handle: Any = None
+
+    def acquire(self) -> None:
+        """Take the lock (creating the directory, mode 0700); CheckpointError when another
+        process holds it or the lock file cannot be used."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.directory / ".lock"
+        try:
+            # O_NOFOLLOW: a symbolic link planted as .lock must not make the daemon open (and
+            # write its pid into) whatever file it points to.
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 0o600)
+        except OSError as exc:
+            if path.is_symlink():
+                raise CheckpointError(f"the lock file {path} is a symbolic link; refusing to "
+                                      "follow it (remove it)") from None
+            raise CheckpointError(f"cannot open the lock file {path}: {exc}") from None
+        handle = os.fdopen(descriptor, "r+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise CheckpointError(
+                f"checkpoint directory {self.directory} is in use by another daemon") from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._handle = handle
+
+    def held(self) -> bool:
+        """Whether the directory's lock file is still the one this lock holds."""
+        if self._handle is None:
+            return False
+        try:
+            current = os.stat(self.directory / ".lock", follow_symlinks=False)
+        except OSError:
+            return False
+        mine = os.fstat(self._handle.fileno())
+        return (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def verify(self) -> None:
+        """Hold the lock of the directory as it is now (see the class)."""
+        if self.held():
+            return
+        self.release()
+        try:
+            self.acquire()
+        except CheckpointError as exc:
+            raise CheckpointLockLost(
+                f"checkpoint directory {self.directory} was removed and created again, and "
+                f"this daemon could not lock it again ({exc})") from None
+        log.error("checkpoint directory %s was removed and created again: locked it again",
+                  self.directory)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 @dataclass
@@ -133,11 +208,14 @@ def _read_member(
 class CheckpointStore:
     """The checkpoints of one daemon, in one directory (created with mode 0700 if missing)."""
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3,
+                 lock: DirectoryLock | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory)
         self.keep = keep
+        #: the writer's lock, verified before every write (see DirectoryLock.verify)
+        self.lock = lock
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def paths(self) -> list[tuple[int, Path]]:
@@ -219,6 +297,11 @@ class CheckpointStore:
             log.error("checkpoint directory %s has disappeared, with every checkpoint in it: "
                       "creating it again", self.directory)
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.lock is not None:
+            # Removed and created again (by this writer or another process): the lock this
+            # writer holds guards nothing there any more, and a second daemon could start on
+            # it (it did, and answered a third of the stream twice).
+            self.lock.verify()
         for path in self.directory.glob(".checkpoint-*.tmp"):
             path.unlink(missing_ok=True)
         return self.paths()

@@ -40,7 +40,6 @@ Guarantees
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import json
 import logging
@@ -58,8 +57,10 @@ from connectors.broker import EmbeddedBroker
 from connectors.checkpoint import (
     Checkpoint,
     CheckpointError,
+    CheckpointLockLost,
     CheckpointMismatch,
     CheckpointStore,
+    DirectoryLock,
 )
 from connectors.config import Config, kafka_client_settings
 from connectors.metrics import Metrics
@@ -287,30 +288,16 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> s
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / ".lock"
+def _locked(directory: Path) -> Iterator[DirectoryLock]:
+    lock = DirectoryLock(directory)
     try:
-        # O_NOFOLLOW: a symbolic link planted as .lock must not make the daemon open (and
-        # write its pid into) whatever file it points to.
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if path.is_symlink():
-            raise DaemonError(
-                f"the lock file {path} is a symbolic link; refusing to follow it (remove it)"
-            ) from None
-        raise DaemonError(f"cannot open the lock file {path}: {exc}") from None
-    with os.fdopen(descriptor, "r+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DaemonError(
-                f"checkpoint directory {directory} is in use by another daemon"
-            ) from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
+        lock.acquire()
+    except CheckpointError as exc:
+        raise DaemonError(str(exc)) from None
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 def _topic_id(consumer: Any, topic: str) -> str | None:
@@ -528,6 +515,7 @@ class Daemon:
         self._last_publish = time.monotonic()  # of the last attempt
         self._publish_failed = False  # the last attempt failed: retried on an idle stream too
         self._fenced = False  # another learner took the model over: publish nothing more
+        self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         # A predictor's reader of the state topic, and its own stop (it also stops when the
         # daemon returns without a stop request, e.g. until_drained).
         self._follower: StateFollower | None = None
@@ -578,8 +566,9 @@ class Daemon:
                         self._serve()
             else:
                 directory = Path(config.checkpoint.dir)
-                with _locked(directory):
-                    self._store = CheckpointStore(directory, keep=config.checkpoint.keep)
+                with _locked(directory) as lock:
+                    self._store = CheckpointStore(directory, keep=config.checkpoint.keep,
+                                                  lock=lock)
                     self.processor = self._restore()
                     self._start_embedded_broker()
                     self._serve()
@@ -1790,6 +1779,16 @@ class Daemon:
         }
         try:
             path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
+        except CheckpointLockLost as exc:
+            # Another daemon runs on this directory now: this one writes, publishes and
+            # commits nothing more (like a crash: the other resumes from its checkpoints).
+            self._lock_lost = True
+            self.metrics.checkpoint_failures.inc()
+            self.summary.checkpoint_failures += 1
+            self.summary.exit_code = 1
+            self.stop_event.set()
+            log.error("%s: stopping, without a checkpoint or a commit past the last one", exc)
+            return
         except CheckpointError as exc:
             self.metrics.checkpoint_failures.inc()
             self.summary.checkpoint_failures += 1
@@ -1971,7 +1970,8 @@ class Daemon:
                           "partitions' next owner learns their latest messages again",
                           self.models.dirty())
                 self.summary.exit_code = 1
-        elif self.processor is not None and self._store is not None and self._since_checkpoint:
+        elif (self.processor is not None and self._store is not None and self._since_checkpoint
+              and not self._lock_lost):
             failures = self.summary.checkpoint_failures
             self.checkpoint()
             if self.summary.checkpoint_failures > failures:
@@ -1981,7 +1981,7 @@ class Daemon:
         if self.models is not None:
             self._summarize_models()  # before closing: the close revokes their partitions
         if self._consumer is not None:
-            if not self._undelivered and self.models is None:
+            if not self._undelivered and self.models is None and not self._lock_lost:
                 self._commit()
             with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)

@@ -239,6 +239,10 @@ def _label(document: dict[str, Any], targets: Targets = _BINARY) -> Target:
 
 
 def _check_text(what: str, text: str) -> None:
+    # A NUL ("\u0000") is valid JSON, but checkpoints keep text in numpy arrays, which drop
+    # trailing NULs: "k\u0000" came back as "k", another point's id.
+    if "\x00" in text:
+        raise Malformed(f"{what} {text!r} contains a NUL character (U+0000)")
     # JSON may spell lone surrogates ("\ud800"): valid JSON, but not Unicode text, so they
     # could be neither a Kafka key nor a feature name written back as UTF-8.
     if not text.isascii():

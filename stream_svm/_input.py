@@ -34,10 +34,17 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     Traceback (most recent call last):
     ...
     KeyError: 'key nan is not equal to itself (NaN) ...'
+
+    Also KeyError for a str key holding a NUL character, which a checkpoint would lose.
     """
     always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
         kind = type(key)
+        if kind is str and "\x00" in key:
+            # Checkpoints keep str keys in numpy text arrays, which drop trailing NULs: the
+            # point came back under another key ("k\x00" as "k"), or not at all.
+            raise KeyError(f"key {shown(key)} contains a NUL character (U+0000), which a "
+                           "checkpoint cannot keep")
         if kind in always:
             continue  # (most keys: one set lookup instead of a comparison)
         if kind is tuple and always.issuperset(map(type, key)):

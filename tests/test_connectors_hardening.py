@@ -924,3 +924,38 @@ def test_records_of_a_missing_topic_are_held_for_a_bounded_time_only(tmp_path, c
         assert daemon._hold_missing_topics(records) == records
     assert len(consumer.seeks) == 1
     assert sum("reading on without the check" in r.getMessage() for r in caplog.records) == 1
+
+
+def _save_one(store: CheckpointStore) -> Path:
+    return store.save({"w": np.arange(3.0)}, {"kind": "test"}, {"offsets": {}})
+
+
+def test_a_checkpoint_directory_removed_and_created_again_is_locked_again(tmp_path, caplog):
+    import shutil
+
+    from connectors.checkpoint import CheckpointLockLost, DirectoryLock
+
+    directory = tmp_path / "ckpt"
+    with _locked(directory) as lock:
+        store = CheckpointStore(directory, lock=lock)
+        _save_one(store)
+        shutil.rmtree(directory)
+        with caplog.at_level("ERROR", logger="connectors.checkpoint"):
+            assert _save_one(store).exists()  # created again, and locked again
+        assert "was removed and created again: locked it again" in caplog.text
+        # A second daemon is refused by the new directory's lock, as by the first one's.
+        with pytest.raises(DaemonError, match="in use by another daemon"), _locked(directory):
+            pass
+        # Removed again, and this time another daemon locks the new directory first: this
+        # one writes nothing more there (it had deleted the other's temporary files before).
+        shutil.rmtree(directory)
+        other = DirectoryLock(directory)
+        other.acquire()
+        try:
+            pending = directory / ".checkpoint-9.tmp"
+            pending.write_bytes(b"the other daemon's write")
+            with pytest.raises(CheckpointLockLost, match="could not lock it again"):
+                _save_one(store)
+            assert pending.exists() and store.paths() == []
+        finally:
+            other.release()
