@@ -299,3 +299,15 @@ def test_a_parameter_set_after_construction_is_refused_not_ignored(make):
     model.mutate({"max_new_features": 3})
     assert (model.max_features, model.max_new_features) == (7, 3)
     model.note = "a user's own attribute"
+
+
+@pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC, IncrementalLSSVC])
+def test_a_key_with_a_nul_character_is_refused_before_a_checkpoint_loses_it(cls):
+    # A checkpoint brought "k\x00" back as "k": another point's key, or a state that no
+    # longer restores once both were stored.
+    model = cls()
+    with pytest.raises(KeyError, match="NUL character"):
+        model.learn_one({"a": 1.0}, True, key="k\x00")
+    assert "k" not in model and "k\x00" not in model
+    model.learn_one({"a": 1.0}, True, key="k")
+    assert model.stored_keys() == ["k"]

@@ -121,6 +121,10 @@ def test_the_parser_returns_a_message_or_raises_malformed_only(raw):
         ('{"id": "\\ud800", "x": {"a": 1.0}}', "not valid Unicode"),
         ('{"op": "forget", "id": "a\\udfff"}', "not valid Unicode"),
         ('{"id": 1, "x": {"\\ud83d": 1.0}}', "not valid Unicode"),
+        # Checkpoints keep text in numpy arrays, which drop trailing NULs ("k" came back).
+        ('{"id": "k\\u0000", "x": {"a": 1.0}}', "contains a NUL character"),
+        ('{"op": "forget", "id": "k\\u0000"}', "contains a NUL character"),
+        ('{"id": 1, "x": {"b\\u0000": 1.0}}', "contains a NUL character"),
     ],
 )
 def test_poison_values_are_malformed_with_a_readable_reason(raw, reason):
