@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import math
+import signal
 import sys
 import tempfile
 import threading
@@ -563,6 +564,20 @@ class _ConnectionRefusals(logging.Filter):
 _CONNECTION_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.conn", "kafka.client")
 
 
+def _exit_quietly_once_stopped(daemon: Any) -> None:
+    """The handlers the daemon puts back when it returns: a SIGTERM or SIGINT before it took
+    its signals ends the program as the default action would (exit 128 + signal), one once it
+    is stopping or stopped is ignored. A supervisor's second SIGTERM, in the moments the
+    interpreter takes to exit after a clean stop, turned exit 0 into 143."""
+
+    def handle(signum: int, frame: Any) -> None:
+        if not daemon.stop_event.is_set() and not daemon.stopped:
+            raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -585,10 +600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from connectors.daemon import Daemon, DaemonError
 
             config = _config(args)
+            daemon = Daemon(config, until_drained=args.until_drained,
+                            install_signal_handlers=True)
+            if argv is None:  # the program itself (not a caller in its own process)
+                _exit_quietly_once_stopped(daemon)
             try:
-                return Daemon(
-                    config, until_drained=args.until_drained, install_signal_handlers=True
-                ).run()
+                return daemon.run()
             except DaemonError as exc:
                 print(f"stream-svm serve: {exc}", file=sys.stderr)
                 return 1

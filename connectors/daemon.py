@@ -516,6 +516,8 @@ class Daemon:
         self._publish_failed = False  # the last attempt failed: retried on an idle stream too
         self._fenced = False  # another learner took the model over: publish nothing more
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
+        #: run() has returned or is returning (its signal handlers are no longer the daemon's)
+        self.stopped = False
         # A predictor's reader of the state topic, and its own stop (it also stops when the
         # daemon returns without a stop request, e.g. until_drained).
         self._follower: StateFollower | None = None
@@ -573,6 +575,7 @@ class Daemon:
                     self._start_embedded_broker()
                     self._serve()
         finally:
+            self.stopped = True  # (before the caller's signal handlers are back)
             self._follower_stop.set()
             if self._follower is not None:
                 self._follower.join(timeout=self.config.kafka.request_timeout_ms / 1000 + 5)

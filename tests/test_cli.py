@@ -249,6 +249,39 @@ def test_the_connection_probe_ends_with_a_stop_while_a_name_is_being_resolved(mo
     timer.join()
 
 
+def test_a_second_sigterm_after_a_clean_stop_leaves_exit_0(tmp_path):
+    """A supervisor's second SIGTERM while the interpreter exits after a clean stop killed the
+    program (exit 143, -15 here) for the 10-90 ms after the 'stopped:' line."""
+    import signal
+    import time
+
+    from connectors.broker import free_loopback_port
+
+    codes = []
+    for attempt, delay in enumerate((0.03, 0.06, 0.09)):
+        process = subprocess.Popen(
+            [*COMMAND, "serve", "--set",
+             f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
+             "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
+             "--set", f"checkpoint.dir={tmp_path / str(attempt)}"],
+            stderr=subprocess.PIPE, text=True)
+        try:
+            for line in process.stderr:
+                if "unreachable (attempt 1)" in line:
+                    break
+            process.send_signal(signal.SIGTERM)
+            for line in process.stderr:
+                if "stopped:" in line:
+                    time.sleep(delay)
+                    process.send_signal(signal.SIGTERM)
+                    break
+            codes.append(process.wait(timeout=60))
+        finally:
+            process.kill()
+            process.stderr.close()
+    assert codes == [0, 0, 0]
+
+
 def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     from connectors.cli import _ConnectionRefusals
 
