@@ -612,7 +612,8 @@ class Processor:
                       else bool(cached.prediction))
         entry.x, entry.y, entry.prediction = cached.x, op.y, prediction
         self._score(prediction, op.y)
-        entry.output = {"id": op.id, "op": "label", "ok": True}
+        entry.output = {"id": op.id, "op": "label", "ok": True,
+                        "source": entry.source.as_dict()}
         pending.append(entry)
         pending_ids.add(op.id)
 
@@ -718,7 +719,8 @@ class Processor:
             self._refused(entry, f"to forget id {op.id!r}", exc)
             return
         self.updates += 1
-        entry.output = {"id": op.id, "op": "forget", "ok": True}
+        entry.output = {"id": op.id, "op": "forget", "ok": True,
+                        "source": entry.source.as_dict()}
         self._count("forgotten")
 
     def _relabel(self, entry: _Entry, op: Relabel) -> None:
@@ -736,7 +738,8 @@ class Processor:
             self._refused(entry, f"to relabel id {op.id!r}", exc)
             return
         self.updates += 2
-        entry.output = {"id": op.id, "op": "relabel", "ok": True}
+        entry.output = {"id": op.id, "op": "relabel", "ok": True,
+                        "source": entry.source.as_dict()}
         self._count("relabeled")
 
     def _emit(self, entry: _Entry, result: BatchResult) -> None:

@@ -156,11 +156,15 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
     assert offsets == sorted(offsets)
     assert predictions[0]["model_updates"] == 0  # the first batch meets an empty model
     assert predictions[-1]["model_updates"] <= 40
+    # Each acknowledgement names the message it answers (its topic, partition and offset).
+    sources = [ack.pop("source") for ack in acks]
     assert acks == [
         {"id": 3, "op": "forget", "ok": True},
         {"id": 7, "op": "relabel", "ok": True},
         {"id": 5, "op": "forget", "ok": True},
     ] + [{"id": f"u{i}", "op": "label", "ok": True} for i in range(6)]
+    assert len({(s["topic"], s["partition"], s["offset"]) for s in sources}) == len(acks)
+    assert {s["topic"] for s in sources} <= {kafka.input_topic, kafka.label_topic}
 
     # -- dead letters: each bad message once, with its reason, raw bytes and source
     assert len(dead) == len(bad) + 1

@@ -350,7 +350,8 @@ def test_processor_cache_limits_and_offsets():
                                 rec(5, {"id": "d", "y": True}, 13_000)])
     assert "no unlabelled features cached for id 'a'" in result.dead_letters[0].record["error"]
     assert result.dead_letters[0].record["reason"] == "unknown_id"
-    assert result.outputs[0].record == {"id": "d", "op": "label", "ok": True}
+    assert result.outputs[0].record == {"id": "d", "op": "label", "ok": True,
+                                        "source": {"topic": "in", "partition": 0, "offset": 5}}
     assert json.loads(result.outputs[0].value) == result.outputs[0].record
     assert "d" in processor.model and processor.offsets == {"in:0": 6}
     assert list(processor.cache) == [] and processor.cache.evictions == {"entries": 2, "age": 1}
