@@ -71,6 +71,10 @@ class CheckpointLockLost(CheckpointError):
     new lock: this one must write no more checkpoints there."""
 
 
+class _LockBusy(CheckpointError):
+    """Another process holds the directory's lock."""
+
+
 class DirectoryLock:
     """One process's exclusive lock on a checkpoint directory (flock on its ``.lock`` file,
     which holds the owner's pid). :meth:`verify` finds a directory removed and created again
@@ -101,11 +105,15 @@ class DirectoryLock:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise CheckpointError(
+            raise _LockBusy(
                 f"checkpoint directory {self.directory} is in use by another daemon") from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
+        try:
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
+            handle.flush()
+        except OSError as exc:  # (a full disk): not held, and not left open
+            handle.close()
+            raise CheckpointError(f"cannot write the lock file {path}: {exc}") from None
         self._handle = handle
 
     def held(self) -> bool:
@@ -126,10 +134,11 @@ class DirectoryLock:
         self.release()
         try:
             self.acquire()
-        except CheckpointError as exc:
+        except _LockBusy as exc:
             raise CheckpointLockLost(
                 f"checkpoint directory {self.directory} was removed and created again, and "
                 f"this daemon could not lock it again ({exc})") from None
+        # (any other failure to lock it is the write's: retried like one)
         log.error("checkpoint directory %s was removed and created again: locked it again",
                   self.directory)
 
@@ -281,6 +290,14 @@ class CheckpointStore:
         except OSError as exc:
             temporary.unlink(missing_ok=True)
             raise CheckpointError(f"could not write checkpoint {final}: {exc}") from exc
+        if self.lock is not None and not self.lock.held():
+            # Removed, created again and locked by another process while this one wrote: the
+            # file is in that one's directory, where it does not belong.
+            final.unlink(missing_ok=True)
+            self.lock.verify()  # CheckpointLockLost, unless the lock is free to take again
+            raise CheckpointError(f"checkpoint directory {self.directory} was replaced while "
+                                  f"checkpoint {final.name} was written; it is written again "
+                                  "next time")
         for _, old in existing[self.keep - 1 :]:
             try:
                 old.unlink(missing_ok=True)

@@ -92,10 +92,24 @@ def _finite_numbers(value: dict) -> str | None:
     return None
 
 
+def _ipv6(text: str) -> bool:
+    import socket
+
+    try:
+        socket.inet_pton(socket.AF_INET6, text)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _bootstrap_servers(value: str) -> str | None:
     """host:port entries, comma-separated (a port may be left out: 9092; an IPv6 address with a
     port in brackets, [::1]:9092; a PROTOCOL:// prefix is ignored, as Kafka's clients do)."""
+    if not value.replace(",", "").strip():
+        return "must name at least one host:port"
     for entry in value.split(","):
+        if not entry.strip():
+            continue  # (an empty entry, a trailing comma: Kafka's clients skip it)
         server = entry.strip().split("://")[-1]
         if server.startswith("["):
             host, closed, rest = server[1:].partition("]")
@@ -106,6 +120,8 @@ def _bootstrap_servers(value: str) -> str | None:
             host, port = server.split(":")
         else:  # a host without port, or a bare IPv6 address
             host, port = server, "9092"
+            if ":" in host and not _ipv6(host):
+                return f"must be host:port entries: {entry.strip()!r} is not an IPv6 address"
         if not host or not host.isprintable() or any(c.isspace() for c in host):
             return f"must be host:port entries: {entry.strip()!r} has no usable host"
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
@@ -431,10 +447,13 @@ def load_config(
             # would otherwise leave its default in place without a word.
             word, _, key = rest.partition("_")
             for close in difflib.get_close_matches(word, list(SCHEMA), n=3, cutoff=0.75):
-                if any(k.lower() == key for k in SCHEMA[close]):
+                keys = {k.lower(): k for k in SCHEMA[close]}
+                meant = keys.get(key) or next(iter(
+                    difflib.get_close_matches(key, list(keys), n=1, cutoff=0.8)), None)
+                if key and meant:
                     raise ConfigError(
                         f"environment variable {variable}: unknown section {word!r}; did you "
-                        f"mean {ENV_PREFIX}{close.upper()}_{key.upper()}?"
+                        f"mean {ENV_PREFIX}{close.upper()}_{meant.upper()}?"
                     )
     sections: dict[str, SimpleNamespace] = {}
     sources: dict[str, str] = {}

@@ -205,6 +205,7 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> s
     import socket
 
     named: dict[str, tuple[str, int, int]] = {}  # each server once, in the given order
+    servers = [server for server in servers if server.strip()]  # (a trailing comma)
     try:
         parsed = _bootstrap_hosts(servers)
     except ValueError as exc:  # (refused with the settings already: load_config checks them)
@@ -1784,7 +1785,8 @@ class Daemon:
             path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
         except CheckpointLockLost as exc:
             # Another daemon runs on this directory now: this one writes, publishes and
-            # commits nothing more (like a crash: the other resumes from its checkpoints).
+            # commits nothing more (the other resumes from its own checkpoints, or from the
+            # committed offsets).
             self._lock_lost = True
             self.metrics.checkpoint_failures.inc()
             self.summary.checkpoint_failures += 1

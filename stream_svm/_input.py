@@ -40,7 +40,7 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
         kind = type(key)
-        if kind is str and "\x00" in key:
+        if (kind is str or (kind not in always and isinstance(key, str))) and "\x00" in key:
             # Checkpoints keep str keys in numpy text arrays, which drop trailing NULs: the
             # point came back under another key ("k\x00" as "k"), or not at all.
             raise KeyError(f"key {shown(key)} contains a NUL character (U+0000), which a "

@@ -305,9 +305,13 @@ def test_a_parameter_set_after_construction_is_refused_not_ignored(make):
 def test_a_key_with_a_nul_character_is_refused_before_a_checkpoint_loses_it(cls):
     # A checkpoint brought "k\x00" back as "k": another point's key, or a state that no
     # longer restores once both were stored.
+    class Text(str):
+        pass
+
     model = cls()
-    with pytest.raises(KeyError, match="NUL character"):
-        model.learn_one({"a": 1.0}, True, key="k\x00")
+    for key in ("k\x00", Text("k\x00")):
+        with pytest.raises(KeyError, match="NUL character"):
+            model.learn_one({"a": 1.0}, True, key=key)
     assert "k" not in model and "k\x00" not in model
     model.learn_one({"a": 1.0}, True, key="k")
     assert model.stored_keys() == ["k"]

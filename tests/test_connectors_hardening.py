@@ -963,3 +963,53 @@ def test_a_checkpoint_directory_removed_and_created_again_is_locked_again(tmp_pa
             assert pending.exists() and store.paths() == []
         finally:
             other.release()
+
+
+def test_a_directory_replaced_while_a_checkpoint_is_written_keeps_nothing_of_it(tmp_path,
+                                                                                monkeypatch):
+    import shutil
+
+    import connectors.checkpoint as checkpoint_module
+    from connectors.checkpoint import CheckpointLockLost, DirectoryLock
+
+    directory = tmp_path / "ckpt"
+    other = DirectoryLock(directory)
+    replace = os.replace
+
+    def replaced_meanwhile(source, target):
+        replace(source, target)
+        # Meanwhile the directory was removed, created again and locked by another daemon.
+        shutil.rmtree(directory)
+        other.acquire()
+        (directory / Path(target).name).write_bytes(Path(tmp_path / "copy").read_bytes())
+
+    with _locked(directory) as lock:
+        store = CheckpointStore(directory, lock=lock)
+        (tmp_path / "copy").write_bytes(_save_one(store).read_bytes())
+        monkeypatch.setattr(checkpoint_module.os, "replace", replaced_meanwhile)
+        try:
+            with pytest.raises(CheckpointLockLost):
+                _save_one(store)
+            monkeypatch.undo()
+            # Nothing of this writer's is left in the other daemon's directory.
+            assert store.paths() == []
+        finally:
+            other.release()
+
+
+def test_a_recreated_directory_that_cannot_be_locked_is_a_write_failure_retried(tmp_path):
+    import shutil
+
+    from connectors.checkpoint import CheckpointLockLost
+
+    directory = tmp_path / "ckpt"
+    with _locked(directory) as lock:
+        store = CheckpointStore(directory, lock=lock)
+        shutil.rmtree(directory)
+        directory.mkdir()
+        (directory / ".lock").symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(CheckpointError, match="symbolic link") as caught:
+            _save_one(store)
+        assert not isinstance(caught.value, CheckpointLockLost)  # no other daemon: retried
+        (directory / ".lock").unlink()
+        assert _save_one(store).exists()  # the next write locks it and goes on

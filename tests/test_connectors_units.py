@@ -62,21 +62,25 @@ def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
         load_config(None, {}, {"STREAM_SVM_MODLE_C": "5"})
     with pytest.raises(ConfigError, match=r"did you mean STREAM_SVM_METRICS_PORT\?"):
         load_config(None, {}, {"STREAM_SVM_METRIC_PORT": "9000"})
+    with pytest.raises(ConfigError, match=r"did you mean STREAM_SVM_KAFKA_BOOTSTRAP_SERVERS\?"):
+        load_config(None, {}, {"STREAM_SVM_KAFA_BOOTSTRAP_SERVER": "k:9092"})
     # Variables that name no setting are someone else's.
     load_config(None, {}, {"STREAM_SVM_VENV": "x", "STREAM_SVM_ADVERSARIAL_SCENARIOS": "9",
                            "STREAM_SVM_MODE": "fast", "STREAM_SVM_SCALE": "2"})
 
 
 @pytest.mark.parametrize("servers", ["127.0.0.1:port", "a b:9092", "h:0", "h:99999", "[::1",
-                                     "h:9092,,h2:9092", "a\x00b:9092"])
+                                     ",", "fe80::1%eth0", "a\x00b:9092"])
 def test_bootstrap_servers_that_are_not_host_port_are_refused_at_start(servers):
     with pytest.raises(ConfigError,
-                       match=r"kafka.bootstrap_servers \(from flag\): must be host:port"):
+                       match=r"kafka.bootstrap_servers \(from flag\): must (be|name at "
+                             r"least one) host:port"):
         load_config(None, {"kafka.bootstrap_servers": servers}, {})
 
 
 def test_bootstrap_servers_in_every_form_kafka_clients_take():
-    for servers in ("kafka:9092", "kafka", "[::1]:9092", "::1", "SASL_SSL://b1:9093,b2:9093"):
+    for servers in ("kafka:9092", "kafka", "[::1]:9092", "::1", "SASL_SSL://b1:9093,b2:9093",
+                    "b_1:9092,", "a:1,,b:2"):
         assert load_config(None, {"kafka.bootstrap_servers": servers}, {}).kafka \
             .bootstrap_servers == servers
 
