@@ -35,7 +35,8 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     ...
     KeyError: 'key nan is not equal to itself (NaN) ...'
 
-    Also KeyError for a str key holding a NUL character, which a checkpoint would lose.
+    Also KeyError for a str key holding a NUL character, or an int key beyond 64 bits, which
+    a checkpoint would lose.
     """
     always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
@@ -45,6 +46,9 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
             # point came back under another key ("k\x00" as "k"), or not at all.
             raise KeyError(f"key {shown(key)} contains a NUL character (U+0000), which a "
                            "checkpoint cannot keep")
+        if kind is int and not -(2**63) <= key < 2**63:
+            raise KeyError(f"key {shown(key)} does not fit in 64 bits, which a checkpoint "
+                           "keeps an int key in")
         if kind in always:
             continue  # (most keys: one set lookup instead of a comparison)
         if kind is tuple and always.issuperset(map(type, key)):

@@ -485,7 +485,9 @@ class IncrementalSVC(_EngineClassifier):
 
         Each margin and error vector is unlearned exactly, its label predicted by the model
         without it (True when f > 0), and the model restored; reserve vectors (alpha = 0) do not
-        change the solution when left out. Equals retraining without each point in turn.
+        change the solution when left out, unless no coefficient is strictly between 0 and C
+        (b is then the middle of an interval that they bound, and every point is left out in
+        turn). Equals retraining without each point in turn.
         """
         engine = self._engine
         if engine.n == 0:

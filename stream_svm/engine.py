@@ -1434,7 +1434,7 @@ class PathEngine:
             return False  # nothing changed
         # Exactly at their bound, as members of E and R are.
         self._alpha[margin] = np.where(at_upper, self.C, 0.0)
-        middle = 0.5 * (low + high)
+        middle = 0.5 * low + 0.5 * high  # (the same bits as (low + high) / 2, which overflows)
         for slot in range(margin.size - 1, -1, -1):  # S empties, last member first
             position = int(self._margin[slot])
             column = self._margin_remove(slot)
@@ -1660,12 +1660,14 @@ class PathEngine:
         """f_{-i}(x_i) for every stored point: the decision at x_i of the exact solution
         trained without it, obtained by decremental unlearning and restoring (C&P sec 3).
 
-        Points with alpha = 0 keep the current solution when left out.
+        Points with alpha = 0 keep the current solution when left out, unless b is not fixed
+        by a free coefficient: b is then the middle of an interval that such a point may bound
+        (``_center_b``), and every point is left out in turn.
         """
         n = self.n
         decisions = self.decision_function(self._X[:n])
         saved_stats = (self.last_update, self.breakpoints_total, self.updates_total)
-        for position in np.flatnonzero(self._alpha[:n] > 0):
+        for position in self.leave_one_out_positions():
             key = self._keys[position]
             x = self._X[position].copy()
             snapshot = self._snapshot(with_columns=True)
@@ -1676,6 +1678,14 @@ class PathEngine:
                 self._restore(snapshot)
         self.last_update, self.breakpoints_total, self.updates_total = saved_stats
         return decisions
+
+    def leave_one_out_positions(self) -> np.ndarray:
+        """The stored points whose leaving changes the solution: those with alpha > 0, or all
+        of them when b is not fixed (see ``leave_one_out_decisions``)."""
+        n = self.n
+        if not self.b_is_fixed():
+            return np.arange(n)
+        return np.flatnonzero(self._alpha[:n] > 0)
 
     # ------------------------------------------------------------------ persistence
     def get_state(self, linear: bool = False) -> dict[str, np.ndarray]:

@@ -381,8 +381,16 @@ class _IncrementalLSSVM(FixedParameters):
         targets = np.concatenate([y_add, y_remove])
         # Phi_c Phi_c'^T and Phi_c y_c of Lee et al.'s eq. (7), in one product each.
         signed = design * signs[:, None]
-        gram_delta = design.T @ signed
-        rhs_delta = signed.T @ targets
+        with np.errstate(over="ignore", invalid="ignore"):
+            gram_delta = design.T @ signed
+            rhs_delta = signed.T @ targets
+        if not (np.isfinite(gram_delta).all() and np.isfinite(rhs_delta).all()):
+            # (a feature of 1e200: its square overflows; the error below would have blamed
+            # a forget that was never learned)
+            raise ValueError(
+                "the samples' features or targets are too large: their products overflow "
+                "(Phi Phi^T, Phi y); the model is unchanged"
+            )
 
         width = design.shape[1]
         gram_hi, gram_lo, rhs_hi, rhs_lo = self._grown_state(width)

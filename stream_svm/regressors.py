@@ -488,15 +488,18 @@ class IncrementalSVR(_EngineRegressor):
         """Exact leave-one-out mean absolute error of the stored samples: each sample with a
         nonzero coefficient is unlearned exactly, its target predicted by the model without it,
         and the model restored; samples inside the tube do not change the solution when left
-        out. Equals retraining without each sample in turn."""
+        out, unless no coefficient is strictly between 0 and C (b is then the middle of an
+        interval that they bound, and every sample is left out in turn). Equals retraining
+        without each sample in turn."""
         engine = self._engine
         if engine.n == 0:
             raise ValueError("loo_error needs at least one stored sample")
-        keys, upper, theta = self._theta()
+        keys, upper, _ = self._theta()
         X = engine.X[upper].copy()
         predictions = engine.decision_function(X)
         saved = (engine.last_update, engine.breakpoints_total, engine.updates_total)
-        for index in np.flatnonzero(theta != 0):
+        changing = np.isin(upper, engine.leave_one_out_positions())
+        for index in np.flatnonzero(changing):
             snapshot = engine._snapshot(with_columns=True)
             try:
                 engine.update(remove=[keys[index]])

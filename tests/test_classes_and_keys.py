@@ -315,3 +315,13 @@ def test_a_key_with_a_nul_character_is_refused_before_a_checkpoint_loses_it(cls)
     assert "k" not in model and "k\x00" not in model
     model.learn_one({"a": 1.0}, True, key="k")
     assert model.stored_keys() == ["k"]
+
+
+def test_an_int_key_beyond_64_bits_is_refused_before_a_checkpoint_fails_on_it():
+    model = IncrementalSVC()
+    with pytest.raises(KeyError, match="does not fit in 64 bits"):
+        model.learn_one({"a": 1.0}, True, key=2**70)
+    model.learn_one({"a": 1.0}, True, key=-(2**63))
+    model.learn_one({"a": -1.0}, False, key=2**63 - 1)
+    restored = IncrementalSVC.from_checkpoint(*model.to_checkpoint())
+    assert restored.stored_keys() == [-(2**63), 2**63 - 1]

@@ -238,3 +238,38 @@ def test_too_many_points_to_learn_afresh_is_a_convergence_error_naming_the_bound
         engine.update(X[:1] + 0.5, y[:1], ["new"], remove=[0])
     monkeypatch.undo()
     assert np.array_equal(engine.decision_function(X), before) and "new" not in engine
+
+
+def test_leave_one_out_equals_retraining_when_b_is_not_fixed():
+    # With no coefficient strictly between 0 and C, b is the middle of an interval that
+    # points with alpha = 0 bound: leaving one of them out can move b. Skipping them gave
+    # 1.5275 instead of 1.545 here (scikit-learn's SVR left-one-out agrees with 1.545).
+    from stream_svm import IncrementalSVR
+
+    data = [(0.0, 0.0), (1.0, 1.0), (2.0, 5.0), (3.0, 0.9)]
+    settings = {"C": 0.01, "epsilon": 0.5, "kernel": "linear"}
+    model = IncrementalSVR(**settings)
+    for i, (x, t) in enumerate(data):
+        model.learn_one({"x": x}, t, key=i)
+    assert not model._engine.b_is_fixed()
+    errors = []
+    for i in range(len(data)):
+        without = IncrementalSVR(**settings)
+        for j, (x, t) in enumerate(data):
+            if j != i:
+                without.learn_one({"x": x}, t)
+        errors.append(abs(data[i][1] - without.predict_one({"x": data[i][0]})))
+    assert model.loo_error() == pytest.approx(np.mean(errors), rel=1e-12)
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((12, 2))
+    y = np.array([1.0] * 3 + [-1.0] * 9)  # with C = 1e-4, every coefficient at C or 0
+    engine = PathEngine(make_kernel("linear"), 1e-4)
+    engine.update(X, y, list(range(12)))
+    assert not engine.b_is_fixed()
+    ours = engine.leave_one_out_decisions()
+    for i in range(12):
+        without = PathEngine(make_kernel("linear"), 1e-4)
+        keep = [j for j in range(12) if j != i]
+        without.update(X[keep], y[keep], keep)
+        assert ours[i] == pytest.approx(without.decision_function(X[i : i + 1])[0], abs=1e-12)

@@ -316,3 +316,10 @@ def test_a_window_forgets_a_buffered_sample_by_value(regression):
     assert model.n_buffered == 0
     with pytest.raises(KeyError, match="equals"):
         model.forget_one({"a": 3.0}, first)
+
+
+def test_a_target_at_the_edge_of_the_float_range_is_learned():
+    # b was centered as (low + high) / 2, which overflowed: ConvergenceError blaming the kernel.
+    model = IncrementalSVR(C=1.0, epsilon=0.0)
+    model.learn_one({"a": 1.0}, 1e308)
+    assert model.predict_one({"a": 1.0}) == 1e308

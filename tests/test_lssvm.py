@@ -487,3 +487,16 @@ def test_keys_repeated_in_a_batch_to_learn_are_named_and_change_nothing():
     model.learn_many(X, y, keys=[1, 2])
     model.forget_many(keys=[1, 1])  # named twice, forgotten once
     assert model.stored_keys() == [2] and model.n_samples_ == 1
+
+
+@pytest.mark.parametrize("cls,target", [(IncrementalLSSVR, 1.0), (IncrementalLSSVC, True)])
+def test_features_whose_products_overflow_are_refused_by_name(cls, target):
+    # It said "a sample being forgotten was not learned by the model", after numpy warnings.
+    model = cls()
+    model.learn_one({"a": 1.0}, target)
+    before = model.decision_function_one({"a": 0.5})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="too large: their products overflow"):
+            model.learn_one({"a": 1e200}, target)
+    assert model.n_samples_ == 1 and model.decision_function_one({"a": 0.5}) == before
