@@ -684,7 +684,7 @@ class Daemon:
         assert self._follower is not None and self._follower.newest is not None
         self.metrics.replica[0].set(self._follower.newest[1])
         log.info("predictor: serving model generation %s (%d model updates)",
-                 processor.generation, processor.updates)
+                 processor.generation, processor.model_updates)
 
     def _swap_model(self) -> None:
         """Between two polls: serve the newest state the follower built, if any."""
@@ -746,7 +746,7 @@ class Daemon:
             log.info(
                 "restored checkpoint %s: %d model updates, next offsets %s",
                 checkpoint.path,
-                processor.updates,
+                processor.model_updates,
                 processor.offsets,
             )
             return processor

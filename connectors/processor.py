@@ -242,6 +242,16 @@ class Processor:
         self.squared_error = 0.0
         self._publish_scores()
 
+    @property
+    def model_updates(self) -> int:
+        """The updates the model's predictions reflect: ``updates`` but a sliding window's
+        arrivals still waiting in its buffer (counted once they enter the window). Counting
+        them as they arrived made the number depend on where polls cut a slide: the same
+        model was reported as 48 updates by one run and 51 by a run restarted in between."""
+        if not self.sliding:
+            return self.updates
+        return self.updates - int(getattr(self.model, "n_buffered", 0))
+
     # -- state -----------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
@@ -523,7 +533,7 @@ class Processor:
             else:
                 entry.proba = float(proba)
                 entry.prediction = bool(score > 0)
-            entry.updates_before = self.updates
+            entry.updates_before = self.model_updates
 
     def _apply(self, entries: list[_Entry]) -> None:
         pending: list[_Entry] = []  # labelled points waiting to be learned together
