@@ -514,6 +514,7 @@ class Processor:
                   else np.asarray(self._to_proba(scores), dtype=float))
         if self.metrics is not None:
             self.metrics.predict_seconds.observe(time.perf_counter() - started)
+        updates = self.model_updates  # (the model does not change within these predictions)
         for entry, score, proba in zip(entries, scores, probas, strict=True):
             if entry.error is not None:
                 continue
@@ -533,7 +534,7 @@ class Processor:
             else:
                 entry.proba = float(proba)
                 entry.prediction = bool(score > 0)
-            entry.updates_before = self.model_updates
+            entry.updates_before = updates
 
     def _apply(self, entries: list[_Entry]) -> None:
         pending: list[_Entry] = []  # labelled points waiting to be learned together
