@@ -54,14 +54,18 @@ def test_a_forgotten_outlier_leaves_the_model_as_if_never_seen(kernel):
     assert relative_kkt_violation(model._engine) < 1e-8
 
 
+def _with_an_outlier(count: int):
+    """(i, x) of unit-scale points, but the 11th at 1e5 (K = 2e10 under a linear kernel)."""
+    rng = np.random.default_rng(1)
+    for i in range(count):
+        x = {"a": float(rng.normal()), "b": float(rng.normal())}
+        yield i, ({"a": 1e5, "b": 1e5} if i == 10 else x)
+
+
 def test_a_window_learns_on_once_its_outlier_slid_out():
     window = SlidingWindowSVC(window_size=20, kernel="linear")
-    rng = np.random.default_rng(1)
     gone = None
-    for i in range(220):
-        x = {"a": float(rng.normal()), "b": float(rng.normal())}
-        if i == 10:
-            x = {"a": 1e5, "b": 1e5}
+    for i, x in _with_an_outlier(220):
         try:
             window.learn_one(x, x["a"] > 0, key=i)
         except ConvergenceError:
@@ -83,12 +87,8 @@ def test_an_update_derailed_one_point_at_a_time_is_learned_afresh_exactly():
     # among unit-scale points: this slide's removal derails the multiple path and then every
     # single-point path; the points it leaves stored, learned afresh, are solved exactly.
     window = SlidingWindowSVC(window_size=20, kernel="linear")
-    rng = np.random.default_rng(1)
     relearned = None
-    for i in range(40):
-        x = {"a": float(rng.normal()), "b": float(rng.normal())}
-        if i == 10:
-            x = {"a": 1e5, "b": 1e5}
+    for i, x in _with_an_outlier(40):
         before = list(window._engine.keys)
         try:
             window.learn_one(x, x["a"] > 0, key=i)
