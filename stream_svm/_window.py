@@ -196,13 +196,16 @@ class _SlidingWindow:
         updates = [(np.zeros((0, engine.dim)), np.zeros(0), [], [key]) for key in oldest]
         updates += [(row[None, :], np.array([value]), [key], [])
                     for row, value, key in zip(rows, values, keys, strict=True)]
-        for update in updates:
-            self._engine_update(*update)
-            stats = engine.last_update
-            seconds += stats.seconds
-            steps += stats.steps
-            for name, count in stats.migrations.items():
-                migrations[name] = migrations.get(name, 0) + count
+        # All or nothing, as a multiple update is: a slide refused part-way (a limit, a
+        # user's kernel raising) must not leave its first points learned or forgotten.
+        with self._all_or_nothing():
+            for update in updates:
+                self._engine_update(*update)
+                stats = engine.last_update
+                seconds += stats.seconds
+                steps += stats.steps
+                for name, count in stats.migrations.items():
+                    migrations[name] = migrations.get(name, 0) + count
         # Report the slide as one update so both strategies can be compared per slide.
         engine.last_update = UpdateStats(
             added=len(keys), removed=len(oldest), breakpoints=engine.breakpoints_total - started,

@@ -327,6 +327,7 @@ class AlphaISVC(_EngineClassifier):
         """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""
         label = self._sign(y)
         row, new = self._admitted(lambda: self._row(x))
+        self._check_kernel_values(row)
         if len(self._buffer_labels) + 1 < self.batch_size:
             self._features.add(new)
             self._buffer_rows.append(row)
@@ -342,6 +343,7 @@ class AlphaISVC(_EngineClassifier):
             rows, new = np.zeros((0, len(self._features))), []
         else:
             rows, new = self._admitted(lambda: self._frame(X))
+            self._check_kernel_values(rows)
         if len(X) == 0 and not self._buffer_labels:
             return
         self._increment(self._buffer_rows + list(rows), self._buffer_labels + labels.tolist(),
@@ -349,14 +351,11 @@ class AlphaISVC(_EngineClassifier):
 
     def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
                    ) -> None:
-        """One increment, all or nothing: on any error the model is left as it was."""
-        saved = self._save()
-        try:
+        """One increment, all or nothing: on any error the model is left as it was (restored
+        without evaluating the kernel, which may be what failed)."""
+        with self._all_or_nothing():
             self._run_increment(rows, np.array(labels, dtype=float),
                                 len(self._features) + len(new_features))
-        except BaseException:
-            self._load(saved)
-            raise
         self._features.add(new_features)
         self._buffer_rows, self._buffer_labels = [], []
         self._maybe_compact()
@@ -367,30 +366,6 @@ class AlphaISVC(_EngineClassifier):
     def _keep_extra_columns(self, columns: np.ndarray) -> None:
         self._rows = self._rows[:, columns[columns < self._rows.shape[1]]]
         self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]
-
-    def _save(self) -> dict[str, Any]:
-        engine = self._engine
-        return {
-            "engine": (engine.get_state(), engine.keys, engine.breakpoints_total,
-                       engine.updates_total, engine.last_update),
-            "arrays": (self._ids, self._rows, self._labels, self._psi.copy(), self._used.copy(),
-                       self._set.copy(), self._in_T.copy()),
-            "scalars": (self._clock, self._next_id, self._initialized, self.last_increment,
-                        self.increments_total, self.discarded_total, self.rounds_total,
-                        self.bound_hits_total),
-        }
-
-    def _load(self, saved: dict[str, Any]) -> None:
-        state, keys, breakpoints, updates, last = saved["engine"]
-        engine = self._engine
-        engine.set_state(state, keys)
-        engine.breakpoints_total, engine.updates_total, engine.last_update = \
-            breakpoints, updates, last
-        (self._ids, self._rows, self._labels, self._psi, self._used, self._set,
-         self._in_T) = saved["arrays"]
-        (self._clock, self._next_id, self._initialized, self.last_increment,
-         self.increments_total, self.discarded_total, self.rounds_total,
-         self.bound_hits_total) = saved["scalars"]
 
     def _append(self, rows: list[np.ndarray], labels: np.ndarray, width: int) -> np.ndarray:
         """Store the arrival batch (weight 0, used now, in B until the search places it)."""

@@ -371,6 +371,57 @@ def test_bad_input_and_engine_failure_leave_model_unchanged():
     assert model.increments_total == 2 and model.n_buffered == 0
 
 
+class FlakyRBF:
+    """An RBF kernel that raises while ``failing`` (a remote or GPU kernel's transient fault)."""
+
+    def __init__(self) -> None:
+        self.failing = False
+
+    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        if self.failing:
+            raise RuntimeError("kernel unavailable")
+        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+
+def test_an_increment_whose_kernel_fails_is_rolled_back_without_the_kernel():
+    X, y = ring(60, seed=4)
+    kernel = FlakyRBF()
+    model = AlphaISVC(batch_size=4, C=1.0, kernel=kernel)
+    for i in range(23):  # 5 increments, then 3 samples buffered
+        model.learn_one(X.iloc[i].to_dict(), y[i])
+
+    def view():
+        return (model.sets(), model.weights, model.last_used, model.n_buffered,
+                model.increments_total, model.breakpoints_total,
+                model.decision_function_many(X).tolist())
+
+    before = view()
+    kernel.failing = True
+    with pytest.raises(RuntimeError, match="kernel unavailable"):
+        model.learn_one(X.iloc[23].to_dict(), y[23])  # completes the batch
+    kernel.failing = False
+    assert view() == before
+    for i in range(23, 60):  # and it goes on as if the failure never happened
+        model.learn_one(X.iloc[i].to_dict(), y[i])
+    assert model.increments_total == 15 and model.n_buffered == 0
+
+
+def test_a_sample_the_kernel_cannot_take_is_refused_before_it_is_buffered():
+    X, y = ring(20, seed=5)
+    model = AlphaISVC(batch_size=3, kernel="linear", C=1.0)
+    for i in range(10):
+        model.learn_one(X.iloc[i].to_dict(), y[i])
+    with pytest.raises(ValueError, match=r"K\(x, x\) of the input is not finite"):
+        model.learn_one({"u": 1e200, "v": 0.0}, True)  # <x, x> = 1e400
+    with pytest.raises(ValueError, match=r"K\(x, x\) of the input is not finite"):
+        model.learn_many(pd.DataFrame({"u": [0.0, 1e200], "v": [0.0, 0.0]}),
+                         pd.Series([True, False]))
+    assert model.n_buffered == 1
+    for i in range(10, 20):  # had it been buffered, every later increment would fail
+        model.learn_one(X.iloc[i].to_dict(), y[i])
+    assert model.increments_total == 6
+
+
 def test_checkpoint_roundtrip_continues_identically():
     X, y = ring(200, seed=8)
     model = AlphaISVC(discard_ratio=0.5, C=5.0, gamma=0.5, batch_size=7)

@@ -356,6 +356,35 @@ def test_sliding_window_keeps_latest_points_exactly():
     assert window.last_update.removed == 7 and window.last_update.added == 7
 
 
+def test_a_single_strategy_slide_refused_part_way_changes_nothing():
+    # Each point of a "single" slide is its own update: a refusal at the third must undo the
+    # first two, as a multiple update's does.
+    def kernel(A, B):
+        if A.shape[0] * B.shape[0] > 1 and (np.any(A[:, 0] == 7.0) or np.any(B[:, 0] == 7.0)):
+            raise RuntimeError("kernel refuses u = 7")
+        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+    stream = ring_stream(14, seed=15)
+    model = SlidingWindowSVC(window_size=6, step=3, strategy="single", C=1.0, kernel=kernel)
+    for i, (x, y) in enumerate(stream[:12]):
+        model.learn_one(x, y, key=i)
+    model.learn_one(*stream[12], key=12)
+    model.learn_one(*stream[13], key=13)  # buffered: the next arrival slides
+    probes = pd.DataFrame(np.random.default_rng(16).standard_normal((10, 2)), columns=["u", "v"])
+
+    def view():
+        return (model.stored_keys(), model.n_buffered, model.updates_total,
+                model.breakpoints_total, model.decision_function_many(probes).tolist())
+
+    before = view()
+    with pytest.raises(RuntimeError, match="u = 7"):
+        model.learn_one({"u": 7.0, "v": 0.0}, True, key=14)
+    assert view() == before
+    model.learn_one({"u": 0.5, "v": 0.0}, True, key=14)
+    assert sorted(model.stored_keys()) == list(range(9, 15)) and model.n_buffered == 0
+    assert_matches_batch(model._engine, probes.to_numpy())
+
+
 def test_stored_point_and_relabel_one():
     stream = ring_stream(60, seed=14)
     model = IncrementalSVC(C=10.0, gamma=0.5)
