@@ -345,6 +345,12 @@ class Processor:
                 continue
             advanced[name] = record.offset + 1
             fresh.append(record)
+        if self.label_topic is not None:
+            # The two topics are not ordered against each other, and a poll lists their
+            # records in whatever order the fetches completed: a label sent right after its
+            # features often came first, found nothing cached and was dead-lettered. Within a
+            # poll the features go first (each partition keeps its own order).
+            fresh.sort(key=lambda record: record.topic == self.label_topic)
         if self.scaler is not None and not self.scaler.frozen:
             fresh = self._warm_up(fresh)
         for record in fresh:
@@ -716,6 +722,14 @@ class Processor:
         return True
 
     def _forget(self, entry: _Entry, op: Forget) -> None:
+        if self.cache.pop(op.id) is not None:
+            # Features waiting for their label are erased too (an erasure request must not
+            # leave them to be learned when the label comes, nor in the checkpoints).
+            if not self.keyed or op.id not in self.model:
+                entry.output = {"id": op.id, "op": "forget", "ok": True, "was": "unlabelled",
+                                "source": entry.source.as_dict()}
+                self._count("forgotten")
+                return
         if self._unsupported(entry, "forget"):
             return
         if op.id not in self.model:

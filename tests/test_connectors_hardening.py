@@ -246,6 +246,46 @@ def test_a_refused_late_label_keeps_the_features_cached(monkeypatch):
     assert processor.cache.get("u").x == {"a": 0.4}  # a corrected label can come again
 
 
+def test_a_label_polled_before_its_features_finds_them():
+    # A poll lists the two topics' records in whatever order their fetches completed: the
+    # features of one poll go first, so a label sent right after them is not dead-lettered.
+    processor = Processor(_trained(), label_topic="labels")
+    result = processor.process([
+        _record(0, {"id": "u", "y": True}, topic="labels"),
+        _record(0, {"id": "u", "x": {"a": 0.4}}),
+        _record(1, {"id": "v", "x": {"a": -0.4}}),
+        _record(1, {"id": "v", "y": False}, topic="labels"),
+    ])
+    assert result.dead_letters == []
+    assert [(o.record["id"], o.record.get("op")) for o in result.outputs] == [
+        ("u", None), ("v", None), ("u", "label"), ("v", "label")]
+    assert "u" in processor.model and "v" in processor.model
+    assert processor.offsets == {"in:0": 2, "labels:0": 2}
+
+
+def test_a_forget_erases_features_waiting_for_their_label():
+    processor = Processor(_trained(), label_topic="labels")
+    processor.process([_record(0, {"id": "u", "x": {"a": 0.4}}),
+                       _record(1, {"op": "forget", "id": "u"})])
+    assert "u" not in processor.cache
+    result = processor.process([_record(0, {"id": "u", "y": True}, topic="labels")])
+    assert result.dead_letters[0].record["reason"] == "unknown_id"  # nothing left to learn
+    assert "u" not in processor.model
+
+
+def test_a_forget_acknowledges_erased_unlabelled_features():
+    processor = Processor(_trained())
+    result = processor.process([_record(0, {"id": "u", "x": {"a": 0.4}}),
+                                _record(1, {"op": "forget", "id": "u"})])
+    ack = result.outputs[1].record
+    assert ack["op"] == "forget" and ack["ok"] is True and ack["was"] == "unlabelled"
+    # A point learned and also cached under its id (an unlabelled resend) loses both.
+    result = processor.process([_record(2, {"id": "s1", "x": {"a": 0.9}}),
+                                _record(3, {"op": "forget", "id": "s1"})])
+    assert "was" not in result.outputs[1].record
+    assert "s1" not in processor.model and "s1" not in processor.cache
+
+
 # -- the unlabelled cache ----------------------------------------------------------------------
 
 
