@@ -46,8 +46,10 @@ import logging
 import math
 import os
 import signal
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -448,6 +450,14 @@ class Daemon:
         self._checkpoint_retry_at = 0.0  # after a failed checkpoint, not before this
         self._last_commit = 0.0
         self._committed: dict[str, int] = {}
+        # The group's committed offset and commit metadata per partition as this daemon last
+        # knew them (read at start, then its own commits, which carry ``_instance``): a value
+        # that changed otherwise is another consumer committing in this group (see _commit).
+        self._instance = f"stream-svm {socket.gethostname()} pid {os.getpid()} " \
+                         f"{uuid.uuid4().hex[:8]}"
+        self._group_known: dict[str, tuple[int, str] | None] = {}
+        self._attempted: dict[str, int] = {}  # commits that raised (they may have been made)
+        self._twin = False  # another daemon serves this group: stop, commit nothing more
         # What a learner with one model commits: the next offsets its newest checkpoint (or
         # the one it was restored from) covers, None before there is one. Committing what was
         # processed instead let a daemon killed before its first checkpoint leave a commit
@@ -1136,10 +1146,13 @@ class Daemon:
         fresh: list[str] = []
         for tp in partitions:
             name = f"{tp.topic}:{tp.partition}"
+            found = consumer.committed(tp, metadata=True)
+            committed = None if found is None else found.offset
+            self._group_known[name] = None if found is None else (found.offset,
+                                                                  found.metadata or "")
             if name in self.processor.offsets:
                 consumer.seek(tp, self.processor.offsets[name])
                 continue
-            committed = consumer.committed(tp)
             if self.role == "predictor":
                 # A predictor's progress is its group's committed offsets (it writes no
                 # checkpoint); a new group answers the topic from its beginning.
@@ -1945,7 +1958,7 @@ class Daemon:
             return
         offsets = {
             TopicPartition(name.rpartition(":")[0], int(name.rpartition(":")[2])): (
-                OffsetAndMetadata(offset, "", -1)
+                OffsetAndMetadata(offset, self._instance, -1)
             )
             for name, offset in next_offsets.items()
             if self._committed.get(name) != offset
@@ -1953,14 +1966,62 @@ class Daemon:
         self._last_commit = time.monotonic()
         if not offsets:
             return
+        foreign = self._foreign_commit(list(offsets))
+        if foreign is not None:
+            # One model per group: two global daemons in one group both answer and learn every
+            # message, and each commit overwrites the other's. This one stops (the other, which
+            # committed last, goes on) and commits nothing more.
+            self._twin = True
+            self.summary.exit_code = 1
+            self.stop_event.set()
+            log.error(
+                "another consumer commits offsets in consumer group %r (%s): two daemons serve "
+                "this group, and both would answer and learn every message. Stopping this one, "
+                "without committing; the other goes on. Give each daemon its own "
+                "kafka.group_id, or share a topic's partitions with model.scope = \"partition\" "
+                "or \"key\"", self.config.kafka.group_id, foreign)
+            return
         try:
             self._consumer.commit(offsets)
         except KafkaError as exc:
             log.warning("offset commit failed (%s); retrying with the next batch", exc)
+            self._attempted.update(
+                {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()})
             return
         self._committed.update(
             {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()}
         )
+        self._group_known.update({f"{tp.topic}:{tp.partition}": (meta.offset, self._instance)
+                                  for tp, meta in offsets.items()})
+
+    def _foreign_commit(self, partitions: list[Any]) -> str | None:
+        """What another consumer committed in this group since this daemon last knew its
+        offsets (None: nothing, or the offsets could not be read now)."""
+        from kafka.errors import KafkaError
+
+        for tp in partitions:
+            name = f"{tp.topic}:{tp.partition}"
+            if name not in self._group_known:
+                continue
+            try:
+                found = self._consumer.committed(tp, metadata=True)
+            except KafkaError as exc:
+                log.debug("reading the committed offset of %s failed (%s)", name, exc)
+                return None
+            if found is None:
+                continue  # deleted (a tool, an empty broker): nobody else commits here
+            metadata = found.metadata or ""
+            known = self._group_known[name]
+            if (found.offset, metadata) == known or metadata == self._instance:
+                continue
+            if not metadata and (found.offset == self._attempted.get(name)
+                                 or (known is not None and found.offset == known[0])):
+                continue  # a broker that keeps no commit metadata: the offsets say it all
+            who = f"by {metadata!r}" if metadata else "by a client that names no instance"
+            was = "none" if known is None else known[0]
+            return (f"{name} has committed offset {found.offset} {who}; this daemon's last "
+                    f"known commit there: {was}")
+        return None
 
     def _shutdown(self) -> None:
         if self._undelivered:
@@ -1986,7 +2047,8 @@ class Daemon:
         if self.models is not None:
             self._summarize_models()  # before closing: the close revokes their partitions
         if self._consumer is not None:
-            if not self._undelivered and self.models is None and not self._lock_lost:
+            if (not self._undelivered and self.models is None and not self._lock_lost
+                    and not self._twin):
                 self._commit()
             with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)

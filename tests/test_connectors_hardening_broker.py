@@ -216,6 +216,40 @@ def test_committed_offsets_without_checkpoints_need_start_fresh(broker, tmp_path
     assert sorted(daemon.processor.model.stored_keys()) == ["v6", "v7", "v8"]
 
 
+def test_of_two_daemons_serving_one_group_one_stops(broker, tmp_path):  # noqa: F811
+    # Two global daemons started together in one group (two replicas of a deployment) both
+    # answered and learned every message. The first to see the other's commit stops.
+    config = _config(broker.bootstrap_servers, tmp_path, **{"checkpoint.every_messages": 5})
+    twin = load_config(None, {**{f"{s}.{k}": v for s, t in config.as_dict().items()
+                                 for k, v in t.items() if v is not None},
+                              "checkpoint.dir": str(tmp_path / "twin")}, environ={})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    daemons = [Daemon(config), Daemon(twin)]
+    codes: list[int] = []
+    threads = [threading.Thread(target=lambda d=d: codes.append(d.run()), daemon=True)
+               for d in daemons]
+    for thread in threads:
+        thread.start()
+    try:
+        for start in range(0, 60, 10):
+            produce(broker.bootstrap_servers, kafka.input_topic,
+                    [_valid(i) for i in range(start, start + 10)])
+            if wait_for(lambda: codes, 2):
+                break
+        assert wait_for(lambda: codes, 30), "neither daemon saw the other's commits"
+        assert codes == [1]
+        stopped, going_on = daemons if daemons[0]._twin else daemons[::-1]
+        assert stopped._twin and not going_on._twin and not going_on.stop_event.is_set()
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(codes) == 2 and not any(t.is_alive() for t in threads)
+
+
 def _restart(embedded: EmbeddedBroker, while_down: Any = None) -> EmbeddedBroker:
     """The memory-only broker again, on the same port (after ``while_down()``, called while it
     is stopped): every topic and offset is gone."""
