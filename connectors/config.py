@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -30,6 +31,8 @@ except ImportError:  # Python 3.10
 __all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "kafka_client_settings", "load_config"]
 
 ENV_PREFIX = "STREAM_SVM_"
+
+log = logging.getLogger("stream_svm.config")
 #: Credentials are read from these variables only, never from a file or a flag.
 SASL_USERNAME_ENV = "STREAM_SVM_SASL_USERNAME"
 SASL_PASSWORD_ENV = "STREAM_SVM_SASL_PASSWORD"
@@ -316,6 +319,10 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     if kind is dict:
         return _convert_table(where, setting, raw)
     if isinstance(raw, str) and kind is not str:
+        if source != "flag" and not source.startswith("env "):
+            # A TOML file says what it means: C = "5" is a quoted mistake, not a number.
+            raise ConfigError(f"{where}: {raw!r} is a string; write the {kind.__name__} "
+                              "without quotes")
         text = raw.strip()
         try:
             if kind is bool:
@@ -373,9 +380,30 @@ def _convert_list(where: str, setting: Setting, raw: Any) -> list:
                 raise ConfigError(f"{where}: {raw!r} is not a JSON array") from None
         else:
             raw = [part.strip() for part in text.split(",")]
+            for part in raw:
+                try:
+                    literal = json.loads(part)
+                except ValueError:
+                    continue
+                if literal is None or isinstance(literal, (int, float, bool)):
+                    # 0,1 could mean the numbers or the strings "0" and "1", and labels of
+                    # messages are compared with their type: say which.
+                    numbers = json.dumps([json.loads(p) if _json_scalar(p) else p for p in raw])
+                    strings = json.dumps(raw)
+                    raise ConfigError(
+                        f"{where}: {text!r} is ambiguous: write it as JSON, {numbers} for "
+                        f"numbers or {strings} for strings")
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: {raw!r} is not a list")
     return _checked(where, setting, raw)
+
+
+def _json_scalar(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -439,7 +467,11 @@ def load_config(
                     raise ConfigError(
                         f"environment variable {variable}: unknown setting {section}.{key}"
                     )
-                raw[f"{section}.{match}"] = (value, f"env {variable}")
+                name = f"{section}.{match}"
+                if name in raw and raw[name][1] == "flag":
+                    log.warning("setting %s: environment variable %s overrides the flag's "
+                                "value %r", name, variable, raw[name][0])
+                raw[name] = (value, f"env {variable}")
                 break
         else:
             # Other STREAM_SVM_ variables (the scripts' STREAM_SVM_VENV) are no settings, but

@@ -289,10 +289,18 @@ _FIELDS = {
 }
 
 
+_KIND_NAMES = {"observe": "a feature message", "label": "a label", "forget": "a forget",
+               "relabel": "a relabel"}
+
+
 def _check_fields(document: dict[str, Any], kind: str) -> None:
+    # Refused rather than ignored: a misspelt field ("label" for "y") would otherwise turn a
+    # labelled message into an unlabelled one without a word.
     unknown = set(document) - _FIELDS[kind]
     if unknown:
-        raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in a {kind}")
+        allowed = ", ".join(repr(name) for name in sorted(_FIELDS[kind]))
+        raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in "
+                        f"{_KIND_NAMES[kind]}, whose fields are {allowed}")
 
 
 #: The largest |target| a regressor takes from a message: squares of errors of this size

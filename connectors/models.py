@@ -9,11 +9,15 @@ public API only.
 from __future__ import annotations
 
 import inspect
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from connectors.checkpoint import CheckpointError, MemberCheck
+from connectors.checkpoint import CheckpointError, CheckpointStore, MemberCheck
 from connectors.config import DAEMON_MODEL_SETTINGS, SCHEMA, Config, ConfigError
 from connectors.scaling import FeatureScaler
 
@@ -215,3 +219,61 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
 
 #: An LS-SVM's state: square matrices and vectors over its columns (bias + features).
 _LSSVM_STATE = ("gram_hi", "gram_lo", "rhs_hi", "rhs_lo", "solution")
+
+
+@dataclass
+class ServedModel:
+    """The model of a daemon's checkpoint with its feature scaler: predictions offline, in a
+    notebook or a batch job, as the daemon makes them (see :func:`load_served_model`)."""
+
+    model: Any
+    scaler: FeatureScaler | None
+    path: Path
+
+    def features(self, x: Mapping[str, float]) -> dict[str, float]:
+        """x as the model sees it: scaled as the daemon scales its messages."""
+        return dict(x) if self.scaler is None else self.scaler.transform(x)
+
+    def predict_one(self, x: Mapping[str, float]) -> Any:
+        return self.model.predict_one(self.features(x))
+
+    def predict_proba_one(self, x: Mapping[str, float]) -> dict[Any, float]:
+        return self.model.predict_proba_one(self.features(x))
+
+
+def load_served_model(checkpoint_dir: str | os.PathLike[str]) -> ServedModel:
+    """The model of the newest readable checkpoint a daemon wrote in ``checkpoint_dir``, with
+    its scaler. The directory is only read (a running daemon's directory is fine); a newer
+    checkpoint that does not read back is skipped. Raises :class:`CheckpointError` when there
+    is none.
+
+    >>> served = load_served_model("checkpoints/bananas")  # doctest: +SKIP
+    >>> served.predict_one({"x1": 0.4, "x2": -1.2})  # doctest: +SKIP
+    True
+    """
+    directory = Path(checkpoint_dir)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory")
+    store = CheckpointStore(directory)
+    problems = []
+    for _, path in store.paths():
+        try:
+            checkpoint = store.read(path)
+            model_type = checkpoint.state["model_settings"]["type"]
+            model = _model_class(str(model_type)).from_checkpoint(checkpoint.arrays,
+                                                                  checkpoint.model_meta)
+            scaled = checkpoint.state["processor"].get("scaler")
+        except (CheckpointError, KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{path.name}: {exc}")
+            continue
+        scaler = None
+        if scaled is not None:
+            scaler = FeatureScaler(0)
+            scaler.load_state(scaled)
+            if not scaler.frozen:
+                raise CheckpointError(
+                    f"{path}: the daemon's scaler was still measuring its warm-up messages "
+                    f"({scaler.seen} of them): the model has learned nothing yet")
+        return ServedModel(model, scaler, path)
+    raise CheckpointError(f"no readable checkpoint in {directory}"
+                          + (f" ({'; '.join(problems)})" if problems else ""))

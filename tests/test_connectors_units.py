@@ -55,6 +55,32 @@ def test_precedence_file_then_flags_then_environment(tmp_path):
     assert config.sources["model.gamma"] == str(path)
 
 
+def test_an_environment_variable_overriding_a_flag_says_so(caplog):
+    with caplog.at_level("WARNING", logger="stream_svm.config"):
+        assert load_config(None, {"model.C": "5"}, {"STREAM_SVM_MODEL_C": "7"}).model.C == 7.0
+    assert "STREAM_SVM_MODEL_C overrides the flag's value '5'" in caplog.text
+
+
+def test_a_quoted_number_in_the_file_is_refused(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[model]\nC = "5"\n')
+    with pytest.raises(ConfigError, match=r"model.C .*'5' is a string; write the float without"):
+        load_config(path, {}, {})
+    # Flags and environment variables are text: converted.
+    assert load_config(None, {"model.C": "5"}, {}).model.C == 5.0
+
+
+def test_a_comma_separated_list_of_numbers_must_say_what_it_means():
+    with pytest.raises(ConfigError, match=r"'0,1' is ambiguous: write it as JSON, \[0, 1\] for "
+                                          r'numbers or \["0", "1"\] for strings'):
+        load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": "0,1"})
+    assert load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": "[0, 1]"}).model.classes == [0, 1]
+    assert load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": '["0", "1"]'}).model.classes == [
+        "0", "1"]
+    assert load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": "ham, spam"}).model.classes == [
+        "ham", "spam"]
+
+
 def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
     # STREAM_SVM_MODLE_C=5 left C at its default without a word.
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODLE_C: unknown section 'modle'; did "
@@ -446,3 +472,39 @@ def test_a_windows_model_updates_do_not_depend_on_where_polls_or_restarts_cut_a_
         for start in range(cut, 80, 9):
             seen.update(updates(restarted.process(records[start : start + 9])))
         assert seen == expected, cut
+
+
+def test_a_daemon_checkpoint_loads_offline_and_predicts_as_the_daemon(tmp_path):
+    from connectors.daemon import Daemon
+    from connectors.models import build_model, load_served_model
+
+    config = load_config(None, {
+        "model.classes": ["legit", "fraud"], "scaler.mode": "fixed",
+        "scaler.means": {"amount": 50.0}, "scaler.scales": {"amount": 40.0},
+        "checkpoint.dir": str(tmp_path / "ckpt"), "metrics.enabled": False}, environ={})
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    rng = np.random.default_rng(5)
+    records = []
+    for i in range(40):
+        amount = float(rng.normal(50, 40))
+        label = "fraud" if amount + rng.normal(0, 10) > 60 else "legit"
+        records.append(Record("in", 0, i, json.dumps(
+            {"id": i, "x": {"amount": amount, "hour": float(i % 24)}, "y": label}).encode(), 0))
+    daemon.processor.process(records)
+    daemon.checkpoint()
+    # A newer checkpoint that does not read back is skipped.
+    (tmp_path / "ckpt" / "checkpoint-99999999.npz").write_bytes(b"not a zip")
+
+    served = load_served_model(tmp_path / "ckpt")
+    assert served.path.name != "checkpoint-99999999.npz"
+    probe = {"amount": 95.0, "hour": 3.0}
+    answered = daemon.processor.process([Record("in", 0, 40, json.dumps(
+        {"id": "q", "x": probe}).encode(), 0)]).outputs[0].record
+    assert served.predict_one(probe) == answered["prediction"]
+    assert served.predict_proba_one(probe)["fraud"] == pytest.approx(answered["proba"], abs=1e-12)
+    assert served.features(probe) == {"amount": (95.0 - 50.0) / 40.0, "hour": 3.0}
+    with pytest.raises(CheckpointError, match="is not a directory"):
+        load_served_model(tmp_path / "nowhere")
+    assert not (tmp_path / "nowhere").exists()
