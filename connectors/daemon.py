@@ -1662,6 +1662,8 @@ class Daemon:
         summary.skipped += result.skipped
         summary.batches += 1
         self._since_checkpoint += len(records) - result.skipped
+        if self._since_checkpoint:
+            self.metrics.processed_unsaved()
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         if self.models is not None:

@@ -179,6 +179,17 @@ class Metrics:
             registry=r,
         )
         self.since_checkpoint.set_function(lambda: time.monotonic() - self._last_checkpoint)
+        # What a restart would have to read again: 0 on an idle stream whose every message is
+        # in a checkpoint (seconds_since_checkpoint keeps growing there: nothing to write).
+        self._unsaved_since: float | None = None
+        self.unsaved_seconds = Gauge(
+            "stream_svm_seconds_unsaved",
+            "Seconds since the oldest processed message that no checkpoint holds yet was "
+            "processed (0: every processed message is in a checkpoint)",
+            registry=r,
+        )
+        self.unsaved_seconds.set_function(
+            lambda: 0.0 if self._unsaved_since is None else time.monotonic() - self._unsaved_since)
         self.latency = Histogram(
             "stream_svm_message_latency_seconds",
             "From the input message's timestamp to its output being flushed",
@@ -219,8 +230,14 @@ class Metrics:
         self._scale_out: tuple[Gauge, Counter, Counter, Counter, Counter] | None = None
         self._server: Any = None
 
+    def processed_unsaved(self) -> None:
+        """Messages were processed that the next checkpoint is to hold."""
+        if self._unsaved_since is None:
+            self._unsaved_since = time.monotonic()
+
     def checkpointed(self, seconds: float) -> None:
         self._last_checkpoint = time.monotonic()
+        self._unsaved_since = None
         self.checkpoints.inc()
         self.checkpoint_seconds.observe(seconds)
 

@@ -508,3 +508,29 @@ def test_a_daemon_checkpoint_loads_offline_and_predicts_as_the_daemon(tmp_path):
     with pytest.raises(CheckpointError, match="is not a directory"):
         load_served_model(tmp_path / "nowhere")
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_unsaved_seconds_are_zero_once_a_checkpoint_holds_everything(monkeypatch):
+    import connectors.metrics as metrics_module
+
+    now = [100.0]
+    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: now[0])
+    metrics = Metrics()
+
+    def value(name):
+        for line in metrics.render().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(name)
+
+    now[0] = 130.0
+    assert value("stream_svm_seconds_unsaved") == 0.0  # idle since start: nothing to save
+    metrics.processed_unsaved()
+    now[0] = 134.0
+    metrics.processed_unsaved()  # the oldest unsaved message counts
+    now[0] = 137.0
+    assert value("stream_svm_seconds_unsaved") == 7.0
+    metrics.checkpointed(0.01)
+    now[0] = 200.0
+    assert value("stream_svm_seconds_unsaved") == 0.0
+    assert value("stream_svm_seconds_since_checkpoint") == 63.0
