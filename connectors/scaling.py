@@ -21,9 +21,12 @@ model (they are checkpointed with it).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger("stream_svm.scaler")
 
 __all__ = ["FeatureScaler"]
 
@@ -47,6 +50,7 @@ class FeatureScaler:
         self.means: dict[str, float] = {}
         self.scales: dict[str, float] = {}
         self.frozen = False
+        self._unscaled: set[str] = set()  # names warned about (see transform)
 
     @classmethod
     def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float]) -> FeatureScaler:
@@ -116,8 +120,26 @@ class FeatureScaler:
         if not self.frozen:
             raise RuntimeError("the scaler is still warming up")
         means, scales = self.means, self.scales
+        for name in x:
+            if name not in scales and name not in means and name not in self._unscaled:
+                self._warn_unscaled(name)
         return {name: (value - means.get(name, 0.0)) / scales.get(name, 1.0)
                 for name, value in x.items()}
+
+    #: Feature names warned about as unscaled (beyond them: one last warning, then silence).
+    MAX_UNSCALED_WARNINGS = 100
+
+    def _warn_unscaled(self, name: str) -> None:
+        # Beside standardized features, a raw one (an amount in the thousands) dominates an
+        # RBF kernel's distances: worth a line, once per name.
+        if len(self._unscaled) >= self.MAX_UNSCALED_WARNINGS:
+            return
+        self._unscaled.add(name)
+        log.warning("feature %r has no statistics in the scaler (not in its settings, or not "
+                    "seen during its warm-up): the model takes it unscaled", name)
+        if len(self._unscaled) == self.MAX_UNSCALED_WARNINGS:
+            log.warning("%d features without statistics: further ones are not named",
+                        self.MAX_UNSCALED_WARNINGS)
 
     # -- checkpoint ------------------------------------------------------------------------
 

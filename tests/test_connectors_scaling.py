@@ -204,3 +204,21 @@ def test_a_value_the_frozen_statistics_overflow_is_dead_lettered_as_non_finite()
     assert "feature 'a' = 1e+300 is inf once scaled" in dead.record["error"]
     assert [o.record["id"] for o in result.outputs] == [1, 3]
     assert processor.model.n_stored == 2
+
+
+def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):
+    scaler = FeatureScaler.fixed({"amount": 50.0}, {"amount": 40.0})
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        for _ in range(3):
+            assert scaler.transform({"amount": 90.0, "country": 4.0}) == {"amount": 1.0,
+                                                                          "country": 4.0}
+    assert caplog.text.count("feature 'country' has no statistics") == 1
+    assert "amount" not in caplog.text
+    # A stream of ever new names: a bounded number of lines.
+    monkeypatch.setattr(FeatureScaler, "MAX_UNSCALED_WARNINGS", 5)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        for i in range(50):
+            scaler.transform({f"new{i}": 1.0})
+    assert len(caplog.records) == 5  # four names (with 'country', five), then the notice
+    assert "further ones are not named" in caplog.records[-1].getMessage()
