@@ -100,6 +100,11 @@ class EmbeddedBroker:
         return f"{LOOPBACK}:{self.port}"
 
     @property
+    def log_path(self) -> Path | None:
+        """The broker's log (None before it started, or once a temporary one was removed)."""
+        return self._log_path
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 

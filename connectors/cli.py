@@ -180,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "key with model.scope = key; default: each message's id)")
     replay.add_argument("--no-progress", action="store_true")
 
+    broker = commands.add_parser(
+        "broker", help="run the embedded Kafka-compatible broker until stopped (memory only)",
+        parents=[common])
+    broker.add_argument("--port", type=int, default=0,
+                        help="port on 127.0.0.1 (default 0: a free one, printed)")
+    broker.add_argument("--log-file", default=None, metavar="FILE",
+                        help="the broker's own log (default: a temporary file, removed after "
+                        "a clean stop)")
+
     evaluate = commands.add_parser(
         "evaluate", help="progressive validation of the configured model on a data set",
         parents=[common],
@@ -211,6 +220,37 @@ def _config(args: argparse.Namespace) -> Any:
         overrides["kafka.on_partition_reset"] = args.on_partition_reset
     overrides.update(dict(getattr(args, "settings", []) or []))
     return load_config(getattr(args, "config", None), overrides)
+
+
+def run_broker(port: int = 0, log_file: str | None = None) -> int:
+    """The embedded broker in the foreground, for daemons started and stopped beside it (a
+    daemon's own embedded broker stops with it, and with it every topic and offset). Runs
+    until SIGTERM or SIGINT (0), or until the broker exits by itself (1). Call it from the
+    main thread (it handles the signals)."""
+    from connectors.broker import BrokerError, EmbeddedBroker
+
+    stop = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stop.set())
+                for number in (signal.SIGTERM, signal.SIGINT)}
+    embedded = EmbeddedBroker(port=port, log_file=log_file)
+    try:
+        try:
+            embedded.start()
+        except BrokerError as exc:
+            print(f"stream-svm broker: {exc}", file=sys.stderr)
+            return 1
+        print(f"broker at {embedded.bootstrap_servers} (memory storage: its topics and offsets "
+              "are lost when it stops); Ctrl-C or SIGTERM stops it", flush=True)
+        while not stop.wait(0.2):
+            if not embedded.running:
+                print("stream-svm broker: the broker exited by itself; its log: "
+                      f"{embedded.log_path}", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        embedded.stop()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 #: How long ``replay`` tries to reach the broker before giving up.
@@ -632,6 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "demo":
             return demo(args)
+        if args.command == "broker":
+            return run_broker(args.port, args.log_file)
     except ConfigError as exc:
         print(f"stream-svm {args.command}: invalid configuration: {exc}", file=sys.stderr)
         return 2

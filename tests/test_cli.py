@@ -305,3 +305,32 @@ def test_evaluate_names_the_point_the_model_refuses(tmp_path, capsys):
                  "--no-progress"]) == 2
     error = capsys.readouterr().err
     assert f"{source}, point 2: the model's decision value for these features is inf" in error
+
+
+@pytest.mark.broker
+def test_the_broker_command_serves_until_sigterm_and_leaves_nothing_behind(tmp_path):
+    # A broker that outlives the daemons started against it (their own embedded broker
+    # stops with them, and with it every topic and offset).
+    import signal
+
+    from tests.connectors_helpers import produce, read_all
+
+    log_file = tmp_path / "broker.log"
+    process = subprocess.Popen([*COMMAND, "broker", "--log-file", str(log_file)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("broker at 127.0.0.1:"), line + process.stderr.read()
+        servers = line.split()[2]
+        produce(servers, "kept", [{"id": 1}, {"id": 2}])
+        assert read_all(servers, "kept", expected=2) == [{"id": 1}, {"id": 2}]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.stdout.close()
+        process.stderr.close()
+    port = int(servers.rpartition(":")[2])
+    with socket.socket() as probe:  # the broker itself stopped too
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    assert log_file.exists()  # a given log is kept
