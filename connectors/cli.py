@@ -253,6 +253,9 @@ def run_broker(port: int = 0, log_file: str | None = None) -> int:
             signal.signal(number, handler)
 
 
+#: Rows ``evaluate`` skips that it names (in the log and the summary); the rest are counted.
+SKIPPED_NAMED = 10
+
 #: How long ``replay`` tries to reach the broker before giving up.
 REPLAY_CONNECT_SECONDS = 5
 
@@ -365,6 +368,7 @@ def evaluate(
     which is then not a feature."""
     from connectors.messages import Malformed, targets_of
     from connectors.models import build_model, build_scaler
+    from connectors.processor import _REFUSALS
     from connectors.sources import SourceError, count_source, iter_records, raw_label
 
     if plot is not None:
@@ -381,16 +385,37 @@ def evaluate(
     curve: list[float] = []
     breakpoints_per_point: list[int] = []
 
+    # As the daemon dead-letters a message and goes on, a row it could not use is skipped and
+    # counted (the first few named in the summary and the log).
+    skipped: list[str] = []
+
+    def skip(problem: str) -> None:
+        skipped.append(problem)
+        if len(skipped) <= SKIPPED_NAMED:
+            log.warning("skipped %s", problem)
+
+    bad_rows: list[str] = []
+
+    def rows() -> Iterator[tuple[dict[str, float], Any]]:
+        for _, x, y in iter_records(dataset, target, limit, raw_label, id_column, bad_rows):
+            while bad_rows:
+                skip(bad_rows.pop(0))
+            yield x, y
+        while bad_rows:
+            skip(bad_rows.pop(0))
+
     def points() -> Iterator[tuple[dict[str, float], Any]]:
-        stream = ((x, y) for _, x, y in iter_records(dataset, target, limit, raw_label,
-                                                        id_column))
+        stream = rows()
         held: list[tuple[dict[str, float], Any]] = []
         if scaler is not None and not scaler.frozen:
             # As the daemon: the warm-up's points wait until the statistics are known.
             for x, y in stream:
                 held.append((x, y))
-                if scaler.observe(x):
-                    break
+                try:
+                    if scaler.observe(x):
+                        break
+                except ValueError:  # a value the statistics cannot take: left out of them
+                    continue
             if not scaler.frozen:
                 raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
                                   f"warm-up of {config.scaler.warmup_messages}")
@@ -404,11 +429,15 @@ def evaluate(
             try:
                 y = targets.model_label(targets.parse(label))
             except Malformed as exc:
-                raise SourceError(f"{dataset}, point {index}: {exc}") from None
+                skip(f"{dataset}, point {index}: {exc}")
+                continue
             try:
                 prediction = model.predict_one(x)
-            except ValueError as exc:  # features too large for the kernel (not finite)
-                raise SourceError(f"{dataset}, point {index}: {exc}") from None
+            except _REFUSALS as exc:  # features too large for the kernel (not finite)
+                skip(f"{dataset}, point {index}: {exc}")
+                continue
+            # Scored before it is learned, as the daemon scores a message whose learning the
+            # model then refuses (dead-lettered there): the accuracies agree.
             seen += 1
             if regression:
                 absolute += abs(y - prediction)
@@ -423,8 +452,10 @@ def evaluate(
                     model.learn_one(x, y, key=index)
                 else:
                     model.learn_one(x, y)
-            except ValueError as exc:  # refused, the model unchanged: say which point
-                raise SourceError(f"{dataset}, point {index}: {exc}") from None
+            except _REFUSALS as exc:  # refused, the model unchanged: say which point
+                skip(f"{dataset}, point {index}: not learned: {exc}")
+                breakpoints_per_point.append(0)
+                continue
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)
             bar.update()
     finally:
@@ -435,7 +466,9 @@ def evaluate(
     # "settings": what the model was made with, once the configuration file, the environment
     # and --set were merged (which of them set what shows nowhere else).
     summary: dict[str, Any] = {"model": config.model.type, "settings": model_settings(config),
-                               "points": seen}
+                               "points": seen, "skipped": len(skipped)}
+    if skipped:
+        summary["skipped_first"] = skipped[:SKIPPED_NAMED]
     if regression:
         summary["mae"] = absolute / seen if seen else None
         summary["rmse"] = math.sqrt(squared / seen) if seen else None

@@ -77,8 +77,8 @@ def _number(value: Any, name: str, where: str) -> float:
     return number
 
 
-def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None
-         ) -> Iterator[tuple[Any, dict[str, float], Any]]:
+def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
+         bad_rows: list[str] | None = None) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
@@ -87,39 +87,57 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
-            y = read(row.pop(target), where)
-            identifier = _identifier(row.pop(id_column), where) if id_column else None
-            x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
+            try:
+                y = read(row.pop(target), where)
+                identifier = _identifier(row.pop(id_column), where) if id_column else None
+                x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
+            except SourceError as exc:
+                if bad_rows is None:
+                    raise
+                bad_rows.append(str(exc))
+                continue
             yield identifier, x, y
 
 
-def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None
-           ) -> Iterator[tuple[Any, dict[str, float], Any]]:
+def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
+           bad_rows: list[str] | None = None) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
-            where = f"{path}:{line}"
             try:
-                document = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise SourceError(f"{where}: not JSON: {exc}") from None
-            if not isinstance(document, dict):
-                raise SourceError(f"{where}: each line must be a JSON object")
-            identifier = None
-            if id_column is not None:
-                if id_column not in document:
-                    raise SourceError(f"{where}: no field {id_column!r} (the --id-column)")
-                identifier = _identifier(document[id_column], where)
-            if "x" in document:  # {"x": {...}, "y": ...}, the daemon's own format
-                features, y = document["x"], document.get("y", document.get(target))
-            else:
-                features = {k: v for k, v in document.items() if k not in (target, id_column)}
-                y = document.get(target)
-            if y is None:
-                raise SourceError(f"{where}: no label {target!r}")
-            x = {k: _number(v, k, where) for k, v in features.items()}
-            yield identifier, x, read(y, where)
+                parsed = _jsonl_row(text, f"{path}:{line}", target, read, id_column)
+            except SourceError as exc:
+                if bad_rows is None:
+                    raise
+                bad_rows.append(str(exc))
+                continue
+            yield parsed
+
+
+def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
+               id_column: str | None) -> tuple[Any, dict[str, float], Any]:
+    """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise SourceError(f"{where}: each line must be a JSON object")
+    identifier = None
+    if id_column is not None:
+        if id_column not in document:
+            raise SourceError(f"{where}: no field {id_column!r} (the --id-column)")
+        identifier = _identifier(document[id_column], where)
+    if "x" in document:  # {"x": {...}, "y": ...}, the daemon's own format
+        features, y = document["x"], document.get("y", document.get(target))
+    else:
+        features = {k: v for k, v in document.items() if k not in (target, id_column)}
+        y = document.get(target)
+    if y is None:
+        raise SourceError(f"{where}: no label {target!r}")
+    x = {k: _number(v, k, where) for k, v in features.items()}
+    return identifier, x, read(y, where)
 
 
 def _identifier(value: Any, where: str) -> str | int:
@@ -151,9 +169,11 @@ def iter_source(
 def iter_records(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
+    bad_rows: list[str] | None = None,
 ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
-    file's rows (not a feature then), or None."""
+    file's rows (not a feature then), or None. A file's row that cannot be read raises
+    SourceError naming it, or with ``bad_rows`` is skipped and its error appended there."""
     stream: Iterator[tuple[Any, dict[str, Any], Any]]
     if id_column is not None and (source.lower() in BUNDLED or source.startswith("river-flow:")):
         raise SourceError(f"--id-column is for .csv and .jsonl files, not {source!r}")
@@ -187,9 +207,9 @@ def iter_records(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target, read_label, id_column)
+            stream = _csv(path, target, read_label, id_column, bad_rows)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            stream = _jsonl(path, target, read_label, id_column)
+            stream = _jsonl(path, target, read_label, id_column, bad_rows)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

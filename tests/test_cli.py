@@ -298,13 +298,17 @@ def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     assert kept("SASL authentication failed")
 
 
-def test_evaluate_names_the_point_the_model_refuses(tmp_path, capsys):
+def test_evaluate_skips_and_names_the_point_the_model_refuses(tmp_path, capsys, caplog):
+    # As the daemon dead-letters such a message and goes on.
     source = tmp_path / "huge.jsonl"
-    source.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\n{"a": 1e300, "y": true}\n')
+    source.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\n{"a": 1e300, "y": true}\n'
+                      '{"a": 0.4, "y": true}\n')
     assert main(["evaluate", "--dataset", str(source), "--set", "model.kernel=poly",
-                 "--no-progress"]) == 2
-    error = capsys.readouterr().err
-    assert f"{source}, point 2: the model's decision value for these features is inf" in error
+                 "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 3 and summary["skipped"] == 1
+    named = f"{source}, point 2: the model's decision value for these features is inf"
+    assert summary["skipped_first"][0].startswith(named) and named in caplog.text
 
 
 @pytest.mark.broker

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -271,7 +272,6 @@ def test_a_restored_model_continues_exactly(model_type, settings, regression):
 
 def test_evaluate_reads_labels_by_the_daemons_rules(tmp_path):
     from connectors.cli import evaluate
-    from connectors.sources import SourceError
 
     lines = [{"a": float(i % 7), "b": float(i % 3), "y": i % 2} for i in range(20)]
     data = tmp_path / "binary.jsonl"
@@ -280,8 +280,17 @@ def test_evaluate_reads_labels_by_the_daemons_rules(tmp_path):
     assert evaluate(config, str(data))["points"] == 20
     lines[5]["y"] = True  # the daemon refuses true when the classes are [0, 1]
     data.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with pytest.raises(SourceError, match=r"point 5.*not one of the classes"):
-        evaluate(config, str(data))
+    # As the daemon dead-letters it and goes on, evaluate skips it and says so.
+    summary = evaluate(config, str(data))
+    assert summary["points"] == 19 and summary["skipped"] == 1
+    assert re.search(r"point 5.*not one of the classes", summary["skipped_first"][0])
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines[:3])
+                    + '{"a": "x", "b": 1.0, "y": 0}\nnot json\n'
+                    + "".join(json.dumps(line) + "\n" for line in lines[3:5]))
+    summary = evaluate(config, str(data))
+    assert summary["points"] == 5 and summary["skipped"] == 2
+    assert [problem.split(": ", 1)[1][:24] for problem in summary["skipped_first"]] == [
+        "feature 'a' is not a num", "not JSON: Expecting valu"]
     regression = tmp_path / "targets.csv"
     regression.write_text("a,y\n1.0,2.5\n2.0,4.5\n3.0,6.5\n")
     summary = evaluate(_config(type="IncrementalLSSVR", rho=1e-6), str(regression))
@@ -319,8 +328,9 @@ def test_an_id_column_is_the_messages_id_and_not_a_feature(tmp_path):
     lines = tmp_path / "mail.jsonl"
     lines.write_text('{"msg": "a", "t": 1.5, "y": 1}\n{"msg": 2, "t": 0.5, "y": 0}\n')
     assert [r[0] for r in iter_records(str(lines), id_column="msg")] == ["a", 2]
-    with pytest.raises(SourceError, match="not a number"):  # without it, the id is a feature
-        evaluate(_config(classes="ham,spam"), str(data), target="label")
+    # Without it, the id is a feature: "m-1" is no number (7 is).
+    summary = evaluate(_config(classes="ham,spam"), str(data), target="label")
+    assert summary["points"] == 1 and "'msg' is not a number" in summary["skipped_first"][0]
     summary = evaluate(_config(classes="ham,spam"), str(data), target="label", id_column="msg")
     assert summary["points"] == 2
     with pytest.raises(SourceError, match="no column 'id'"):
