@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._input import FeatureSpace, check_findable_keys
+from stream_svm._input import FeatureSpace, check_findable_keys, key_list
 from stream_svm.engine import PathEngine, UpdateStats
 from stream_svm.kernels import make_kernel
 
@@ -277,7 +277,10 @@ class _EngineModel(FixedParameters):
         snapshot = engine._snapshot()
         counters = (engine.last_update, engine.breakpoints_total, engine.updates_total,
                     engine.retries_total, engine.relearns_total)
-        rest = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_engine"})
+        # The user's kernel is kept, not copied: it may hold what cannot be copied (a lock, a
+        # connection), and the model must keep the very object it was given.
+        kept = {id(value): value for value in (getattr(self, "kernel", None), engine.kernel)}
+        rest = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_engine"}, kept)
         try:
             yield
         except BaseException:
@@ -294,6 +297,10 @@ class _EngineModel(FixedParameters):
     def _frame(self, X: pd.DataFrame) -> tuple[np.ndarray, list[Hashable]]:
         if not isinstance(X, pd.DataFrame):
             raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
+        if not X.columns.is_unique:
+            repeated = X.columns[X.columns.duplicated()].unique().tolist()
+            raise ValueError(f"X has repeated column names {repeated!r}: one feature's values "
+                             "would silently replace the other's")
         fast = self._features.vectorize_frame(X)
         if fast is not None:
             return fast
@@ -305,7 +312,7 @@ class _EngineModel(FixedParameters):
 
     def _keys_for(self, X: pd.DataFrame, keys: Iterable[Hashable] | None) -> list[Hashable]:
         if keys is not None:
-            keys = list(keys)
+            keys = key_list(keys)
             if len(keys) != len(X):
                 raise ValueError(f"{len(keys)} keys for {len(X)} rows")
             return keys

@@ -75,6 +75,23 @@ def _equals_itself(key: object) -> bool:
         return False
 
 
+def key_list(keys: Any, what: str = "keys") -> list:
+    """``keys`` as a list; TypeError for a single str or bytes, which would otherwise be taken
+    key by character ("ab" forgetting the points keyed "a" and "b").
+
+    >>> key_list(("a", 2))
+    ['a', 2]
+    """
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"{what} must be a collection of keys, not the single key {keys!r}: "
+                        f"pass [{keys!r}]")
+    try:
+        return list(keys)
+    except TypeError:
+        raise TypeError(f"{what} must be a collection of keys, got {type(keys).__name__}"
+                        ) from None
+
+
 def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: str = "X"
                  ) -> None:
     """ValueError unless ``y`` holds one value per row of ``X`` and, when both are indexed by
@@ -95,6 +112,10 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     (pandas' default numbering, also what ``iloc`` slices of it keep), y's values pair with X's
     rows by position, as a Series built from a list or an array must.
     """
+    if isinstance(y, pd.DataFrame):
+        # len() and iteration of a frame are its columns: its column labels would be learned.
+        raise TypeError(f"{what} must be a Series (one value per row), got a DataFrame with "
+                        f"columns {list(y.columns)!r}: pass one column, e.g. frame[name]")
     if len(y) != len(X):
         raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of {rows}")
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)

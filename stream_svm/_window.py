@@ -110,9 +110,9 @@ class _SlidingWindow:
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
         """Slide the window by the whole batch (plus anything buffered) in one update."""
+        check_paired(X, y)
         if len(X) == 0:
             return
-        check_paired(X, y)
         values = self._values(y)
         rows, new = self._admitted(lambda: self._frame(X))
         batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]

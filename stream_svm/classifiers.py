@@ -31,6 +31,7 @@ from stream_svm._input import (
     class_of,
     finite_score,
     finite_scores,
+    key_list,
     label_sign,
     label_signs,
 )
@@ -434,6 +435,8 @@ class IncrementalSVC(_EngineClassifier):
                 "forget_many's first argument is keys; to forget by value pass X= and y= "
                 "(forget_many(X=X, y=y))"
             )
+        if keys is not None:
+            keys = key_list(keys)
         if keys is None:
             if X is None or y is None:
                 raise ValueError("forget_many needs keys, or both X and y")
@@ -459,7 +462,7 @@ class IncrementalSVC(_EngineClassifier):
         keys: Iterable[Hashable] | None = None,
     ) -> None:
         """Add the rows of X_add and remove the points named in ``forget_keys`` in ONE path."""
-        forget_keys = list(forget_keys)
+        forget_keys = key_list(forget_keys, "forget_keys")
         if X_add is not None and len(X_add):
             if y_add is None:
                 raise ValueError("y_add must have one label per row of X_add")

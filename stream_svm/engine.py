@@ -41,7 +41,7 @@ from scipy.linalg import cholesky
 from scipy.linalg.lapack import dpotrs
 
 from stream_svm import _pathcore
-from stream_svm._input import check_findable_keys
+from stream_svm._input import check_findable_keys, key_list
 from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
 
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
@@ -875,9 +875,9 @@ class PathEngine:
         case the engine is left exactly as it was.
         """
         started = time.perf_counter()
+        remove = key_list(remove, "remove")
         X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,
                                                              linear, gap)
-        remove = list(remove)
         stored_before = self.n
         if remove or X_add.shape[1] > self.dim:
             self._undo = self._snapshot()
@@ -1157,7 +1157,7 @@ class PathEngine:
                 raise ValueError(f"X_add must be 2-D (points x features), got {X_add.ndim}-D")
         X_add = np.ascontiguousarray(X_add)
         y_add = np.ascontiguousarray(y_add, dtype=float).reshape(-1)
-        keys = list(keys) if keys is not None else []
+        keys = key_list(keys) if keys is not None else []
         m = X_add.shape[0]
         if y_add.size != m or len(keys) != m:
             raise ValueError(

@@ -68,6 +68,9 @@ from stream_svm._input import (
     real_to_float,
     shown,
 )
+from stream_svm._input import (
+    key_list as keys_as_list,
+)
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -114,7 +117,8 @@ def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
 def _check_index(X: pd.DataFrame, y: Iterable[object], what: str = "y") -> None:
     """Values indexed otherwise than X's rows are refused (see ``check_paired``); a length
     mismatch is named by the update itself."""
-    if hasattr(y, "__len__") and len(y) == len(X):  # type: ignore[arg-type]
+    if isinstance(y, pd.DataFrame) or (hasattr(y, "__len__")
+                                       and len(y) == len(X)):  # type: ignore[arg-type]
         check_paired(X, y, what)
 
 
@@ -565,7 +569,7 @@ class _IncrementalLSSVM(FixedParameters):
         """Add a batch of samples (Corollary 3 of Lee et al.) in one exact update; with
         ``keys`` (one per row) the samples are kept for forgetting by key."""
         _frame_columns(X)
-        key_list = None if keys is None else list(keys)
+        key_list = None if keys is None else keys_as_list(keys)
         if key_list is not None:
             if len(key_list) != len(X):
                 raise ValueError(f"got {len(key_list)} keys for {len(X)} rows of X")
@@ -585,7 +589,7 @@ class _IncrementalLSSVM(FixedParameters):
         if keys is not None:
             if X is not None or y is not None:
                 raise ValueError("forget_many takes keys, or X and y, not both")
-            key_list = list(dict.fromkeys(keys))  # a key named twice is forgotten once
+            key_list = list(dict.fromkeys(keys_as_list(keys)))  # named twice: forgotten once
             points = [self.stored_point(key) for key in key_list]
             self._update([], [], [x for x, _ in points], [t for _, t in points])
             for key in key_list:

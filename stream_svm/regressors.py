@@ -33,6 +33,7 @@ from stream_svm._input import (
     check_paired,
     finite_score,
     finite_scores,
+    key_list,
     real_to_float,
     shown,
 )
@@ -439,6 +440,8 @@ class IncrementalSVR(_EngineRegressor):
                 "forget_many's first argument is keys; to forget by value pass X= and y= "
                 "(forget_many(X=X, y=y))"
             )
+        if keys is not None:
+            keys = key_list(keys)
         if keys is None:
             if X is None or y is None:
                 raise ValueError("forget_many needs keys, or both X and y")
@@ -460,6 +463,7 @@ class IncrementalSVR(_EngineRegressor):
     ) -> None:
         """Add the rows of X_add (targets y_add) and remove the samples named in
         ``forget_keys`` in ONE path; anything malformed raises and changes nothing."""
+        forget_keys = key_list(forget_keys, "forget_keys")
         if X_add is not None and len(X_add):
             if y_add is None:
                 raise ValueError("y_add must have one target per row of X_add")
@@ -469,7 +473,7 @@ class IncrementalSVR(_EngineRegressor):
             add_keys = self._keys_for(X_add, keys)
         else:
             targets, rows, new, add_keys = np.zeros(0), np.zeros((0, self._engine.dim)), [], []
-        self._update(rows, targets, new, add_keys, list(forget_keys))
+        self._update(rows, targets, new, add_keys, forget_keys)
 
     def _update(self, rows: np.ndarray, targets: np.ndarray, new: list[Hashable],
                 add_keys: list[Hashable], forget_keys: list[Hashable]) -> None:

@@ -1,0 +1,144 @@
+"""Inputs every estimator must refuse by name, leaving the model as it was, and a user's kernel
+that the all-or-nothing updates must keep as it is (never copied)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stream_svm import (
+    AlphaISVC,
+    IncrementalLSSVC,
+    IncrementalSVC,
+    IncrementalSVR,
+    SlidingWindowSVC,
+    SlidingWindowSVR,
+)
+from stream_svm.engine import PathEngine
+from stream_svm.kernels import make_kernel
+
+FRAME = pd.DataFrame({"a": [0.1, -0.4, 0.9, -1.2], "b": [1.0, 0.3, -0.5, 0.2]},
+                     index=["p", "q", "r", "s"])
+LABELS = pd.Series([True, False, True, False], index=FRAME.index)
+TARGETS = pd.Series([0.5, -0.1, 1.2, 0.0], index=FRAME.index)
+PROBES = pd.DataFrame({"a": [0.0, 0.5, -0.7], "b": [0.2, -0.9, 0.4]})
+
+ESTIMATORS = {
+    "IncrementalSVC": (lambda: IncrementalSVC(gamma=0.5), LABELS),
+    "SlidingWindowSVC": (lambda: SlidingWindowSVC(window_size=10, step=2, gamma=0.5), LABELS),
+    "AlphaISVC": (lambda: AlphaISVC(batch_size=2, gamma=0.5), LABELS),
+    "IncrementalSVR": (lambda: IncrementalSVR(gamma=0.5), TARGETS),
+    "SlidingWindowSVR": (lambda: SlidingWindowSVR(window_size=10, step=2, gamma=0.5), TARGETS),
+}
+
+
+def _trained(name):
+    make, y = ESTIMATORS[name]
+    model = make()
+    model.learn_many(FRAME, y)
+    return model, y
+
+
+def _view(model):
+    return (model.n_stored, getattr(model, "n_buffered", 0),
+            model.decision_function_many(PROBES).tolist())
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_repeated_column_names_are_refused_not_collapsed(name):
+    # pandas gives the last of two columns named "a": one feature's values vanished silently.
+    model, y = _trained(name)
+    before = _view(model)
+    twice = pd.DataFrame([[1.0, 100.0], [2.0, 200.0]], columns=["a", "a"], index=["t", "u"])
+    with pytest.raises(ValueError, match=r"repeated column names \['a'\]"):
+        model.learn_many(twice, y.iloc[:2].set_axis(["t", "u"]))
+    with pytest.raises(ValueError, match=r"repeated column names \['a'\]"):
+        model.predict_many(twice)
+    assert _view(model) == before
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_labels_given_as_a_data_frame_are_refused(name):
+    # Iterating a frame gives its column names: they were learned as the labels.
+    model, y = _trained(name)
+    before = _view(model)
+    rows = FRAME.set_axis(["t", "u", "v", "w"])
+    with pytest.raises(TypeError, match=r"must be a Series .* got a DataFrame"):
+        model.learn_many(rows, pd.DataFrame({"label": y.to_numpy()}, index=rows.index))
+    assert _view(model) == before
+
+
+@pytest.mark.parametrize("name", ["SlidingWindowSVC", "SlidingWindowSVR"])
+def test_a_window_checks_labels_of_an_empty_batch_too(name):
+    model, _ = _trained(name)
+    with pytest.raises(ValueError, match="3 labels for 0 rows"):
+        model.learn_many(FRAME.iloc[:0], pd.Series([True, "garbage", None]))
+
+
+@pytest.mark.parametrize("name", ["IncrementalSVC", "IncrementalSVR"])
+def test_a_single_string_is_not_taken_as_keys_character_by_character(name):
+    model, y = _trained(name)
+    model.learn_many(PROBES.set_axis(["x", "y", "z"]), y.iloc[:3].set_axis(["x", "y", "z"]))
+    before = _view(model)
+    with pytest.raises(TypeError, match=r"not the single key 'xy': pass \['xy'\]"):
+        model.forget_many("xy")
+    with pytest.raises(TypeError, match="forget_keys must be a collection of keys"):
+        model.update_many(None, None, "xy")
+    with pytest.raises(TypeError, match="keys must be a collection of keys"):
+        model.learn_many(FRAME.reset_index(drop=True).iloc[:2], y.iloc[:2].reset_index(drop=True),
+                         keys="mn")
+    assert _view(model) == before and {"x", "y", "z"} <= set(model.stored_keys())
+
+
+def test_the_ls_svm_and_the_engine_refuse_a_string_as_keys():
+    model = IncrementalLSSVC()
+    model.learn_many(FRAME, LABELS, keys=["p", "q", "r", "s"])
+    with pytest.raises(TypeError, match="not the single key 'pq'"):
+        model.forget_many(keys="pq")
+    with pytest.raises(TypeError, match="not the single key 'pq'"):
+        model.learn_many(FRAME.iloc[:2], LABELS.iloc[:2], keys="pq")
+    assert model.n_samples_ == 4
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), 1.0)
+    engine.update(FRAME.to_numpy(), np.array([1.0, -1.0, 1.0, -1.0]), ["a", "b", "ab", "c"])
+    with pytest.raises(TypeError, match="remove must be a collection of keys"):
+        engine.update(remove="ab")
+    assert engine.keys == ["a", "b", "ab", "c"]
+
+
+class LockedRBF:
+    """A kernel holding what cannot be copied (a lock, as a kernel served by a pool would)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.failing = False
+
+    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        if self.failing:
+            raise RuntimeError("kernel unavailable")
+        with self.lock:
+            return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+
+def test_a_kernel_that_cannot_be_copied_serves_every_all_or_nothing_update():
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame(rng.standard_normal((12, 2)), columns=["a", "b"])
+    y = pd.Series(X["a"] * X["b"] > 0)
+    models = [IncrementalSVC(kernel=LockedRBF()), AlphaISVC(batch_size=4, kernel=LockedRBF()),
+              SlidingWindowSVC(window_size=6, step=3, strategy="single", kernel=LockedRBF())]
+    for model in models:
+        for i in range(12):
+            model.learn_one(X.iloc[i].to_dict(), bool(y[i]), **(
+                {} if isinstance(model, AlphaISVC) else {"key": i}))
+    svc, alpha, window = models
+    svc.relabel_one(3, not y[3])
+    assert alpha.increments_total == 3 and window.n_window == 6
+    # A refused relabel keeps the very kernel the model was given.
+    kernel = svc.kernel
+    kernel.failing = True
+    with pytest.raises(RuntimeError, match="kernel unavailable"):
+        svc.relabel_one(4, not y[4])
+    kernel.failing = False
+    assert svc.kernel is kernel and svc._engine.kernel.function is kernel
