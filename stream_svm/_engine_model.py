@@ -130,7 +130,9 @@ def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
             module = getattr(value, "__module__", None) or "?"
             callables[name] = f"{module}.{getattr(value, '__qualname__', type(value).__name__)}"
         else:
-            params[name] = value
+            # JSON keeps Python values only: a numpy scalar given as a parameter (gamma=
+            # np.float32(0.5)) is stored as the number it holds.
+            params[name] = value.item() if isinstance(value, np.generic) else value
     return params, callables
 
 

@@ -380,6 +380,12 @@ class IncrementalSVC(_EngineClassifier):
             self.reserve_discarded += self._engine.discard_reserve(self.reserve_epsilon)
         self._maybe_compact()
 
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"reserve_discarded": self.reserve_discarded}
+
+    def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.reserve_discarded = int(extra.get("reserve_discarded", 0))
+
     # ---------------------------------------------------------------- learning
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.linalg import cholesky
@@ -180,6 +181,32 @@ def _compiled_kernel(kernel: Kernel) -> tuple[int, float, int, float]:
     if isinstance(kernel, LinearKernel):
         return _pathcore.KERNEL_LINEAR, 0.0, 0, 0.0
     return -1, 0.0, 0, 0.0
+
+
+def _check_state_values(state: Mapping[str, Any], status: np.ndarray, C: float) -> None:
+    """ValueError naming the first value of a state (``PathEngine.get_state``) that no update
+    can have left: labels other than +-1, coefficients outside [0, C] or not finite, a
+    coefficient that does not match its set, a b or linear terms that are not finite, gaps
+    below 0 or NaN."""
+    y = np.asarray(state["y"], dtype=float)
+    alpha = np.asarray(state["alpha"], dtype=float)
+    if y.shape != status.shape or alpha.shape != status.shape:
+        raise ValueError("the state's labels, coefficients and statuses differ in length")
+    if not np.all(np.abs(y) == 1.0):
+        raise ValueError(f"the state holds labels other than +1 and -1 "
+                         f"({float(y[np.abs(y) != 1.0][0])!r})")
+    if not np.all(np.isfinite(alpha)) or np.any(alpha < 0) or np.any(alpha > C):
+        bad = alpha[~(np.isfinite(alpha) & (alpha >= 0) & (alpha <= C))][0]
+        raise ValueError(f"the state holds a coefficient {float(bad)!r} outside [0, C = {C:g}]")
+    if np.any(alpha[status == RESERVE] != 0) or np.any(alpha[status == ERROR] != C):
+        raise ValueError("the state's coefficients do not match their sets (a reserve point's "
+                         "must be 0, an error point's C)")
+    if not math.isfinite(float(state["b"])):
+        raise ValueError(f"the state's b is {float(state['b'])!r}")
+    if "linear" in state and not np.all(np.isfinite(np.asarray(state["linear"], dtype=float))):
+        raise ValueError("the state holds linear terms that are not finite")
+    if "gap" in state and not np.all(np.asarray(state["gap"], dtype=float) >= 0):
+        raise ValueError("the state holds gaps below 0 or NaN")
 
 
 class PathEngine:
@@ -1719,6 +1746,7 @@ class PathEngine:
         margin_ok = np.all(status[margin] == MARGIN)
         if not margin_ok or np.count_nonzero(status == MARGIN) != margin.size:
             raise ValueError("the state's margin order does not match its statuses")
+        _check_state_values(state, status, self.C)
         fresh = PathEngine(self.kernel, self.C, self.ridge, self.max_breakpoints,
                            self.degeneracy_tol, self.residual_tol, self.kkt_tol)
         fresh.dim = X.shape[1]
@@ -1756,4 +1784,11 @@ class PathEngine:
             fresh._slot[margin] = np.arange(margin.size)
             fresh._factorize()
         fresh._refresh_g()
+        if not fresh._kkt_holds():
+            # Each value in range, but not an SVM of these points (edited, or saved with
+            # another C): serving it would answer with a model nobody trained.
+            raise ValueError(
+                "the state's coefficients do not solve the SVM of its points with C = "
+                f"{self.C:g} (KKT violation {fresh.kkt_violation():.3g}): a damaged or edited "
+                "state, or one saved with other settings")
         self.__dict__.update(fresh.__dict__)

@@ -142,3 +142,47 @@ def test_a_kernel_that_cannot_be_copied_serves_every_all_or_nothing_update():
         svc.relabel_one(4, not y[4])
     kernel.failing = False
     assert svc.kernel is kernel and svc._engine.kernel.function is kernel
+
+
+def _checkpoint():
+    import json
+
+    rng = np.random.default_rng(0)
+    model = IncrementalSVC(C=1.0, reserve_epsilon=0.5)
+    for i in range(40):
+        a, b = rng.normal(size=2)
+        model.learn_one({"a": a, "b": b}, bool(a * b > 0), key=i)
+    arrays, meta = model.to_checkpoint()
+    return model, arrays, json.loads(json.dumps(meta))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda A, M: A["alpha"].__setitem__(slice(None), 5.0), r"coefficient 5.0 outside \[0, C"),
+    (lambda A, M: A["alpha"].__setitem__(0, np.nan), "coefficient nan outside"),
+    (lambda A, M: A["y"].__setitem__(0, 3.0), r"labels other than \+1 and -1 \(3.0\)"),
+    (lambda A, M: M["params"].__setitem__("C", 0.01), "outside .0, C = 0.01."),
+    (lambda A, M: M["params"].__setitem__("C", 10.0), "do not match their sets"),
+    (lambda A, M: A.__setitem__("b", A["b"] + 0.5), "do not solve the SVM of its points"),
+])
+def test_a_checkpoint_whose_solution_is_no_svm_of_its_points_is_refused(edit, message):
+    # Each restored without a word, and answered as a model nobody trained.
+    _, arrays, meta = _checkpoint()
+    arrays = {name: np.array(value, copy=True) for name, value in arrays.items()}
+    edit(arrays, meta)
+    with pytest.raises(ValueError, match=message):
+        IncrementalSVC.from_checkpoint(arrays, meta)
+
+
+def test_a_checkpoint_keeps_the_discard_count_and_numpy_parameters_as_numbers():
+    import json
+
+    model, arrays, meta = _checkpoint()
+    assert model.reserve_discarded > 0
+    restored = IncrementalSVC.from_checkpoint(arrays, meta)
+    assert restored.reserve_discarded == model.reserve_discarded
+    for made in (IncrementalSVC(gamma=np.float32(0.5)),
+                 SlidingWindowSVC(window_size=np.int64(10))):
+        made.learn_one({"a": 1.0}, True)
+        stored = json.loads(json.dumps(made.to_checkpoint()[1]))
+        assert type(made).from_checkpoint(made.to_checkpoint()[0], stored).predict_one(
+            {"a": 1.0}) is True
