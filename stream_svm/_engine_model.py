@@ -198,6 +198,8 @@ class FixedParameters:
                 f"{name}={getattr(self, name)!r}): construct {cls}({name}=...), or use "
                 f"model.clone({{{name!r}: ...}}) for a new, untrained model"
             )
+        if name in ("max_features", "max_new_features") and self._built_by in self.__dict__:
+            _check_feature_limit(name, value)  # as the constructor checks it
         object.__setattr__(self, name, value)
 
 
@@ -208,10 +210,12 @@ class _EngineModel(FixedParameters):
     def _init_common(self) -> None:
         """Check the shared parameters and build the engine, the feature space and keys."""
         _check_C(self.C)
-        if self.ridge < 0 or not math.isfinite(self.ridge):
-            raise ValueError(f"ridge must be finite and >= 0, got {self.ridge!r}")
+        if (isinstance(self.ridge, bool) or not isinstance(self.ridge, numbers.Real)
+                or self.ridge < 0 or not math.isfinite(self.ridge)):
+            raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
         if self.max_breakpoints is not None and (
-            not isinstance(self.max_breakpoints, numbers.Integral) or self.max_breakpoints < 1
+            isinstance(self.max_breakpoints, bool)
+            or not isinstance(self.max_breakpoints, numbers.Integral) or self.max_breakpoints < 1
         ):
             raise ValueError(f"max_breakpoints must be None or an integer >= 1, "
                              f"got {self.max_breakpoints!r}")

@@ -41,6 +41,13 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
         kind = type(key)
+        if isinstance(key, np.integer):
+            key, kind = int(key), int  # as the checkpoint will keep it
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"key {shown(key)} is not hashable ({kind.__name__}): use a str, "
+                            "an int or a tuple of them") from None
         if (kind is str or (kind not in always and isinstance(key, str))) and "\x00" in key:
             # Checkpoints keep str keys in numpy text arrays, which drop trailing NULs: the
             # point came back under another key ("k\x00" as "k"), or not at all.
@@ -58,6 +65,14 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
                 f"key {shown(key)} is not equal to itself (NaN): no point could be found by it "
                 "again; fill or drop the missing ids, or pass keys="
             )
+
+
+def _check_new_name(name: Hashable) -> None:
+    # A NaN name is a new feature at every learn (nan != nan), and after a pickle round trip
+    # even the stored ones are found no more: the copy answered differently.
+    if type(name) not in _ALWAYS_EQUAL_TO_ITSELF and not _equals_itself(name):
+        raise TypeError(f"feature name {shown(name)} is not equal to itself (NaN): the model "
+                        "could never find its feature again; name the feature")
 
 
 # Exactly these types (not subclasses, whose == may be anything) equal themselves always.
@@ -411,6 +426,7 @@ class FeatureSpace:
             if column is not None:
                 known.append((column, value))
             elif value != 0.0:
+                _check_new_name(name)
                 new_names.append(name)
                 new_values.append(value)
         row = np.zeros(len(self.names) + len(new_names))
@@ -447,6 +463,8 @@ class FeatureSpace:
             if nonzero.size:
                 first_seen.append((int(nonzero[0]), j))
         first_seen.sort()
+        for _, j in first_seen:
+            _check_new_name(names[j])
         width = len(self.names) + len(first_seen)
         matrix = np.zeros((values.shape[0], width))
         matrix[:, [self.index[names[j]] for j in known]] = values[:, known]

@@ -322,6 +322,22 @@ class AlphaISVC(_EngineClassifier):
         i = int(np.searchsorted(self._ids, int(key)))
         return i < self._ids.size and self._ids[i] == key
 
+    def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], object]:
+        """The features (non-zero ones) and the label of a kept sample, by its id (in any of
+        the three sets, not only those the classifier was trained on). Unknown id: KeyError."""
+        if key not in self:
+            raise KeyError(f"no kept sample has id {key!r}")
+        row = self._rows[int(np.searchsorted(self._ids, int(key)))]  # type: ignore[arg-type]
+        names = self._features.names
+        x = {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}
+        return x, self._class(self._labels[int(np.searchsorted(self._ids, int(key)))] > 0)
+
+    def relabel_one(self, key: Hashable, y: object) -> None:
+        """Not supported: alpha-ISVM keeps and discards its samples on its own (TypeError)."""
+        raise TypeError("AlphaISVC cannot relabel a sample: alpha-ISVM keeps and discards "
+                        "samples on its own and forgets none on request; IncrementalSVC and "
+                        "SlidingWindowSVC can")
+
     # ---------------------------------------------------------------- learning
     def learn_one(self, x: Mapping, y: object) -> None:
         """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""

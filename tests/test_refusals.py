@@ -186,3 +186,60 @@ def test_a_checkpoint_keeps_the_discard_count_and_numpy_parameters_as_numbers():
         stored = json.loads(json.dumps(made.to_checkpoint()[1]))
         assert type(made).from_checkpoint(made.to_checkpoint()[0], stored).predict_one(
             {"a": 1.0}) is True
+
+
+def test_a_nan_feature_name_is_refused():
+    # Every learn made it a new feature, and a pickled copy found none of them again.
+    model = IncrementalSVC()
+    model.learn_one({"a": 1.0}, True)
+    before = _view(model)
+    with pytest.raises(TypeError, match="feature name nan is not equal to itself"):
+        model.learn_one({float("nan"): 1.0, "a": 0.5}, False)
+    with pytest.raises(TypeError, match="feature name nan is not equal to itself"):
+        model.learn_many(pd.DataFrame({float("nan"): [1.0], "a": [0.2]}, index=["k"]),
+                         pd.Series([False], index=["k"]))
+    assert _view(model) == before
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, IncrementalLSSVC])
+def test_numpy_and_unhashable_keys_are_checked_as_keys(make):
+    model = make()
+    y = 1.0 if make is IncrementalSVR else True
+    with pytest.raises(KeyError, match="does not fit in 64 bits"):
+        model.learn_one({"a": 1.0}, y, key=np.uint64(2**64 - 1))
+    with pytest.raises(TypeError, match=r"key \['x'\] is not hashable \(list\)"):
+        model.learn_one({"a": 1.0}, y, key=["x"])
+    model.learn_one({"a": 1.0}, y, key=np.int64(7))
+    arrays, meta = model.to_checkpoint()  # the key is a checkpoint's
+    assert 7 in type(model).from_checkpoint(arrays, meta)
+
+
+def test_settings_assigned_after_construction_are_checked_as_the_constructor_checks_them():
+    model = IncrementalSVC()
+    for value in ("10", 0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="max_features must be None or an integer >= 1"):
+            model.max_features = value
+    model.max_new_features = 5  # still settable (River's mutate sets them)
+    assert model.max_new_features == 5
+    for name, value in (("ridge", "0"), ("ridge", None), ("ridge", True),
+                        ("max_breakpoints", True)):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            IncrementalSVC(**{name: value})
+
+
+def test_alpha_isvc_reads_any_kept_sample_and_refuses_to_relabel():
+    rng = np.random.default_rng(7)
+    model = AlphaISVC(batch_size=10, C=1.0, gamma=0.5, discard_ratio=0.0)
+    samples = []
+    for _ in range(50):
+        a, b = rng.normal(size=2)
+        samples.append(({"a": float(a), "b": float(b)}, bool(a * b > 0)))
+        model.learn_one(*samples[-1])
+    outside = [key for key in model.stored_keys() if key not in model._engine]
+    assert outside  # kept in the caching or backup set, not trained on now
+    for key in outside:
+        assert model.stored_point(key) == samples[key]
+    with pytest.raises(KeyError, match="no kept sample has id 999"):
+        model.stored_point(999)
+    with pytest.raises(TypeError, match="AlphaISVC cannot relabel"):
+        model.relabel_one(model.stored_keys()[0], True)
