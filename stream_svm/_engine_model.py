@@ -362,6 +362,14 @@ class _EngineModel(FixedParameters):
         ones not dropped yet)."""
         return len(self._features)
 
+    def _check_new_key(self, key: Hashable | None) -> None:
+        """KeyError for a key the model holds, before anything is done (dropping unused
+        feature names to make room included)."""
+        if key is not None:
+            check_findable_keys([key])
+            if key in self._engine:
+                raise KeyError(f"key {key!r} is already stored; keys must be unique")
+
     def _admitted(
         self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]]
     ) -> tuple[np.ndarray, list[Hashable]]:

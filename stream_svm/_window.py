@@ -95,12 +95,12 @@ class _SlidingWindow:
 
         All or nothing: a sample refused by the slide's update is not buffered either."""
         value = self._value(y)
-        row, new = self._admitted(lambda: self._row(x))
         key = None if key is None else plain_key(key)
         if key is not None:
             check_findable_keys([key])
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
+        row, new = self._admitted(lambda: self._row(x))
         self._check_kernel_values(row)
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._buffer([row], [value], [point_key], new, slide=len(self._buffer_keys) + 1

@@ -390,6 +390,7 @@ class IncrementalSVC(_EngineClassifier):
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""
         label = self._sign(y)
+        self._check_new_key(key)
         row, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._engine.update(row[None, :], np.array([label]), [point_key])

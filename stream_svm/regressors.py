@@ -404,6 +404,7 @@ class IncrementalSVR(_EngineRegressor):
         """Learn one sample exactly; ``key`` (hashable, unique) names it for ``forget_one``.
         A bad target raises TypeError or ValueError and changes nothing."""
         target = _target(y)
+        self._check_new_key(key)
         rows, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._update(rows[None, :], np.array([target]), new, [point_key], [])

@@ -243,3 +243,19 @@ def test_alpha_isvc_reads_any_kept_sample_and_refuses_to_relabel():
         model.stored_point(999)
     with pytest.raises(TypeError, match="AlphaISVC cannot relabel"):
         model.relabel_one(model.stored_keys()[0], True)
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, lambda **kw: SlidingWindowSVC(
+    window_size=50, **kw), IncrementalSVR])
+def test_a_learn_refused_for_its_key_drops_no_unused_feature_name(make):
+    # max_features made the learn drop the unused name "a" before the key was refused.
+    model = make(max_features=4)
+    value = (lambda i: float(i)) if make is IncrementalSVR else (lambda i: bool(i % 2))
+    for i, x in enumerate([{"a": 1.0}, {"a": -1.0}, {"c": 1.0, "d": 2.0}, {"c": 3.0}]):
+        model.learn_one(x, value(i), key=f"k{i}")
+    model.forget_one(key="k0")
+    model.forget_one(key="k1")  # "a" is unused now
+    names = list(model._features.names)
+    with pytest.raises(KeyError, match="'k2' is already stored"):
+        model.learn_one({"e": 1.0, "f": 1.0}, value(1), key="k2")
+    assert list(model._features.names) == names
