@@ -368,7 +368,11 @@ def evaluate(
     which is then not a feature."""
     from connectors.messages import Malformed, targets_of
     from connectors.models import build_model, build_scaler
-    from connectors.processor import _REFUSALS
+    from stream_svm import ConvergenceError
+
+    # What the daemon dead-letters as a model's refusal (connectors.processor, which needs the
+    # kafka extra: evaluate does not).
+    refusals = (ValueError, KeyError, TypeError, ConvergenceError)
     from connectors.sources import SourceError, count_source, iter_records, raw_label
 
     if plot is not None:
@@ -433,7 +437,7 @@ def evaluate(
                 continue
             try:
                 prediction = model.predict_one(x)
-            except _REFUSALS as exc:  # features too large for the kernel (not finite)
+            except refusals as exc:  # features too large for the kernel (not finite)
                 skip(f"{dataset}, point {index}: {exc}")
                 continue
             # Scored before it is learned, as the daemon scores a message whose learning the
@@ -452,7 +456,7 @@ def evaluate(
                     model.learn_one(x, y, key=index)
                 else:
                     model.learn_one(x, y)
-            except _REFUSALS as exc:  # refused, the model unchanged: say which point
+            except refusals as exc:  # refused, the model unchanged: say which point
                 skip(f"{dataset}, point {index}: not learned: {exc}")
                 breakpoints_per_point.append(0)
                 continue

@@ -452,7 +452,8 @@ def test_broker_lost_mid_stream(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     messages = _stream(3000, seed=8)  # a backlog: the daemon holds fetched records at the kill
     request_timeout = 1.0
-    embedded = EmbeddedBroker(start_timeout=20)
+    # (Killed below: a log of its own would be kept, in $TMPDIR, as a broker's that died.)
+    embedded = EmbeddedBroker(start_timeout=20, log_file=tmp_path / "broker.log")
     try:
         embedded.start()
         servers = embedded.bootstrap_servers
