@@ -675,4 +675,9 @@ def kafka_client_settings(
             sasl_plain_username=username,
             sasl_plain_password=password,
         )
+    elif environ.get(SASL_USERNAME_ENV) or environ.get(SASL_PASSWORD_ENV):
+        # Credentials meant for a SASL cluster would otherwise be dropped without a word.
+        log.warning("%s / %s are set but not used: kafka.sasl_mechanism is not set (and "
+                    "kafka.security_protocol is %s)", SASL_USERNAME_ENV, SASL_PASSWORD_ENV,
+                    kafka.security_protocol)
     return settings

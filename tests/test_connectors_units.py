@@ -534,3 +534,13 @@ def test_unsaved_seconds_are_zero_once_a_checkpoint_holds_everything(monkeypatch
     now[0] = 200.0
     assert value("stream_svm_seconds_unsaved") == 0.0
     assert value("stream_svm_seconds_since_checkpoint") == 63.0
+
+
+def test_sasl_credentials_without_a_sasl_mechanism_are_reported_unused(caplog):
+    from connectors.config import kafka_client_settings
+
+    config = load_config(None, {"kafka.bootstrap_servers": "k:9092"}, environ={})
+    with caplog.at_level("WARNING", logger="stream_svm.config"):
+        settings = kafka_client_settings(config, {"STREAM_SVM_SASL_USERNAME": "svc"})
+    assert "sasl_plain_username" not in settings
+    assert "STREAM_SVM_SASL_USERNAME / STREAM_SVM_SASL_PASSWORD are set but not used" in caplog.text
