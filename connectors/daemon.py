@@ -458,6 +458,10 @@ class Daemon:
         self._group_known: dict[str, tuple[int, str] | None] = {}
         self._attempted: dict[str, int] = {}  # commits that raised (they may have been made)
         self._twin = False  # another daemon serves this group: stop, commit nothing more
+        # A partition lost the offsets the model resumes from and the daemon stops: the
+        # broker's group now belongs to another topic (or an empty broker), where the old
+        # offsets would make a restart skip that many new messages.
+        self._stopped_on_reset = False
         # What a learner with one model commits: the next offsets its newest checkpoint (or
         # the one it was restored from) covers, None before there is one. Committing what was
         # processed instead let a daemon killed before its first checkpoint leave a commit
@@ -1414,7 +1418,15 @@ class Daemon:
                     "offset %d", problem, name, self.processor.offsets.get(name, 0),
                 )
             return
-        if policy == "stop":
+        if policy == "stop" and self.models is not None:
+            message = (
+                f"{problem}. Stopping, nothing of it was read and no offset is committed. With "
+                f"model.scope = {self.config.model.scope!r} the models' states on "
+                f"{self.config.kafka.state_topic} hold their offsets in the old partition: "
+                "restore the topics, or start new models with a new kafka.group_id and "
+                "kafka.state_topic."
+            )
+        elif policy == "stop":
             message = (
                 f"{problem}. kafka.on_partition_reset = 'stop': stopping, nothing of it was "
                 "read. Set it to 'earliest' to keep the model and read the partition from its "
@@ -1426,6 +1438,7 @@ class Daemon:
                 raise StartRefused(message)
             log.error("%s", message)
             self.summary.exit_code = 1
+            self._stopped_on_reset = True
             self.stop_event.set()
             return
         if policy == "earliest":
@@ -1933,6 +1946,9 @@ class Daemon:
     def _commit(self) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
         from kafka.errors import KafkaError
+
+        if self._stopped_on_reset:
+            return
 
         if self.models is not None:
             self._last_commit = time.monotonic()
