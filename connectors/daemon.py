@@ -530,6 +530,7 @@ class Daemon:
         self._last_publish = time.monotonic()  # of the last attempt
         self._publish_failed = False  # the last attempt failed: retried on an idle stream too
         self._fenced = False  # another learner took the model over: publish nothing more
+        self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         #: run() has returned or is returning (its signal handlers are no longer the daemon's)
         self.stopped = False
@@ -736,6 +737,8 @@ class Daemon:
             model = restore_model(config, checkpoint.arrays, checkpoint.model_meta)
             processor = self._new_processor(model)
             processor.load_state(checkpoint.state["processor"], checkpoint.cache_arrays)
+            epoch = checkpoint.state.get("state_epoch", -1)
+            self._checkpointed_epoch = epoch if isinstance(epoch, int) else -1
             return processor
 
         start_fresh = config.checkpoint.start_fresh
@@ -1105,7 +1108,9 @@ class Daemon:
         store = self._state_store
         store.ensure_topic(partitions=1)  # one model: one partition holds all its records
         try:
-            epoch = store.claim_epoch(GLOBAL_MODEL_ID)
+            # Above the epoch its checkpoint published under: a state topic recreated since
+            # starts again at 0, below what the predictors already serve.
+            epoch = store.claim_epoch(GLOBAL_MODEL_ID, at_least=self._checkpointed_epoch + 1)
         except StaleEpochError as exc:
             raise StartRefused(
                 f"{exc}: another learner of this model started at the same moment; two "
@@ -1809,6 +1814,8 @@ class Daemon:
             "model_settings": checkpointed_settings(self.config),
             "processor": self.processor.state(),
         }
+        if self._epoch is not None:
+            state["state_epoch"] = self._epoch
         try:
             path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
         except CheckpointLockLost as exc:

@@ -798,7 +798,8 @@ class StateStore:
         for key in keys:
             view.live.pop(key, None)
 
-    def claim_epoch(self, model_id: Any, *, newest_known: int | None = None) -> int:
+    def claim_epoch(self, model_id: Any, *, newest_known: int | None = None,
+                    at_least: int = 0) -> int:
         """Take the next epoch of a model for this owner and return it.
 
         Reads the topic first if this store has not read it yet, writes a claim record of
@@ -813,6 +814,10 @@ class StateStore:
         owner that has not learned yet that it lost the model, and a claim of the epoch after
         it would let its older state win over the new owner's. StaleEpochError, and nothing
         is written.
+
+        ``at_least``: the lowest epoch to claim, above every epoch the caller published before
+        (a state topic recreated empty would start the epochs again at 0, and the predictors,
+        which take a state only from a newer epoch, would keep the old model).
 
         A claim is won by the first claim record of its epoch. After a claim whose
         acknowledgement was lost (StateStoreError, the record written or not), claiming again
@@ -840,6 +845,7 @@ class StateStore:
                 f"{_jsonable_id(model)} since this owner was given it (it knew of epoch "
                 f"{newest_known}); nothing was claimed"
             )
+        epoch = max(epoch, at_least)
         partition = self.partition_of(model, self._partitions(deadline))
         header = {"kind": "claim", "model": _jsonable_id(model), "epoch": epoch,
                   "owner": self._owner_token}

@@ -412,3 +412,26 @@ def test_a_learner_stops_when_another_learner_takes_the_model_over(
 
     saved = CheckpointStore(config.checkpoint.dir).load_latest()
     assert saved.state["processor"]["offsets"] == {f"{topics['input']}:0": 40}
+
+
+@pytest.mark.broker
+def test_a_learner_restored_over_an_empty_state_topic_claims_above_its_old_epoch(
+        broker, tmp_path):  # noqa: F811
+    # The state topic recreated empty (the broker lost it, an operator deleted it): the
+    # restarted learner started again at epoch 0, and predictors serving its epoch-2 state
+    # never took a state of epoch 0 again: they answered with the old model for good.
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    config = _learner(broker, tmp_path, topics)
+    for run in range(3):  # three runs publishing under epochs 0, 1 and 2
+        produce(servers, topics["input"], _labelled(10 * run, 10))
+        daemon = Daemon(config, until_drained=True)
+        assert daemon.run() == 0 and daemon._epoch == run
+    served, _ = _published(servers, config)
+    recreated = _learner(broker, tmp_path, {**topics, "state": unique("replica-state")})
+    produce(servers, topics["input"], _labelled(30, 10))
+    daemon = Daemon(recreated, until_drained=True)
+    assert daemon.run() == 0
+    assert daemon._epoch == 3
+    newer, _ = _published(servers, recreated)
+    assert (newer.epoch, newer.sequence) > (served.epoch, served.sequence)  # a predictor takes it
