@@ -90,6 +90,18 @@ SCOPED_STATE_FORMAT = 1
 _CACHE = "cache."
 
 
+
+def _unlink(path: Path) -> bool:
+    """Remove a model's copy on disk, best effort (as keeping it is): a directory made
+    read-only must not stop the stream. A copy left behind is read only while it is the
+    state topic's newest state of its model. Returns whether it is gone."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("removing %s failed (%s)", path, exc)
+        return False
+    return True
+
 class ScopedStateRefused(RuntimeError):
     """A model's state on the state topic cannot be used (made with other settings, another
     format, or it does not load): starting a new model instead would silently replace it."""
@@ -159,6 +171,15 @@ class ScopedModels:
         self.cache_dir = cache_dir
         if cache_dir is not None:
             cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Copies a previous run left (killed before it cleared them) may be of another
+            # group's or topic's model that happens to have the same epoch and sequence: this
+            # run reads its models from the state topic, and keeps only what it evicts itself.
+            for stale in [*cache_dir.glob("*.npz"), *cache_dir.glob("*.partial")]:
+                if not _unlink(stale):
+                    log.warning("evicted models are not kept in %s this run: an old copy "
+                                "there cannot be removed", cache_dir)
+                    self.cache_dir = None
+                    break
         #: kafka-python calls the rebalance listener on its own IO thread: the daemon holds
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
@@ -553,7 +574,7 @@ class ScopedModels:
         path = self._disk_path(model_id, newest.epoch, newest.sequence)
         for stale in self.cache_dir.glob(path.name.split(".")[0] + ".*"):
             if stale != path:
-                stale.unlink(missing_ok=True)
+                _unlink(stale)
         try:
             payload = path.read_bytes()
         except FileNotFoundError:
@@ -563,7 +584,7 @@ class ScopedModels:
                         model_label(model_id), path, exc)
             return None
         finally:
-            path.unlink(missing_ok=True)
+            _unlink(path)
         try:
             arrays, metadata = decode_state(payload)
         except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
@@ -578,7 +599,7 @@ class ScopedModels:
             return
         for partition in partitions:
             for path in self.cache_dir.glob(f"{partition}-*"):
-                path.unlink(missing_ok=True)
+                _unlink(path)
 
     def expire_cache(self) -> None:
         for live in self.live.values():

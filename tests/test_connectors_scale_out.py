@@ -991,3 +991,33 @@ def test_a_model_that_cannot_be_fetched_holds_its_messages_and_warns_once_a_whil
     assert models.live[(0, "a")].processor.model.n_stored == 2
     assert any("fetched from the state topic after all" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_start_clears_copies_a_previous_run_left_on_disk(tmp_path):
+    # A daemon killed with evicted models on disk; the same directory then served another
+    # group, whose model of the same key had the same epoch and sequence: the old copy, another
+    # stream's model, was taken for the new one's.
+    cache = tmp_path / "models"
+    cache.mkdir()
+    left = cache / "0-0123456789abcdef0123456789abcdef.0.20.npz"
+    left.write_bytes(b"another stream's model")
+    (cache / "1-x.0.3.partial").write_bytes(b"half written")
+    _scoped(max_models=1, cache_dir=cache)
+    assert list(cache.iterdir()) == []
+
+
+def test_a_read_only_copy_directory_does_not_stop_the_stream(tmp_path, monkeypatch):
+    rows = _keyed_stream(keys=3, per_key=6, partitions=1)
+    models, _ = _scoped(max_models=1, cache_dir=tmp_path / "models")
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    for offset, (partition, key, message) in enumerate(rows):  # evictions and restores
+        result, again = models.process([_record(partition, offset, key, message)])
+        models.delivered()
+        assert not again and not result.dead_letters and len(result.outputs) == 1
+    assert models.evictions > 0 and models.restores > 0
