@@ -651,7 +651,7 @@ def _exit_quietly_once_stopped(daemon: Any) -> None:
         if not daemon.stop_event.is_set() and not daemon.stopped:
             raise SystemExit(128 + signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, handle)
 
 

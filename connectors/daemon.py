@@ -545,7 +545,12 @@ class Daemon:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def stop(self, *_: object) -> None:
+    def stop(self, signum: int | None = None, *_: object) -> None:
+        if signum == signal.SIGHUP and self._stop_requests == 0:
+            # Its default action killed the daemon on the spot (no checkpoint, and the
+            # embedded broker left running): it stops as for SIGTERM instead.
+            log.warning("SIGHUP: stopping (the daemon does not reload its configuration: "
+                        "start it again to apply a changed one)")
         self._stop_requests += 1
         if self._stop_requests == 1:
             log.info("stopping: finishing the batch, flushing, checkpointing, committing")
@@ -562,7 +567,7 @@ class Daemon:
         started = self._started = time.monotonic()
         previous_handlers = {}
         if self.install_signal_handlers:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 previous_handlers[signum] = signal.signal(signum, self.stop)
         try:
             config = self.config

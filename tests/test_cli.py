@@ -338,3 +338,28 @@ def test_the_broker_command_serves_until_sigterm_and_leaves_nothing_behind(tmp_p
     with socket.socket() as probe:  # the broker itself stopped too
         assert probe.connect_ex(("127.0.0.1", port)) != 0
     assert log_file.exists()  # a given log is kept
+
+
+def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
+    # Its default action killed the daemon without a checkpoint (exit 129), and left the
+    # embedded broker of a daemon without bootstrap servers running.
+    import signal
+
+    from connectors.broker import free_loopback_port
+
+    process = subprocess.Popen(
+        [*COMMAND, "serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
+         "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
+         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stderr:
+            if "unreachable (attempt 1)" in line:
+                break
+        process.send_signal(signal.SIGHUP)
+        rest = process.stderr.read()
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.stderr.close()
+    assert "SIGHUP: stopping (the daemon does not reload its configuration" in rest
