@@ -269,6 +269,16 @@ class ScopedModels:
             return
         self.check(f"the record of consumer group {self.config.kafka.group_id!r}",
                    found.metadata)
+        kafka = self.config.kafka
+        # Records written before these were kept agree with any group and topic.
+        owner = (found.metadata.get("group_id", kafka.group_id),
+                 found.metadata.get("input_topic", kafka.input_topic))
+        if owner != (kafka.group_id, kafka.input_topic):
+            raise ScopedStateRefused(
+                f"the models on {self.store.topic} belong to consumer group {owner[0]!r} "
+                f"reading {owner[1]}, not to group {kafka.group_id!r} reading "
+                f"{kafka.input_topic}: a key of this stream would continue the other stream's "
+                "model. Nothing was changed. Give each group its own kafka.state_topic.")
         recorded = found.metadata.get("partitions")
         if recorded != partitions:
             raise ScopedStateRefused(
@@ -287,7 +297,9 @@ class ScopedModels:
 
     def _group_metadata(self, partitions: int) -> dict[str, Any]:
         return {"format": SCOPED_STATE_FORMAT, "scope": self.scope,
-                "model_settings": self._settings, "partitions": partitions}
+                "model_settings": self._settings, "partitions": partitions,
+                "group_id": self.config.kafka.group_id,
+                "input_topic": self.config.kafka.input_topic}
 
     def _processor_from(self, model_id: ModelId, state: StoredState) -> Processor:
         metadata = state.metadata

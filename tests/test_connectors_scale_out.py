@@ -890,6 +890,14 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     more_partitions, _ = _scoped(max_models=4, store=store)
     with pytest.raises(ScopedStateRefused, match=r"has 8 partitions.*had 6"):
         more_partitions.check_group(8)
+    # Another group (or input topic) given the same state topic: its keys continued this
+    # group's models.
+    for setting, value in (("group_id", "another-group"), ("input_topic", "another.input")):
+        other_stream, _ = _scoped(max_models=4, store=store)
+        setattr(other_stream.config.kafka, setting, value)
+        with pytest.raises(ScopedStateRefused, match="belong to consumer group 'stream-svm' "
+                                                     "reading stream-svm.input"):
+            other_stream.check_group(6)
     # A partition beyond the recorded count, assigned while running, is refused too.
     first.assign({6})
     with pytest.raises(ScopedStateRefused, match=r"partitions \[6\]"):
