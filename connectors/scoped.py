@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from connectors.config import Config
+from connectors.messages import Source, dead_letter, encode
 from connectors.metrics import Metrics
 from connectors.models import (
     checkpoint_bounds,
@@ -61,7 +62,7 @@ from connectors.models import (
     restore_model,
     settings_mismatch,
 )
-from connectors.processor import BatchResult, Processor
+from connectors.processor import BatchResult, Processor, Produced
 from connectors.state_store import (
     StaleEpochError,
     StateStore,
@@ -105,6 +106,12 @@ def _unlink(path: Path) -> bool:
 class ScopedStateRefused(RuntimeError):
     """A model's state on the state topic cannot be used (made with other settings, another
     format, or it does not load): starting a new model instead would silently replace it."""
+
+
+#: The longest Kafka key that names a model (model.scope = "key"): a model's state carries
+#: its key in every record, and one of 600 KB made states no broker accepts, which held its
+#: partition's commits back for good.
+MAX_MODEL_KEY_BYTES = 1024
 
 
 def model_id_of(scope: str, partition: int, key: bytes | None) -> ModelId:
@@ -453,6 +460,9 @@ class ScopedModels:
         for record in records:
             if record.partition in self.owned:
                 key = getattr(record, "key", None)
+                if self.scope == "key" and key is not None and len(key) > MAX_MODEL_KEY_BYTES:
+                    merged.dead_letters.append(self._long_key_letter(record, len(key)))
+                    continue
                 groups.setdefault(model_id_of(self.scope, record.partition, key),
                                   []).append(record)
         retry: dict[str, int] = {}
@@ -496,6 +506,16 @@ class ScopedModels:
             self.positions[name] = min(self.positions.get(name, offset), offset)
         self._gauge()
         return merged, retry
+
+    def _long_key_letter(self, record: Any, length: int) -> Produced:
+        source = Source(record.topic, record.partition, record.offset)
+        letter = dead_letter(
+            f"the message's Kafka key has {length} bytes: with model.scope = \"key\" it names "
+            f"a model, and may have at most {MAX_MODEL_KEY_BYTES}", record.value, source,
+            self.config.kafka.max_message_bytes)
+        self.metrics.dead_letters.labels(reason="malformed").inc()
+        return Produced(f"{record.topic}:{record.partition}:{record.offset}".encode(), letter,
+                        encode(letter))
 
     def _get(self, model_id: ModelId) -> _Live:
         live = self.live.get(model_id)

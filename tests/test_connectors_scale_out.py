@@ -895,8 +895,8 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     for setting, value in (("group_id", "another-group"), ("input_topic", "another.input")):
         other_stream, _ = _scoped(max_models=4, store=store)
         setattr(other_stream.config.kafka, setting, value)
-        with pytest.raises(ScopedStateRefused, match="belong to consumer group 'stream-svm' "
-                                                     "reading stream-svm.input"):
+        with pytest.raises(ScopedStateRefused, match=r"belong to consumer group 'stream-svm' "
+                                                     r"reading stream-svm\.input"):
             other_stream.check_group(6)
     # A partition beyond the recorded count, assigned while running, is refused too.
     first.assign({6})
@@ -1029,3 +1029,24 @@ def test_a_read_only_copy_directory_does_not_stop_the_stream(tmp_path, monkeypat
         models.delivered()
         assert not again and not result.dead_letters and len(result.outputs) == 1
     assert models.evictions > 0 and models.restores > 0
+
+
+def test_a_key_too_long_to_name_a_model_is_dead_lettered_and_the_partition_goes_on():
+    # A 600 KB key made a state no broker accepts: the partition's commits stayed behind it.
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    models, _ = _scoped(max_models=4)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    message = {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True}
+    result, again = models.process([
+        _record(0, 0, "k" * (MAX_MODEL_KEY_BYTES + 1), message),
+        _record(0, 1, "fine", {**message, "id": 2}),
+    ])
+    models.delivered()
+    assert not again and [o.record["id"] for o in result.outputs] == [2]
+    (letter,) = result.dead_letters
+    assert letter.record["reason"] == "malformed" and "may have at most 1024" in \
+        letter.record["error"]
+    assert list(models.live) == [(0, "fine")]
+    assert models.positions["stream-svm.input:0"] == 2
