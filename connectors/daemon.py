@@ -889,7 +889,12 @@ class Daemon:
                 self.metrics.connected.set(0)
                 with contextlib.suppress(Exception):
                     consumer.close()  # type: ignore[possibly-undefined]
-                backoff.wait(self.stop_event, f"broker at {servers} unreachable", exc)
+                # A missing topic or a state topic that does not read back is no unreachable
+                # broker: the broker answered (the message said otherwise, for minutes).
+                what = (f"starting on the broker at {servers} failed"
+                        if isinstance(exc, (DaemonError, StateStoreError))
+                        else f"broker at {servers} unreachable")
+                backoff.wait(self.stop_event, what, exc)
                 continue
             self._consumer, self._producer = consumer, producer
             self._connected = True

@@ -18,7 +18,7 @@ import pytest
 from connectors.broker import EmbeddedBroker, free_loopback_port
 from connectors.checkpoint import CheckpointStore
 from connectors.config import load_config
-from connectors.daemon import Daemon, StartRefused, ensure_topics
+from connectors.daemon import Daemon, DaemonError, StartRefused, ensure_topics
 from stream_svm import ConvergenceError, IncrementalSVC
 from tests.connectors_helpers import (  # noqa: F401
     broker,
@@ -564,3 +564,16 @@ def test_the_broker_keeps_its_log_when_it_exited_by_itself():
         assert temporary.exists()
     finally:
         temporary.unlink()
+
+
+@pytest.mark.broker
+def test_a_missing_topic_is_not_reported_as_an_unreachable_broker(broker, tmp_path,  # noqa: F811
+                                                                  caplog):
+    config = _config(broker.bootstrap_servers, tmp_path, **{
+        "kafka.create_topics": False, "kafka.request_timeout_ms": 1000,
+        "retry.max_attempts": 2})
+    with caplog.at_level("WARNING", logger="connectors.daemon"), \
+            pytest.raises(DaemonError, match=r"starting on the broker at .* failed: giving up "
+                                             r"after 2 attempts: topic .* does not exist"):
+        Daemon(config).run()
+    assert "unreachable" not in caplog.text
