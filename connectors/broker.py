@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,28 @@ LOOPBACK = "127.0.0.1"
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
+
+
+# Run before the broker's binary (which it then becomes, by exec): on Linux the broker gets
+# SIGTERM when the thread that started it is gone, so that a process killed outright (SIGKILL,
+# a CI timeout) leaves no broker behind, holding its port and memory, for good. The parent's
+# pid is checked after the request, in case it died before.
+_STOP_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM) != 0:\n"  # PR_SET_PDEATHSIG
+    "    sys.exit('stream-svm broker: prctl(PR_SET_PDEATHSIG) failed')\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _stopped_with_parent(command: list[str]) -> list[str]:
+    """``command`` started so that it stops with the thread that starts it (Linux; elsewhere
+    as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _STOP_WITH_PARENT, str(os.getpid()), *command]
 
 
 def free_loopback_port() -> int:
@@ -133,7 +156,7 @@ class EmbeddedBroker:
         # Its own session, so that a Ctrl-C meant for the daemon does not kill the broker
         # before the daemon has flushed and checkpointed.
         self.process = subprocess.Popen(
-            command,
+            _stopped_with_parent(command),
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle,
             stderr=subprocess.STDOUT,

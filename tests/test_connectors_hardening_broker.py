@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -577,3 +578,42 @@ def test_a_missing_topic_is_not_reported_as_an_unreachable_broker(broker, tmp_pa
                                              r"after 2 attempts: topic .* does not exist"):
         Daemon(config).run()
     assert "unreachable" not in caplog.text
+
+
+@pytest.mark.broker
+def test_the_embedded_broker_stops_when_its_owner_is_killed_outright(tmp_path):
+    # A daemon (or a test run) killed by SIGKILL left its broker running for good.
+    import socket
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from connectors.broker import EmbeddedBroker\n"
+         f"broker = EmbeddedBroker(start_timeout=20, log_file={str(tmp_path / 'b.log')!r})\n"
+         "print(broker.start().port, broker.process.pid, flush=True)\n"
+         "time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        port, pid = map(int, owner.stdout.readline().split())
+        owner.kill()
+        owner.wait(timeout=10)
+
+        def gone() -> bool:
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", port)) != 0
+
+        assert wait_for(gone, 15), "the broker outlived its owner"
+    finally:
+        owner.kill()
+        owner.stdout.close()
+    status = Path(f"/proc/{pid}/status")
+
+    def ended() -> bool:  # reparented: a zombie until whoever adopted it reaps it
+        try:
+            return "State:\tZ" in status.read_text()
+        except FileNotFoundError:
+            return True
+
+    assert wait_for(ended, 15)
