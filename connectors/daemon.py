@@ -2011,10 +2011,11 @@ class Daemon:
             self.stop_event.set()
             log.error(
                 "another consumer commits offsets in consumer group %r (%s): two daemons serve "
-                "this group, and both would answer and learn every message. Stopping this one, "
-                "without committing; the other goes on. Give each daemon its own "
-                "kafka.group_id, or share a topic's partitions with model.scope = \"partition\" "
-                "or \"key\"", self.config.kafka.group_id, foreign)
+                "this group, and both would answer and learn every message (or a tool reset "
+                "the group's offsets under this daemon). Stopping this one, without committing; "
+                "the other goes on. Give each daemon its own kafka.group_id, or share a topic's "
+                "partitions with model.scope = \"partition\" or \"key\"",
+                self.config.kafka.group_id, foreign)
             return
         try:
             self._consumer.commit(offsets)
@@ -2039,7 +2040,8 @@ class Daemon:
             if name not in self._group_known:
                 continue
             try:
-                found = self._consumer.committed(tp, metadata=True)
+                found = self._consumer.committed(
+                    tp, metadata=True, timeout_ms=self.config.kafka.request_timeout_ms)
             except KafkaError as exc:
                 log.debug("reading the committed offset of %s failed (%s)", name, exc)
                 return None
