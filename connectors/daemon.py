@@ -71,6 +71,7 @@ from connectors.models import (
     build_scaler,
     checkpoint_bounds,
     checkpointed_settings,
+    limit_settings,
     restore_model,
     settings_mismatch,
 )
@@ -781,7 +782,8 @@ class Daemon:
                 "one they held. Nothing was changed. Restore a usable checkpoint, or run with "
                 "--start-fresh (checkpoint.start_fresh = true) to start a new, empty model."
             )
-        log.info("no checkpoint in %s: starting a new %s", config.checkpoint.dir, settings)
+        log.info("no checkpoint in %s: starting a new %s (input limits %s)",
+                 config.checkpoint.dir, settings, limit_settings(config))
         return self._new_processor(build_model(config))
 
     def _topics(self) -> list[str]:

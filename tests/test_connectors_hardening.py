@@ -1053,3 +1053,10 @@ def test_a_recreated_directory_that_cannot_be_locked_is_a_write_failure_retried(
         assert not isinstance(caught.value, CheckpointLockLost)  # no other daemon: retried
         (directory / ".lock").unlink()
         assert _save_one(store).exists()  # the next write locks it and goes on
+
+
+def test_a_new_model_logs_its_input_limits_too(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="connectors.daemon"), \
+            pytest.raises(DaemonError, match=r"unreachable|giving up"):
+        Daemon(_settings(tmp_path, **{"model.max_features": 50})).run()
+    assert "(input limits {'max_features': 50, 'max_new_features': None})" in caplog.text
