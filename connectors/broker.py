@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,9 +49,12 @@ _STOP_WITH_PARENT = (
 
 
 def _stopped_with_parent(command: list[str]) -> list[str]:
-    """``command`` started so that it stops with the thread that starts it (Linux; elsewhere
-    as it is)."""
-    if not sys.platform.startswith("linux"):
+    """``command`` started so that it stops with the process that starts it, from its main
+    thread (Linux; the signal follows the starting thread, so a broker started from another
+    thread, which may end before the broker is done with, is started as it is, as it is
+    elsewhere)."""
+    if (not sys.platform.startswith("linux")
+            or threading.current_thread() is not threading.main_thread()):
         return command
     return [sys.executable, "-c", _STOP_WITH_PARENT, str(os.getpid()), *command]
 

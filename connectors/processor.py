@@ -722,15 +722,17 @@ class Processor:
         return True
 
     def _forget(self, entry: _Entry, op: Forget) -> None:
-        if self.cache.pop(op.id) is not None:
+        erased = self.cache.pop(op.id) is not None
+        if erased and self.keyed and op.id not in self.model:
             # Features waiting for their label are erased too (an erasure request must not
             # leave them to be learned when the label comes, nor in the checkpoints).
-            if not self.keyed or op.id not in self.model:
-                entry.output = {"id": op.id, "op": "forget", "ok": True, "was": "unlabelled",
-                                "source": entry.source.as_dict()}
-                self._count("forgotten")
-                return
+            entry.output = {"id": op.id, "op": "forget", "ok": True, "was": "unlabelled",
+                            "source": entry.source.as_dict()}
+            self._count("forgotten")
+            return
         if self._unsupported(entry, "forget"):
+            if erased:  # (a model that keeps no point by id cannot say whether it learned it)
+                entry.error = f"{entry.error}; its features waiting for a label were erased"
             return
         if op.id not in self.model:
             self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")

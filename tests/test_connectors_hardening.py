@@ -286,6 +286,37 @@ def test_a_forget_acknowledges_erased_unlabelled_features():
     assert "s1" not in processor.model and "s1" not in processor.cache
 
 
+def test_a_forget_for_a_model_without_ids_erases_waiting_features_and_says_it_cannot_forget():
+    from stream_svm import AlphaISVC
+
+    processor = Processor(AlphaISVC(batch_size=2))
+    result = processor.process([_record(0, {"id": "u", "x": {"a": 0.4}}),
+                                _record(1, {"op": "forget", "id": "u"})])
+    (letter,) = result.dead_letters
+    assert letter.record["reason"] == "unsupported"
+    assert letter.record["error"].endswith("its features waiting for a label were erased")
+    assert "u" not in processor.cache
+
+
+def test_the_embedded_broker_is_tied_to_its_owner_only_from_the_main_thread():
+    # The signal follows the thread that starts the broker: one started from a helper thread
+    # was stopped as soon as that thread ended.
+    import sys
+    import threading
+
+    from connectors.broker import _stopped_with_parent
+
+    command = ["tansu", "broker"]
+    wrapped = _stopped_with_parent(command)
+    if sys.platform.startswith("linux"):
+        assert wrapped[0] == sys.executable and wrapped[-2:] == command
+    seen = []
+    helper = threading.Thread(target=lambda: seen.append(_stopped_with_parent(command)))
+    helper.start()
+    helper.join()
+    assert seen == [command]
+
+
 # -- the unlabelled cache ----------------------------------------------------------------------
 
 
