@@ -119,6 +119,11 @@ def _only_partition(producer: Any, topic: str) -> int | None:
     return None
 
 
+#: How often a global daemon reads its group's committed offsets for another consumer's
+#: commits (two daemons serving one group): at its first commit, then at most this often.
+GROUP_CHECK_SECONDS = 30.0
+
+
 class DaemonError(RuntimeError):
     """The daemon cannot start (e.g. the checkpoint directory is used by another daemon)."""
 
@@ -459,6 +464,7 @@ class Daemon:
         self._group_known: dict[str, tuple[int, str] | None] = {}
         self._attempted: dict[str, int] = {}  # commits that raised (they may have been made)
         self._twin = False  # another daemon serves this group: stop, commit nothing more
+        self._group_checked = 0.0  # when the group's commits were last read (_foreign_commit)
         # A partition lost the offsets the model resumes from and the daemon stops: the
         # broker's group now belongs to another topic (or an empty broker), where the old
         # offsets would make a restart skip that many new messages.
@@ -2003,7 +2009,12 @@ class Daemon:
         self._last_commit = time.monotonic()
         if not offsets:
             return
-        foreign = self._foreign_commit(list(offsets))
+        foreign = None
+        if time.monotonic() - self._group_checked >= GROUP_CHECK_SECONDS:
+            # One read per partition: at most every GROUP_CHECK_SECONDS (a topic of many
+            # partitions made every commit wait for as many round trips).
+            self._group_checked = time.monotonic()
+            foreign = self._foreign_commit(list(offsets))
         if foreign is not None:
             # One model per group: two global daemons in one group both answer and learn every
             # message, and each commit overwrites the other's. This one stops (the other, which

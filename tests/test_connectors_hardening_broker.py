@@ -217,9 +217,13 @@ def test_committed_offsets_without_checkpoints_need_start_fresh(broker, tmp_path
     assert sorted(daemon.processor.model.stored_keys()) == ["v6", "v7", "v8"]
 
 
-def test_of_two_daemons_serving_one_group_one_stops(broker, tmp_path):  # noqa: F811
+def test_of_two_daemons_serving_one_group_one_stops(broker, tmp_path,  # noqa: F811
+                                                     monkeypatch):
     # Two global daemons started together in one group (two replicas of a deployment) both
     # answered and learned every message. The first to see the other's commit stops.
+    import connectors.daemon
+
+    monkeypatch.setattr(connectors.daemon, "GROUP_CHECK_SECONDS", 0.0)  # at every commit
     config = _config(broker.bootstrap_servers, tmp_path, **{"checkpoint.every_messages": 5})
     twin = load_config(None, {**{f"{s}.{k}": v for s, t in config.as_dict().items()
                                  for k, v in t.items() if v is not None},
