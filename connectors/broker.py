@@ -98,6 +98,7 @@ class EmbeddedBroker:
 
     ``start()`` returns once the port accepts connections; ``stop()`` terminates the process
     (SIGTERM, then SIGKILL after ``stop_timeout`` seconds). Topics vanish with the process.
+    Started from the main thread on Linux, it also stops when its owner is killed outright.
     Use it as a context manager so that it always stops.
 
     >>> broker = EmbeddedBroker(port=0)            # doctest: +SKIP

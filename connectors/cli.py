@@ -230,8 +230,10 @@ def run_broker(port: int = 0, log_file: str | None = None) -> int:
     from connectors.broker import BrokerError, EmbeddedBroker
 
     stop = threading.Event()
-    previous = {number: signal.signal(number, lambda *_: stop.set())
-                for number in (signal.SIGTERM, signal.SIGINT)}
+    stops = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup: outlive the terminal)
+        stops.append(signal.SIGHUP)
+    previous = {number: signal.signal(number, lambda *_: stop.set()) for number in stops}
     embedded = EmbeddedBroker(port=port, log_file=log_file)
     try:
         try:
@@ -464,6 +466,10 @@ def evaluate(
             bar.update()
     finally:
         bar.close()
+    if skipped and not seen:
+        # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
+        raise SourceError(f"{dataset}: none of its {len(skipped)} rows could be used; the "
+                          f"first: {skipped[0]}")
     seconds = time.perf_counter() - started
     from connectors.models import model_settings
 
@@ -651,7 +657,9 @@ def _exit_quietly_once_stopped(daemon: Any) -> None:
         if not daemon.stop_event.is_set() and not daemon.stopped:
             raise SystemExit(128 + signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    from connectors.daemon import _stop_signals
+
+    for signum in _stop_signals():
         signal.signal(signum, handle)
 
 

@@ -388,11 +388,12 @@ def _convert_list(where: str, setting: Setting, raw: Any) -> list:
                 if literal is None or isinstance(literal, (int, float, bool)):
                     # 0,1 could mean the numbers or the strings "0" and "1", and labels of
                     # messages are compared with their type: say which.
-                    numbers = json.dumps([json.loads(p) if _json_scalar(p) else p for p in raw])
+                    literals = json.dumps([json.loads(p) if _json_scalar(p) else p
+                                           for p in raw])
                     strings = json.dumps(raw)
                     raise ConfigError(
-                        f"{where}: {text!r} is ambiguous: write it as JSON, {numbers} for "
-                        f"numbers or {strings} for strings")
+                        f"{where}: {text!r} is ambiguous: write it as JSON, {literals} for "
+                        f"those numbers or booleans, or {strings} for strings")
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: {raw!r} is not a list")
     return _checked(where, setting, raw)

@@ -119,6 +119,14 @@ def _only_partition(producer: Any, topic: str) -> int | None:
     return None
 
 
+def _stop_signals() -> tuple[int, ...]:
+    """The signals that stop the daemon: SIGTERM, SIGINT and SIGHUP, unless SIGHUP is ignored
+    (``nohup``: the daemon must outlive the terminal it was started from)."""
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        return (signal.SIGTERM, signal.SIGINT)
+    return (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 #: How often a global daemon reads its group's committed offsets for another consumer's
 #: commits (two daemons serving one group): at its first commit, then at most this often.
 GROUP_CHECK_SECONDS = 30.0
@@ -462,7 +470,8 @@ class Daemon:
         self._instance = f"stream-svm {socket.gethostname()} pid {os.getpid()} " \
                          f"{uuid.uuid4().hex[:8]}"
         self._group_known: dict[str, tuple[int, str] | None] = {}
-        self._attempted: dict[str, int] = {}  # commits that raised (they may have been made)
+        # Commits that raised since the last one made (each may have been made nonetheless).
+        self._attempted: dict[str, set[int]] = {}
         self._twin = False  # another daemon serves this group: stop, commit nothing more
         self._group_checked = 0.0  # when the group's commits were last read (_foreign_commit)
         # A partition lost the offsets the model resumes from and the daemon stops: the
@@ -574,7 +583,7 @@ class Daemon:
         started = self._started = time.monotonic()
         previous_handlers = {}
         if self.install_signal_handlers:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for signum in _stop_signals():
                 previous_handlers[signum] = signal.signal(signum, self.stop)
         try:
             config = self.config
@@ -1698,7 +1707,7 @@ class Daemon:
         summary.skipped += result.skipped
         summary.batches += 1
         self._since_checkpoint += len(records) - result.skipped
-        if self._since_checkpoint:
+        if self._since_checkpoint and self.role != "predictor":  # (a predictor saves nothing)
             self.metrics.processed_unsaved()
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
@@ -2034,14 +2043,16 @@ class Daemon:
             self._consumer.commit(offsets)
         except KafkaError as exc:
             log.warning("offset commit failed (%s); retrying with the next batch", exc)
-            self._attempted.update(
-                {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()})
+            for tp, meta in offsets.items():  # (each may have been made nonetheless)
+                self._attempted.setdefault(f"{tp.topic}:{tp.partition}", set()).add(meta.offset)
             return
         self._committed.update(
             {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items()}
         )
         self._group_known.update({f"{tp.topic}:{tp.partition}": (meta.offset, self._instance)
                                   for tp, meta in offsets.items()})
+        for tp in offsets:
+            self._attempted.pop(f"{tp.topic}:{tp.partition}", None)
 
     def _foreign_commit(self, partitions: list[Any]) -> str | None:
         """What another consumer committed in this group since this daemon last knew its
@@ -2064,7 +2075,7 @@ class Daemon:
             known = self._group_known[name]
             if (found.offset, metadata) == known or metadata == self._instance:
                 continue
-            if not metadata and (found.offset == self._attempted.get(name)
+            if not metadata and (found.offset in self._attempted.get(name, ())
                                  or (known is not None and found.offset == known[0])):
                 continue  # a broker that keeps no commit metadata: the offsets say it all
             who = f"by {metadata!r}" if metadata else "by a client that names no instance"

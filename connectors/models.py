@@ -276,4 +276,7 @@ def load_served_model(checkpoint_dir: str | os.PathLike[str]) -> ServedModel:
                     f"({scaler.seen} of them): the model has learned nothing yet")
         return ServedModel(model, scaler, path)
     raise CheckpointError(f"no readable checkpoint in {directory}"
-                          + (f" ({'; '.join(problems)})" if problems else ""))
+                          + (f" ({'; '.join(problems)})" if problems else "")
+                          + ("; with model.scope partition or key the models are on the state "
+                             "topic, and this directory only holds evicted copies"
+                             if (directory / "models").is_dir() and not problems else ""))

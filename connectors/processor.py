@@ -722,8 +722,11 @@ class Processor:
         return True
 
     def _forget(self, entry: _Entry, op: Forget) -> None:
-        erased = self.cache.pop(op.id) is not None
-        if erased and self.keyed and op.id not in self.model:
+        if self.keyed and op.id in self.model:
+            erased = False  # (after the point is forgotten: a refused forget changes nothing)
+        else:
+            erased = self.cache.pop(op.id) is not None
+        if erased and self.keyed:
             # Features waiting for their label are erased too (an erasure request must not
             # leave them to be learned when the label comes, nor in the checkpoints).
             entry.output = {"id": op.id, "op": "forget", "ok": True, "was": "unlabelled",
@@ -746,6 +749,7 @@ class Processor:
             self._refused(entry, f"to forget id {op.id!r}", exc)
             return
         self.updates += 1
+        self.cache.pop(op.id)  # and any features of it waiting for a label
         entry.output = {"id": op.id, "op": "forget", "ok": True,
                         "source": entry.source.as_dict()}
         self._count("forgotten")

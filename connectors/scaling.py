@@ -135,8 +135,10 @@ class FeatureScaler:
         if len(self._unscaled) >= self.MAX_UNSCALED_WARNINGS:
             return
         self._unscaled.add(name)
-        log.warning("feature %r has no statistics in the scaler (not in its settings, or not "
-                    "seen during its warm-up): the model takes it unscaled", name)
+        # Given statistics may leave a feature out on purpose: said, not warned about.
+        log.log(logging.INFO if self.target == 0 else logging.WARNING,
+                "feature %r has no statistics in the scaler (not in its settings, or not "
+                "seen during its warm-up): the model takes it unscaled", name)
         if len(self._unscaled) == self.MAX_UNSCALED_WARNINGS:
             log.warning("%d features without statistics: further ones are not named",
                         self.MAX_UNSCALED_WARNINGS)

@@ -198,7 +198,7 @@ class _SlidingWindow:
                     for row, value, key in zip(rows, values, keys, strict=True)]
         # All or nothing, as a multiple update is: a slide refused part-way (a limit, a
         # user's kernel raising) must not leave its first points learned or forgotten.
-        with self._all_or_nothing():
+        with self._all_or_nothing(deep=False):  # (the engine and the SVR's targets change)
             for update in updates:
                 self._engine_update(*update)
                 stats = engine.last_update

@@ -364,3 +364,46 @@ def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
         process.kill()
         process.stderr.close()
     assert "SIGHUP: stopping (the daemon does not reload its configuration" in rest
+
+
+def test_evaluate_fails_when_no_row_can_be_used(tmp_path, capsys):
+    source = tmp_path / "mail.csv"
+    source.write_text("a,label\n1.0,yes\n0.5,no\n")  # named classes without model.classes
+    assert main(["evaluate", "--dataset", str(source), "--target", "label",
+                 "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "none of its 2 rows could be used; the first:" in error and "model.classes" in error
+
+
+def test_a_daemon_started_under_nohup_outlives_its_terminal(tmp_path):
+    # SIGHUP ignored by whoever started it (nohup) stays ignored: a closed terminal or SSH
+    # session must not stop the daemon.
+    import signal
+    import time
+
+    from connectors.broker import free_loopback_port
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # (inherited by the child)
+    try:
+        process = subprocess.Popen(
+            [*COMMAND, "serve", "--set",
+             f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
+             "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
+             "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"],
+            stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    try:
+        for line in process.stderr:
+            if "unreachable (attempt 1)" in line:
+                break
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        rest = process.stderr.read()
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.stderr.close()
+    assert "SIGHUP" not in rest

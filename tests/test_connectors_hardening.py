@@ -1091,3 +1091,48 @@ def test_a_new_model_logs_its_input_limits_too(tmp_path, caplog):
             pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path, **{"model.max_features": 50})).run()
     assert "(input limits {'max_features': 50, 'max_new_features': 1000})" in caplog.text
+
+
+def test_commits_that_raised_but_were_made_are_not_taken_for_another_daemons(tmp_path,
+                                                                             monkeypatch):
+    # On a broker that keeps no commit metadata (the embedded one) only offsets tell commits
+    # apart: a commit that raised but was made, then one that raised and was not, made the
+    # next commit read the first one as another consumer's, and a lone daemon stopped.
+    from kafka import OffsetAndMetadata, TopicPartition
+    from kafka.errors import KafkaTimeoutError
+
+    import connectors.daemon
+
+    monkeypatch.setattr(connectors.daemon, "GROUP_CHECK_SECONDS", 0.0)
+    stored = {}
+
+    class Consumer:  # a broker that drops commit metadata, and loses some acknowledgements
+        def __init__(self) -> None:
+            self.plan = ["ok", "made, then raised", "raised", "ok", "ok"]
+
+        def committed(self, tp, metadata=False, timeout_ms=None):
+            offset = stored.get(tp)
+            return None if offset is None else OffsetAndMetadata(offset, "", -1)
+
+        def commit(self, offsets):
+            what = self.plan.pop(0)
+            if what != "raised":
+                stored.update({tp: meta.offset for tp, meta in offsets.items()})
+            if what != "ok":
+                raise KafkaTimeoutError("commit response not received in time")
+
+    daemon = Daemon(_settings(tmp_path))
+    daemon.processor = daemon._new_processor(build_model(daemon.config))
+    daemon._consumer = Consumer()
+    stored[TopicPartition("in", 0)] = 100  # this daemon's previous run
+    daemon._group_known["in:0"] = (100, "")
+    for offset in (150, 200, 250, 300, 350):
+        daemon._covered = {"in:0": offset}
+        daemon._commit()
+        assert not daemon.stop_event.is_set(), offset
+    assert stored[TopicPartition("in", 0)] == 350
+    # A commit nobody here tried is another consumer's.
+    stored[TopicPartition("in", 0)] = 999
+    daemon._covered = {"in:0": 400}
+    daemon._commit()
+    assert daemon.stop_event.is_set() and daemon.summary.exit_code == 1

@@ -72,7 +72,8 @@ def test_a_quoted_number_in_the_file_is_refused(tmp_path):
 
 def test_a_comma_separated_list_of_numbers_must_say_what_it_means():
     with pytest.raises(ConfigError, match=r"'0,1' is ambiguous: write it as JSON, \[0, 1\] for "
-                                          r'numbers or \["0", "1"\] for strings'):
+                                          r'those numbers or booleans, or \["0", "1"\] for '
+                                          r"strings"):
         load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": "0,1"})
     assert load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": "[0, 1]"}).model.classes == [0, 1]
     assert load_config(None, {}, {"STREAM_SVM_MODEL_CLASSES": '["0", "1"]'}).model.classes == [
