@@ -249,22 +249,28 @@ def test_the_connection_probe_ends_with_a_stop_while_a_name_is_being_resolved(mo
     timer.join()
 
 
+def _serve_without_broker(checkpoints) -> subprocess.Popen:
+    """``serve`` against a closed port: it retries (every 5 s) until a signal stops it; its
+    stderr is piped."""
+    from connectors.broker import free_loopback_port
+
+    return subprocess.Popen(
+        [*COMMAND, "serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
+         "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
+         "--set", f"checkpoint.dir={checkpoints}"],
+        stderr=subprocess.PIPE, text=True)
+
+
 def test_a_second_sigterm_after_a_clean_stop_leaves_exit_0(tmp_path):
     """A supervisor's second SIGTERM while the interpreter exits after a clean stop killed the
     program (exit 143, -15 here) for the 10-90 ms after the 'stopped:' line."""
     import signal
     import time
 
-    from connectors.broker import free_loopback_port
 
     codes = []
     for attempt, delay in enumerate((0.03, 0.06, 0.09)):
-        process = subprocess.Popen(
-            [*COMMAND, "serve", "--set",
-             f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
-             "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
-             "--set", f"checkpoint.dir={tmp_path / str(attempt)}"],
-            stderr=subprocess.PIPE, text=True)
+        process = _serve_without_broker(tmp_path / str(attempt))
         try:
             for line in process.stderr:
                 if "unreachable (attempt 1)" in line:
@@ -346,13 +352,8 @@ def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
     # embedded broker of a daemon without bootstrap servers running.
     import signal
 
-    from connectors.broker import free_loopback_port
 
-    process = subprocess.Popen(
-        [*COMMAND, "serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
-         "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
-         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"],
-        stderr=subprocess.PIPE, text=True)
+    process = _serve_without_broker(tmp_path / "ckpt")
     try:
         for line in process.stderr:
             if "unreachable (attempt 1)" in line:
@@ -381,16 +382,10 @@ def test_a_daemon_started_under_nohup_outlives_its_terminal(tmp_path):
     import signal
     import time
 
-    from connectors.broker import free_loopback_port
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # (inherited by the child)
     try:
-        process = subprocess.Popen(
-            [*COMMAND, "serve", "--set",
-             f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
-             "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
-             "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"],
-            stderr=subprocess.PIPE, text=True)
+        process = _serve_without_broker(tmp_path / "ckpt")
     finally:
         signal.signal(signal.SIGHUP, previous)
     try:
