@@ -250,15 +250,19 @@ def test_the_connection_probe_ends_with_a_stop_while_a_name_is_being_resolved(mo
 
 
 def _serve_without_broker(checkpoints) -> subprocess.Popen:
-    """``serve`` against a closed port: it retries (every 5 s) until a signal stops it; its
-    stderr is piped."""
+    """``serve`` against a closed port, returned once it has logged its first attempt (it
+    retries every 5 s until a signal stops it); its stderr is piped."""
     from connectors.broker import free_loopback_port
 
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [*COMMAND, "serve", "--set", f"kafka.bootstrap_servers=127.0.0.1:{free_loopback_port()}",
          "--set", "retry.initial_backoff_seconds=5", "--set", "metrics.port=0",
          "--set", f"checkpoint.dir={checkpoints}"],
         stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "unreachable (attempt 1)" in line:
+            break
+    return process
 
 
 def test_a_second_sigterm_after_a_clean_stop_leaves_exit_0(tmp_path):
@@ -272,9 +276,6 @@ def test_a_second_sigterm_after_a_clean_stop_leaves_exit_0(tmp_path):
     for attempt, delay in enumerate((0.03, 0.06, 0.09)):
         process = _serve_without_broker(tmp_path / str(attempt))
         try:
-            for line in process.stderr:
-                if "unreachable (attempt 1)" in line:
-                    break
             process.send_signal(signal.SIGTERM)
             for line in process.stderr:
                 if "stopped:" in line:
@@ -355,9 +356,6 @@ def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
 
     process = _serve_without_broker(tmp_path / "ckpt")
     try:
-        for line in process.stderr:
-            if "unreachable (attempt 1)" in line:
-                break
         process.send_signal(signal.SIGHUP)
         rest = process.stderr.read()
         assert process.wait(timeout=60) == 0
@@ -389,9 +387,6 @@ def test_a_daemon_started_under_nohup_outlives_its_terminal(tmp_path):
     finally:
         signal.signal(signal.SIGHUP, previous)
     try:
-        for line in process.stderr:
-            if "unreachable (attempt 1)" in line:
-                break
         process.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert process.poll() is None

@@ -112,12 +112,17 @@ def test_an_update_derailed_one_point_at_a_time_is_learned_afresh_exactly():
     assert_matches_batch(engine, engine.X[:5] + 0.1)
 
 
-def test_learning_afresh_that_fails_too_leaves_the_engine_unchanged(monkeypatch):
+def _twelve_points(seed: int) -> tuple[PathEngine, np.ndarray, np.ndarray]:
+    """A linear-kernel engine that learned 12 random points (keys 0-11), and the points."""
     engine = PathEngine(make_kernel("linear"), 1.0)
-    rng = np.random.default_rng(3)
-    X = rng.standard_normal((12, 2))
+    X = np.random.default_rng(seed).standard_normal((12, 2))
     y = np.where(X[:, 0] > 0, 1.0, -1.0)
     engine.update(X, y, list(range(12)))
+    return engine, X, y
+
+
+def test_learning_afresh_that_fails_too_leaves_the_engine_unchanged(monkeypatch):
+    engine, X, y = _twelve_points(seed=3)
     before = (engine.decision_function(X).copy(), list(engine.keys), engine.b)
 
     def derail(self):
@@ -225,11 +230,7 @@ def test_learning_afresh_keeps_the_points_order_when_its_own_path_moves_them(mon
 def test_too_many_points_to_learn_afresh_is_a_convergence_error_naming_the_bound(monkeypatch):
     import stream_svm.engine as engine_module
 
-    engine = PathEngine(make_kernel("linear"), 1.0)
-    rng = np.random.default_rng(4)
-    X = rng.standard_normal((12, 2))
-    y = np.where(X[:, 0] > 0, 1.0, -1.0)
-    engine.update(X, y, list(range(12)))
+    engine, X, y = _twelve_points(seed=4)
     before = engine.decision_function(X).copy()
     monkeypatch.setattr(engine_module, "RELEARN_MAX_POINTS", 10)
     monkeypatch.setattr(PathEngine, "_kkt_holds", lambda self: False)
