@@ -226,11 +226,14 @@ def test_of_two_daemons_serving_one_group_one_stops(broker, tmp_path,  # noqa: F
     monkeypatch.setattr(connectors.daemon, "GROUP_CHECK_SECONDS", 0.0)  # at every commit
     config = _config(broker.bootstrap_servers, tmp_path, **{"checkpoint.every_messages": 3})
     # The embedded broker keeps no commit metadata: there only the offsets tell the two
-    # daemons' commits apart, and two daemons in lockstep commit the same ones.
+    # daemons' commits apart, and two daemons in lockstep commit the same ones. Both read the
+    # same polls, so cadences of 3 and 7 messages both checkpoint after every poll of 10. The
+    # twin checkpoints only every third poll: between two of its commits the first daemon
+    # commits offsets the twin never did, whatever the polls hold.
     twin = load_config(None, {**{f"{s}.{k}": v for s, t in config.as_dict().items()
                                  for k, v in t.items() if v is not None},
                               "checkpoint.dir": str(tmp_path / "twin"),
-                              "checkpoint.every_messages": 7}, environ={})
+                              "checkpoint.every_messages": 25}, environ={})
     kafka = config.kafka
     ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
                   [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
@@ -241,7 +244,7 @@ def test_of_two_daemons_serving_one_group_one_stops(broker, tmp_path,  # noqa: F
     for thread in threads:
         thread.start()
     try:
-        for start in range(0, 60, 10):
+        for start in range(0, 100, 10):
             produce(broker.bootstrap_servers, kafka.input_topic,
                     [_valid(i) for i in range(start, start + 10)])
             if wait_for(lambda: codes, 2):
