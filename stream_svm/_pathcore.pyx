@@ -1039,6 +1039,8 @@ cdef enum:
     F_ARRIVED_ = 2
     F_NO_IMBALANCE_ = 3
     F_DIAG_SCALE_ = 4
+    F_ARRIVED_REMOVING_ = 5
+    F_ADDS_DONE_ = 6
 
 cdef enum:
     I_STEPS_ = 0
@@ -1195,7 +1197,7 @@ cdef class LoopArrays:
     def __cinit__(self):
         self._held = [None] * 16
         self.rows = self.capacity = self.factor_room = 0
-        self.fs = np.empty(5)
+        self.fs = np.empty(7)
         self.ints = np.zeros(N_INTS, dtype=np.int64)
         self.counts = np.zeros(len(MIGRATIONS), dtype=np.int64)
         self.margin_array = np.empty(0, dtype=np.int64)
@@ -1306,6 +1308,7 @@ cdef class LoopArrays:
         self.fs[F_ARRIVED_] = -1.0  # a new path: the loop sets up its moves
         self.fs[F_NO_IMBALANCE_] = -1.0
         self.fs[F_DIAG_SCALE_] = diag_scale
+        self.fs[F_ADDS_DONE_] = 0.0
         for i in range(N_INTS_):
             self.ints[i] = 0
         self.ints[I_PENDING_] = -1
@@ -1503,7 +1506,7 @@ cdef int _follow(
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha, margin_eta_min
-    cdef bint any_active, bias_only, finish
+    cdef bint any_active, bias_only, finish, adds_done
     cdef signed char state
     cdef Py_ssize_t lda_cols = columns.shape[1], lda_kd = K_D.shape[1]
     cdef double* leaving
@@ -1525,13 +1528,23 @@ cdef int _follow(
         for i in range(n):  # no point is refused entry yet (the buffer is reused)
             blocked[i] = 0
         beta_scale = 0.0
+        d_alpha = 0.0  # the removals' part
         for j in range(m):
-            beta_scale += (C_ - alpha[D[j]]) if adding[j] else alpha[D[j]]
+            if adding[j]:
+                beta_scale += C_ - alpha[D[j]]
+            else:
+                beta_scale += alpha[D[j]]
+                d_alpha += alpha[D[j]]
         value = 0.0
         for i in range(n):
             value += alpha[i]
         fs[F_ARRIVED_] = 1e4 * eps * (beta_scale if beta_scale > value else value)
         fs[F_NO_IMBALANCE_] = fs[F_ARRIVED_]
+        # Once no added point is driven any more, what is left are removals, whose moves are
+        # the size of the coefficients, not of C: with C * K large (C = 1e12 on a window of
+        # two points) a C-sized threshold took whole removals for round-off and dropped them,
+        # breaking sum(y alpha) = 0.
+        fs[F_ARRIVED_REMOVING_] = 1e4 * eps * (d_alpha if d_alpha > value else value)
 
     # A migration into S interrupted by a request: finish it first.
     if ints[I_PENDING_] >= 0:
@@ -1550,6 +1563,18 @@ cdef int _follow(
                 break
         if not any_active:
             break
+        if fs[F_ADDS_DONE_] == 0.0:
+            adds_done = True
+            for j in range(m):
+                if active[j] and adding[j]:
+                    adds_done = False
+                    break
+            if adds_done:
+                fs[F_ADDS_DONE_] = 1.0
+                if fs[F_ARRIVED_REMOVING_] < fs[F_ARRIVED_]:
+                    fs[F_ARRIVED_] = fs[F_ARRIVED_REMOVING_]
+                if fs[F_ARRIVED_REMOVING_] < fs[F_NO_IMBALANCE_]:
+                    fs[F_NO_IMBALANCE_] = fs[F_ARRIVED_REMOVING_]
         if ints[I_STEPS_] >= ints[I_LIMIT_]:
             return LIMIT_
         if ints[I_FRESH_] >= REFRESH_STEPS:  # bound the round-off of the scaled contribution

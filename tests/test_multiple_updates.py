@@ -162,3 +162,29 @@ def test_flat_kernel_one_shot_window_stays_exact(shared_data):
                   remove=list(range(30)))
     assert kkt_violation(engine) < 1e-9
     assert_matches_batch(engine, X[1423:])
+
+
+@pytest.mark.parametrize("C", [1e10, 1e12, 1e15])
+def test_a_slide_keeps_the_equality_where_C_dwarfs_the_coefficients(C):
+    # An RBF this narrow makes the kernel the identity on these points, and the solutions are
+    # known: SVR with epsilon = 0 interpolates, theta = t - b with sum(theta) = 0, so b is
+    # the mean target; SVC on two points of opposite labels has alpha = 1 and b = 0. The
+    # coefficients are about 1 while the added points are driven towards C: a path that
+    # judged the removals left at its end against C's round-off (2e-4 at C = 1e12) dropped
+    # them whole, and the window's sum(y alpha) was 0.75 instead of 0.
+    from stream_svm import SlidingWindowSVR
+
+    targets = [0.3, -0.2, 0.5, 0.1, 0.7]
+    regressor = SlidingWindowSVR(window_size=2, C=C, epsilon=0.0, gamma=1e6)
+    classifier = SlidingWindowSVC(window_size=2, C=C, gamma=1e6)
+    for i, target in enumerate(targets):
+        regressor.learn_one({"a": float(i)}, target, key=i)
+        classifier.learn_one({"a": float(i)}, i % 2 == 0, key=i)
+    assert abs(regressor.dual_coef().sum()) < 1e-12
+    assert regressor.predict_one({"a": 100.0}) == pytest.approx(0.4, abs=1e-12)
+    assert regressor.predict_one({"a": 3.0}) == pytest.approx(0.1, abs=1e-12)
+    engine = classifier._engine
+    n = engine.n
+    assert abs(float(engine._y[:n] @ engine._alpha[:n])) < 1e-12
+    assert engine._alpha[:n] == pytest.approx([1.0, 1.0], abs=1e-12)
+    assert classifier.decision_function_one({"a": 100.0}) == pytest.approx(0.0, abs=1e-12)
