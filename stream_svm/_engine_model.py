@@ -80,6 +80,17 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
     ]
 
 
+def stored_rows_frame(X: np.ndarray, rows: np.ndarray, keys: list[Hashable],
+                      names: list[Hashable]) -> pd.DataFrame:
+    """Stored points' features as a DataFrame indexed by key, one column per feature name. A
+    name the model knows only from a buffered point (a window's next slide) has no column in
+    the stored features yet: its values there are 0, as for any absent feature."""
+    values = np.zeros((rows.size, len(names)))
+    width = min(len(names), X.shape[1])
+    values[:, :width] = X[rows][:, :width]
+    return pd.DataFrame(values, index=pd.Index(keys, dtype=object), columns=list(names))
+
+
 def check_checkpoint_names(names: Iterable[Hashable]) -> None:
     """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
     for name in names:

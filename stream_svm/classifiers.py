@@ -23,6 +23,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
     restored_params,
+    stored_rows_frame,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -98,11 +99,9 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         n -1.0
         """
         positions = self._support_positions()
-        names = self._features.names
         keys = self._engine.keys
-        rows = self._engine.X[positions][:, : len(names)]
-        return pd.DataFrame(rows, index=pd.Index([keys[i] for i in positions], dtype=object),
-                            columns=list(names))
+        return stored_rows_frame(self._engine.X, positions, [keys[i] for i in positions],
+                                 list(self._features.names))
 
     def dual_coef(self) -> pd.Series:
         """alpha_i y_i of each support vector, indexed by key as in :meth:`support_vectors`:

@@ -27,6 +27,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
     restored_params,
+    stored_rows_frame,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -147,10 +148,8 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         one column per feature name."""
         keys, upper, theta = self._theta()
         support = np.flatnonzero(theta != 0)
-        names = self._features.names
-        rows = self._engine.X[upper[support]][:, : len(names)]
-        return pd.DataFrame(rows, index=pd.Index([keys[i] for i in support], dtype=object),
-                            columns=list(names))
+        return stored_rows_frame(self._engine.X, upper[support], [keys[i] for i in support],
+                                 list(self._features.names))
 
     def dual_coef(self) -> pd.Series:
         """theta_i = alpha_i - alpha*_i of each support vector, indexed by key as in

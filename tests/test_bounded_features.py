@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import AlphaISVC, IncrementalSVC, SlidingWindowSVC
+from stream_svm import AlphaISVC, IncrementalSVC, SlidingWindowSVC, SlidingWindowSVR
 from stream_svm.engine import ConvergenceError, PathEngine
 
 
@@ -228,3 +228,19 @@ def test_limits_are_validated_and_cloned():
             SlidingWindowSVC(max_new_features=bad)
     clone = AlphaISVC(max_features=7, max_new_features=3).clone()
     assert (clone.max_features, clone.max_new_features) == (7, 3)
+
+
+@pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
+def test_support_vectors_of_a_window_whose_buffer_brought_a_new_name(window):
+    # The buffered point's name is known to the model before any stored point has it: its
+    # column is 0 for the stored points (as an absent feature). This raised ValueError.
+    label = (lambda i: float(i)) if window.__name__.endswith("R") else (lambda i: i % 2 == 0)
+    model = window(window_size=4, step=2)
+    for i in range(4):
+        model.learn_one({"a": float(i)}, label(i), key=i)
+    model.learn_one({"a": 1.0, "b": 2.0}, label(1), key="buffered")
+    support = model.support_vectors()
+    assert list(support.columns) == ["a", "b"]
+    assert (support["b"] == 0.0).all() and "buffered" not in support.index
+    assert list(support.index) == list(model.dual_coef().index)
+    assert support["a"].to_dict() == {k: float(k) for k in support.index}
