@@ -438,6 +438,11 @@ class AlphaISVC(_EngineClassifier):
         if not test.any():
             return errors
         f = self._engine.decision_function(self._rows[test])
+        if not np.isfinite(f).all():
+            # A NaN compares False with every threshold: it would count as no error and end
+            # the search early, silently.
+            raise ValueError("the decision value of a sample being validated is not finite "
+                             "(the kernel returned inf or NaN for it); the model is unchanged")
         y = self._labels[test]
         if self._margin == 0.0:
             wrong = np.where(y > 0, f <= 0, f > 0)  # predict_one's rule: True when f > 0

@@ -406,6 +406,52 @@ def test_an_increment_whose_kernel_fails_is_rolled_back_without_the_kernel():
     assert model.increments_total == 15 and model.n_buffered == 0
 
 
+class NaNOnceRBF:
+    """An RBF kernel that answers NaN once, at its ``nan_in``-th call after ``arm(nan_in)``
+    (a transient fault)."""
+
+    def __init__(self) -> None:
+        self.countdown = 0
+
+    def arm(self, nan_in: int) -> None:
+        self.countdown = nan_in
+
+    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        values = np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+        self.countdown -= 1
+        return np.full_like(values, np.nan) if self.countdown == 0 else values
+
+
+def test_a_kernel_answering_nan_while_an_increment_validates_is_refused():
+    # The second kernel call of an increment: the decision values validating the new batch
+    # (the first is K(x, x) of the sample). A NaN counted as no error there, the search
+    # stopped early and the increment was kept, silently different.
+    rng = np.random.default_rng(0)
+    data = [({"a": a, "b": b}, bool(a * b > 0)) for a, b in rng.normal(size=(16, 2))]
+    kernel = NaNOnceRBF()
+    model = AlphaISVC(kernel=kernel, batch_size=4, C=2.0)
+    clean = AlphaISVC(kernel=NaNOnceRBF(), batch_size=4, C=2.0)
+    probe = {"a": 0.5, "b": 0.5}
+    for x, y in data[:7]:
+        model.learn_one(x, y)
+        clean.learn_one(x, y)
+    before = (model.sets(), model.n_buffered, model.increments_total,
+              model.decision_function_one(probe))
+    kernel.arm(2)
+    with pytest.raises(ValueError, match="decision value of a sample being validated"):
+        model.learn_one(*data[7])
+    assert (model.sets(), model.n_buffered, model.increments_total,
+            model.decision_function_one(probe)) == before
+    model.learn_one(*data[7])  # the fault has passed: the same model as without it
+    for x, y in data[7:]:
+        clean.learn_one(x, y)
+    for x, y in data[8:]:
+        model.learn_one(x, y)
+    assert model.sets() == clean.sets()
+    assert model.decision_function_one(probe) == pytest.approx(
+        clean.decision_function_one(probe), abs=1e-12)
+
+
 def test_a_sample_the_kernel_cannot_take_is_refused_before_it_is_buffered():
     X, y = ring(20, seed=5)
     model = AlphaISVC(batch_size=3, kernel="linear", C=1.0)
