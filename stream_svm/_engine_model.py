@@ -390,12 +390,13 @@ class _EngineModel(FixedParameters):
                 raise KeyError(f"key {key!r} is already stored; keys must be unique")
 
     def _admitted(
-        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]]
+        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]], slides: bool = False
     ) -> tuple[np.ndarray, list[Hashable]]:
         """Vectorize input to learn, within ``max_new_features`` and ``max_features``
         (ValueError naming the limit, model unchanged); unused names are dropped first when
         that makes room, and the input vectorized again on the new columns."""
         rows, new = vectorize()
+        arriving = rows.shape[0] if rows.ndim == 2 else 1
         if self.max_new_features is not None and len(new) > self.max_new_features:
             raise ValueError(
                 f"the input brings {len(new)} features the model does not know; "
@@ -404,7 +405,7 @@ class _EngineModel(FixedParameters):
         limit = self.max_features
         if limit is None or len(self._features) + len(new) <= limit:
             return rows, new
-        used = int(self._used_columns().sum())
+        used = int(self._used_columns(self._leaving_positions(arriving, slides)).sum())
         if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
             raise ValueError(
                 f"learning the input would give the model {used + len(new)} features ({used} "
@@ -420,11 +421,21 @@ class _EngineModel(FixedParameters):
     def _keep_extra_columns(self, columns: np.ndarray) -> None:
         """Keep only the given feature columns in :meth:`_extra_rows`' rows."""
 
-    def _used_columns(self) -> np.ndarray:
-        """Which feature names some stored or buffered point has a non-zero value for."""
+    def _leaving_positions(self, arriving: int, slides: bool) -> np.ndarray:
+        """Stored points that learning ``arriving`` more samples removes (a window's oldest,
+        in the slide that learns them: this call's when it ``slides``, else the one a full
+        buffer triggers), whose feature names the limit then does not count."""
+        return np.zeros(0, dtype=np.int64)
+
+    def _used_columns(self, leaving: np.ndarray | None = None) -> np.ndarray:
+        """Which feature names some stored or buffered point (but those ``leaving``) has a
+        non-zero value for."""
         width = len(self._features)
         used = np.zeros(width, dtype=bool)
-        for block in [self._engine.X, *self._extra_rows()]:
+        stored = self._engine.X
+        if leaving is not None and leaving.size:
+            stored = np.delete(stored, leaving, axis=0)
+        for block in [stored, *self._extra_rows()]:
             block = np.atleast_2d(block)
             span = min(width, block.shape[1])
             if block.shape[0] and span:
@@ -444,8 +455,12 @@ class _EngineModel(FixedParameters):
         self._compacted_at = len(self._features)
 
     def _maybe_compact(self) -> None:
-        """Amortized :meth:`_compact_features`: when the names have doubled since the last."""
-        if len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK:
+        """Amortized :meth:`_compact_features`: when the names have doubled since the last, or
+        exceed ``max_features`` (a window's slide learns new names before its oldest points
+        and theirs leave)."""
+        limit = self.max_features
+        if (len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK
+                or (limit is not None and len(self._features) > limit)):
             self._compact_features()
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:

@@ -114,7 +114,7 @@ class _SlidingWindow:
         if len(X) == 0:
             return
         values = self._values(y)
-        rows, new = self._admitted(lambda: self._frame(X))
+        rows, new = self._admitted(lambda: self._frame(X), slides=True)
         batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]
         check_findable_keys(batch_keys)
         if len(set(batch_keys)) != len(batch_keys):
@@ -166,6 +166,20 @@ class _SlidingWindow:
             raise KeyError(f"no sample in the window has key {key!r}")
         self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
         self._maybe_compact()
+
+    def _leaving_positions(self, arriving: int, slides: bool) -> np.ndarray:
+        # The oldest points leave in the slide that learns these arrivals: a stream whose
+        # feature names drift would otherwise count the names of points on their way out and
+        # be refused at max_features for good (the names of a buffered point and of those
+        # points are held together until that slide).
+        learned = len(self._buffer_keys) + arriving
+        if not slides:
+            learned = max(learned, self.step)  # learn_one slides when the buffer is full
+        overflow = self._n_window() + min(learned, self.window_size) - self.window_size
+        if overflow <= 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.array([self._engine.position(key) for key in self._oldest(overflow)],
+                        dtype=np.int64)
 
     def _slide(self) -> None:
         if not self._buffer_keys:

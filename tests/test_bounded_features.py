@@ -244,3 +244,26 @@ def test_support_vectors_of_a_window_whose_buffer_brought_a_new_name(window):
     assert (support["b"] == 0.0).all() and "buffered" not in support.index
     assert list(support.index) == list(model.dual_coef().index)
     assert support["a"].to_dict() == {k: float(k) for k in support.index}
+
+
+@pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_window_whose_names_drift_counts_only_the_names_its_slide_keeps(window, step):
+    # Every point brings two new names, and a full window of three points uses six: the cap.
+    # The names of the points a slide removes were counted, so the first point past a full
+    # window was refused, and every later one too: the window never slid again.
+    label = (lambda i: float(i)) if window is SlidingWindowSVR else (lambda i: i % 2 == 0)
+    model = window(window_size=3, step=step, max_features=6)
+    for i in range(12):
+        model.learn_one({f"f{2 * i}": 1.0, f"f{2 * i + 1}": 0.5}, label(i), key=i)
+        assert model.n_features <= 6 + 2 * (step - 1)
+    assert sorted(model.stored_keys()) == [9, 10, 11]
+    assert model.n_features == 6
+    # A batch slides at once: it may bring the names of the points it pushes out.
+    batch = pd.DataFrame([{"g0": 1.0, "g1": 1.0}, {"g2": 1.0, "g3": 1.0}], index=["p", "q"])
+    model.learn_many(batch, pd.Series([label(0), label(1)], index=["p", "q"]))
+    assert model.n_features == 6 and "p" in model and "q" in model
+    # What no slide can make room for is still refused, the model unchanged.
+    with pytest.raises(ValueError, match="max_features=6"):
+        model.learn_one({f"h{j}": 1.0 for j in range(7)}, label(0), key="wide")
+    assert "wide" not in model and model.n_features == 6
