@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--key", default=None, metavar="KEY",
                         help="Kafka key of every message, e.g. a gauge's name (one model per "
                         "key with model.scope = key; default: each message's id)")
+    replay.add_argument("--partitions", type=_count, default=1, metavar="N",
+                        help="partitions of the topic when replay creates it (default 1, which "
+                        "keeps the source's order; a topic that exists keeps its own)")
     replay.add_argument("--no-progress", action="store_true")
 
     broker = commands.add_parser(
@@ -311,10 +314,14 @@ def replay(
     unlabelled_every: int = 0,
     progress: bool = True,
     key: str | None = None,
+    partitions: int = 1,
 ) -> int:
     """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id: the
     file's ``id_column``, else the row number, after ``id_prefix``; or all by ``key``, e.g. a
-    gauge's name for ``model.scope = "key"``); returns how many were sent."""
+    gauge's name for ``model.scope = "key"``); returns how many were sent. A missing topic is
+    created with ``partitions`` partitions first: a broker that creates topics on first use
+    gives its own default (4 on the embedded broker), over which messages keyed by id spread,
+    and a global daemon then reads them in another order than the source's."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
@@ -332,6 +339,12 @@ def replay(
             f"cannot reach Kafka at {bootstrap_servers} within {REPLAY_CONNECT_SECONDS} s "
             f"({type(exc).__name__})"
         ) from None
+    try:
+        _replay_topic(bootstrap_servers, topic, partitions, keyed_by_id=key is None)
+    except KafkaError as exc:
+        producer.close(timeout=10)
+        raise CommandError(f"cannot create or describe topic {topic} on {bootstrap_servers} "
+                           f"({type(exc).__name__}: {exc})") from None
     bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
     sent = 0
     try:
@@ -351,6 +364,33 @@ def replay(
         producer.close(timeout=10)
         bar.close()
     return sent
+
+
+def _replay_topic(bootstrap_servers: str, topic: str, partitions: int,
+                  keyed_by_id: bool) -> None:
+    """Create ``topic`` when missing; warn when ids would spread over several partitions."""
+    from kafka import KafkaConsumer
+
+    from connectors.daemon import ensure_topics
+
+    servers = bootstrap_servers.split(",")
+    if ensure_topics({"bootstrap_servers": servers}, [topic], partitions):
+        print(f"created topic {topic} with {partitions} partition(s)", file=sys.stderr)
+        if partitions == 1 or not keyed_by_id:
+            return
+    elif not keyed_by_id:
+        return
+    consumer = KafkaConsumer(bootstrap_servers=servers)
+    try:
+        count = len(consumer.partitions_for_topic(topic) or ())
+    finally:
+        consumer.close()
+    if count > 1:
+        print(f"warning: {topic} has {count} partitions and the messages are keyed by their "
+              "ids: they spread over the partitions, and a daemon with model.scope = \"global\" "
+              "reads them in another order than the source's (a sliding window depends on it). "
+              "Give --key to keep them in one partition, or replay into a topic of one "
+              "partition.", file=sys.stderr)
 
 
 def evaluate(
@@ -706,6 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 unlabelled_every=args.unlabelled_every,
                 progress=not args.no_progress,
                 key=args.key,
+                partitions=args.partitions,
             )
             print(f"sent {sent} messages to {args.topic}")
             return 0

@@ -136,6 +136,44 @@ def test_replay_sends_the_files_labels_and_ids_as_they_are(tmp_path):
                         {"id": "u-8", "x": {"a": 0.5}, "y": 2.5}]
 
 
+@pytest.mark.broker
+def test_replay_creates_a_missing_topic_of_one_partition_and_warns_of_spread_ids(tmp_path,
+                                                                                   capsys):
+    # A broker that creates topics on first use gave the embedded broker's default of four
+    # partitions: the messages, keyed by id, spread over them, and a global daemon read them
+    # in another order than the source's (a window's progressive MAE 1.21 instead of 0.97).
+    from kafka import KafkaConsumer
+
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from connectors.daemon import ensure_topics
+    from tests.connectors_helpers import read_all, unique
+
+    data = tmp_path / "points.csv"
+    data.write_text("a,y\n" + "".join(f"{i / 10},{i % 2}\n" for i in range(12)))
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        servers = broker.bootstrap_servers
+        created = unique("replay-new")
+        assert replay(str(data), created, servers, progress=False) == 12
+        assert f"created topic {created} with 1 partition(s)" in capsys.readouterr().err
+        consumer = KafkaConsumer(bootstrap_servers=servers)
+        try:
+            assert consumer.partitions_for_topic(created) == {0}
+        finally:
+            consumer.close()
+        assert [m["id"] for m in read_all(servers, created, 12)] == list(range(12))
+        spread = unique("replay-spread")
+        ensure_topics({"bootstrap_servers": servers}, [spread], partitions=4)
+        replay(str(data), spread, servers, progress=False)
+        assert f"{spread} has 4 partitions and the messages are keyed by their ids" in \
+            capsys.readouterr().err
+        replay(str(data), spread, servers, progress=False, key="gauge")  # one key: no warning
+        assert "warning" not in capsys.readouterr().err
+    finally:
+        broker.stop()
+
+
 def test_serve_reports_an_unreachable_broker_once_per_attempt_without_kafka_pythons_noise(
         tmp_path):
     from connectors.broker import free_loopback_port
