@@ -91,6 +91,15 @@ def stored_rows_frame(X: np.ndarray, rows: np.ndarray, keys: list[Hashable],
     return pd.DataFrame(values, index=pd.Index(keys, dtype=object), columns=list(names))
 
 
+def forget_without_key_error(x: object, needs: str = "a key, or both x and y") -> ValueError:
+    """The error of a forget_one given neither a key nor both x and y; one that was given the
+    key in x's place (``forget_one("k1")``) is told to name it."""
+    if x is not None and not isinstance(x, Mapping):
+        return ValueError(f"forget_one got {x!r} as x, the features: to forget by key, name it: "
+                          f"forget_one(key={x!r})")
+    return ValueError(f"forget_one needs {needs}")
+
+
 def check_checkpoint_names(names: Iterable[Hashable]) -> None:
     """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
     for name in names:

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._engine_model import AutoKey, checkpoint_key_kind, plain_key
+from stream_svm._engine_model import (
+    AutoKey,
+    checkpoint_key_kind,
+    forget_without_key_error,
+    plain_key,
+)
 from stream_svm._input import check_findable_keys, check_paired
 from stream_svm.engine import UpdateStats
 
@@ -155,7 +160,7 @@ class _SlidingWindow:
         oldest equal sample of the window, else of the buffer)."""
         if key is None:
             if x is None or y is None:
-                raise ValueError("forget_one needs a key, or both x and y")
+                raise forget_without_key_error(x)
             key = self._find_by_value(x, y)
         key = plain_key(key)
         if key in self._buffer_keys:

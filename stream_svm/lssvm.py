@@ -52,6 +52,7 @@ from stream_svm._engine_model import (
     _check_feature_limit,
     check_checkpoint_names,
     checkpoint_params,
+    forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
     restored_params,
@@ -549,7 +550,8 @@ class _IncrementalLSSVM(FixedParameters):
             del self._kept[key]
             return
         if x is None or y is None:
-            raise ValueError("forget_one needs the key the sample was learned under, or x and y")
+            raise forget_without_key_error(
+                x, "the key the sample was learned under, or x and y")
         kept = self._kept_by_value([x], [y])
         self._update([], [], [x], [y])
         # A sample learned under a key and forgotten by value is not kept any more: its key

@@ -24,6 +24,7 @@ from stream_svm._engine_model import (
     _EngineModel,
     check_checkpoint_names,
     checkpoint_params,
+    forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
     restored_params,
@@ -416,7 +417,7 @@ class IncrementalSVR(_EngineRegressor):
         changed."""
         if key is None:
             if x is None or y is None:
-                raise ValueError("forget_one needs a key, or both x and y")
+                raise forget_without_key_error(x)
             key = self._find_by_value(x, y)
         self._update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [], [key])
 

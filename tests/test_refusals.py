@@ -12,6 +12,7 @@ import pytest
 from stream_svm import (
     AlphaISVC,
     IncrementalLSSVC,
+    IncrementalLSSVR,
     IncrementalSVC,
     IncrementalSVR,
     SlidingWindowSVC,
@@ -259,3 +260,16 @@ def test_a_learn_refused_for_its_key_drops_no_unused_feature_name(make):
     with pytest.raises(KeyError, match="'k2' is already stored"):
         model.learn_one({"e": 1.0, "f": 1.0}, value(1), key="k2")
     assert list(model._features.names) == names
+
+
+@pytest.mark.parametrize("model", [IncrementalSVC(), IncrementalSVR(), SlidingWindowSVR(),
+                                   IncrementalLSSVR()], ids=lambda m: type(m).__name__)
+def test_a_key_given_in_xs_place_to_forget_one_is_named(model):
+    # forget_one("k1") said "forget_one needs a key, or both x and y": the user had given one.
+    model = model.clone()
+    model.learn_one({"a": 1.0}, 1.0 if "SVR" in type(model).__name__ else True, key="k1")
+    with pytest.raises(ValueError, match=r"forget_one got 'k1' as x.*forget_one\(key='k1'\)"):
+        model.forget_one("k1")
+    assert model.stored_keys() == ["k1"]
+    model.forget_one(key="k1")
+    assert model.stored_keys() == []
