@@ -1740,7 +1740,9 @@ class PathEngine:
         X = np.asarray(state["X"], dtype=float)
         n = X.shape[0]
         status = np.asarray(state["status"], dtype=np.int8)
-        margin = np.asarray(state["margin"], dtype=np.int64)
+        # A copy: the engine changes its margin order in place, and the caller's state (a
+        # checkpoint read once, restored twice) must stay as it was.
+        margin = np.array(state["margin"], dtype=np.int64)
         if len(keys) != n or len(set(keys)) != n:
             raise ValueError("the state needs one unique key per stored point")
         margin_ok = np.all(status[margin] == MARGIN)
