@@ -107,6 +107,31 @@ def check_checkpoint_names(names: Iterable[Hashable]) -> None:
             raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
 
 
+def check_restored_names(names: list[Hashable], dim: int) -> None:
+    """ValueError unless a checkpoint's feature names are unique and cover its stored
+    features' ``dim`` columns (TypeError for names JSON does not keep)."""
+    check_checkpoint_names(names)
+    if len(set(names)) != len(names):
+        raise ValueError("the checkpoint's feature names repeat: each names one column")
+    if dim > len(names):
+        raise ValueError(f"the checkpoint's points have {dim} feature columns but it names "
+                         f"{len(names)} features")
+
+
+def check_restored_auto_keys(auto_keys: object, keys: Iterable[Hashable]) -> int:
+    """The count of automatic keys given, once checked against the automatic keys held: a
+    count below one of them would hand that key out again at the next keyless learn."""
+    if (not isinstance(auto_keys, numbers.Integral) or isinstance(auto_keys, bool)
+            or auto_keys < 0):
+        raise ValueError(f"the checkpoint's auto_keys {auto_keys!r} is not a count")
+    auto_keys = int(auto_keys)
+    held = max((key.number for key in keys if isinstance(key, AutoKey)), default=0)
+    if auto_keys < held:
+        raise ValueError(f"the checkpoint's auto_keys {auto_keys} is below its automatic key "
+                         f"{held}: the next keyless learn would take that key again")
+    return auto_keys
+
+
 def _check_feature_limit(name: str, value: object) -> None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
@@ -377,6 +402,10 @@ class _EngineModel(FixedParameters):
         if self._engine.first_stored(keys) is None:
             return None
         return next(key for key in keys if key in self)
+
+    def _held_keys(self) -> list[Hashable]:
+        """Keys of every sample the model holds (a window's buffered ones too)."""
+        return self._engine.keys
 
     def _commit_keys(self, keys: list[Hashable]) -> None:
         used = [key.number for key in keys if isinstance(key, AutoKey)]

@@ -248,9 +248,37 @@ class _SlidingWindow:
                 "buffer_rows": [row.tolist() for row in self._buffer_rows]}
 
     def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        self._buffer_values = list(extra.get("buffer_labels", []))
-        self._buffer_rows = [np.array(row, dtype=float) for row in extra.get("buffer_rows", [])]
-        self._buffer_keys = [AutoKey(k) if auto else k for k, auto in
-                             zip(
-                                 extra.get("buffer_keys", []),
-                                 extra.get("buffer_auto", []), strict=True)]
+        # Checked here: a buffered sample is learned at the next slide, and one the model
+        # cannot take would make every later slide fail.
+        labels, rows = extra.get("buffer_labels", []), extra.get("buffer_rows", [])
+        keys, auto = extra.get("buffer_keys", []), extra.get("buffer_auto", [])
+        if not len(labels) == len(rows) == len(keys) == len(auto):
+            raise ValueError("the checkpoint's buffer_labels, buffer_rows, buffer_keys and "
+                             "buffer_auto differ in length")
+        try:
+            values = np.array(labels, dtype=float).reshape(len(labels))
+            buffered = [np.array(row, dtype=float) for row in rows]
+        except (TypeError, ValueError):
+            raise ValueError("the checkpoint's buffered labels or rows are not numbers") from None
+        if not self._valid_buffered(values):
+            raise ValueError("the checkpoint's buffered labels are not values the model learns")
+        width = len(self._features)
+        if any(row.ndim != 1 or row.size > width or not np.isfinite(row).all()
+               for row in buffered):
+            raise ValueError("a buffered row of the checkpoint is not a finite vector over its "
+                             f"{width} feature names")
+        if any(flag and not (isinstance(k, int) and not isinstance(k, bool) and k > 0)
+               for k, flag in zip(keys, auto, strict=True)):
+            raise ValueError("an automatic buffered key of the checkpoint is not a positive "
+                             "number")
+        buffer_keys = [AutoKey(k) if flag else k for k, flag in zip(keys, auto, strict=True)]
+        check_findable_keys(buffer_keys)
+        if (len(set(buffer_keys)) != len(buffer_keys)
+                or self._engine.first_stored(buffer_keys) is not None):
+            raise ValueError("the checkpoint's buffered keys repeat, or repeat a stored key")
+        self._buffer_values = values.tolist()
+        self._buffer_rows = buffered
+        self._buffer_keys = buffer_keys
+
+    def _held_keys(self) -> list[Hashable]:
+        return [*self._engine.keys, *self._buffer_keys]

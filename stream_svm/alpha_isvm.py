@@ -579,3 +579,31 @@ class AlphaISVC(_EngineClassifier):
         self.last_increment = IncrementStats(**extra["last_increment"])
         self._buffer_rows = [np.array(row, dtype=float) for row in extra["buffer_rows"]]
         self._buffer_labels = [float(v) for v in extra["buffer_labels"]]
+        self._check_restored_sets()
+
+    def _check_restored_sets(self) -> None:
+        """ValueError naming what of a restored checkpoint's kept samples contradicts the rest:
+        an increment would otherwise fail on it, at every later learn."""
+        m = self._ids.size
+        if any(np.shape(a)[0] != m for a in (self._rows, self._labels, self._psi, self._used,
+                                             self._set, self._in_T)):
+            raise ValueError("the checkpoint's aisvc_* arrays differ in length")
+        if self._rows.ndim != 2 or self._rows.shape[1] > len(self._features):
+            raise ValueError("the checkpoint's aisvc_rows are not rows over its feature names")
+        if np.unique(self._ids).size != m or (m and self._next_id <= int(self._ids.max())):
+            raise ValueError("the checkpoint's sample ids repeat, or its next_id is not above "
+                             "them: the next increment would reuse an id")
+        if not (np.isin(self._labels, (-1.0, 1.0)).all()
+                and np.isin(self._set, (WORKING, CACHING, BACKUP)).all()
+                and np.isfinite(self._rows).all()):
+            raise ValueError("the checkpoint's kept samples hold labels other than +1/-1, "
+                             "sets other than working/caching/backup, or non-finite features")
+        if not set(self._engine.keys) <= set(self._ids.tolist()):
+            raise ValueError("the checkpoint trains on samples it does not keep")
+        width = len(self._features)
+        if (len(self._buffer_rows) != len(self._buffer_labels)
+                or not all(value in (-1.0, 1.0) for value in self._buffer_labels)
+                or any(row.ndim != 1 or row.size > width or not np.isfinite(row).all()
+                       for row in self._buffer_rows)):
+            raise ValueError("the checkpoint's buffered samples are not finite rows over its "
+                             "feature names with labels +1/-1")

@@ -19,6 +19,8 @@ from stream_svm._engine_model import (
     AutoKey,
     _EngineModel,
     check_checkpoint_names,
+    check_restored_auto_keys,
+    check_restored_names,
     checkpoint_params,
     forget_without_key_error,
     keys_from_arrays,
@@ -256,12 +258,14 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
             raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
         model = cls(**restored_params(cls, meta, callables))
         model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
-        model._features = FeatureSpace(meta["features"])
+        names = list(meta["features"])
+        check_restored_names(names, model._engine.dim)
+        model._features = FeatureSpace(names)
         model._compacted_at = len(model._features)
-        model._auto_keys = int(meta["auto_keys"])
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
         model._restore_extra(meta.get("extra", {}), dict(arrays))
+        model._auto_keys = check_restored_auto_keys(meta["auto_keys"], model._held_keys())
         return model
 
 
@@ -587,6 +591,9 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
 
     def _value_out(self, value: float) -> object:
         return self._class(value > 0)
+
+    def _valid_buffered(self, values: np.ndarray) -> bool:
+        return bool(np.all((values == 1.0) | (values == -1.0)))
 
     def _in_engine(self, key: object) -> bool:
         return key in self._engine

@@ -23,6 +23,8 @@ from stream_svm._engine_model import (
     AutoKey,
     _EngineModel,
     check_checkpoint_names,
+    check_restored_auto_keys,
+    check_restored_names,
     checkpoint_params,
     forget_without_key_error,
     keys_from_arrays,
@@ -75,6 +77,21 @@ def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> No
             or not math.isfinite(value) or value < 0):
         raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a finite number "
                          f">= 0, got {value!r}")
+
+
+def _check_tube(epsilon: float, targets: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
+    """ValueError unless a checkpoint's linear terms and gaps are those of its targets and
+    epsilon (each sample on the side of the tube its sign says): an epsilon edited in the
+    parameters would keep the old tube's solution under the new name."""
+    signs = np.asarray(arrays["y"], dtype=float)
+    linear = np.asarray(arrays["linear"], dtype=float)
+    gap = np.asarray(arrays["gap"], dtype=float)
+    upper = epsilon - targets
+    expected = np.where(signs > 0, upper, 2.0 * epsilon - upper)
+    if not (np.all(gap == 2.0 * epsilon)
+            and np.all(np.abs(linear - expected) <= 1e-12 * (np.abs(targets) + epsilon))):
+        raise ValueError(f"the checkpoint's samples do not lie on a tube of epsilon = "
+                         f"{epsilon!r} around their targets: its parameters were edited")
 
 
 class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
@@ -279,13 +296,16 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         if targets.shape != (len(keys),):
             raise ValueError("the checkpoint's targets do not match its keys")
         model._engine.set_state(dict(arrays), keys)
+        _check_tube(model.epsilon, targets, arrays)
         model._targets = dict(zip(keys, targets.tolist(), strict=True))
-        model._features = FeatureSpace(meta["features"])
+        names = list(meta["features"])
+        check_restored_names(names, model._engine.dim)
+        model._features = FeatureSpace(names)
         model._compacted_at = len(model._features)
-        model._auto_keys = int(meta["auto_keys"])
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
         model._restore_extra(meta.get("extra", {}), dict(arrays))
+        model._auto_keys = check_restored_auto_keys(meta["auto_keys"], model._held_keys())
         return model
 
 
@@ -599,6 +619,9 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
 
     def _value_out(self, value: float) -> float:
         return float(value)
+
+    def _valid_buffered(self, values: np.ndarray) -> bool:
+        return bool(np.all(np.isfinite(values)))
 
     def _in_engine(self, key: object) -> bool:
         return _EngineRegressor.__contains__(self, key)
