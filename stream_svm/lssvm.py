@@ -426,19 +426,22 @@ class _IncrementalLSSVM(FixedParameters):
             new_rhs_hi, new_rhs_lo = np.zeros(width), np.zeros(width)
             solution = np.zeros(width)
         else:
+            # Without a removal, only the size of the features can make the system singular
+            # in floating point (products of 1e100 and -1e100 swamp rho).
+            cause = ("a sample being forgotten was not learned by the model (or differs from "
+                     "the one learned)" if len(remove) else
+                     "the features are too large next to rho for a solve in floating point; "
+                     "scale them")
             try:
                 factor = cho_factor(new_gram_hi + new_gram_lo, lower=True, check_finite=False)
             except LinAlgError:
                 raise ValueError(
-                    "this update leaves rho I + Phi Phi^T not positive definite: a sample being "
-                    "forgotten was not learned by the model (or differs from the one learned)"
-                ) from None
+                    f"this update leaves rho I + Phi Phi^T not positive definite: {cause}; "
+                    "the model is unchanged") from None
             solution = cho_solve(factor, new_rhs_hi + new_rhs_lo, check_finite=False)
             if not np.isfinite(solution).all():
-                raise ValueError(
-                    "the updated system is numerically singular: a sample being forgotten was not "
-                    "learned by the model"
-                )
+                raise ValueError(f"the updated system is numerically singular: {cause}; the "
+                                 "model is unchanged")
 
         # Commit.
         self._space = staged
@@ -739,6 +742,24 @@ class _IncrementalLSSVM(FixedParameters):
         keys = keys_from_arrays(arrays)
         if rows.shape != (len(keys), len(names)) or targets.shape != (len(keys),):
             raise ValueError("checkpoint members 'X', 'y' and the keys do not fit together")
+        check_checkpoint_names(names)
+        if len(set(names)) != len(names) or len(set(keys)) != len(keys):
+            raise ValueError("the checkpoint's feature names or kept samples' keys repeat")
+        # The solution must solve the system it is stored with (as a backward-stable solve
+        # does, whatever its conditioning): an edited one would answer until the next update
+        # replaced it.
+        gram = np.asarray(arrays["gram_hi"], dtype=float) + np.asarray(arrays["gram_lo"],
+                                                                       dtype=float)
+        rhs = np.asarray(arrays["rhs_hi"], dtype=float) + np.asarray(arrays["rhs_lo"],
+                                                                     dtype=float)
+        solution = np.asarray(arrays["solution"], dtype=float)
+        residual = np.abs(gram @ solution - rhs).max(initial=0.0)
+        scale = (np.abs(gram).sum(axis=1).max(initial=0.0) * np.abs(solution).max(initial=0.0)
+                 + np.abs(rhs).max(initial=0.0))
+        if residual > 1e-8 * scale:
+            raise ValueError(f"the checkpoint's solution does not solve its system (residual "
+                             f"{residual:.3g} for terms of {scale:.3g}): a damaged or edited "
+                             "checkpoint")
         model._gram_hi = np.array(arrays["gram_hi"], dtype=float)
         model._gram_lo = np.array(arrays["gram_lo"], dtype=float)
         model._rhs_hi = np.array(arrays["rhs_hi"], dtype=float)

@@ -357,3 +357,36 @@ def test_a_restored_model_learns_without_touching_the_checkpoint_it_came_from(cl
         np.testing.assert_array_equal(arrays[name], value, err_msg=name)
     again = cls.from_checkpoint(arrays, meta)
     assert again.predict_one({"a": 3.5}) == model.predict_one({"a": 3.5})
+
+
+def _lssvr_checkpoint():
+    model = IncrementalLSSVR()
+    for i in range(5):
+        model.learn_one({"a": float(i), "b": 1.0}, 2.0 * i, key=i)
+    return model.to_checkpoint()
+
+
+def test_an_ls_svm_checkpoint_whose_parts_contradict_each_other_is_refused():
+    import copy
+
+    arrays, meta = _lssvr_checkpoint()
+    assert IncrementalLSSVR.from_checkpoint(arrays, meta).predict_one({"a": 1.0}) == \
+        pytest.approx(2.0, abs=0.2)
+    edited = {**arrays, "solution": arrays["solution"] + 1.0}  # answered 4.18 instead of 2.18
+    with pytest.raises(ValueError, match="solution does not solve its system"):
+        IncrementalLSSVR.from_checkpoint(edited, meta)
+    repeated = {name: np.array(value, copy=True) for name, value in arrays.items()}
+    repeated["key_int"][1] = repeated["key_int"][0]  # one kept sample vanished silently
+    with pytest.raises(ValueError, match="keys repeat"):
+        IncrementalLSSVR.from_checkpoint(repeated, meta)
+    renamed = copy.deepcopy(meta)
+    renamed["features"] = ["a", "a"]  # predictions then failed in numpy
+    with pytest.raises(ValueError, match="feature names or kept samples' keys repeat"):
+        IncrementalLSSVR.from_checkpoint(arrays, renamed)
+
+
+def test_an_ls_svm_refusing_huge_features_does_not_speak_of_forgetting():
+    model = IncrementalLSSVR()
+    with pytest.raises(ValueError, match="features are too large next to rho") as refused:
+        model.learn_one({"a": 1e100, "b": -1e100}, 1.0)
+    assert "forgotten" not in str(refused.value) and model.n_samples_ == 0
