@@ -48,7 +48,9 @@ def checkpoint_key_kind(key: Hashable) -> int:
         return 1
     if isinstance(key, str):
         return 2
-    raise TypeError(f"key {key!r} cannot be checkpointed: use str or int keys")
+    raise TypeError(f"key {key!r} cannot be checkpointed: a checkpoint keeps str and int keys "
+                    "only (a float key such as 7.0 comes from a float index: learn with "
+                    "keys=[...] or an int index)")
 
 
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:

@@ -46,8 +46,9 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
         try:
             hash(key)
         except TypeError:
-            raise TypeError(f"key {shown(key)} is not hashable ({kind.__name__}): use a str, "
-                            "an int or a tuple of them") from None
+            raise TypeError(f"key {shown(key)} is not hashable ({kind.__name__}): use a str "
+                            "or an int (a tuple of them works too, but a checkpoint keeps "
+                            "only str and int keys)") from None
         if (kind is str or (kind not in always and isinstance(key, str))) and "\x00" in key:
             # Checkpoints keep str keys in numpy text arrays, which drop trailing NULs: the
             # point came back under another key ("k\x00" as "k"), or not at all.
@@ -131,6 +132,9 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
         # len() and iteration of a frame are its columns: its column labels would be learned.
         raise TypeError(f"{what} must be a Series (one value per row), got a DataFrame with "
                         f"columns {list(y.columns)!r}: pass one column, e.g. frame[name]")
+    if isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
+        raise TypeError(f"{what} must be a Series (one value per row of {rows}), got "
+                        f"{type(y).__name__} {y!r:.60}")
     if len(y) != len(X):
         raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of {rows}")
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)

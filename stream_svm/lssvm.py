@@ -118,8 +118,8 @@ def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
 def _check_index(X: pd.DataFrame, y: Iterable[object], what: str = "y") -> None:
     """Values indexed otherwise than X's rows are refused (see ``check_paired``); a length
     mismatch is named by the update itself."""
-    if isinstance(y, pd.DataFrame) or (hasattr(y, "__len__")
-                                       and len(y) == len(X)):  # type: ignore[arg-type]
+    if (isinstance(y, (pd.DataFrame, str, bytes)) or not hasattr(y, "__len__")
+            or len(y) == len(X)):  # type: ignore[arg-type]
         check_paired(X, y, what)
 
 

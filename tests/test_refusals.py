@@ -390,3 +390,13 @@ def test_an_ls_svm_refusing_huge_features_does_not_speak_of_forgetting():
     with pytest.raises(ValueError, match="features are too large next to rho") as refused:
         model.learn_one({"a": 1e100, "b": -1e100}, 1.0)
     assert "forgotten" not in str(refused.value) and model.n_samples_ == 0
+
+
+@pytest.mark.parametrize("model", [IncrementalSVC(), IncrementalSVR(), SlidingWindowSVR(),
+                                   IncrementalLSSVR(), IncrementalLSSVC(), AlphaISVC()],
+                         ids=lambda m: type(m).__name__)
+def test_learn_many_names_a_single_value_given_as_y(model):
+    # "object of type 'float' has no len()" or "'float' object is not iterable" before.
+    X = pd.DataFrame({"a": [1.0, 2.0]})
+    with pytest.raises(TypeError, match=r"y must be a Series \(one value per row of X\), got "):
+        model.learn_many(X, 1.0)
