@@ -17,7 +17,7 @@ from stream_svm._engine_model import (
     forget_without_key_error,
     plain_key,
 )
-from stream_svm._input import check_findable_keys, check_paired
+from stream_svm._input import check_findable_keys, check_paired, key_list
 from stream_svm.engine import UpdateStats
 
 
@@ -27,6 +27,8 @@ class _SlidingWindow:
     ``_value_out`` (back to what the user gave), ``_in_engine(key)``, ``_oldest(count)`` (the
     keys of the oldest samples in the window) and ``_engine_update(rows, values, keys,
     remove)``; ``_n_window()`` counts the samples in the window."""
+
+    _noun: str  # what the values are called in messages: "labels" or "targets"
 
     def _init_window(self) -> None:
         for name, value in (("window_size", self.window_size), ("step", self.step)):
@@ -115,7 +117,7 @@ class _SlidingWindow:
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
         """Slide the window by the whole batch (plus anything buffered) in one update."""
-        check_paired(X, y)
+        check_paired(X, y, noun=self._noun)
         if len(X) == 0:
             return
         values = self._values(y)
@@ -185,6 +187,54 @@ class _SlidingWindow:
             return np.zeros(0, dtype=np.int64)
         return np.array([self._engine.position(key) for key in self._oldest(overflow)],
                         dtype=np.int64)
+
+    def forget_many(
+        self,
+        keys: Iterable[Hashable] | None = None,
+        X: pd.DataFrame | None = None,
+        y: pd.Series | None = None,
+    ) -> None:
+        """Remove several samples from the window (or the buffer) in one update, by keys or
+        else by value (X, y: for each row, the oldest equal sample not taken by an earlier
+        row). All or nothing: an unknown key or value raises KeyError and changes nothing.
+
+        >>> from stream_svm import SlidingWindowSVR
+        >>> model = SlidingWindowSVR(window_size=3, kernel="linear")
+        >>> for i in range(3):
+        ...     model.learn_one({"a": float(i)}, float(i), key=f"k{i}")
+        >>> model.forget_many(["k0", "k2"])
+        >>> model.stored_keys()
+        ['k1']
+        """
+        if isinstance(keys, (pd.DataFrame, pd.Series)):
+            raise TypeError("forget_many's first argument is keys; to forget by value pass X= "
+                            "and y= (forget_many(X=X, y=y))")
+        if keys is None:
+            if X is None or y is None:
+                raise ValueError("forget_many needs keys, or both X and y")
+            check_paired(X, y, noun=self._noun)
+            taken: set = set()
+            found: list[Hashable] = []
+            for (_, row), value in zip(X.iterrows(), y, strict=True):
+                key = self._find_by_value(row.to_dict(), value, taken)
+                taken.add(key)
+                found.append(key)
+        else:
+            found = [plain_key(key) for key in key_list(keys)]
+            if len(set(found)) != len(found):
+                raise KeyError("keys repeat: each sample is forgotten once")
+            for key in found:
+                if not (key in self._buffer_keys or self._in_engine(key)):
+                    raise KeyError(f"no sample in the window has key {key!r}")
+        buffered = set(self._buffer_keys).intersection(found)
+        stored = [key for key in found if key not in buffered]
+        if stored:  # (raises with the engine unchanged, before the buffer changes)
+            self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], stored)
+        for index in range(len(self._buffer_keys) - 1, -1, -1):
+            if self._buffer_keys[index] in buffered:
+                del self._buffer_rows[index], self._buffer_values[index]
+                del self._buffer_keys[index]
+        self._maybe_compact()
 
     def _slide(self) -> None:
         if not self._buffer_keys:

@@ -592,6 +592,8 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
     def _value_out(self, value: float) -> object:
         return self._class(value > 0)
 
+    _noun = "labels"
+
     def _valid_buffered(self, values: np.ndarray) -> bool:
         return bool(np.all((values == 1.0) | (values == -1.0)))
 

@@ -620,6 +620,8 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
     def _value_out(self, value: float) -> float:
         return float(value)
 
+    _noun = "targets"
+
     def _valid_buffered(self, values: np.ndarray) -> bool:
         return bool(np.all(np.isfinite(values)))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stream_svm import SlidingWindowSVC
@@ -188,3 +189,40 @@ def test_a_slide_keeps_the_equality_where_C_dwarfs_the_coefficients(C):
     assert abs(float(engine._y[:n] @ engine._alpha[:n])) < 1e-12
     assert engine._alpha[:n] == pytest.approx([1.0, 1.0], abs=1e-12)
     assert classifier.decision_function_one({"a": 100.0}) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_a_window_forgets_many_samples_at_once_window_and_buffer_alike(regression):
+    from stream_svm import IncrementalSVC, IncrementalSVR, SlidingWindowSVR
+
+    window_class, batch_class = ((SlidingWindowSVR, IncrementalSVR) if regression
+                                 else (SlidingWindowSVC, IncrementalSVC))
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(14, 2))
+    labels = [float(a + b) if regression else bool(a * b > 0) for a, b in points]
+    model = window_class(window_size=10, step=4, C=2.0, gamma=0.5)
+    for i, (a, b) in enumerate(points):
+        model.learn_one({"a": a, "b": b}, labels[i], key=i)
+    # Slides after 4, 8 and 12 samples: the window holds 2..11, the buffer 12 and 13.
+    assert sorted(model.stored_keys()) == list(range(2, 12)) and model.n_buffered == 2
+    before = model.to_checkpoint()[1]
+    with pytest.raises(KeyError, match="no sample in the window has key 99"):
+        model.forget_many([5, 99])  # all or nothing
+    assert model.to_checkpoint()[1] == before and 5 in model
+    model.forget_many([5, 8, 13])  # 13 waits in the buffer
+    frame = pd.DataFrame([{"a": points[6][0], "b": points[6][1]}])
+    model.forget_many(X=frame, y=pd.Series([labels[6]]))  # by value
+    kept = [2, 3, 4, 7, 9, 10, 11]
+    assert sorted(model.stored_keys()) == kept and model.n_buffered == 1
+    assert 13 not in model and 12 in model
+    # The window is the model of what it holds.
+    batch = batch_class(C=2.0, gamma=0.5)
+    for i in kept:
+        batch.learn_one({"a": points[i][0], "b": points[i][1]}, labels[i], key=i)
+    for a, b in rng.normal(size=(20, 2)):
+        probe = {"a": a, "b": b}
+        if regression:
+            assert model.predict_one(probe) == pytest.approx(batch.predict_one(probe), abs=1e-9)
+        else:
+            assert model.decision_function_one(probe) == pytest.approx(
+                batch.decision_function_one(probe), abs=1e-9)
