@@ -130,6 +130,8 @@ def _stop_signals() -> tuple[int, ...]:
 #: How often a global daemon reads its group's committed offsets for another consumer's
 #: commits (two daemons serving one group): at its first commit, then at most this often.
 GROUP_CHECK_SECONDS = 30.0
+#: The same signal again within this time is the same stop request, not a second one.
+REPEATED_SIGNAL_SECONDS = 0.5
 
 
 class DaemonError(RuntimeError):
@@ -486,6 +488,7 @@ class Daemon:
         self._covered: dict[str, int] | None = None
         self._started = time.monotonic()
         self._stop_requests = 0
+        self._first_stop: tuple[int | None, float] | None = None  # (signal, when)
         # Set by the second stop request: what a delivery retry waits on once the first stop
         # has set stop_event (waiting on that returned at once: retries ran back to back).
         self._second_stop = threading.Event()
@@ -567,8 +570,18 @@ class Daemon:
             # embedded broker left running): it stops as for SIGTERM instead.
             log.warning("SIGHUP: stopping (the daemon does not reload its configuration: "
                         "start it again to apply a changed one)")
+        now = time.monotonic()
+        if (signum is not None and self._first_stop is not None
+                and self._first_stop[0] == signum
+                and now - self._first_stop[1] < REPEATED_SIGNAL_SECONDS):
+            # GNU timeout (and some supervisors) signal the daemon, then its process group:
+            # one request, not a second one that gives outputs up.
+            log.debug("signal %d repeated within %.1f s: the same stop request", signum,
+                      REPEATED_SIGNAL_SECONDS)
+            return
         self._stop_requests += 1
         if self._stop_requests == 1:
+            self._first_stop = (signum, now)
             log.info("stopping: finishing the batch, flushing, checkpointing, committing")
         elif self._stop_requests == 2:
             self._second_stop.set()

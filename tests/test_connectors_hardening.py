@@ -1136,3 +1136,23 @@ def test_commits_that_raised_but_were_made_are_not_taken_for_another_daemons(tmp
     daemon._covered = {"in:0": 400}
     daemon._commit()
     assert daemon.stop_event.is_set() and daemon.summary.exit_code == 1
+
+
+def test_a_signal_repeated_at_once_is_one_stop_request(tmp_path, caplog):
+    # GNU timeout signals the daemon, then its process group: the daemon took the second
+    # SIGTERM for a second request, which gives undelivered outputs up, and said so.
+    import signal
+
+    daemon = Daemon(_settings(tmp_path))
+    daemon.stop(signal.SIGTERM)
+    daemon.stop(signal.SIGTERM)
+    assert daemon.stop_event.is_set() and not daemon._second_stop.is_set()
+    assert "stop requested again" not in caplog.text
+    daemon.stop(signal.SIGINT)  # another signal is another request (a user's Ctrl-C)
+    assert daemon._second_stop.is_set()
+
+    later = Daemon(_settings(tmp_path))
+    later.stop(signal.SIGTERM)
+    later._first_stop = (signal.SIGTERM, later._first_stop[1] - 1.0)  # a second ago
+    later.stop(signal.SIGTERM)
+    assert later._second_stop.is_set() and "stop requested again" in caplog.text
