@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import math
 import numbers
@@ -107,6 +108,22 @@ def check_checkpoint_names(names: Iterable[Hashable]) -> None:
     for name in names:
         if not isinstance(name, (str, int)) or isinstance(name, bool):
             raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
+
+
+def refused_unchanged(method: Callable) -> Callable:
+    """A learning method whose refusal (any exception) also undoes the drop of unused feature
+    names it made to make room (see ``_EngineModel._admitted``)."""
+    @functools.wraps(method)
+    def learning(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._compaction_undo = None
+        try:
+            result = method(self, *args, **kwargs)
+        except BaseException:
+            self._undo_compaction()
+            raise
+        self._compaction_undo = None
+        return result
+    return learning
 
 
 def check_restored_names(names: list[Hashable], dim: int) -> None:
@@ -451,8 +468,31 @@ class _EngineModel(FixedParameters):
                 f"learning the input would give the model {used + len(new)} features ({used} "
                 f"used by its stored points and {len(new)} new); max_features={limit}"
             )
-        self._compact_features()
+        # Undone if the call then fails (see refused_unchanged): decisions do not depend on
+        # unused names, but a refused call must not change the model at all.
+        undo = (self._engine.dim, self._features.names, self._features.index,
+                self._compacted_at,
+                {name: getattr(self, name) for name in self._extra_row_attributes})
+        kept = self._compact_features()
+        if kept is not None:
+            self._compaction_undo = (kept, *undo)
         return vectorize()
+
+    def _undo_compaction(self) -> None:
+        undo = getattr(self, "_compaction_undo", None)
+        self._compaction_undo = None
+        if undo is None:
+            return
+        kept, dim, names, index, compacted_at, extra = undo
+        # The engine's arrays are those of its own rollback by now: widened in place.
+        self._engine.widen_columns(kept, dim)
+        self._features.names, self._features.index = names, index
+        self._compacted_at = compacted_at
+        for name, value in extra.items():
+            setattr(self, name, value)
+
+    #: Attributes holding the rows of :meth:`_extra_rows` (which a compaction replaces).
+    _extra_row_attributes: tuple[str, ...] = ()
 
     def _extra_rows(self) -> list[np.ndarray]:
         """Feature rows the model holds besides the engine's (buffers, kept samples)."""
@@ -482,17 +522,21 @@ class _EngineModel(FixedParameters):
                 used[:span] |= np.any(block[:, :span] != 0, axis=0)
         return used
 
-    def _compact_features(self) -> None:
-        """Drop the feature names no stored or buffered point uses (decisions unchanged)."""
+    def _compact_features(self) -> np.ndarray | None:
+        """Drop the feature names no stored or buffered point uses (decisions unchanged);
+        returns the engine's columns kept, None when nothing was dropped."""
         if not self._engine.kernel.folds_absent_features:
-            return  # a user's kernel may depend on all-zero columns
+            return None  # a user's kernel may depend on all-zero columns
         used = self._used_columns()
+        kept = None
         if not used.all():
             columns = np.flatnonzero(used)
-            self._engine.keep_columns(columns[columns < self._engine.dim])
+            kept = columns[columns < self._engine.dim]
+            self._engine.keep_columns(kept)
             self._keep_extra_columns(columns)
             self._features.keep(columns)
         self._compacted_at = len(self._features)
+        return kept
 
     def _maybe_compact(self) -> None:
         """Amortized :meth:`_compact_features`: when the names have doubled since the last, or

@@ -16,6 +16,7 @@ from stream_svm._engine_model import (
     checkpoint_key_kind,
     forget_without_key_error,
     plain_key,
+    refused_unchanged,
 )
 from stream_svm._input import check_findable_keys, check_paired, key_list
 from stream_svm.engine import UpdateStats
@@ -97,6 +98,7 @@ class _SlidingWindow:
                         return key
             raise missing
 
+    @refused_unchanged
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Buffer one sample; slide the window when ``step`` samples are buffered.
 
@@ -113,6 +115,7 @@ class _SlidingWindow:
         self._buffer([row], [value], [point_key], new, slide=len(self._buffer_keys) + 1
                      >= self.step)
 
+    @refused_unchanged
     def learn_many(
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
@@ -283,6 +286,8 @@ class _SlidingWindow:
 
     def _extra_rows(self) -> list[np.ndarray]:
         return list(self._buffer_rows)
+
+    _extra_row_attributes = ("_buffer_rows",)
 
     def _keep_extra_columns(self, columns: np.ndarray) -> None:
         self._buffer_rows = [row[columns[columns < row.size]] for row in self._buffer_rows]

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from stream_svm._engine_model import refused_unchanged
 from stream_svm._input import check_paired
 from stream_svm.classifiers import _EngineClassifier
 from stream_svm.engine import MARGIN
@@ -339,6 +340,7 @@ class AlphaISVC(_EngineClassifier):
                         "SlidingWindowSVC can")
 
     # ---------------------------------------------------------------- learning
+    @refused_unchanged
     def learn_one(self, x: Mapping, y: object) -> None:
         """Buffer one sample; run an increment once ``batch_size`` samples are buffered."""
         label = self._sign(y)
@@ -351,6 +353,7 @@ class AlphaISVC(_EngineClassifier):
             return
         self._increment([*self._buffer_rows, row], [*self._buffer_labels, label], new)
 
+    @refused_unchanged
     def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
         """Run one increment on the rows of X (and whatever ``learn_one`` buffered)."""
         check_paired(X, y)
@@ -378,6 +381,8 @@ class AlphaISVC(_EngineClassifier):
 
     def _extra_rows(self) -> list[np.ndarray]:
         return [self._rows, *self._buffer_rows]
+
+    _extra_row_attributes = ("_rows", "_buffer_rows")
 
     def _keep_extra_columns(self, columns: np.ndarray) -> None:
         self._rows = self._rows[:, columns[columns < self._rows.shape[1]]]

@@ -25,6 +25,7 @@ from stream_svm._engine_model import (
     forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
+    refused_unchanged,
     restored_params,
     stored_rows_frame,
 )
@@ -391,6 +392,7 @@ class IncrementalSVC(_EngineClassifier):
         self.reserve_discarded = int(extra.get("reserve_discarded", 0))
 
     # ---------------------------------------------------------------- learning
+    @refused_unchanged
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one point exactly; ``key`` (hashable, unique) names it for ``forget_one``."""
         label = self._sign(y)
@@ -423,6 +425,7 @@ class IncrementalSVC(_EngineClassifier):
         self._engine.update(remove=[key])
         self._after_update()
 
+    @refused_unchanged
     def learn_many(
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
@@ -465,6 +468,7 @@ class IncrementalSVC(_EngineClassifier):
             found.append(key)
         return found
 
+    @refused_unchanged
     def update_many(
         self,
         X_add: pd.DataFrame | None,

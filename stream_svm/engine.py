@@ -510,6 +510,21 @@ class PathEngine:
         self._forget_recent()
         self._terms_cache = self._kkt_cache = None  # a user's kernel may see the change
 
+    def widen_columns(self, columns: np.ndarray, dim: int) -> None:
+        """Undo :meth:`keep_columns` ``(columns)`` of a layout ``dim`` wide: the dropped
+        columns come back as zeros (the solution stands, as it did when they were dropped)."""
+        columns = np.asarray(columns, dtype=np.int64)
+        if columns.size != self.dim or (columns.size and columns.max() >= dim):
+            raise ValueError(f"{columns.size} columns kept of {dim} do not describe the "
+                             f"{self.dim} stored")
+        X = np.zeros((self._X.shape[0], dim))
+        X[:, columns] = self._X[:, : self.dim]
+        self._X = X
+        self.dim = int(dim)
+        self._sv_cache = None
+        self._forget_recent()
+        self._terms_cache = self._kkt_cache = None
+
     def _reserve_rows(self, rows: int) -> None:
         capacity = self._X.shape[0]
         if rows <= capacity:

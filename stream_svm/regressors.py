@@ -29,6 +29,7 @@ from stream_svm._engine_model import (
     forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
+    refused_unchanged,
     restored_params,
     stored_rows_frame,
 )
@@ -420,6 +421,7 @@ class IncrementalSVR(_EngineRegressor):
                 del self._targets[key]
         return len(samples)
 
+    @refused_unchanged
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one sample exactly; ``key`` (hashable, unique) names it for ``forget_one``.
         A bad target raises TypeError or ValueError and changes nothing."""
@@ -441,6 +443,7 @@ class IncrementalSVR(_EngineRegressor):
             key = self._find_by_value(x, y)
         self._update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [], [key])
 
+    @refused_unchanged
     def learn_many(
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
@@ -475,6 +478,7 @@ class IncrementalSVR(_EngineRegressor):
                 keys.append(key)
         self.update_many(None, None, keys)
 
+    @refused_unchanged
     def update_many(
         self,
         X_add: pd.DataFrame | None,

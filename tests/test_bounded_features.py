@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import AlphaISVC, IncrementalSVC, SlidingWindowSVC, SlidingWindowSVR
+from stream_svm import (
+    AlphaISVC,
+    IncrementalSVC,
+    IncrementalSVR,
+    SlidingWindowSVC,
+    SlidingWindowSVR,
+)
 from stream_svm.engine import ConvergenceError, PathEngine
 
 
@@ -267,3 +273,36 @@ def test_a_window_whose_names_drift_counts_only_the_names_its_slide_keeps(window
     with pytest.raises(ValueError, match="max_features=6"):
         model.learn_one({f"h{j}": 1.0 for j in range(7)}, label(0), key="wide")
     assert "wide" not in model and model.n_features == 6
+
+
+def _checkpoint_view(model):
+    arrays, meta = model.to_checkpoint()
+    return {name: np.asarray(value).tolist() for name, value in arrays.items()}, meta
+
+
+@pytest.mark.parametrize("cls", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC,
+                                 SlidingWindowSVR])
+def test_a_refused_learn_keeps_the_feature_names_it_dropped_to_make_room(cls):
+    # Unused names were dropped before the learn was refused: the checkpoint's features and
+    # n_features changed although the call raised (the decisions did not).
+    label = (lambda i: float(i)) if cls.__name__.endswith("R") else (lambda i: i % 2 == 0)
+    params = {"kernel": "poly", "max_features": 3}
+    if cls.__name__.startswith("Sliding"):
+        params["window_size"] = 2
+    model = cls(**params)
+    if cls.__name__.startswith("Sliding"):
+        model.learn_one({"old": 1.0}, label(0))  # slides out below
+        for i in range(1, 4):
+            model.learn_one({"a": float(i)}, label(i))
+    else:
+        model.learn_one({"old": 1.0}, label(0), key="o")
+        model.learn_one({"a": 1.0}, label(1), key=0)
+        model.forget_one(key="o")  # "old" is unused now
+    before = _checkpoint_view(model)
+    assert "old" in before[1]["features"]
+    # Two new names need room; K(x, x) = (1e400 + 1)^3 is not finite: refused.
+    with pytest.raises(ValueError, match="not finite"):
+        model.learn_one({"b": 1e200, "c": 1.0}, label(1))
+    assert _checkpoint_view(model) == before
+    model.learn_one({"b": 1.0, "c": 1.0}, label(1))  # room is made for a learn that succeeds
+    assert "old" not in model.to_checkpoint()[1]["features"]

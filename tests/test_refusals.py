@@ -75,7 +75,7 @@ def test_labels_given_as_a_data_frame_are_refused(name):
 @pytest.mark.parametrize("name", ["SlidingWindowSVC", "SlidingWindowSVR"])
 def test_a_window_checks_labels_of_an_empty_batch_too(name):
     model, _ = _trained(name)
-    with pytest.raises(ValueError, match="3 (labels|targets) for 0 rows"):
+    with pytest.raises(ValueError, match=r"3 (labels|targets) for 0 rows"):
         model.learn_many(FRAME.iloc[:0], pd.Series([True, "garbage", None]))
 
 
