@@ -480,6 +480,8 @@ class Daemon:
         # broker's group now belongs to another topic (or an empty broker), where the old
         # offsets would make a restart skip that many new messages.
         self._stopped_on_reset = False
+        #: (model.scope partition or key) topic name -> id when this daemon first saw it
+        self._scoped_topic_ids: dict[str, str] = {}
         # What a learner with one model commits: the next offsets its newest checkpoint (or
         # the one it was restored from) covers, None before there is one. Committing what was
         # processed instead let a daemon killed before its first checkpoint leave a commit
@@ -881,11 +883,11 @@ class Daemon:
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
-                    _on_metadata(consumer, self._note_metadata)
-                    self._closed_connections = _connection_counter(consumer,
-                                                                   "connections-closed")
-                    self._made_connections = _connection_counter(consumer,
-                                                                 "connections-created")
+                # (A scoped daemon too: a topic recreated under it stops it, see
+                # _check_scoped_topic_ids, and a reconnect is verified as for one model.)
+                _on_metadata(consumer, self._note_metadata)
+                self._closed_connections = _connection_counter(consumer, "connections-closed")
+                self._made_connections = _connection_counter(consumer, "connections-created")
                 producer = KafkaProducer(
                     **client,
                     acks="all",
@@ -1039,6 +1041,21 @@ class Daemon:
         if models is None or not partitions:
             return
         self._rebalancing = True
+        closed = self._closed_connections
+        if (self._stopped_on_reset or self._verify_until
+                or (closed is not None and closed() > self._closes_seen)
+                or (self._consumer is not None
+                    and not self._scoped_topics_as_started(self._consumer))):
+            # After a lost connection, until the topics are checked (the broker may have
+            # restarted empty), or once they were found recreated: their states would carry
+            # offsets that the partitions may no longer hold. Their next owner resumes from the
+            # last commit, as for lost partitions.
+            with models.lock:
+                models.lose(partitions)
+            log.warning("partitions %s revoked after a lost connection to the broker: their "
+                        "models are dropped unpublished (their next owner makes their latest "
+                        "changes again from the last commit)", sorted(partitions))
+            return
         log.info("partitions %s revoked: publishing their models and committing",
                  sorted(partitions))
         try:
@@ -1273,6 +1290,42 @@ class Daemon:
                     )
             self.processor.topic_ids[topic] = current
 
+    def _check_scoped_topic_ids(self, consumer: Any) -> None:
+        """With model.scope partition or key: stop (exit 1, publishing and committing nothing)
+        when an input topic or the state topic gets a new id, which means the broker lost
+        its data or the topic was deleted: the models' states hold offsets of the old topic,
+        or are gone with it."""
+        topics = [*self._topics(), self.config.kafka.state_topic]
+        for topic in topics:
+            current = _topic_id(consumer, topic)
+            if current is None:
+                continue
+            saved = self._scoped_topic_ids.setdefault(topic, current)
+            if saved == current or self._stopped_on_reset:
+                continue
+            self.metrics.partition_resets.labels(
+                topic=topic, partition="all", cause="topic_recreated").inc()
+            log.error(
+                "topic %s has the id %s, it had %s when this daemon started: it was deleted "
+                "and recreated, or the broker lost its data (the embedded broker keeps topics "
+                "in memory only). Stopping, publishing and committing nothing: with "
+                "model.scope = %r the models' states on %s hold offsets of the old topics, or "
+                "were lost with them. Restore the topics, or start new models with a new "
+                "kafka.group_id and kafka.state_topic.",
+                topic, current, saved, self.config.model.scope, self.config.kafka.state_topic)
+            self.summary.exit_code = 1
+            self._stopped_on_reset = True
+            self.stop_event.set()
+            return
+
+    def _scoped_topics_as_started(self, consumer: Any) -> bool:
+        """Whether the client's metadata shows every topic of a scoped daemon with the id it
+        had at start (a missing topic does not: the broker may have lost it)."""
+        return all(
+            _topic_id(consumer, topic) == saved
+            for topic, saved in self._scoped_topic_ids.items()
+        )
+
     def _check_new_partitions(self, consumer: Any) -> None:
         """Read the partitions an input topic gained (added, or the topic was recreated with
         more): partitions are assigned, not balanced, so without this the messages sent to them
@@ -1338,7 +1391,20 @@ class Daemon:
                 )
         now = time.monotonic()
         if self.models is not None:
-            return  # the consumer group assigns new partitions; a lost offset stops (above)
+            # The consumer group assigns new partitions; a lost offset stops (above), and so
+            # does a topic recreated under the daemon, which a rejoin after a lost session
+            # would otherwise meet as a new group: new, empty models, silently.
+            updates = self._metadata_updates
+            if now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or (
+                    updates != self._metadata_checked):
+                self._metadata_checked = updates
+                self._last_topic_check = now
+                self._check_scoped_topic_ids(consumer)
+                if (self._verify_until and updates > self._updates_at_close
+                        and self._scoped_topics_as_started(consumer)):
+                    self._verify_until = 0.0
+                    log.info("topics checked after the reconnect: reading on")
+            return
         updates = self._metadata_updates  # read once: the IO thread may count on meanwhile
         if (now - self._last_topic_check >= self.TOPIC_CHECK_SECONDS or now < self._recheck_until
                 or updates != self._metadata_checked):
@@ -1360,8 +1426,8 @@ class Daemon:
         has been checked (a broker that restarted empty may hold a recreated topic with other
         messages at the model's offsets: one poll of them was learned and answered before
         the check of the topic's id noticed)."""
-        if self.models is not None or self._consumer is None:
-            return  # a consumer group's member: a lost offset stops it (_check_positions)
+        if self._consumer is None:
+            return
         if not self._verify_until:
             log.info("a connection to the broker closed: once reconnected, holding what is "
                      "read until the topics' metadata is checked again")
@@ -1378,7 +1444,6 @@ class Daemon:
         """Records polled while a reconnect is unverified: none is handled; each partition is
         read again from the model's offset once the check has passed. Past the deadline (no
         metadata came) they are handled, with a warning: the stream must not stop for it."""
-        assert self.processor is not None
         reconnected = (self._made_connections() > self._made_at_close
                        if self._made_connections is not None else self._connected)
         if not reconnected:
@@ -1425,7 +1490,6 @@ class Daemon:
         first of them, for a partition the model never read), and ask for metadata."""
         from kafka import TopicPartition
 
-        assert self.processor is not None
         first: dict[tuple[str, int], int] = {}
         for record in records:
             key = (record.topic, record.partition)
@@ -1434,8 +1498,8 @@ class Daemon:
             name = f"{topic}:{partition}"
             if name in self._reset_since_poll:
                 continue  # positioned by its reset just now (e.g. to its end)
-            self._consumer.seek(TopicPartition(topic, partition),
-                                self.processor.offsets.get(name, offset))
+            resume = offset if self.processor is None else self.processor.offsets.get(name, offset)
+            self._consumer.seek(TopicPartition(topic, partition), resume)
         _request_metadata(self._consumer)
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
@@ -1463,22 +1527,23 @@ class Daemon:
                     "offset %d", problem, name, self.processor.offsets.get(name, 0),
                 )
             return
-        if policy == "stop" and self.models is not None:
-            message = (
-                f"{problem}. Stopping, nothing of it was read and no offset is committed. With "
-                f"model.scope = {self.config.model.scope!r} the models' states on "
-                f"{self.config.kafka.state_topic} hold their offsets in the old partition: "
-                "restore the topics, or start new models with a new kafka.group_id and "
-                "kafka.state_topic."
-            )
-        elif policy == "stop":
-            message = (
-                f"{problem}. kafka.on_partition_reset = 'stop': stopping, nothing of it was "
-                "read. Set it to 'earliest' to keep the model and read the partition from its "
-                "beginning, 'latest' to keep the model and read only new messages, or "
-                "'resume' if the partition was restored with the same messages at the same "
-                "offsets (--on-partition-reset)."
-            )
+        if policy == "stop":
+            if self.models is not None:
+                message = (
+                    f"{problem}. Stopping, nothing of it was read and no offset is committed. "
+                    f"With model.scope = {self.config.model.scope!r} the models' states on "
+                    f"{self.config.kafka.state_topic} hold their offsets in the old partition: "
+                    "restore the topics, or start new models with a new kafka.group_id and "
+                    "kafka.state_topic."
+                )
+            else:
+                message = (
+                    f"{problem}. kafka.on_partition_reset = 'stop': stopping, nothing of it "
+                    "was read. Set it to 'earliest' to keep the model and read the partition "
+                    "from its beginning, 'latest' to keep the model and read only new "
+                    "messages, or 'resume' if the partition was restored with the same "
+                    "messages at the same offsets (--on-partition-reset)."
+                )
             if self._consumer is None:  # still starting: refuse to start
                 raise StartRefused(message)
             log.error("%s", message)
@@ -2100,6 +2165,8 @@ class Daemon:
     def _shutdown(self) -> None:
         if self._undelivered:
             self.summary.exit_code = 1  # an unclean stop: outputs are repeated on restart
+        elif self.models is not None and self._consumer is not None and self._stopped_on_reset:
+            self.summary.exit_code = 1  # nothing published or committed (see _partition_reset)
         elif self.models is not None and self._consumer is not None:
             failures = self.summary.checkpoint_failures
             self._checkpoint_models()

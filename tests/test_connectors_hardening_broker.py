@@ -385,6 +385,55 @@ def test_a_broker_restarted_under_the_daemon(tmp_path, policy, new):
         embedded.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", ["key", "partition"])
+def test_a_broker_restarted_under_a_scoped_daemon_stops_it_by_name(tmp_path, scope, caplog):
+    # The stop's message was built but neither logged nor acted on: the daemon went on to
+    # reposition the partition and died on an AttributeError (no single model there).
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    daemon = None
+    thread = None
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path, **{
+            "model.scope": scope, "kafka.state_topic": unique("hard-state"),
+            "kafka.request_timeout_ms": 10000, "kafka.session_timeout_ms": 3000,
+            "kafka.heartbeat_interval_ms": 300, "kafka.poll_timeout_ms": 50})
+        kafka = config.kafka
+        embedded, daemon, thread = _serve_then_restart_the_broker(embedded, config)
+        ensure_topics({"bootstrap_servers": embedded.bootstrap_servers},
+                      [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic,
+                       kafka.state_topic])
+        produce(embedded.bootstrap_servers, kafka.input_topic,
+                [_valid(i) for i in range(20, 25)])
+        thread.join(timeout=60)
+        assert not thread.is_alive() and daemon.summary.exit_code == 1
+        # Noticed by the position beyond the partition's end, or by the topics' new ids
+        # (after a rejoin, which would otherwise have begun new, empty models silently).
+        assert re.search(rf"(partition {kafka.input_topic}:0 no longer holds the offsets|"
+                         rf"topic \S+ has the id \S+, it had \S+ when this daemon started)",
+                         caplog.text), caplog.text
+        assert re.search("[Rr]estore the topics, or start new models", caplog.text)
+        assert "AttributeError" not in caplog.text
+        # Nothing committed or published into the new broker's group and state topic.
+        assert committed(embedded.bootstrap_servers, kafka.group_id, kafka.input_topic) is None
+        from kafka import KafkaConsumer, TopicPartition
+
+        reader = KafkaConsumer(bootstrap_servers=embedded.bootstrap_servers,
+                               auto_offset_reset="earliest", consumer_timeout_ms=500)
+        try:
+            reader.assign([TopicPartition(kafka.state_topic, 0)])
+            published = [r.key for r in reader]
+        finally:
+            reader.close()
+        assert published == []
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        embedded.stop()
+
+
 def test_a_batch_that_fails_as_a_whole_commits_and_checkpoints_nothing_of_it(
         broker, tmp_path, monkeypatch):  # noqa: F811
     """A failure outside the per-message guards (a bug): the daemon stops with exit 1 and
