@@ -231,8 +231,9 @@ def run_broker(port: int = 0, log_file: str | None = None) -> int:
     until SIGTERM or SIGINT (0), or until the broker exits by itself (1). Call it from the
     main thread (it handles the signals)."""
     from connectors.broker import BrokerError, EmbeddedBroker
+    from connectors.daemon import SignalSafeEvent
 
-    stop = threading.Event()
+    stop = SignalSafeEvent()
     stops = [signal.SIGTERM, signal.SIGINT]
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup: outlive the terminal)
         stops.append(signal.SIGHUP)

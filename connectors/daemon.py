@@ -423,6 +423,18 @@ def ensure_topics(client: dict[str, Any], topics: list[str], partitions: int = 1
         admin.close()
 
 
+class SignalSafeEvent(threading.Event):
+    """A threading.Event that a signal handler may set. The handler runs on the main thread
+    between two bytecodes, possibly while that thread holds the event's lock inside wait():
+    with threading.Event's plain lock, set() then waited for it forever (seen once in 20
+    SIGTERMs of the broker command). The lock here is reentrant; such a wait ends at its
+    timeout at the latest (every wait on it here has one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cond = threading.Condition(threading.RLock())
+
+
 class Daemon:
     """Runs the consume-predict-learn-produce loop until stopped.
 
@@ -452,7 +464,7 @@ class Daemon:
         self.until_drained = until_drained
         self.install_signal_handlers = install_signal_handlers
         self.on_batch = on_batch
-        self.stop_event = threading.Event()
+        self.stop_event: threading.Event = SignalSafeEvent()
         self.summary = RunSummary()
         self.latencies: list[float] = []  # seconds from input timestamp to flushed output
         self.metrics_port: int | None = None

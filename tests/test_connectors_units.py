@@ -545,3 +545,24 @@ def test_sasl_credentials_without_a_sasl_mechanism_are_reported_unused(caplog):
         settings = kafka_client_settings(config, {"STREAM_SVM_SASL_USERNAME": "svc"})
     assert "sasl_plain_username" not in settings
     assert "STREAM_SVM_SASL_USERNAME / STREAM_SVM_SASL_PASSWORD are set but not used" in caplog.text
+
+
+def test_the_stop_event_can_be_set_by_a_signal_handler_that_interrupted_its_wait():
+    # A handler runs on the main thread between two bytecodes, possibly inside wait() while
+    # the event's lock is held: threading.Event's set() then blocked forever (a broker that
+    # ignored SIGTERM). Done on a helper thread here, so that a regression fails, not hangs.
+    import threading
+
+    from connectors.daemon import SignalSafeEvent
+
+    event = SignalSafeEvent()
+    done = threading.Event()
+
+    def handler_inside_wait() -> None:
+        with event._cond:  # what wait() holds between its bytecodes
+            event.set()  # what the handler does
+        done.set()
+
+    threading.Thread(target=handler_inside_wait, daemon=True).start()
+    assert done.wait(5) and event.is_set()
+    assert event.wait(0)
