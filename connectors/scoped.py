@@ -46,7 +46,7 @@ import threading
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,23 +270,34 @@ class ScopedModels:
             GROUP_RECORD_ID)
         self.partitions = partitions
         if found is None:
-            # Written before this daemon's first model state (_publish_one), not now: a daemon
-            # refused later at start (a partition served before, with no state) writes nothing.
-            self._group_recorded = False
-            return
-        self.check(f"the record of consumer group {self.config.kafka.group_id!r}",
-                   found.metadata)
+            # A new group: its record is written now, before any model is read or made, so
+            # that a daemon of the group with other settings started later is refused at its
+            # start (written with the first model state instead, it let a daemon started
+            # before any message in: the group's models were mixed, and the next rebalance
+            # stopped the daemon that inherited the others'). Read back: of daemons that
+            # started at the same moment, all but the one whose record is the newest are
+            # refused (what the topic keeps of one key).
+            self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
+            self._group_recorded = True
+            found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
+                GROUP_RECORD_ID)
+            if found is None:
+                return
+        self._check_group_record(found.metadata, partitions)
+
+    def _check_group_record(self, metadata: Mapping[str, Any], partitions: int) -> None:
+        self.check(f"the record of consumer group {self.config.kafka.group_id!r}", metadata)
         kafka = self.config.kafka
         # Records written before these were kept agree with any group and topic.
-        owner = (found.metadata.get("group_id", kafka.group_id),
-                 found.metadata.get("input_topic", kafka.input_topic))
+        owner = (metadata.get("group_id", kafka.group_id),
+                 metadata.get("input_topic", kafka.input_topic))
         if owner != (kafka.group_id, kafka.input_topic):
             raise ScopedStateRefused(
                 f"the models on {self.store.topic} belong to consumer group {owner[0]!r} "
                 f"reading {owner[1]}, not to group {kafka.group_id!r} reading "
                 f"{kafka.input_topic}: a key of this stream would continue the other stream's "
                 "model. Nothing was changed. Give each group its own kafka.state_topic.")
-        recorded = found.metadata.get("partitions")
+        recorded = metadata.get("partitions")
         if recorded != partitions:
             raise ScopedStateRefused(
                 f"the input topic {self.config.kafka.input_topic} has {partitions} partitions, "

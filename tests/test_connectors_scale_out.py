@@ -872,7 +872,14 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     store = _MemoryStore()
     first, _ = _scoped(max_models=4, store=store)
     first.check_group(6)
-    assert store.publishes == 0  # a new group: nothing written until a model is
+    # A new group's record is written at once: a daemon of the group with other settings,
+    # started before any message, was accepted while no model had been published (and the
+    # group's models were mixed).
+    assert store.publishes == 1
+    early, _ = _scoped(max_models=4, store=store)
+    early._settings = {**early._settings, "gamma": 2.0}
+    with pytest.raises(ScopedStateRefused, match="gamma"):
+        early.check_group(6)
     first.assign({0})
     first.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
     _handled(first, [_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
@@ -903,6 +910,27 @@ def test_the_groups_record_refuses_another_scope_settings_or_partition_count():
     with pytest.raises(ScopedStateRefused, match=r"partitions \[6\]"):
         first.settle({6: {"stream-svm.input:6": None}}, start_fresh=False)
     assert store.publishes == 2
+
+
+def test_of_two_daemons_starting_a_group_at_once_the_one_not_recorded_last_is_refused():
+    from connectors.scoped import GROUP_RECORD_ID, ScopedStateRefused
+
+    store = _MemoryStore()
+    first, _ = _scoped(max_models=4, store=store)
+    second, _ = _scoped(max_models=4, store=store)
+    second._settings = {**second._settings, "gamma": 2.0}
+    own_publish = store.publish
+
+    def then_the_other(*args):  # both found no record; the second writes just after
+        result = own_publish(*args)
+        store.publish = own_publish
+        own_publish(GROUP_RECORD_ID, {}, second._group_metadata(6), 0, 0, 1)
+        return result
+
+    store.publish = then_the_other
+    with pytest.raises(ScopedStateRefused, match="gamma"):
+        first.check_group(6)
+    second.check_group(6)  # its record is the one the topic keeps
 
 
 def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path):
