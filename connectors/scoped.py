@@ -277,6 +277,11 @@ class ScopedModels:
             # stopped the daemon that inherited the others'). Read back: of daemons that
             # started at the same moment, all but the one whose record is the newest are
             # refused (what the topic keeps of one key).
+            log.warning(
+                "a new consumer group %r on %s: every %s starts a new, empty model (if this "
+                "group served models before, they are gone: the state topic was deleted or the "
+                "broker lost its data)", self.config.kafka.group_id, self.store.topic,
+                self.scope)
             self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
             self._group_recorded = True
             found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(

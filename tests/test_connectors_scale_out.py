@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -1078,3 +1079,18 @@ def test_a_key_too_long_to_name_a_model_is_dead_lettered_and_the_partition_goes_
         letter.record["error"]
     assert list(models.live) == [(0, "fine")]
     assert models.positions["stream-svm.input:0"] == 2
+
+
+def test_a_new_group_says_that_its_models_start_empty(caplog):
+    # Daemons restarted on a broker that lost its data meet a new group: that every model
+    # started over was said at INFO only ("0 models on ...").
+    store = _MemoryStore()
+    first, _ = _scoped(max_models=4, store=store)
+    with caplog.at_level(logging.WARNING, logger="connectors.scoped"):
+        first.check_group(6)
+        assert "a new consumer group 'stream-svm' on memory.state: every key starts a new, " \
+            "empty model" in caplog.text
+        caplog.clear()
+        again, _ = _scoped(max_models=4, store=store)
+        again.check_group(6)  # the group exists now: nothing to say
+        assert caplog.text == ""
