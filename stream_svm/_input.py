@@ -68,7 +68,7 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
             )
 
 
-def _check_new_name(name: Hashable) -> None:
+def check_new_name(name: Hashable) -> None:
     # A NaN name is a new feature at every learn (nan != nan), and after a pickle round trip
     # even the stored ones are found no more: the copy answered differently.
     if type(name) not in _ALWAYS_EQUAL_TO_ITSELF and not _equals_itself(name):
@@ -430,7 +430,7 @@ class FeatureSpace:
             if column is not None:
                 known.append((column, value))
             elif value != 0.0:
-                _check_new_name(name)
+                check_new_name(name)
                 new_names.append(name)
                 new_values.append(value)
         row = np.zeros(len(self.names) + len(new_names))
@@ -468,7 +468,7 @@ class FeatureSpace:
                 first_seen.append((int(nonzero[0]), j))
         first_seen.sort()
         for _, j in first_seen:
-            _check_new_name(names[j])
+            check_new_name(names[j])
         width = len(self.names) + len(first_seen)
         matrix = np.zeros((values.shape[0], width))
         matrix[:, [self.index[names[j]] for j in known]] = values[:, known]

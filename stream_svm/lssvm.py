@@ -61,6 +61,7 @@ from stream_svm._input import (
     FeatureSpace,
     check_classes,
     check_findable_keys,
+    check_new_name,
     check_paired,
     class_of,
     finite_score,
@@ -355,6 +356,8 @@ class _IncrementalLSSVM(FixedParameters):
         if space is None:
             if self.features == "rff":
                 first_names = self._names_of(add) + self._names_of(remove)
+                for name in first_names:  # (as vectorizing checks a new name)
+                    check_new_name(name)
                 space = FeatureSpace(sorted(dict.fromkeys(first_names), key=_sort_key))
             else:
                 space = FeatureSpace()

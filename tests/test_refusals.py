@@ -400,3 +400,14 @@ def test_learn_many_names_a_single_value_given_as_y(model):
     X = pd.DataFrame({"a": [1.0, 2.0]})
     with pytest.raises(TypeError, match=r"y must be a Series \(one value per row of X\), got "):
         model.learn_many(X, 1.0)
+
+
+def test_an_rff_ls_svm_refuses_a_nan_feature_name_as_the_linear_one_does():
+    # The Fourier map was drawn on it: a later sample could never name it again, and the
+    # checkpoint failed.
+    for features in ("linear", "rff"):
+        model = IncrementalLSSVR(features=features, seed=0, n_components=5)
+        with pytest.raises(TypeError, match="not equal to itself"):
+            model.learn_one({"a": 1.0, float("nan"): 2.0}, 1.0)
+        assert model.n_samples_ == 0
+        model.learn_one({"a": 1.0, "b": 2.0}, 1.0)  # and then learns
