@@ -462,12 +462,7 @@ class _EngineModel(FixedParameters):
         limit = self.max_features
         if limit is None or len(self._features) + len(new) <= limit:
             return rows, new
-        used = int(self._used_columns(self._leaving_positions(arriving, slides)).sum())
-        if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
-            raise ValueError(
-                f"learning the input would give the model {used + len(new)} features ({used} "
-                f"used by its stored points and {len(new)} new); max_features={limit}"
-            )
+        self._check_room(arriving, slides, new, limit)
         # Undone if the call then fails (see refused_unchanged): decisions do not depend on
         # unused names, but a refused call must not change the model at all.
         undo = (self._engine.dim, self._features.names, self._features.index,
@@ -476,7 +471,19 @@ class _EngineModel(FixedParameters):
         kept = self._compact_features()
         if kept is not None:
             self._compaction_undo = (kept, *undo)
-        return vectorize()
+        rows, new = vectorize()
+        # Again: names of the input that no stored point used were dropped, and are new now.
+        self._check_room(arriving, slides, new, limit)
+        return rows, new
+
+    def _check_room(self, arriving: int, slides: bool, new: list[Hashable], limit: int
+                    ) -> None:
+        used = int(self._used_columns(self._leaving_positions(arriving, slides)).sum())
+        if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
+            raise ValueError(
+                f"learning the input would give the model {used + len(new)} features ({used} "
+                f"used by its stored points and {len(new)} new); max_features={limit}"
+            )
 
     def _undo_compaction(self) -> None:
         undo = getattr(self, "_compaction_undo", None)

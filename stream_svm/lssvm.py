@@ -759,7 +759,8 @@ class _IncrementalLSSVM(FixedParameters):
         residual = np.abs(gram @ solution - rhs).max(initial=0.0)
         scale = (np.abs(gram).sum(axis=1).max(initial=0.0) * np.abs(solution).max(initial=0.0)
                  + np.abs(rhs).max(initial=0.0))
-        if residual > 1e-8 * scale:
+        # (Plus the underflow of subnormal terms: targets of 1e-320 are legitimate.)
+        if residual > max(1e-8 * scale, 1e4 * np.finfo(float).tiny):
             raise ValueError(f"the checkpoint's solution does not solve its system (residual "
                              f"{residual:.3g} for terms of {scale:.3g}): a damaged or edited "
                              "checkpoint")

@@ -306,3 +306,16 @@ def test_a_refused_learn_keeps_the_feature_names_it_dropped_to_make_room(cls):
     assert _checkpoint_view(model) == before
     model.learn_one({"b": 1.0, "c": 1.0}, label(1))  # room is made for a learn that succeeds
     assert "old" not in model.to_checkpoint()[1]["features"]
+
+
+def test_names_dropped_to_make_room_count_again_when_the_input_brings_them_back():
+    # The input's names that no stored point used were dropped to make room, then came back
+    # as new ones, uncounted: the model held 5 names with max_features = 3.
+    model = IncrementalSVC(max_features=3)
+    model.learn_one({"a": 1.0, "b": 1.0, "c": 1.0}, True, key="k")
+    model.forget_one(key="k")
+    with pytest.raises(ValueError, match=r"5 features .* max_features=3"):
+        model.learn_one({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0}, True, key="k2")
+    assert model.n_features == 3 and "k2" not in model
+    model.learn_one({"c": 1.0, "d": 1.0, "e": 1.0}, True, key="k3")
+    assert model.n_features == 3

@@ -411,3 +411,13 @@ def test_an_rff_ls_svm_refuses_a_nan_feature_name_as_the_linear_one_does():
             model.learn_one({"a": 1.0, float("nan"): 2.0}, 1.0)
         assert model.n_samples_ == 0
         model.learn_one({"a": 1.0, "b": 2.0}, 1.0)  # and then learns
+
+
+def test_an_ls_svm_of_subnormal_targets_restores():
+    # The solution's residual, one subnormal ulp, was judged against 1e-8 of terms of 1e-319.
+    model = IncrementalLSSVR()
+    for a, target in ((1.0, 1e-320), (2.0, 3e-320), (-1.0, 2e-320)):
+        model.learn_one({"a": a}, target)
+    arrays, meta = model.to_checkpoint()
+    restored = IncrementalLSSVR.from_checkpoint(arrays, meta)
+    assert restored.predict_one({"a": 0.5}) == model.predict_one({"a": 0.5})
