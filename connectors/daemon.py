@@ -505,7 +505,7 @@ class Daemon:
         self._first_stop: tuple[int | None, float] | None = None  # (signal, when)
         # Set by the second stop request: what a delivery retry waits on once the first stop
         # has set stop_event (waiting on that returned at once: retries ran back to back).
-        self._second_stop = threading.Event()
+        self._second_stop: threading.Event = SignalSafeEvent()
         # Set while the processor's state runs ahead of what was delivered: from the start of
         # each batch until its outputs are acknowledged, and for good when a second stop gave
         # them up or a batch failed half-way. The state must then be neither checkpointed nor
@@ -1064,9 +1064,10 @@ class Daemon:
             # last commit, as for lost partitions.
             with models.lock:
                 models.lose(partitions)
-            log.warning("partitions %s revoked after a lost connection to the broker: their "
-                        "models are dropped unpublished (their next owner makes their latest "
-                        "changes again from the last commit)", sorted(partitions))
+            log.warning("partitions %s revoked while the topics are unchecked since a lost "
+                        "connection to the broker, or found recreated: their models are dropped "
+                        "unpublished (their next owner makes their latest changes again from "
+                        "the last commit)", sorted(partitions))
             return
         log.info("partitions %s revoked: publishing their models and committing",
                  sorted(partitions))
@@ -1304,11 +1305,12 @@ class Daemon:
 
     def _check_scoped_topic_ids(self, consumer: Any) -> None:
         """With model.scope partition or key: stop (exit 1, publishing and committing nothing)
-        when an input topic or the state topic gets a new id, which means the broker lost
-        its data or the topic was deleted: the models' states hold offsets of the old topic,
-        or are gone with it."""
-        topics = [*self._topics(), self.config.kafka.state_topic]
-        for topic in topics:
+        when an input topic gets a new id, which means the broker lost its data or the topic
+        was deleted: the models' states hold offsets of the old topic."""
+        # (The input topics only: the consumer's metadata holds the topics it subscribed to,
+        # and a state topic recreated on a broker that kept the others is met as a new group,
+        # with a warning, see ScopedModels.check_group.)
+        for topic in self._topics():
             current = _topic_id(consumer, topic)
             if current is None:
                 continue
@@ -1511,7 +1513,10 @@ class Daemon:
             if name in self._reset_since_poll:
                 continue  # positioned by its reset just now (e.g. to its end)
             resume = offset if self.processor is None else self.processor.offsets.get(name, offset)
-            self._consumer.seek(TopicPartition(topic, partition), resume)
+            try:
+                self._consumer.seek(TopicPartition(topic, partition), resume)
+            except ValueError:  # (a scoped daemon's partition, moved on by a rebalance since)
+                log.debug("partition %s moved on before it was read again", name)
         _request_metadata(self._consumer)
 
     def _partition_reset(self, consumer: Any, tp: Any, cause: str, detail: str) -> None:
@@ -1968,6 +1973,8 @@ class Daemon:
         """With model.scope partition or key, inside the models' lock: publish the changed
         models when a checkpoint is due; True when all are published."""
         assert self.models is not None
+        if self._verify_until:
+            return False  # not into topics unchecked since a lost connection (_revoked)
         config = self.config.checkpoint
         now = time.monotonic()
         due = (self._since_checkpoint >= config.every_messages
@@ -1989,6 +1996,8 @@ class Daemon:
 
     def _checkpoint_models(self) -> None:
         assert self.models is not None
+        if self._verify_until:
+            return  # not into topics unchecked since a lost connection (_revoked)
         started = time.perf_counter()
         with self.models.lock:
             published = self.models.publish()
@@ -2076,6 +2085,8 @@ class Daemon:
 
         if self.models is not None:
             self._last_commit = time.monotonic()
+            if self._verify_until:
+                return  # not into a group unchecked since a lost connection (_revoked)
             with self.models.lock:
                 offsets = self.models.committable()
             if not offsets:

@@ -413,7 +413,10 @@ def test_a_broker_restarted_under_a_scoped_daemon_stops_it_by_name(tmp_path, sco
                          rf"topic \S+ has the id \S+, it had \S+ when this daemon started)",
                          caplog.text), caplog.text
         assert re.search("[Rr]estore the topics, or start new models", caplog.text)
-        assert "AttributeError" not in caplog.text
+        # (kafka-python's own tracebacks of closed sockets may name an AttributeError)
+        assert not [r for r in caplog.records if r.name.startswith("connectors")
+                    and ("AttributeError" in r.getMessage()
+                         or (r.exc_info and r.exc_info[0] is AttributeError))]
         # Nothing committed or published into the new broker's group and state topic.
         assert committed(embedded.bootstrap_servers, kafka.group_id, kafka.input_topic) is None
         from kafka import KafkaConsumer, TopicPartition
