@@ -322,10 +322,9 @@ class _SlidingWindow:
                for row in buffered):
             raise ValueError("a buffered row of the checkpoint is not a finite vector over its "
                              f"{width} feature names")
-        if any(flag and not (isinstance(k, int) and not isinstance(k, bool) and k > 0)
+        if any(flag and not (isinstance(k, int) and not isinstance(k, bool))
                for k, flag in zip(keys, auto, strict=True)):
-            raise ValueError("an automatic buffered key of the checkpoint is not a positive "
-                             "number")
+            raise ValueError("an automatic buffered key of the checkpoint is not a number")
         buffer_keys = [AutoKey(k) if flag else k for k, flag in zip(keys, auto, strict=True)]
         check_findable_keys(buffer_keys)
         if (len(set(buffer_keys)) != len(buffer_keys)

@@ -421,3 +421,15 @@ def test_an_ls_svm_of_subnormal_targets_restores():
     arrays, meta = model.to_checkpoint()
     restored = IncrementalLSSVR.from_checkpoint(arrays, meta)
     assert restored.predict_one({"a": 0.5}) == model.predict_one({"a": 0.5})
+
+
+def test_a_window_restores_a_buffered_sample_learned_under_a_users_autokey():
+    # The check took automatic keys for the library's own (numbered from 1): AutoKey(0),
+    # given by a user, was refused while buffered (the old code restored it).
+    from stream_svm._engine_model import AutoKey
+
+    model = SlidingWindowSVC(window_size=4, step=3)
+    model.learn_one({"a": 1.0}, True, key=AutoKey(0))  # waits in the buffer
+    arrays, meta = model.to_checkpoint()
+    restored = SlidingWindowSVC.from_checkpoint(arrays, meta)
+    assert restored.stored_keys() == model.stored_keys() and AutoKey(0) in restored
