@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._input import FeatureSpace, check_findable_keys, key_list
+from stream_svm._input import FeatureSpace, check_findable_keys, check_paired, key_list
 from stream_svm.engine import PathEngine, UpdateStats
 from stream_svm.kernels import make_kernel
 
@@ -421,6 +421,26 @@ class _EngineModel(FixedParameters):
         if self._engine.first_stored(keys) is None:
             return None
         return next(key for key in keys if key in self)
+
+    def _keys_to_forget(self, keys: Iterable[Hashable] | None, X: pd.DataFrame | None,
+                        y: pd.Series | None, noun: str) -> list[Hashable]:
+        """forget_many's keys: those given, or else for each row of X with its value in y the
+        oldest equal sample not taken by an earlier row (KeyError when there is none)."""
+        if isinstance(keys, (pd.DataFrame, pd.Series)):
+            raise TypeError("forget_many's first argument is keys; to forget by value pass X= "
+                            "and y= (forget_many(X=X, y=y))")
+        if keys is not None:
+            return key_list(keys)
+        if X is None or y is None:
+            raise ValueError("forget_many needs keys, or both X and y")
+        check_paired(X, y, noun=noun)
+        taken: set = set()
+        found: list[Hashable] = []
+        for (_, row), value in zip(X.iterrows(), y, strict=True):
+            key = self._find_by_value(row.to_dict(), value, taken)
+            taken.add(key)
+            found.append(key)
+        return found
 
     def _held_keys(self) -> list[Hashable]:
         """Keys of every sample the model holds (a window's buffered ones too)."""

@@ -18,7 +18,7 @@ from stream_svm._engine_model import (
     plain_key,
     refused_unchanged,
 )
-from stream_svm._input import check_findable_keys, check_paired, key_list
+from stream_svm._input import check_findable_keys, check_paired
 from stream_svm.engine import UpdateStats
 
 
@@ -209,21 +209,9 @@ class _SlidingWindow:
         >>> model.stored_keys()
         ['k1']
         """
-        if isinstance(keys, (pd.DataFrame, pd.Series)):
-            raise TypeError("forget_many's first argument is keys; to forget by value pass X= "
-                            "and y= (forget_many(X=X, y=y))")
-        if keys is None:
-            if X is None or y is None:
-                raise ValueError("forget_many needs keys, or both X and y")
-            check_paired(X, y, noun=self._noun)
-            taken: set = set()
-            found: list[Hashable] = []
-            for (_, row), value in zip(X.iterrows(), y, strict=True):
-                key = self._find_by_value(row.to_dict(), value, taken)
-                taken.add(key)
-                found.append(key)
-        else:
-            found = [plain_key(key) for key in key_list(keys)]
+        found = self._keys_to_forget(keys, X, y, self._noun)
+        if keys is not None:
+            found = [plain_key(key) for key in found]
             if len(set(found)) != len(found):
                 raise KeyError("keys repeat: each sample is forgotten once")
             for key in found:

@@ -444,29 +444,7 @@ class IncrementalSVC(_EngineClassifier):
         y: pd.Series | None = None,
     ) -> None:
         """Remove several stored points in one update, by keys or else by value (X, y)."""
-        if isinstance(keys, (pd.DataFrame, pd.Series)):
-            raise TypeError(
-                "forget_many's first argument is keys; to forget by value pass X= and y= "
-                "(forget_many(X=X, y=y))"
-            )
-        if keys is not None:
-            keys = key_list(keys)
-        if keys is None:
-            if X is None or y is None:
-                raise ValueError("forget_many needs keys, or both X and y")
-            keys = self._keys_by_value(X, y)
-        self.update_many(None, None, keys)
-
-    def _keys_by_value(self, X: pd.DataFrame, y: pd.Series) -> list[Hashable]:
-        check_paired(X, y)
-        found: list[Hashable] = []
-        taken: set = set()
-        for (_, row), label in zip(X.iterrows(), y, strict=True):
-            x = row.to_dict()
-            key = self._find_by_value(x, label, taken)
-            taken.add(key)
-            found.append(key)
-        return found
+        self.update_many(None, None, self._keys_to_forget(keys, X, y, "labels"))
 
     @refused_unchanged
     def update_many(

@@ -459,24 +459,7 @@ class IncrementalSVR(_EngineRegressor):
         y: pd.Series | None = None,
     ) -> None:
         """Remove several stored samples in one update, by keys or else by value (X, y)."""
-        if isinstance(keys, (pd.DataFrame, pd.Series)):
-            raise TypeError(
-                "forget_many's first argument is keys; to forget by value pass X= and y= "
-                "(forget_many(X=X, y=y))"
-            )
-        if keys is not None:
-            keys = key_list(keys)
-        if keys is None:
-            if X is None or y is None:
-                raise ValueError("forget_many needs keys, or both X and y")
-            check_paired(X, y, noun="targets")
-            taken: set = set()
-            keys = []
-            for (_, row), target in zip(X.iterrows(), y, strict=True):
-                key = self._find_by_value(row.to_dict(), target, taken)
-                taken.add(key)
-                keys.append(key)
-        self.update_many(None, None, keys)
+        self.update_many(None, None, self._keys_to_forget(keys, X, y, "targets"))
 
     @refused_unchanged
     def update_many(
