@@ -167,6 +167,21 @@ def real_to_float(value: Any) -> float:
         return math.inf if value > 0 else -math.inf  # (copysign would convert it too)
 
 
+def real_target(y: object) -> float:
+    """A regression target as a float: TypeError for anything but a real number (a str, a
+    bool), ValueError when it is not finite.
+
+    >>> real_target(3), real_target(2.5)
+    (3.0, 2.5)
+    """
+    if isinstance(y, bool) or not isinstance(y, numbers.Real):
+        raise TypeError(f"the target must be a real number, got {shown(y)}")
+    value = real_to_float(y)
+    if not math.isfinite(value):
+        raise ValueError(f"the target must be finite, got {shown(y)}")
+    return value
+
+
 def shown(value: object) -> str:
     """``repr(value)`` for an error message, cut short (an int of thousands of digits).
 

@@ -67,8 +67,7 @@ from stream_svm._input import (
     finite_score,
     finite_scores,
     label_signs,
-    real_to_float,
-    shown,
+    real_target,
 )
 from stream_svm._input import (
     key_list as keys_as_list,
@@ -944,13 +943,7 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
     """
 
     def _parse_targets(self, ys: Iterable[object]) -> np.ndarray:
-        values = []
-        for y in ys:
-            if (isinstance(y, bool) or not isinstance(y, numbers.Real)
-                    or not math.isfinite(real_to_float(y))):
-                raise ValueError(f"target {shown(y)} is not a finite real number")
-            values.append(float(y))
-        return np.array(values, dtype=float)
+        return np.array([real_target(y) for y in ys], dtype=float)
 
     @classmethod
     def _unit_test_params(cls) -> Iterable[dict[str, Any]]:

@@ -39,8 +39,7 @@ from stream_svm._input import (
     finite_score,
     finite_scores,
     key_list,
-    real_to_float,
-    shown,
+    real_target,
 )
 from stream_svm._window import _SlidingWindow
 from stream_svm.engine import RESERVE
@@ -48,15 +47,6 @@ from stream_svm.engine import RESERVE
 __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 
 
-
-def _target(y: object) -> float:
-    """A regression target as a float (TypeError for a non-number, ValueError if not finite)."""
-    if isinstance(y, bool) or not isinstance(y, numbers.Real):
-        raise TypeError(f"the target must be a real number, got {shown(y)}")
-    value = real_to_float(y)
-    if not math.isfinite(value):
-        raise ValueError(f"the target must be finite, got {shown(y)}")
-    return value
 
 
 def _targets(ys: Iterable[object]) -> np.ndarray:
@@ -68,7 +58,7 @@ def _targets(ys: Iterable[object]) -> np.ndarray:
                   else np.asarray(ys, dtype=float))
         if np.isfinite(values).all():
             return values
-    return np.array([_target(y) for y in ys], dtype=float)
+    return np.array([real_target(y) for y in ys], dtype=float)
 
 
 def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> None:
@@ -197,7 +187,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         >>> model.stored_point("s")
         ({'a': 1.0}, 3.0)
         """
-        target = _target(y)
+        target = real_target(y)
         x, _ = self.stored_point(key)
         with self._all_or_nothing():
             self.forget_one(key=key)
@@ -219,7 +209,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
                        ) -> Hashable:
         """Key of the oldest stored sample equal to x with target y (skipping ``taken``)."""
         row, new = self._row(x)
-        target = _target(y)
+        target = real_target(y)
         engine = self._engine
         stored = engine.X
         width = min(row.size, stored.shape[1])
@@ -425,7 +415,7 @@ class IncrementalSVR(_EngineRegressor):
     def learn_one(self, x: Mapping, y: object, key: Hashable | None = None) -> None:
         """Learn one sample exactly; ``key`` (hashable, unique) names it for ``forget_one``.
         A bad target raises TypeError or ValueError and changes nothing."""
-        target = _target(y)
+        target = real_target(y)
         self._check_new_key(key)
         rows, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
@@ -599,7 +589,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
 
     # ---------------------------------------------------------------- window hooks
     def _value(self, y: object) -> float:
-        return _target(y)
+        return real_target(y)
 
     def _values(self, ys: Iterable[object]) -> np.ndarray:
         return _targets(ys)

@@ -371,7 +371,7 @@ def test_bad_feature_values_are_named_and_change_nothing():
         model.learn_one({"a": "text"}, True)
     with pytest.raises(ValueError, match="'b' is infinite"):
         model.learn_many(pd.DataFrame({"a": [1.0], "b": [math.inf]}), pd.Series([True]))
-    with pytest.raises(ValueError, match="not a finite real number"):
+    with pytest.raises(ValueError, match="target must be finite"):
         IncrementalLSSVR().learn_one({"a": 1.0}, math.nan)
     with pytest.raises(ValueError, match="2 samples to add but 1 targets"):
         model.learn_many(pd.DataFrame({"a": [1.0, 2.0]}), pd.Series([True]))
@@ -500,3 +500,18 @@ def test_features_whose_products_overflow_are_refused_by_name(cls, target):
         with pytest.raises(ValueError, match="too large: their products overflow"):
             model.learn_one({"a": 1e200}, target)
     assert model.n_samples_ == 1 and model.decision_function_one({"a": 0.5}) == before
+
+
+@pytest.mark.parametrize("target", ["3.0", None, True, [1.0]])
+def test_a_target_that_is_not_a_number_is_a_type_error_as_for_the_svr(target):
+    from stream_svm import IncrementalSVR
+
+    model = IncrementalLSSVR()
+    model.learn_one({"a": 1.0}, 2.0)
+    before = snapshot(model)
+    for regressor in (model, IncrementalSVR()):
+        with pytest.raises(TypeError, match="the target must be a real number"):
+            regressor.learn_one({"a": 2.0}, target)
+        with pytest.raises(TypeError, match="the target must be a real number"):
+            regressor.learn_many(pd.DataFrame({"a": [2.0]}), pd.Series([target], dtype=object))
+    assert snapshot(model) == before
