@@ -334,8 +334,11 @@ class _IncrementalLSSVM(FixedParameters):
         add_targets: Iterable[object],
         remove: list[Mapping[Hashable, object]] | pd.DataFrame,
         remove_targets: Iterable[object],
-    ) -> None:
-        """Add and remove samples in one exact step; validates everything before committing."""
+    ) -> list[tuple[dict[Hashable, float], Any]]:
+        """Add and remove samples in one exact step; validates everything before committing.
+        Returns the added samples as learned (for those kept under a key): their non-zero
+        features as floats and their labels or targets as parsed, as a checkpoint restores
+        them."""
         y_add = self._parse_targets(add_targets)
         y_remove = self._parse_targets(remove_targets)
         if len(y_add) != len(add):
@@ -349,7 +352,7 @@ class _IncrementalLSSVM(FixedParameters):
                 f"{self.n_samples_ + len(add)} (it cannot forget samples it never learned)"
             )
         if not len(add) and not len(remove):
-            return
+            return []
 
         space, omega, phase = self._space, self._omega, self._phase
         if space is None:
@@ -452,6 +455,10 @@ class _IncrementalLSSVM(FixedParameters):
         self._rhs_hi, self._rhs_lo = new_rhs_hi, new_rhs_lo
         self._solution = solution
         self.n_samples_ = n_after
+        names = staged.names
+        return [({names[i]: float(row[i]) for i in np.flatnonzero(row)},
+                 self._target_value(float(target)))
+                for row, target in zip(rows_add, y_add, strict=True)]
 
     def _check_feature_bounds(self, added: int, total: int) -> None:
         # A (J + 1) x (J + 1) state over J feature names: bounded before anything is built.
@@ -533,9 +540,9 @@ class _IncrementalLSSVM(FixedParameters):
         """
         if key is not None:
             self._check_new_keys([key])
-        self._update([x], [y], [], [])
+        learned = self._update([x], [y], [], [])
         if key is not None:
-            self._kept[key] = (dict(x), y)
+            self._kept[key] = learned[0]
 
     def forget_one(self, x: dict | None = None, y: Any = None, key: Hashable | None = None
                    ) -> None:
@@ -568,8 +575,7 @@ class _IncrementalLSSVM(FixedParameters):
         """Give the sample learned under ``key`` the target ``y``: its exact removal and
         re-addition in one update (unknown key: KeyError; the model is unchanged on error)."""
         x, old = self.stored_point(key)
-        self._update([x], [y], [x], [old])
-        self._kept[key] = (x, y)
+        self._kept[key] = self._update([x], [y], [x], [old])[0]
 
     def learn_many(self, X: pd.DataFrame, y: pd.Series,
                    keys: Iterable[Hashable] | None = None) -> None:
@@ -583,10 +589,9 @@ class _IncrementalLSSVM(FixedParameters):
             self._check_new_keys(key_list)
         _check_index(X, y)
         targets = list(y)
-        self._update(X, targets, X.iloc[:0], [])
+        learned = self._update(X, targets, X.iloc[:0], [])
         if key_list is not None:
-            for key, x, target in zip(key_list, X.to_dict("records"), targets, strict=True):
-                self._kept[key] = (x, target)
+            self._kept.update(zip(key_list, learned, strict=True))
 
     def forget_many(self, X: pd.DataFrame | None = None, y: pd.Series | None = None,
                     keys: Iterable[Hashable] | None = None) -> None:
@@ -666,8 +671,15 @@ class _IncrementalLSSVM(FixedParameters):
         return list(self._kept)
 
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], Any]:
-        """The features and the target of the sample learned under ``key`` (KeyError if
-        none)."""
+        """The sample learned under ``key`` as the model learned it (KeyError if none): its
+        non-zero features as floats, and its target as a float (regression) or its label as
+        the class it stands for (classification), the same before and after a checkpoint.
+
+        >>> model = IncrementalLSSVC()
+        >>> model.learn_one({"a": 2, "b": 0, "c": None}, 1, key="p")
+        >>> model.stored_point("p")
+        ({'a': 2.0}, True)
+        """
         if key not in self._kept:
             raise KeyError(f"no sample is learned under key {key!r}")
         x, y = self._kept[key]

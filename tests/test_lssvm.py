@@ -515,3 +515,20 @@ def test_a_target_that_is_not_a_number_is_a_type_error_as_for_the_svr(target):
         with pytest.raises(TypeError, match="the target must be a real number"):
             regressor.learn_many(pd.DataFrame({"a": [2.0]}), pd.Series([target], dtype=object))
     assert snapshot(model) == before
+
+
+@pytest.mark.parametrize("cls,targets", [(IncrementalLSSVC, [1, 0, np.int64(1)]),
+                                         (IncrementalLSSVR, [3, np.float32(1.5), -2])])
+def test_stored_points_are_the_same_before_and_after_a_checkpoint(cls, targets):
+    model = cls()
+    model.learn_one({"a": 1, "b": None, "c": 0.0}, targets[0], key="one")
+    model.learn_many(pd.DataFrame({"a": [-1.0, 0.5], "b": [np.nan, 2.0]}),
+                     pd.Series(targets[1:], dtype=object), keys=["two", "three"])
+    model.relabel_one("three", targets[0])
+    restored = cls.from_checkpoint(*model.to_checkpoint())
+    for key in ("one", "two", "three"):
+        assert restored.stored_point(key) == model.stored_point(key)
+        assert repr(restored.stored_point(key)) == repr(model.stored_point(key))
+    assert model.stored_point("one") == ({"a": 1.0}, 3.0 if cls is IncrementalLSSVR else True)
+    assert model.stored_point("two") == ({"a": -1.0},
+                                         1.5 if cls is IncrementalLSSVR else False)
