@@ -679,3 +679,61 @@ def test_the_embedded_broker_stops_when_its_owner_is_killed_outright(tmp_path):
             return True
 
     assert wait_for(ended, 15)
+
+
+def test_a_state_topic_recreated_under_a_keyed_group_is_refused_not_met_as_a_new_group(
+        broker, tmp_path, caplog):  # noqa: F811
+    """The state topic deleted and recreated while the group ran, with the input topic and
+    the group's offsets intact: a daemon publishing meanwhile put some models' states into
+    the new topic, but not the group's record. A daemon starting then took the group for a
+    new one, and every other model started empty, silently."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from connectors.state_store import StateStore
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{
+        "model.scope": "key", "kafka.state_topic": unique("hard-state"),
+        "kafka.request_timeout_ms": 10000, "kafka.session_timeout_ms": 3000,
+        "kafka.heartbeat_interval_ms": 300, "kafka.poll_timeout_ms": 50})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    keyed = [(_valid(i), f"k{i % 2}".encode()) for i in range(12)]
+    by_message = {id(message): key for message, key in keyed}
+    produce(servers, kafka.input_topic, [m for m, _ in keyed], key_of=lambda m: by_message[id(m)])
+    assert Daemon(config, until_drained=True).run() == 0
+    with StateStore(servers, kafka.state_topic, timeout=20) as store:
+        states = store.restore()
+    kept = next(m for m in states if m != ("group", None))
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
+    try:
+        admin.delete_topics([kafka.state_topic])
+        wait_for(lambda: kafka.state_topic not in admin.list_topics(), timeout=20)
+        admin.create_topics([NewTopic(kafka.state_topic, 1, 1)])
+    finally:
+        admin.close()
+    with StateStore(servers, kafka.state_topic, timeout=20) as store:
+        state = states[kept]
+        store.publish(kept, state.arrays, state.metadata, state.next_offset, state.epoch,
+                      state.sequence)
+    daemon = Daemon(config, until_drained=True)
+    with pytest.raises(StartRefused, match=r"holds 1 model states but not the record"):
+        daemon.run()
+    assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
+    assert committed(servers, kafka.group_id, kafka.input_topic) == 12
+    # With --start-fresh: the model found continues, the other starts empty, and both are
+    # said in the log.
+    more = [(_valid(i), f"k{i % 2}".encode()) for i in (100, 101)]
+    by_message.update({id(message): key for message, key in more})
+    produce(servers, kafka.input_topic, [m for m, _ in more], key_of=lambda m: by_message[id(m)])
+    config.checkpoint.start_fresh = True
+    with caplog.at_level("WARNING", logger="connectors.scoped"):
+        assert Daemon(config, until_drained=True).run() == 0
+    assert "the models found are kept" in caplog.text
+    with StateStore(servers, kafka.state_topic, timeout=20) as store:
+        after = store.restore()
+    assert ("group", None) in after and len(after) == 3
+    other = next(m for m in after if m not in (kept, ("group", None)))
+    assert after[kept].metadata["processor"]["updates"] == 7
+    assert after[other].metadata["processor"]["updates"] == 1

@@ -1094,3 +1094,75 @@ def test_a_new_group_says_that_its_models_start_empty(caplog):
         again, _ = _scoped(max_models=4, store=store)
         again.check_group(6)  # the group exists now: nothing to say
         assert caplog.text == ""
+
+
+def _served_group(store: _MemoryStore) -> ScopedModels:
+    """A group that started on ``store`` and published the state of one model."""
+    first, _ = _scoped(max_models=4, store=store)
+    first.check_group(6)
+    first.assign({0})
+    first.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(first, [_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True}),
+                     _record(0, 1, "b", {"id": 2, "x": {"1": -0.5, "2": 0.3}, "y": False})])
+    assert first.publish()
+    return first
+
+
+def test_model_states_without_their_groups_record_are_refused_at_start(caplog):
+    # The state topic was recreated while the group ran: the states published since are
+    # there, the group's record (written at the group's start) is not. A daemon starting
+    # then took the group for a new one, and every model not published since started empty.
+    from connectors.scoped import GROUP_RECORD_ID, ScopedStateRefused
+
+    store = _MemoryStore()
+    _served_group(store)
+    del store.records[GROUP_RECORD_ID]
+    publishes = store.publishes
+    later, _ = _scoped(max_models=4, store=store)
+    with pytest.raises(ScopedStateRefused, match=r"holds 2 model states but not the record "
+                                                 r"of their consumer group.*--start-fresh"):
+        later.check_group(6)
+    assert store.publishes == publishes  # nothing written
+    fresh, _ = _scoped(max_models=4, store=store)
+    fresh.config.checkpoint.start_fresh = True
+    with caplog.at_level(logging.WARNING, logger="connectors.scoped"):
+        fresh.check_group(6)
+    assert "the models found are kept" in caplog.text
+    assert GROUP_RECORD_ID in store.records
+    again, _ = _scoped(max_models=4, store=store)
+    again.check_group(6)  # the group's record is back
+
+
+def test_a_group_record_lost_while_running_stops_the_daemon_that_is_assigned_partitions():
+    from connectors.scoped import GROUP_RECORD_ID, ScopedStateRefused
+
+    store = _MemoryStore()
+    first = _served_group(store)
+    other, _ = _scoped(max_models=4, store=store)
+    other.check_group(6)
+    # Later the topic is recreated, and the first daemon publishes into the new one.
+    store.records.clear()
+    _handled(first, [_record(0, 2, "a", {"id": 3, "x": {"1": 0.4, "2": 0.2}, "y": True})])
+    assert first.publish()
+    # The partition with model "b" (never published since) moves to the other daemon.
+    other.assign({0})
+    with pytest.raises(ScopedStateRefused, match=r"no longer holds the record of consumer "
+                                                 r"group 'stream-svm'.*partitions \[0\]"):
+        other.settle({0: {"stream-svm.input:0": 3}}, start_fresh=False)
+    assert not other.owned and not other.live
+    assert GROUP_RECORD_ID not in store.records
+    other.settle({0: {"stream-svm.input:0": 3}}, start_fresh=True)
+    assert other.owned == {0} and GROUP_RECORD_ID in store.records
+
+
+def test_a_group_record_rewritten_with_other_settings_is_refused_when_partitions_are_assigned():
+    from connectors.scoped import GROUP_RECORD_ID, ScopedStateRefused
+
+    store = _MemoryStore()
+    first = _served_group(store)
+    imposter, _ = _scoped(max_models=4, store=store)
+    imposter._settings = {**imposter._settings, "gamma": 2.0}
+    store.publish(GROUP_RECORD_ID, {}, imposter._group_metadata(6), 0, 0, 1)
+    first.assign({1})
+    with pytest.raises(ScopedStateRefused, match="gamma"):
+        first.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
