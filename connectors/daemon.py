@@ -50,6 +50,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,6 +447,8 @@ class Daemon:
     watermark and a poll came back empty (demo, tests, batch jobs).
     """
 
+    LATENCIES_KEPT = 100_000
+
     def __init__(
         self,
         config: Config,
@@ -466,7 +469,10 @@ class Daemon:
         self.on_batch = on_batch
         self.stop_event: threading.Event = SignalSafeEvent()
         self.summary = RunSummary()
-        self.latencies: list[float] = []  # seconds from input timestamp to flushed output
+        #: Seconds from input timestamp to flushed output, of the latest LATENCIES_KEPT outputs
+        #: (for the demo's and the benchmarks' percentiles; a list of all of them grew by 32
+        #: bytes per output for the daemon's life).
+        self.latencies: deque[float] = deque(maxlen=self.LATENCIES_KEPT)
         self.metrics_port: int | None = None
         self.broker: EmbeddedBroker | None = None
         self.processor: Processor | None = None
@@ -579,31 +585,35 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------------------
 
     def stop(self, signum: int | None = None, *_: object) -> None:
-        if signum == signal.SIGHUP and self._stop_requests == 0:
-            # Its default action killed the daemon on the spot (no checkpoint, and the
-            # embedded broker left running): it stops as for SIGTERM instead.
-            log.warning("SIGHUP: stopping (the daemon does not reload its configuration: "
-                        "start it again to apply a changed one)")
         now = time.monotonic()
         if (signum is not None and self._first_stop is not None
                 and self._first_stop[0] == signum
                 and now - self._first_stop[1] < REPEATED_SIGNAL_SECONDS):
             # GNU timeout (and some supervisors) signal the daemon, then its process group:
             # one request, not a second one that gives outputs up.
-            log.debug("signal %d repeated within %.1f s: the same stop request", signum,
-                      REPEATED_SIGNAL_SECONDS)
             return
+        # The request first, the log lines after: a signal that interrupts the main thread's
+        # own write to stderr makes the handler's write raise (a reentrant call), which lost
+        # the request when the log line came first.
         self._stop_requests += 1
         if self._stop_requests == 1:
             self._first_stop = (signum, now)
-            log.info("stopping: finishing the batch, flushing, checkpointing, committing")
         elif self._stop_requests == 2:
             self._second_stop.set()
-            log.warning(
-                "stop requested again: outputs that cannot be delivered now are given up "
-                "(not checkpointed: they are repeated from the last checkpoint on restart)"
-            )
         self.stop_event.set()
+        with contextlib.suppress(RuntimeError):
+            if signum == signal.SIGHUP and self._stop_requests == 1:
+                # Its default action killed the daemon on the spot (no checkpoint, and the
+                # embedded broker left running): it stops as for SIGTERM instead.
+                log.warning("SIGHUP: stopping (the daemon does not reload its configuration: "
+                            "start it again to apply a changed one)")
+            if self._stop_requests == 1:
+                log.info("stopping: finishing the batch, flushing, checkpointing, committing")
+            elif self._stop_requests == 2:
+                log.warning(
+                    "stop requested again: outputs that cannot be delivered now are given up "
+                    "(not checkpointed: they are repeated from the last checkpoint on restart)"
+                )
 
     def run(self) -> int:
         """Run until stopped; returns the exit code (0 on a clean stop)."""
@@ -1829,12 +1839,18 @@ class Daemon:
     def _deliver(self, sends: list[tuple[str, bytes | None, bytes]]) -> bool:
         """Send and flush, retrying failed sends until every one is acknowledged (or stop is
         requested twice: outputs are then repeated from the last checkpoint on restart);
-        returns whether every output was delivered."""
+        returns whether every output was delivered.
+
+        A send the broker has not answered yet stays with the producer, which retries it
+        until ``delivery_timeout_ms``: it is waited for, never sent again (after a flush that
+        timed out, sending the unanswered ones again wrote every output two or three times
+        once the broker answered). Only sends that failed are sent again."""
         from kafka.errors import KafkaError
 
         retry = self.config.retry
         backoff = _Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds, 0)
-        while sends:
+        waiting: list[tuple[tuple[str, bytes | None, bytes], Any]] = []
+        while sends or waiting:
             # Without this, a broker that stays away kept the daemon retrying forever, deaf
             # to any number of SIGTERMs (the documented second stop was never honoured).
             if backoff.failures and self._stop_requests >= 2:
@@ -1842,39 +1858,41 @@ class Daemon:
                 log.error(
                     "gave up delivering %d outputs on the second stop request: the last "
                     "checkpoint stays, the stream is repeated from it on restart",
-                    len(sends),
+                    len(sends) + len(waiting),
                 )
                 return False
-            futures = []
             # Once stop is requested, a retry waits for the second request, not for stop_event
             # (already set: the retries would run back to back).
             wake = self._second_stop if self.stop_event.is_set() else self.stop_event
+            error: BaseException | None = None
+            sent = 0
             try:
                 only: dict[str, int | None] = {}
-                for topic, key, value in sends:
+                for send in sends:
+                    topic, key, value = send
                     if topic not in only:  # (in the records' order, as send waits for metadata)
                         only[topic] = _only_partition(self._producer, topic)
-                    futures.append(self._producer.send(topic, key=key, value=value,
-                                                       partition=only[topic]))
+                    waiting.append((send, self._producer.send(topic, key=key, value=value,
+                                                              partition=only[topic])))
+                    sent += 1
                 self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
             except KafkaError as exc:
                 self.metrics.broker_errors.inc()
+                error = exc
                 # A send that raised (e.g. a record too large) leaves the ones before it in
                 # the producer's buffer: deliver them before telling which failed, or they
                 # were sent again with the retry (and written twice).
                 with contextlib.suppress(KafkaError):
                     self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
-                failed = [s for s, f in zip(sends, futures, strict=False) if not f.succeeded()]
-                failed += sends[len(futures) :]
-                sends = failed
-                backoff.wait(wake, f"could not deliver {len(sends)} outputs", exc)
-                continue
-            sends = [s for s, f in zip(sends, futures, strict=True) if not f.succeeded()]
-            if sends:
+            unsent = sends[sent:]
+            failed = [send for send, future in waiting if future.is_done and future.failed()]
+            waiting = [(send, future) for send, future in waiting if not future.is_done]
+            sends = failed + unsent
+            if sends or waiting:
                 backoff.wait(
                     wake,
-                    f"could not deliver {len(sends)} outputs",
-                    RuntimeError("not acknowledged"),
+                    f"could not deliver {len(sends) + len(waiting)} outputs",
+                    error or RuntimeError("not acknowledged"),
                 )
         return True
 
@@ -2087,6 +2105,11 @@ class Daemon:
             self._last_commit = time.monotonic()
             if self._verify_until:
                 return  # not into a group unchecked since a lost connection (_revoked)
+            if self._undelivered:
+                # Outputs given up on a second stop: their partitions' positions moved past
+                # them, and a partition whose batch left no model to publish (its messages
+                # dead-lettered before any model, e.g. keys too long) would be committed.
+                return
             with self.models.lock:
                 offsets = self.models.committable()
             if not offsets:

@@ -219,9 +219,9 @@ class StateFollower:
                 self._refused = (state.epoch, state.sequence)
                 outcomes.labels(outcome="refused").inc()
                 return "refused"
-            with self._lock:
+            with self._lock:  # together: take() must never see the one without the other
                 self._ready = processor
-            self.newest = (state.epoch, state.sequence)
+                self.newest = (state.epoch, state.sequence)
             outcome = "newer"
         if outcome != "refused":
             self._last_problem = None

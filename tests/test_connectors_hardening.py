@@ -816,11 +816,21 @@ class _TooLargeProducer:
 
 
 class _Future:
+    """As kafka-python's: done once the broker answered, failed if that answer is an error."""
+
     def __init__(self) -> None:
         self.done = False
+        self.error: Exception | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self.done
 
     def succeeded(self) -> bool:
-        return self.done
+        return self.done and self.error is None
+
+    def failed(self) -> bool:
+        return self.done and self.error is not None
 
 
 def test_a_send_that_raises_does_not_send_the_ones_before_it_twice(tmp_path):
@@ -839,6 +849,42 @@ def test_a_send_that_raises_does_not_send_the_ones_before_it_twice(tmp_path):
     assert daemon._deliver(sends) is False
     assert producer.delivered == [b"one", b"two"]  # each once, whatever the retries
 
+
+
+class _StalledProducer(_TooLargeProducer):
+    """A producer whose broker answers late: the first flush times out with every record
+    still unanswered (the producer retries them itself), the next one delivers them."""
+
+    def __init__(self) -> None:
+        super().__init__(refused=b"")
+        self.sent: list[bytes] = []
+        self.flushes = 0
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"",
+             partition: int | None = None) -> Any:
+        self.sent.append(value)
+        return super().send(topic, key, value, partition)
+
+    def flush(self, timeout: float | None = None) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        self.flushes += 1
+        if self.flushes <= 2:  # the flush, and the one after the error, time out
+            raise KafkaTimeoutError("Timeout waiting for future")
+        super().flush(timeout)
+
+
+def test_outputs_the_broker_answers_late_are_waited_for_not_sent_again(tmp_path):
+    # After a flush that timed out, the unanswered outputs were sent again while the producer
+    # still held them: every output was written two or three times once the broker answered.
+    config = _settings(tmp_path, **{"retry.initial_backoff_seconds": 0.001,
+                                    "retry.max_backoff_seconds": 0.001})
+    daemon = Daemon(config)
+    daemon._producer = producer = _StalledProducer()
+    sends = [("out", None, b"one"), ("out", None, b"two")]
+    assert daemon._deliver(sends) is True
+    assert producer.sent == [b"one", b"two"]
+    assert producer.delivered == [b"one", b"two"]
 
 
 class _PartitionedProducer:
@@ -889,8 +935,11 @@ class _UnauthorizedTopicProducer(_PartitionedProducer):
 
     def send(self, topic: str, key: Any = None, value: bytes = b"",
              partition: int | None = None) -> Any:
+        from kafka.errors import TopicAuthorizationFailedError
+
         future = super().send(topic, key, value, partition)
-        future.done = topic != "dead" or self.granted
+        if topic == "dead" and not self.granted:
+            future.error = TopicAuthorizationFailedError("dead")
         return future
 
 
@@ -1156,3 +1205,34 @@ def test_a_signal_repeated_at_once_is_one_stop_request(tmp_path, caplog):
     later._first_stop = (signal.SIGTERM, later._first_stop[1] - 1.0)  # a second ago
     later.stop(signal.SIGTERM)
     assert later._second_stop.is_set() and "stop requested again" in caplog.text
+
+
+def test_the_latencies_kept_for_percentiles_are_bounded(tmp_path, monkeypatch):
+    # One float per output for the daemon's life: 2.7 GB a day at 1,000 messages per second.
+    monkeypatch.setattr(Daemon, "LATENCIES_KEPT", 50)
+    daemon = Daemon(_settings(tmp_path))
+    daemon._producer = _PartitionedProducer()
+    daemon.processor = daemon._new_processor(build_model(daemon.config))
+    for start in range(0, 120, 40):
+        daemon._handle([_record(i, {"id": i, "x": {"a": i / 100}})
+                        for i in range(start, start + 40)])
+    assert daemon.summary.outputs == 120 and len(daemon.latencies) == 50
+
+
+def test_a_stop_signal_that_interrupts_a_write_to_stderr_still_stops(tmp_path, monkeypatch):
+    # The handler logged before setting the stop: a signal arriving while the main thread
+    # wrote to stderr made that log line raise (a reentrant call) and the request was lost.
+    import signal
+
+    import connectors.daemon as daemon_module
+
+    def reentrant(*_: Any, **__: Any) -> None:
+        raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+    daemon = Daemon(_settings(tmp_path))
+    monkeypatch.setattr(daemon_module.log, "info", reentrant)
+    monkeypatch.setattr(daemon_module.log, "warning", reentrant)
+    daemon.stop(signal.SIGHUP)
+    assert daemon.stop_event.is_set() and daemon._stop_requests == 1
+    daemon.stop(signal.SIGTERM)
+    assert daemon._second_stop.is_set() and daemon._stop_requests == 2

@@ -1166,3 +1166,61 @@ def test_a_group_record_rewritten_with_other_settings_is_refused_when_partitions
     first.assign({1})
     with pytest.raises(ScopedStateRefused, match="gamma"):
         first.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
+
+
+class _RefusingProducer:
+    """Every output fails (the output topic is not authorized, say)."""
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
+    def send(self, topic: str, key: Any = None, value: bytes = b"", partition: Any = None
+             ) -> Any:
+        from kafka.errors import TopicAuthorizationFailedError
+
+        class Failed:
+            is_done = True
+
+            def failed(self) -> bool:
+                return True
+
+            def succeeded(self) -> bool:
+                return False
+        Failed.error = TopicAuthorizationFailedError(topic)
+        return Failed()
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+
+class _CommitsSeen:
+    def __init__(self) -> None:
+        self.commits: list[Any] = []
+
+    def commit(self, offsets: Any) -> None:
+        self.commits.append(offsets)
+
+
+def test_no_offset_is_committed_past_outputs_given_up_on_a_second_stop():
+    # A partition whose batch made no model to publish (only keys too long to name one, each
+    # dead-lettered) was committed past dead letters that were never written.
+    from connectors.daemon import Daemon
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    models, metrics = _scoped(max_models=4)
+    models.config.retry.initial_backoff_seconds = 0.001
+    models.config.retry.max_backoff_seconds = 0.001
+    daemon = Daemon(models.config, metrics=metrics)
+    daemon.models = models
+    daemon._producer = _RefusingProducer()
+    daemon._consumer = consumer = _CommitsSeen()
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    daemon.stop()
+    daemon._second_stop.wait = lambda delay=None: daemon.stop()  # a second stop while retrying
+    message = {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True}
+    daemon._last_commit = 0.0
+    daemon._handle([_record(0, 0, "k" * (MAX_MODEL_KEY_BYTES + 1), message)])
+    assert daemon._undelivered and models.positions["stream-svm.input:0"] == 1
+    daemon._commit()
+    assert consumer.commits == []
