@@ -1450,7 +1450,13 @@ class PathEngine:
         S changed."""
         n = self.n
         if n == 0:
-            return False
+            # No point left: the model is the one trained on nothing, f = 0, as a new one
+            # (the last b kept the forgotten points' answer, e.g. an erased target).
+            if self.b == 0.0:
+                return False
+            self._before_change()
+            self.b = 0.0
+            return True
         if self.b_is_fixed():
             return False
         self._before_change()

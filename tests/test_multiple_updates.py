@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import SlidingWindowSVC
+from stream_svm import IncrementalSVC, IncrementalSVR, SlidingWindowSVC, SlidingWindowSVR
 from stream_svm.datasets import load_river_flow
 from stream_svm.engine import PathEngine
 from stream_svm.kernels import make_kernel
@@ -226,3 +226,39 @@ def test_a_window_forgets_many_samples_at_once_window_and_buffer_alike(regressio
         else:
             assert model.decision_function_one(probe) == pytest.approx(
                 batch.decision_function_one(probe), abs=1e-9)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: IncrementalSVC(C=3.0),
+    lambda: IncrementalSVR(C=3.0, epsilon=0.1),
+    lambda: SlidingWindowSVC(window_size=5),
+    lambda: SlidingWindowSVR(window_size=5),
+])
+@pytest.mark.parametrize("all_at_once", [False, True])
+def test_a_model_that_forgot_every_point_is_the_model_of_no_point(make, all_at_once):
+    # b kept its last value: an emptied SVR answered the erased target for every input, an
+    # emptied SVC the erased point's class, and the checkpoint kept it.
+    fresh, model = make(), make()
+    regression = "SVR" in type(model).__name__
+    points = [({"a": 1.0, "b": 0.5}, 123456.0 if regression else True),
+              ({"a": -1.0, "b": 0.2}, 123000.0 if regression else False),
+              ({"a": 0.3, "b": -1.0}, 123999.0 if regression else True)]
+    for key, (x, y) in enumerate(points):
+        model.learn_one(x, y, key=key)
+    assert model.decision_function_one({"a": 0.0}) != 0.0
+    if all_at_once:
+        model.forget_many(keys=[0, 1, 2])
+    else:
+        for key in range(3):
+            model.forget_one(key=key)
+    assert model.n_stored == 0 and model.intercept == 0.0
+    query = {"a": 0.7, "b": -0.1}
+    assert model.decision_function_one(query) == fresh.decision_function_one(query) == 0.0
+    assert model.predict_one(query) == fresh.predict_one(query)
+    arrays, _ = model.to_checkpoint()
+    assert float(arrays["b"]) == 0.0
+    for x, y in points[:2]:  # and learning again is learning from nothing
+        model.learn_one(x, y)
+        fresh.learn_one(x, y)
+    assert model.decision_function_one(query) == pytest.approx(
+        fresh.decision_function_one(query), rel=1e-12, abs=1e-9)
