@@ -194,10 +194,19 @@ def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
             module = getattr(value, "__module__", None) or "?"
             callables[name] = f"{module}.{getattr(value, '__qualname__', type(value).__name__)}"
         else:
-            # JSON keeps Python values only: a numpy scalar given as a parameter (gamma=
-            # np.float32(0.5)) is stored as the number it holds.
-            params[name] = value.item() if isinstance(value, np.generic) else value
+            params[name] = _plain(value)
     return params, callables
+
+
+def _plain(value: Any) -> Any:
+    """A parameter as JSON keeps it: numpy scalars (gamma=np.float32(0.5), or the classes
+    of list(np.unique(y))) as the Python numbers, bools or strs they hold, also inside a
+    list or tuple."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
@@ -265,6 +274,44 @@ class FixedParameters:
         if name in ("max_features", "max_new_features") and self._built_by in self.__dict__:
             _check_feature_limit(name, value)  # as the constructor checks it
         object.__setattr__(self, name, value)
+
+    def clone(self, new_params: dict[str, Any] | None = None,
+              include_attributes: bool = False) -> Any:
+        """River's ``clone``: a new, untrained model with the same parameters (or
+        ``new_params``); with ``include_attributes=True``, a copy of what this one learned,
+        which cannot take other fixed parameters (ValueError): what it learned was set up
+        with these, and the copy would show the new ones while doing the old ones.
+
+        >>> from stream_svm import IncrementalSVC
+        >>> model = IncrementalSVC(C=0.5)
+        >>> model.clone({"C": 2.0}).C
+        2.0
+        """
+        if include_attributes and new_params:
+            current = self._get_params()
+            changed = sorted(str(name) for name, value in new_params.items()
+                             if name not in self._mutable_attributes
+                             and not _same_value(current.get(name, _MISSING), value))
+            if changed:
+                cls = type(self).__name__
+                raise ValueError(
+                    f"clone(include_attributes=True) copies what this {cls} learned, which was "
+                    f"set up with its parameters: {', '.join(changed)} cannot change with it. "
+                    "Use clone(new_params) for a new, untrained model with them.")
+        return super().clone(new_params, include_attributes)  # type: ignore[misc]
+
+
+_MISSING = object()
+
+
+def _same_value(current: Any, new: Any) -> bool:
+    """Whether a parameter's new value is its current one (arrays and callables included)."""
+    if current is new:
+        return True
+    try:
+        return bool(np.all(current == new))
+    except Exception:  # values that cannot be compared are different
+        return False
 
 
 class _EngineModel(FixedParameters):

@@ -325,3 +325,40 @@ def test_an_int_key_beyond_64_bits_is_refused_before_a_checkpoint_fails_on_it():
     model.learn_one({"a": -1.0}, False, key=2**63 - 1)
     restored = IncrementalSVC.from_checkpoint(*model.to_checkpoint())
     assert restored.stored_keys() == [-(2**63), 2**63 - 1]
+
+
+@pytest.mark.parametrize("make,changed", [
+    (lambda: IncrementalSVC(C=0.1, gamma=1.0), {"C": 100.0, "gamma": 50.0}),
+    (lambda: IncrementalSVC(C=0.1), {"classes": ["ham", "spam"]}),
+    (lambda: SlidingWindowSVC(window_size=4), {"window_size": 8}),
+    (lambda: IncrementalLSSVC(rho=1.0), {"rho": 3.0}),
+])
+def test_a_clone_with_what_was_learned_cannot_take_other_fixed_parameters(make, changed):
+    # It showed the new parameters and went on learning with the old ones (and wrote a
+    # checkpoint it could not read back).
+    model = make()
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": -1.0}, False)
+    with pytest.raises(ValueError, match=f"{sorted(changed)[0]}.* cannot change with it"):
+        model.clone(changed, include_attributes=True)
+    fresh = model.clone(changed)  # a new, untrained model takes them
+    assert all(getattr(fresh, name) == value for name, value in changed.items())
+    same = model.clone({**model._get_params(), "max_features": 50}, include_attributes=True)
+    assert same.max_features == 50
+    assert same.decision_function_one({"a": 0.3}) == model.decision_function_one({"a": 0.3})
+
+
+@pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC, AlphaISVC, IncrementalLSSVC])
+@pytest.mark.parametrize("labels", [np.array([0, 1]), np.array([False, True]),
+                                    np.array(["ham", "spam"])])
+def test_classes_given_as_numpy_scalars_make_json_ready_checkpoints(cls, labels):
+    import json
+
+    classes = list(np.unique(labels))  # numpy scalars: the everyday idiom
+    model = cls(classes=classes)
+    for value, label in zip([-1.0, 1.0, 2.0, -2.0], labels[[0, 1, 1, 0]], strict=True):
+        model.learn_one({"a": value}, label)
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    for value in (-1.5, 0.2, 1.5):
+        assert restored.predict_one({"a": value}) == model.predict_one({"a": value})
