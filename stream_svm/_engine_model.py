@@ -49,9 +49,10 @@ def checkpoint_key_kind(key: Hashable) -> int:
         return 1
     if isinstance(key, str):
         return 2
-    raise TypeError(f"key {key!r} cannot be checkpointed: a checkpoint keeps str and int keys "
-                    "only (a float key such as 7.0 comes from a float index: learn with "
-                    "keys=[...] or an int index)")
+    raise TypeError(f"key {key!r} (a {type(key).__name__}) cannot be checkpointed: a "
+                    "checkpoint keeps str and int keys only. Without keys=, learn_many takes "
+                    "the keys from X's index (a DatetimeIndex gives Timestamps, a float index "
+                    "floats): learn with keys of str or int, e.g. keys=X.index.astype(str)")
 
 
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
@@ -649,8 +650,23 @@ class _EngineModel(FixedParameters):
         row, _ = self._row(x)
         return float(self._engine.decision_function(self._fold(row[None, :]))[0])
 
-    def decision_function_many(self, X: pd.DataFrame) -> np.ndarray:
-        """f(x) for every row of X."""
+    def decision_function_many(self, X: pd.DataFrame) -> pd.Series:
+        """f(x) for every row of X, indexed as X (as ``predict_many``).
+
+        >>> import pandas as pd
+        >>> from stream_svm import IncrementalSVC
+        >>> model = IncrementalSVC(kernel="linear")
+        >>> model.learn_one({"a": 1.0}, True)
+        >>> model.learn_one({"a": -1.0}, False)
+        >>> X = pd.DataFrame({"a": [2.0, -3.0]}, index=["p", "q"])
+        >>> model.decision_function_many(X).round(6)
+        p    2.0
+        q   -3.0
+        dtype: float64
+        """
+        return pd.Series(self._decisions(X), index=X.index, dtype=float)
+
+    def _decisions(self, X: pd.DataFrame) -> np.ndarray:
         if len(X) == 0:
             return np.zeros(0)
         rows, _ = self._frame(X)

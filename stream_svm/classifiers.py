@@ -201,11 +201,11 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         return self._class(finite_score(self.decision_function_one(x)) > 0)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
-        p = _sigmoid(finite_scores(self.decision_function_many(X), X.index))
+        p = _sigmoid(finite_scores(self._decisions(X), X.index))
         return pd.DataFrame({self._class(False): 1.0 - p, self._class(True): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        positive = finite_scores(self.decision_function_many(X), X.index) > 0
+        positive = finite_scores(self._decisions(X), X.index) > 0
         if self._classes is None:
             return pd.Series(positive, index=X.index)
         return pd.Series(np.where(positive, self._classes[1], self._classes[0]), index=X.index,

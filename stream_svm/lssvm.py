@@ -189,6 +189,9 @@ class _IncrementalLSSVM(FixedParameters):
             math.isfinite(gamma) and gamma > 0
         ):
             raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                                 or seed < 0):
+            raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
         _check_feature_limit("max_features", max_features)
         _check_feature_limit("max_new_features", max_new_features)
         self.rho = rho

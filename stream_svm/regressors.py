@@ -230,7 +230,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return finite_score(self.decision_function_one(x))
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(finite_scores(self.decision_function_many(X), X.index), index=X.index,
+        return pd.Series(finite_scores(self._decisions(X), X.index), index=X.index,
                          dtype=float)
 
     # ---------------------------------------------------------------- persistence

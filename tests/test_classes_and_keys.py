@@ -144,7 +144,7 @@ def test_lssvm_key_errors_change_nothing():
         model.forget_one(key="q")
     with pytest.raises(ValueError, match="not both"):
         model.forget_one({"a": 1.0}, 2.0, key="p")
-    with pytest.raises(ValueError, match="not a finite"):
+    with pytest.raises(ValueError, match="must be finite"):
         model.relabel_one("p", float("nan"))
     np.testing.assert_array_equal(model.to_checkpoint()[0]["solution"], before)
     assert model.stored_point("p") == ({"a": 1.0}, 2.0) and model.n_samples_ == 1
@@ -232,8 +232,22 @@ def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     assert 7 in restored and np.int64(7) in restored
     model.learn_one({"a": 2.5}, label, key=("r", 1))  # waits in the buffer (step 4)
     assert ("r", 1) in model and model.stored_keys() == []
-    with pytest.raises(TypeError, match=r"key \('r', 1\) cannot be checkpointed"):
+    with pytest.raises(TypeError, match=r"key \('r', 1\) \(a tuple\) cannot be checkpointed"):
         model.to_checkpoint()
+
+
+def test_keys_from_a_datetime_index_are_named_with_their_type_when_checkpointed():
+    frame = pd.DataFrame({"a": [1.0, -1.0]},
+                         index=pd.date_range("2024-01-01", periods=2, freq="h"))
+    model = IncrementalSVC()
+    model.learn_many(frame, pd.Series([True, False], index=frame.index))
+    with pytest.raises(TypeError, match=r"\(a Timestamp\).*keys=X\.index\.astype\(str\)"):
+        model.to_checkpoint()
+    fixed = IncrementalSVC()
+    fixed.learn_many(frame, pd.Series([True, False], index=frame.index),
+                     keys=frame.index.astype(str))
+    restored = IncrementalSVC.from_checkpoint(*fixed.to_checkpoint())
+    assert restored.stored_keys() == list(frame.index.astype(str))
 
 
 @pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, IncrementalLSSVC])

@@ -393,7 +393,8 @@ def test_rff_new_feature_is_a_clear_error():
 @pytest.mark.parametrize(
     "params",
     [{"rho": 0.0}, {"rho": -1.0}, {"rho": math.inf}, {"features": "poly"},
-     {"n_components": 0}, {"gamma": 0.0}],
+     {"n_components": 0}, {"gamma": 0.0}, {"seed": "x"}, {"seed": 1.5}, {"seed": -1},
+     {"seed": True}],
 )
 def test_bad_parameters(params):
     with pytest.raises(ValueError, match=next(iter(params))):
