@@ -613,6 +613,12 @@ class _EngineModel(FixedParameters):
         self._compacted_at = len(self._features)
         return kept
 
+    def _forgotten(self) -> None:
+        """After a forget: the feature names only the forgotten points had go at once (a
+        forgotten text's tokens are names: an erased e-mail address stayed in checkpoints
+        and in ``support_vectors()`` until the next amortized drop)."""
+        self._compact_features()
+
     def _maybe_compact(self) -> None:
         """Amortized :meth:`_compact_features`: when the names have doubled since the last, or
         exceed ``max_features`` (a window's slide learns new names before its oldest points

@@ -171,11 +171,11 @@ class _SlidingWindow:
         if key in self._buffer_keys:
             index = self._buffer_keys.index(key)
             del self._buffer_rows[index], self._buffer_values[index], self._buffer_keys[index]
-            return
-        if not self._in_engine(key):
+        elif self._in_engine(key):
+            self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
+        else:
             raise KeyError(f"no sample in the window has key {key!r}")
-        self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
-        self._maybe_compact()
+        self._forgotten()
 
     def _leaving_positions(self, arriving: int, slides: bool) -> np.ndarray:
         # The oldest points leave in the slide that learns these arrivals: a stream whose
@@ -225,7 +225,7 @@ class _SlidingWindow:
             if self._buffer_keys[index] in buffered:
                 del self._buffer_rows[index], self._buffer_values[index]
                 del self._buffer_keys[index]
-        self._maybe_compact()
+        self._forgotten()
 
     def _slide(self) -> None:
         if not self._buffer_keys:

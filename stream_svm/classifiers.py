@@ -424,6 +424,7 @@ class IncrementalSVC(_EngineClassifier):
             )
         self._engine.update(remove=[key])
         self._after_update()
+        self._forgotten()
 
     @refused_unchanged
     def learn_many(
@@ -445,6 +446,7 @@ class IncrementalSVC(_EngineClassifier):
     ) -> None:
         """Remove several stored points in one update, by keys or else by value (X, y)."""
         self.update_many(None, None, self._keys_to_forget(keys, X, y, "labels"))
+        self._forgotten()
 
     @refused_unchanged
     def update_many(

@@ -432,6 +432,7 @@ class IncrementalSVR(_EngineRegressor):
                 raise forget_without_key_error(x)
             key = self._find_by_value(x, y)
         self._update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [], [key])
+        self._forgotten()
 
     @refused_unchanged
     def learn_many(
@@ -450,6 +451,7 @@ class IncrementalSVR(_EngineRegressor):
     ) -> None:
         """Remove several stored samples in one update, by keys or else by value (X, y)."""
         self.update_many(None, None, self._keys_to_forget(keys, X, y, "targets"))
+        self._forgotten()
 
     @refused_unchanged
     def update_many(
