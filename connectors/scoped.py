@@ -269,8 +269,7 @@ class ScopedModels:
         found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
             GROUP_RECORD_ID)
         self.partitions = partitions
-        if found is None:
-            self._check_no_orphans()
+        if found is None and not self._kept_orphans():
             # A new group: its record is written now, before any model is read or made, so
             # that a daemon of the group with other settings started later is refused at its
             # start (written with the first model state instead, it let a daemon started
@@ -284,6 +283,7 @@ class ScopedModels:
                 "broker lost its data)", self.config.kafka.group_id, self.store.topic,
                 self.scope)
             self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
+        if found is None:
             self._group_recorded = True
             found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
                 GROUP_RECORD_ID)
@@ -291,28 +291,20 @@ class ScopedModels:
                 return
         self._check_group_record(found.metadata, partitions)
 
-    def _check_no_orphans(self) -> None:
-        """A group's record is written before any model state (since the group's start): model
-        states without it mean the state topic lost it, deleted and recreated or emptied
-        while daemons of the group ran, and with it every model not published since. Refused
-        (ScopedStateRefused) unless checkpoint.start_fresh accepts the states found and new,
-        empty models for the others."""
+    def _kept_orphans(self) -> bool:
+        """For a state topic without the group's record: whether it holds model states, kept
+        by checkpoint.start_fresh (the record written again). A group's record is written
+        before any model state (since the group's start): states without it mean the topic
+        lost it, deleted and recreated or emptied while daemons of the group ran, and with it
+        every model not published since. ScopedStateRefused without start_fresh."""
         found = self.store.restore(select=lambda m: m != GROUP_RECORD_ID, decode=False,
                                    log_level=logging.DEBUG)
-        if not found:
-            return
-        lost = (f"the state topic {self.store.topic} holds {len(found)} model states but not "
-                f"the record of their consumer group, written before any model state: the "
-                "topic was deleted and recreated, or emptied, while daemons of the group "
-                "ran, and every model not published since then is gone")
-        if not self.config.checkpoint.start_fresh:
-            raise ScopedStateRefused(
-                f"{lost}: new, empty models would silently take their places. Nothing was "
-                "changed. Restore the state topic, or run with --start-fresh "
-                "(checkpoint.start_fresh = true) to keep the models found and start the others "
-                "new and empty.")
-        log.warning("start_fresh: %s; the models found are kept, the others start new and "
-                    "empty", lost)
+        if found:
+            self._record_lost(f"holds {len(found)} model states but not the record of their "
+                              "consumer group, written before any model state",
+                              "while daemons of the group ran", "Nothing was changed",
+                              self.config.checkpoint.start_fresh)
+        return bool(found)
 
     def _check_group_record(self, metadata: Mapping[str, Any], partitions: int) -> None:
         self.check(f"the record of consumer group {self.config.kafka.group_id!r}", metadata)
@@ -335,23 +327,23 @@ class ScopedModels:
                 "silently take its place. Nothing was changed. Give the topic its former "
                 "partition count, or use another kafka.group_id for new models.")
 
-    def _group_lost(self, partitions: list[int], start_fresh: bool) -> None:
-        """The state topic no longer holds the group's record, which check_group found or wrote
-        at this daemon's start: the topic was deleted and recreated, or emptied, since."""
-        lost = (f"the state topic {self.store.topic} no longer holds the record of consumer "
-                f"group {self.config.kafka.group_id!r}, written when the group started: the "
-                "topic was deleted and recreated, or emptied, since, and every model not "
-                "published since then is gone")
+    def _record_lost(self, found: str, when: str, changed: str, start_fresh: bool) -> None:
+        """ScopedStateRefused, naming what the state topic lost, unless ``start_fresh`` keeps
+        the models found and starts the others new and empty (the group's record written
+        again, if this daemon knows the partition count)."""
+        lost = (f"the state topic {self.store.topic} {found}: the topic was deleted and "
+                f"recreated, or emptied, {when}, and every model not published since then is "
+                "gone")
         if not start_fresh:
             raise ScopedStateRefused(
-                f"{lost}: new, empty models would silently take their places in partitions "
-                f"{partitions}. Nothing of them was read. Restore the state topic, or run with "
-                "--start-fresh (checkpoint.start_fresh = true) to keep the models found and "
-                "start the others new and empty.")
+                f"{lost}; new, empty models would silently take their places. {changed}. "
+                "Restore the state topic, or run with --start-fresh (checkpoint.start_fresh = "
+                "true) to keep the models found and start the others new and empty.")
         log.warning("start_fresh: %s; the models found are kept, the others start new and "
-                    "empty, and the group's record is written again", lost)
-        assert self.partitions is not None
-        self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(self.partitions), 0, 0, 1)
+                    "empty", lost)
+        if self.partitions is not None:
+            self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(self.partitions),
+                               0, 0, 1)
 
     def _record_group(self) -> None:
         """Write the group's record before the first model state of a new group."""
@@ -472,7 +464,10 @@ class ScopedModels:
         seconds = time.perf_counter() - started
         record = states.pop(GROUP_RECORD_ID, None)
         if record is None and self.partitions is not None:
-            self._group_lost(sorted(pending), start_fresh)
+            self._record_lost(
+                f"no longer holds the record of consumer group {self.config.kafka.group_id!r}, "
+                "written when the group started", "since",
+                f"Nothing of partitions {sorted(pending)} was read", start_fresh)
         elif record is not None:
             self._check_group_record(record.metadata, self.partitions or record.metadata.get(
                 "partitions"))

@@ -1128,6 +1128,7 @@ def test_model_states_without_their_groups_record_are_refused_at_start(caplog):
     with caplog.at_level(logging.WARNING, logger="connectors.scoped"):
         fresh.check_group(6)
     assert "the models found are kept" in caplog.text
+    assert "a new consumer group" not in caplog.text  # it is not one
     assert GROUP_RECORD_ID in store.records
     again, _ = _scoped(max_models=4, store=store)
     again.check_group(6)  # the group's record is back
