@@ -1125,6 +1125,7 @@ def test_model_states_without_their_groups_record_are_refused_at_start(caplog):
     assert store.publishes == publishes  # nothing written
     fresh, _ = _scoped(max_models=4, store=store)
     fresh.config.checkpoint.start_fresh = True
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="connectors.scoped"):
         fresh.check_group(6)
     assert "the models found are kept" in caplog.text
