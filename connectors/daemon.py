@@ -787,6 +787,19 @@ class Daemon:
                     f"settings ({changed}). Nothing was changed. Start with the settings the "
                     "model was made with, or use another checkpoint.dir for a new model."
                 )
+            offsets = state.get("processor", {}).get("offsets", {})
+            read_before = sorted({str(name).rpartition(":")[0] for name in offsets})
+            if read_before and not set(read_before) & set(self._topics()):
+                # Its offsets name none of this input's partitions: the input would be read
+                # from its beginning into a model of another stream (the two merged silently,
+                # or every message a duplicate_id).
+                raise CheckpointMismatch(
+                    f"the checkpoints in {config.checkpoint.dir} hold a model that read "
+                    f"{', '.join(read_before)}, not {', '.join(self._topics())}: this stream "
+                    "would be learned into another stream's model. Nothing was changed. Use "
+                    "another checkpoint.dir for this stream's model, or read the topic the "
+                    "model was made on."
+                )
 
         def read(path: Path) -> Checkpoint:
             return store.read(path, members=needed, check=bounds, accept=accept)

@@ -501,6 +501,7 @@ def test_a_symlinked_lock_is_not_followed(tmp_path):
 def _settings(tmp_path: Path, **extra: Any):
     return load_config(None, {
         "kafka.bootstrap_servers": "127.0.0.1:9",  # never reached: the refusals come first
+        "kafka.input_topic": "in",  # the topic of _record's messages
         "checkpoint.dir": str(tmp_path / "checkpoints"),
         "metrics.enabled": False,
         "retry.max_attempts": 1,
@@ -534,6 +535,20 @@ def test_a_changed_model_setting_stops_and_touches_nothing(tmp_path):
     # The original settings restore it (and only then is the broker needed).
     with pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path, **{"model.C": 1.0})).run()
+    assert _files(directory) == before
+
+
+def test_a_checkpoint_of_another_input_topic_stops_and_touches_nothing(tmp_path):
+    # Its offsets name none of this input's partitions: the input was read from its
+    # beginning into the other stream's model (merged, or every message a duplicate_id).
+    directory = _checkpoint_a_model(_settings(tmp_path))
+    before = _files(directory)
+    with pytest.raises(StartRefused, match=r"hold a model that read in, not other\.input"):
+        Daemon(_settings(tmp_path, **{"kafka.input_topic": "other.input"})).run()
+    assert _files(directory) == before
+    # With its own input topic (a label topic added meanwhile), it restores.
+    with pytest.raises(DaemonError, match=r"unreachable|giving up"):
+        Daemon(_settings(tmp_path, **{"kafka.label_topic": "labels"})).run()
     assert _files(directory) == before
 
 
