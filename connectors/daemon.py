@@ -1416,6 +1416,13 @@ class Daemon:
         topic was recreated and holds fewer messages)."""
         consumer = self._consumer
         for tp in consumer.assignment():
+            if self._verify_until or _known_partitions(consumer, tp.topic) is None:
+                # Not before the metadata is checked after a lost connection, nor for a topic
+                # it lacks: a broker that restarted empty answers fetches of a topic it no
+                # longer has with a high watermark of 0, which stopped the daemon for lost
+                # offsets where it waits for the topic (see _check_new_partitions); a topic
+                # recreated since is noticed by its new id.
+                continue
             high = consumer.highwater(tp)
             if high is None:
                 continue
@@ -1888,7 +1895,7 @@ class Daemon:
                     waiting.append((send, self._producer.send(topic, key=key, value=value,
                                                               partition=only[topic])))
                     sent += 1
-                self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
+                self._flush()
             except KafkaError as exc:
                 self.metrics.broker_errors.inc()
                 error = exc
@@ -1896,7 +1903,7 @@ class Daemon:
                 # the producer's buffer: deliver them before telling which failed, or they
                 # were sent again with the retry (and written twice).
                 with contextlib.suppress(KafkaError):
-                    self._producer.flush(timeout=self.config.kafka.request_timeout_ms / 1000)
+                    self._flush()
             unsent = sends[sent:]
             failed = [send for send, future in waiting if future.is_done and future.failed()]
             waiting = [(send, future) for send, future in waiting if not future.is_done]
@@ -1908,6 +1915,22 @@ class Daemon:
                     error or RuntimeError("not acknowledged"),
                 )
         return True
+
+    def _flush(self) -> None:
+        """The producer's flush within ``kafka.request_timeout_ms`` (KafkaTimeoutError after),
+        in slices of a second, so that a second stop request ends the wait at once (a broker
+        that stalls held the second SIGTERM for two request timeouts)."""
+        from kafka.errors import KafkaTimeoutError
+
+        deadline = time.monotonic() + self.config.kafka.request_timeout_ms / 1000
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self._producer.flush(timeout=max(0.001, min(1.0, remaining)))
+                return
+            except KafkaTimeoutError:
+                if remaining <= 1.0 or self._stop_requests >= 2:
+                    raise
 
     def _update_lag(self) -> None:
         for tp in self._consumer.assignment():
@@ -2253,8 +2276,12 @@ class Daemon:
             with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)
         if self._producer is not None:
+            # Outputs given up on a second stop are not waited for again (the restart repeats
+            # them): the close drops them at once.
+            given_up = self._undelivered and self._stop_requests >= 2
             with contextlib.suppress(Exception):
-                self._producer.close(timeout=self.config.kafka.request_timeout_ms / 1000)
+                self._producer.close(
+                    timeout=0 if given_up else self.config.kafka.request_timeout_ms / 1000)
         if self._state_store is not None:
             self._state_store.close()
         self.summary.seconds = time.monotonic() - self._started

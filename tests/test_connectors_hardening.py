@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -1251,3 +1252,39 @@ def test_a_stop_signal_that_interrupts_a_write_to_stderr_still_stops(tmp_path, m
     assert daemon.stop_event.is_set() and daemon._stop_requests == 1
     daemon.stop(signal.SIGTERM)
     assert daemon._second_stop.is_set() and daemon._stop_requests == 2
+
+
+class _FrozenBrokerProducer(_TooLargeProducer):
+    """A producer whose broker stalls: every flush waits its whole timeout, then times out."""
+
+    def __init__(self) -> None:
+        super().__init__(refused=b"")
+        self.waits: list[tuple[float, float]] = []  # (when, timeout) of each flush
+
+    def flush(self, timeout: float | None = None) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        self.waits.append((time.monotonic(), float(timeout or 0.0)))
+        time.sleep(timeout or 0.0)
+        raise KafkaTimeoutError("Timeout waiting for future")
+
+
+def test_a_second_stop_ends_the_wait_for_a_stalled_broker_within_a_second(tmp_path):
+    # Each flush waited kafka.request_timeout_ms (twice per attempt) before the second stop
+    # was looked at: 80 s from a second SIGTERM to the exit with a stalled broker.
+    import threading
+
+    config = _settings(tmp_path, **{"kafka.request_timeout_ms": 5000,
+                                    "retry.initial_backoff_seconds": 0.01,
+                                    "retry.max_backoff_seconds": 0.01})
+    daemon = Daemon(config)
+    daemon._producer = producer = _FrozenBrokerProducer()
+    daemon.stop()
+    second = threading.Timer(0.3, daemon.stop)
+    second.start()
+    try:
+        assert daemon._deliver([("out", None, b"one")]) is False
+    finally:
+        second.cancel()
+    after = [timeout for when, timeout in producer.waits if when >= producer.waits[0][0] + 0.3]
+    assert sum(after) <= 2.0  # at most a slice of a second per flush once asked twice

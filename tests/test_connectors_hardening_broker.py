@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -737,3 +738,32 @@ def test_a_state_topic_recreated_under_a_keyed_group_is_refused_not_met_as_a_new
     other = next(m for m in after if m not in (kept, ("group", None)))
     assert after[kept].metadata["processor"]["updates"] == 7
     assert after[other].metadata["processor"]["updates"] == 1
+
+
+@pytest.mark.slow
+def test_a_broker_restarted_empty_without_the_topic_is_waited_for_not_a_stop(tmp_path, caplog):
+    # Tansu answers a fetch of a topic it no longer has with a high watermark of 0: the daemon
+    # took that for lost offsets and stopped (exit 1), where the topic is missing and waited
+    # for (the Operations table), and said "the partition ends at 0" of no partition at all.
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    daemon = None
+    thread = None
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path, **{"kafka.poll_timeout_ms": 50})
+        embedded, daemon, thread = _serve_then_restart_the_broker(embedded, config)
+        with caplog.at_level("INFO", logger="connectors.daemon"):
+            assert wait_for(lambda: "does not exist on the broker (any more)" in caplog.text,
+                            60), caplog.text
+            # It keeps waiting: polls for 5 s more after the reconnect, still running,
+            # nothing reset (the stop came 4-7 s after the reconnect).
+            assert wait_for(lambda: b"stream_svm_connected 1.0" in daemon.metrics.render(), 30)
+            time.sleep(5.0)
+        assert thread.is_alive() and daemon.summary.exit_code == 0
+        assert "no longer holds the offsets" not in caplog.text
+        assert b"stream_svm_partition_resets_total{" not in daemon.metrics.render()
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        embedded.stop()
