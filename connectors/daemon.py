@@ -1814,6 +1814,10 @@ class Daemon:
         sends = [(kafka.output_topic, o.key, o.value) for o in result.outputs] + [
             (kafka.dead_letter_topic, d.key, d.value) for d in result.dead_letters
         ]
+        if len(records) > result.skipped and self.role != "predictor":
+            # Learned, not saved, from now on: while a stalled broker holds the outputs too
+            # (stream_svm_seconds_unsaved read 0 through a stall of minutes).
+            self.metrics.processed_unsaved()
         if not self._deliver(sends):
             return again  # given up on a second stop: this batch must not be checkpointed
         self._undelivered = False
@@ -1832,8 +1836,6 @@ class Daemon:
         summary.skipped += result.skipped
         summary.batches += 1
         self._since_checkpoint += len(records) - result.skipped
-        if self._since_checkpoint and self.role != "predictor":  # (a predictor saves nothing)
-            self.metrics.processed_unsaved()
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         if self.models is not None:

@@ -1288,3 +1288,24 @@ def test_a_second_stop_ends_the_wait_for_a_stalled_broker_within_a_second(tmp_pa
         second.cancel()
     after = [timeout for when, timeout in producer.waits if when >= producer.waits[0][0] + 0.3]
     assert sum(after) <= 2.0  # at most a slice of a second per flush once asked twice
+
+
+def test_a_batch_learned_and_waiting_for_the_broker_counts_as_unsaved(tmp_path):
+    # stream_svm_seconds_unsaved (the README's alert) read 0 through a broker stall of
+    # minutes: the batch was counted only once its outputs were delivered.
+    import re
+
+    daemon = Daemon(_settings(tmp_path))
+    daemon.processor = daemon._new_processor(build_model(daemon.config))
+    seen: list[float] = []
+
+    class Watching(_PartitionedProducer):
+        def flush(self, timeout: float | None = None) -> None:
+            time.sleep(0.05)  # the broker answers late
+            text = daemon.metrics.render().decode()
+            seen.append(float(re.search(r"^stream_svm_seconds_unsaved (\S+)$", text, re.M)[1]))
+
+    daemon._producer = Watching()
+    daemon._handle([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                    for i in range(4)])
+    assert seen and seen[0] > 0.0
