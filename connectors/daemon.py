@@ -567,7 +567,9 @@ class Daemon:
         self._sequence = 0  # of the last state published in this epoch
         self._published_offsets: dict[str, int] | None = None
         self._last_publish = time.monotonic()  # of the last attempt
-        self._publish_failed = False  # the last attempt failed: retried on an idle stream too
+        #: the state topic lacks the model as it is (nothing published in this epoch yet, or
+        #: the last attempt failed): published on an idle stream too
+        self._state_behind = False
         self._fenced = False  # another learner took the model over: publish nothing more
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
@@ -1210,6 +1212,7 @@ class Daemon:
                 "learners of one model must not both publish. Stop one of them."
             ) from None
         self._epoch, self._sequence = epoch, 0
+        self._state_behind = True
         assert self.processor is not None
         self.processor.generation = generation(epoch, 0)
         self.metrics.replica[0].set(0)
@@ -1972,10 +1975,13 @@ class Daemon:
         retry_due = time.monotonic() >= self._checkpoint_retry_at
         if self._since_checkpoint and (due_messages or due_time) and retry_due:
             self.checkpoint()
-        elif (self._publish_failed
-              and time.monotonic() - self._last_publish >= self.config.checkpoint.every_seconds):
-            # A publish failed and the stream went idle: no checkpoint is due, but predictors
-            # should not serve the older state for as long as the stream stays idle.
+        elif self._state_behind and (
+                (self._sequence == 0 and self._restored)
+                or time.monotonic() - self._last_publish >= self.config.checkpoint.every_seconds):
+            # Nothing published in this epoch yet (a learner restored from its checkpoint
+            # with nothing new to read published nothing: predictors waited for ever), or a
+            # publish failed and the stream went idle: no checkpoint is due, but predictors
+            # should not go without the model, or serve an older one, while it stays idle.
             self._publish()
 
     def checkpoint(self) -> None:
@@ -2106,12 +2112,12 @@ class Daemon:
                       "publish. The local checkpoint is kept.", exc)
             return
         except (StateStoreError, ValueError) as exc:
-            self._publish_failed = True
+            self._state_behind = True
             outcomes.labels(outcome="failed").inc()
             log.error("publishing the model's state failed (%s); the stream goes on and the "
                       "next checkpoint publishes again", exc)
             return
-        self._publish_failed = False
+        self._state_behind = False
         outcomes.labels(outcome="published").inc()
         self._sequence = sequence
         self._published_offsets = dict(processor.offsets)
@@ -2269,6 +2275,11 @@ class Daemon:
                 # The model's latest updates are not on disk: a restart repeats them from the
                 # last checkpoint. Not a clean stop.
                 self.summary.exit_code = 1
+        if (self._state_behind and self._restored and self.models is None
+                and not self._undelivered and not self._lock_lost):
+            # A restored model never published in this epoch (nothing new was read): at its
+            # stop, as the README says, or predictors would wait for a state that never comes.
+            self._publish()
         if self.models is not None:
             self._summarize_models()  # before closing: the close revokes their partitions
         if self._consumer is not None:

@@ -431,3 +431,25 @@ def test_a_learner_restored_over_an_empty_state_topic_claims_above_its_old_epoch
     assert daemon._epoch == 3
     newer, _ = _published(servers, recreated)
     assert (newer.epoch, newer.sequence) > (served.epoch, served.sequence)  # a predictor takes it
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_learner_restored_with_nothing_new_to_read_publishes_its_model(
+        broker, tmp_path, stopped):  # noqa: F811
+    # kafka.publish_state turned on for a learner whose checkpoint is at the end of the
+    # stream: it claimed an epoch and published nothing, not even at its stop, and its
+    # predictors waited for a state that never came.
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    produce(servers, topics["input"], _labelled(0, 30))
+    assert Daemon(_learner(broker, tmp_path, topics, **{"kafka.publish_state": False}),
+                  until_drained=True).run() == 0
+    config = _learner(broker, tmp_path, topics)
+    if stopped:
+        assert Daemon(config, until_drained=True).run() == 0
+    else:
+        with _Running(config) as learner:
+            assert wait_for(lambda: learner._sequence == 1, 30)
+    state, model = _published(servers, config)
+    assert state.sequence == 1 and state.next_offset == 30 and model.n_stored == 30
