@@ -13,6 +13,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import itertools
 import json
@@ -327,7 +328,7 @@ def replay(
     from kafka.errors import KafkaError
 
     from connectors.messages import encode
-    from connectors.sources import count_source, iter_records, raw_label
+    from connectors.sources import SourceError, count_source, iter_records, raw_label
 
     try:
         # A replay is interactive: an unreachable broker should fail in seconds, not 30.
@@ -341,6 +342,12 @@ def replay(
             f"({type(exc).__name__})"
         ) from None
     try:
+        # The source first: a missing file left a new, empty topic behind.
+        records = iter_records(source, target, limit, raw_label, id_column)
+    except SourceError:
+        producer.close(timeout=10)
+        raise
+    try:
         _replay_topic(bootstrap_servers, topic, partitions, keyed_by_id=key is None)
     except KafkaError as exc:
         producer.close(timeout=10)
@@ -349,7 +356,6 @@ def replay(
     bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
     sent = 0
     try:
-        records = iter_records(source, target, limit, raw_label, id_column)
         for index, (own_id, x, y) in enumerate(records):
             base = index if own_id is None else own_id
             identifier: str | int = f"{id_prefix}{base}" if id_prefix else base
@@ -361,6 +367,15 @@ def replay(
             sent += 1
             bar.update()
         producer.flush(timeout=60)
+    except (SourceError, KeyboardInterrupt) as exc:
+        # Say how far it got: the rows before this one were sent.
+        with contextlib.suppress(KafkaError):
+            producer.flush(timeout=10)
+        where = f"{sent} messages were sent to {topic} before it"
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"stream-svm replay: interrupted; {where}", file=sys.stderr)
+            raise
+        raise SourceError(f"{exc} ({where}: rows of the source up to that one)") from None
     finally:
         producer.close(timeout=10)
         bar.close()
@@ -443,21 +458,22 @@ def evaluate(
 
     bad_rows: list[str] = []
 
-    def rows() -> Iterator[tuple[dict[str, float], Any]]:
-        for _, x, y in iter_records(dataset, target, limit, raw_label, id_column, bad_rows):
+    def rows() -> Iterator[tuple[Any, dict[str, float], Any]]:
+        for identifier, x, y in iter_records(dataset, target, limit, raw_label, id_column,
+                                             bad_rows):
             while bad_rows:
                 skip(bad_rows.pop(0))
-            yield x, y
+            yield identifier, x, y
         while bad_rows:
             skip(bad_rows.pop(0))
 
-    def points() -> Iterator[tuple[dict[str, float], Any]]:
+    def points() -> Iterator[tuple[Any, dict[str, float], Any]]:
         stream = rows()
-        held: list[tuple[dict[str, float], Any]] = []
+        held: list[tuple[Any, dict[str, float], Any]] = []
         if scaler is not None and not scaler.frozen:
             # As the daemon: the warm-up's points wait until the statistics are known.
-            for x, y in stream:
-                held.append((x, y))
+            for identifier, x, y in stream:
+                held.append((identifier, x, y))
                 try:
                     if scaler.observe(x):
                         break
@@ -466,13 +482,21 @@ def evaluate(
             if not scaler.frozen:
                 raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
                                   f"warm-up of {config.scaler.warmup_messages}")
-        for x, y in itertools.chain(held, stream):
-            yield (x if scaler is None else scaler.transform(x)), y
+        for identifier, x, y in itertools.chain(held, stream):
+            yield identifier, (x if scaler is None else scaler.transform(x)), y
 
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()
     try:
-        for index, (x, label) in enumerate(points()):
+        for index, (identifier, x, label) in enumerate(points()):
+            # The file's id (else the row number) is the key a keyed model learns under, and a
+            # repeated one is skipped before it is scored, as the daemon dead-letters it
+            # (duplicate_id).
+            key = index if identifier is None else identifier
+            if keyed and identifier is not None and key in model:
+                skip(f"{dataset}, point {index}: id {key!r} is learned already (the daemon "
+                     "dead-letters it duplicate_id)")
+                continue
             try:
                 y = targets.model_label(targets.parse(label))
             except Malformed as exc:
@@ -496,7 +520,7 @@ def evaluate(
             before = int(getattr(model, "breakpoints_total", 0))
             try:
                 if keyed:
-                    model.learn_one(x, y, key=index)
+                    model.learn_one(x, y, key=key)
                 else:
                     model.learn_one(x, y)
             except refusals as exc:  # refused, the model unchanged: say which point
@@ -764,6 +788,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"stream-svm {args.command}: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in replay or evaluate: no traceback
+        print(f"stream-svm {args.command}: interrupted", file=sys.stderr)
+        return 130
     except ValueError as exc:  # e.g. a data source that cannot be read
         print(f"stream-svm {args.command}: {exc}", file=sys.stderr)
         return 2

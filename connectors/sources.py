@@ -12,10 +12,13 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import logging
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BUNDLED", "SourceError", "count_source", "iter_records", "iter_source", "raw_label"]
 
@@ -85,6 +88,8 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
         if id_column is not None and id_column not in reader.fieldnames:
             raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
+        if id_column is None and "id" in reader.fieldnames:
+            _warn_id_is_a_feature(path)
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
             try:
@@ -129,15 +134,32 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         if id_column not in document:
             raise SourceError(f"{where}: no field {id_column!r} (the --id-column)")
         identifier = _identifier(document[id_column], where)
-    if "x" in document:  # {"x": {...}, "y": ...}, the daemon's own format
+    if "x" in document:  # {"id": ..., "x": {...}, "y": ...}, the daemon's own format
+        if not isinstance(document["x"], dict):
+            raise SourceError(f"{where}: \"x\" must be an object of features")
+        if id_column is None and document.get("id") is not None:
+            identifier = _identifier(document["id"], where)  # its id is the message's
         features, y = document["x"], document.get("y", document.get(target))
     else:
+        if id_column is None and "id" in document:
+            _warn_id_is_a_feature(where.rpartition(":")[0])
         features = {k: v for k, v in document.items() if k not in (target, id_column)}
         y = document.get(target)
     if y is None:
         raise SourceError(f"{where}: no label {target!r}")
     x = {k: _number(v, k, where) for k, v in features.items()}
     return identifier, x, read(y, where)
+
+
+_WARNED_ID_FEATURE: set[str] = set()
+
+
+def _warn_id_is_a_feature(path: Any) -> None:
+    """Once per file: a column named "id" is a feature unless --id-column names it."""
+    if str(path) not in _WARNED_ID_FEATURE:
+        _WARNED_ID_FEATURE.add(str(path))
+        log.warning("%s: the column 'id' is read as a feature; pass --id-column id to take the "
+                    "messages' ids from it instead", path)
 
 
 def _identifier(value: Any, where: str) -> str | int:
@@ -175,6 +197,9 @@ def iter_records(
     file's rows (not a feature then), or None. A file's row that cannot be read raises
     SourceError naming it, or with ``bad_rows`` is skipped and its error appended there."""
     stream: Iterator[tuple[Any, dict[str, Any], Any]]
+    if id_column is not None and id_column == target:
+        raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
+                          "column that holds the ids")
     if id_column is not None and (source.lower() in BUNDLED or source.startswith("river-flow:")):
         raise SourceError(f"--id-column is for .csv and .jsonl files, not {source!r}")
     if source.lower() in BUNDLED:

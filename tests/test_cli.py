@@ -435,3 +435,89 @@ def test_a_daemon_started_under_nohup_outlives_its_terminal(tmp_path):
         process.kill()
         process.stderr.close()
     assert "SIGHUP" not in rest
+
+
+def test_evaluate_skips_a_repeated_id_as_the_daemon_dead_letters_it(tmp_path, capsys):
+    # evaluate learned every row: 600 points where replay + serve answered 400 and
+    # dead-lettered 200 (duplicate_id), with another accuracy than the daemon's.
+    from river import datasets
+
+    rows = list(datasets.Bananas())[:60]
+    source = tmp_path / "ids.csv"
+    lines = []
+    for i, (x, y) in enumerate(rows):
+        a, b = list(x.values())[:2]
+        lines.append(f"{i % 40},{a},{b},{int(y)}\n")
+    source.write_text("id,a,b,y\n" + "".join(lines))
+    assert main(["evaluate", "--dataset", str(source), "--id-column", "id",
+                 "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 40 and summary["skipped"] == 20
+    assert "id 0 is learned already (the daemon dead-letters it duplicate_id)" in \
+        summary["skipped_first"][0]
+
+
+def test_an_id_column_that_is_the_label_column_is_refused_by_name(tmp_path, capsys):
+    source = tmp_path / "ids.csv"
+    source.write_text("id,a,y\n1,0.5,1\n2,-0.5,0\n")
+    assert main(["evaluate", "--dataset", str(source), "--id-column", "y",
+                 "--no-progress"]) == 2
+    assert "--id-column 'y' is the label column" in capsys.readouterr().err
+
+
+def test_a_files_id_column_is_a_feature_unless_named_and_said_so(tmp_path, caplog):
+    from connectors.sources import iter_records
+
+    flat = tmp_path / "flat.csv"
+    flat.write_text("id,a,y\n17,0.5,1\n")
+    with caplog.at_level(logging.WARNING, logger="connectors.sources"):
+        assert list(iter_records(str(flat))) == [(None, {"id": 17.0, "a": 0.5}, True)]
+    assert "the column 'id' is read as a feature; pass --id-column id" in caplog.text
+    # The daemon's own message format: its id is the message's id, as the daemon reads it.
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text('{"id": "alice", "x": {"a": 1.0}, "y": true}\n'
+                        '{"id": 7, "x": {"a": -1.0}, "y": false}\n')
+    assert list(iter_records(str(messages))) == [("alice", {"a": 1.0}, True),
+                                                 (7, {"a": -1.0}, False)]
+
+
+def test_ctrl_c_in_evaluate_exits_130_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import connectors.cli as cli
+
+    def interrupted(*_: object, **__: object) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "evaluate", interrupted)
+    assert main(["evaluate", "--dataset", "bananas", "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip() == "stream-svm evaluate: interrupted"
+
+
+@pytest.mark.broker
+def test_replay_checks_the_source_before_the_topic_and_says_how_far_it_got(tmp_path):
+    from kafka import KafkaConsumer
+
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from connectors.sources import SourceError
+    from tests.connectors_helpers import read_all, unique
+
+    broken = tmp_path / "mixed.jsonl"
+    broken.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\nnot json\n')
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        servers = broker.bootstrap_servers
+        missing = unique("replay-missing")
+        with pytest.raises(SourceError, match="neither a bundled data set"):
+            replay(str(tmp_path / "nofile.csv"), missing, servers, progress=False)
+        consumer = KafkaConsumer(bootstrap_servers=servers)
+        try:
+            assert missing not in consumer.topics()  # no empty topic left behind
+        finally:
+            consumer.close()
+        topic = unique("replay-broken")
+        with pytest.raises(SourceError, match=r"mixed\.jsonl:3: not JSON.*\(2 messages were "
+                                              rf"sent to {topic} before it"):
+            replay(str(broken), topic, servers, progress=False)
+        assert len(read_all(servers, topic, 2)) == 2
+    finally:
+        broker.stop()
