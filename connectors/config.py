@@ -661,8 +661,13 @@ def kafka_client_settings(
         "request_timeout_ms": kafka.request_timeout_ms,
     }
     for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        if getattr(kafka, key):
-            settings[key] = getattr(kafka, key)
+        path = getattr(kafka, key)
+        if path:
+            # Checked here: the client only logged "No such file or directory" at every
+            # connection attempt, for ever, without naming the file or the setting.
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                raise ConfigError(f"setting kafka.{key}: {path!r} is not a readable file")
+            settings[key] = path
     if kafka.sasl_mechanism:
         username = environ.get(SASL_USERNAME_ENV)
         password = environ.get(SASL_PASSWORD_ENV)

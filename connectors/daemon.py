@@ -626,6 +626,10 @@ class Daemon:
                 previous_handlers[signum] = signal.signal(signum, self.stop)
         try:
             config = self.config
+            if config.kafka.bootstrap_servers:
+                # The client's settings first (TLS files, SASL credentials): refused before
+                # a checkpoint is read or a port is taken.
+                kafka_client_settings(config)
             if config.metrics.enabled and self.metrics_port is None:
                 self.metrics_port = self.metrics.serve(config.metrics.host, config.metrics.port)
             if self.role == "predictor":
@@ -756,8 +760,8 @@ class Daemon:
         return None
 
     def _serving(self, processor: Processor) -> None:
-        assert self._follower is not None and self._follower.newest is not None
-        self.metrics.replica[0].set(self._follower.newest[1])
+        assert self._follower is not None and self._follower.taken is not None
+        self.metrics.replica[0].set(self._follower.taken[1])
         log.info("predictor: serving model generation %s (%d model updates)",
                  processor.generation, processor.model_updates)
 

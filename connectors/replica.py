@@ -152,6 +152,10 @@ class StateFollower:
         self.stop_event = stop
         #: (epoch, sequence) of the newest state built (served or waiting to be taken)
         self.newest: tuple[int, int] | None = None
+        #: the state topic's id when that state was read
+        self._newest_topic: str | None = None
+        #: (epoch, sequence) of the state last taken (served)
+        self.taken: tuple[int, int] | None = None
         self._ready: Processor | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -168,9 +172,12 @@ class StateFollower:
             self._thread.join(timeout)
 
     def take(self) -> Processor | None:
-        """The processor of a state newer than the last one taken, or None."""
+        """The processor of a state newer than the last one taken, or None; ``taken`` is
+        then its (epoch, sequence)."""
         with self._lock:
             ready, self._ready = self._ready, None
+            if ready is not None:
+                self.taken = self.newest
         return ready
 
     def _run(self) -> None:
@@ -204,6 +211,17 @@ class StateFollower:
         finally:
             seconds.observe(time.perf_counter() - started)
         state = states.get(GLOBAL_MODEL_ID)
+        topic_id = getattr(store, "topic_id", None)
+        if (state is not None and self.newest is not None and topic_id is not None
+                and self._newest_topic is not None and topic_id != self._newest_topic):
+            # The state topic was recreated (a broker that lost its data, or deleted): a new
+            # learner's epochs start again at 0 there, below the state served, whose states
+            # were all taken for older ones, silently, until its sequence caught up.
+            log.warning("state topic %s has the id %s, the model served was read when it had "
+                        "%s: it was recreated; following the states written there since",
+                        self.config.kafka.state_topic, topic_id, self._newest_topic)
+            with self._lock:
+                self.newest = None
         if state is None:
             outcome = "none"
         elif self.newest is not None and (state.epoch, state.sequence) <= self.newest:
@@ -222,6 +240,7 @@ class StateFollower:
             with self._lock:  # together: take() must never see the one without the other
                 self._ready = processor
                 self.newest = (state.epoch, state.sequence)
+                self._newest_topic = topic_id
             outcome = "newer"
         if outcome != "refused":
             self._last_problem = None

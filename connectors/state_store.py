@@ -430,6 +430,8 @@ class StateStore:
         self.timeout = float(timeout)
         self.client_options = options
         self.last_report = RestoreReport()
+        #: the topic's id as of the last full read (None: unknown; the broker keeps none)
+        self.topic_id: str | None = None
         self._views: dict[Hashable, _ModelView] = {}
         #: per partition, the offset up to which this store has read the topic
         self._read_until: dict[int, int] = {}
@@ -933,6 +935,7 @@ class StateStore:
                 found = consumer.partitions_for_topic(self.topic)
                 if not found:
                     raise self._missing()
+                self.topic_id = _topic_id_of(consumer, self.topic)
                 if self._partition_count is None:
                     self._partition_count = len(found)
                 tps = [TopicPartition(self.topic, p) for p in sorted(found)]
@@ -1288,6 +1291,17 @@ def _assemble(
     if len(payload) != first["size"] or hashlib.sha256(payload).hexdigest() != first["sha256"]:
         return f"checksum: sequence {first['sequence']} does not match its sha256", None, None
     return None, payload, first
+
+
+def _topic_id_of(consumer: Any, topic: str) -> str | None:
+    """The topic's id in the client's metadata (Kafka >= 2.8 and Tansu have ids), or None;
+    kafka-python keeps it on its client's cluster object only."""
+    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+    try:
+        found = cluster.topic_id(topic) if cluster is not None else None
+    except Exception:  # another kafka-python
+        return None
+    return None if found is None else str(found)
 
 
 def _close_consumer(consumer: Any, topic: str) -> None:

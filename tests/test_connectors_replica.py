@@ -453,3 +453,44 @@ def test_a_learner_restored_with_nothing_new_to_read_publishes_its_model(
             assert wait_for(lambda: learner._sequence == 1, 30)
     state, model = _published(servers, config)
     assert state.sequence == 1 and state.next_offset == 30 and model.n_stored == 30
+
+
+@pytest.mark.broker
+def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
+        broker, tmp_path, caplog):  # noqa: F811
+    # After the state topic was recreated (a broker that lost its data), a new learner's
+    # epochs start again at 0: the predictor took its states for older than the one it
+    # served, silently, and answered with the lost model until the new sequence caught up.
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from connectors.replica import StateFollower
+
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    old = _learner(broker, tmp_path / "old", topics)
+    for run in range(3):  # states (0, 1), (1, 1), (2, 1)
+        produce(servers, topics["input"], _labelled(10 * run, 10))
+        assert Daemon(old, until_drained=True).run() == 0
+    predictor = _predictor(broker, topics)
+    follower = StateFollower(predictor, lambda model: Processor(model), Metrics(),
+                             threading.Event())
+    store = StateStore(servers, topics["state"], timeout=10)
+    try:
+        assert follower.refresh(store) == "newer" and follower.newest == (2, 1)
+        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
+        try:
+            admin.delete_topics([topics["state"]])
+            wait_for(lambda: topics["state"] not in admin.list_topics(), 20)
+            admin.create_topics([NewTopic(topics["state"], 1, 1)])
+        finally:
+            admin.close()
+        new = _learner(broker, tmp_path / "new", {**topics, "input": unique("replica-in")})
+        produce(servers, new.kafka.input_topic, _labelled(100, 10))
+        assert Daemon(new, until_drained=True).run() == 0
+        with caplog.at_level("WARNING", logger="connectors.replica"):
+            assert follower.refresh(store) == "newer"
+        assert follower.newest == (0, 1)
+        assert "it was recreated; following the states written there since" in caplog.text
+        assert follower.take().model_updates == 10
+    finally:
+        store.close()

@@ -194,11 +194,13 @@ def test_the_fetch_wait_defaults_to_50_ms_or_a_shorter_poll_timeout(overrides, w
     assert load_config(None, overrides, environ={}).kafka.fetch_max_wait_ms == wait
 
 
-def test_kafka_settings_pass_through_with_credentials_from_the_environment():
+def test_kafka_settings_pass_through_with_credentials_from_the_environment(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     config = load_config(
         None,
         {"kafka.bootstrap_servers": "a:1,b:2", "kafka.security_protocol": "SASL_SSL",
-         "kafka.sasl_mechanism": "SCRAM-SHA-256", "kafka.ssl_cafile": "/ca.pem"},
+         "kafka.sasl_mechanism": "SCRAM-SHA-256", "kafka.ssl_cafile": str(ca)},
         {},
     )
     with pytest.raises(ConfigError, match="STREAM_SVM_SASL_USERNAME"):
@@ -207,7 +209,7 @@ def test_kafka_settings_pass_through_with_credentials_from_the_environment():
         config, {"STREAM_SVM_SASL_USERNAME": "u", "STREAM_SVM_SASL_PASSWORD": "p"}
     )
     assert settings["bootstrap_servers"] == ["a:1", "b:2"]
-    assert settings["sasl_plain_username"] == "u" and settings["ssl_cafile"] == "/ca.pem"
+    assert settings["sasl_plain_username"] == "u" and settings["ssl_cafile"] == str(ca)
 
 
 # -- messages --------------------------------------------------------------------------------
@@ -545,6 +547,22 @@ def test_sasl_credentials_without_a_sasl_mechanism_are_reported_unused(caplog):
         settings = kafka_client_settings(config, {"STREAM_SVM_SASL_USERNAME": "svc"})
     assert "sasl_plain_username" not in settings
     assert "STREAM_SVM_SASL_USERNAME / STREAM_SVM_SASL_PASSWORD are set but not used" in caplog.text
+
+
+@pytest.mark.parametrize("setting", ["ssl_cafile", "ssl_certfile", "ssl_keyfile"])
+def test_a_tls_file_that_is_missing_is_named_at_start(tmp_path, setting):
+    # The client logged "No such file or directory" at every connection attempt, for ever,
+    # naming neither the file nor the setting.
+    from connectors.config import kafka_client_settings
+
+    missing = tmp_path / "ca.pem"
+    config = load_config(None, {"kafka.bootstrap_servers": "k:9093",
+                                "kafka.security_protocol": "SSL",
+                                f"kafka.{setting}": str(missing)}, environ={})
+    with pytest.raises(ConfigError, match=rf"kafka\.{setting}: '.*ca\.pem' is not a readable"):
+        kafka_client_settings(config, {})
+    missing.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert kafka_client_settings(config, {})[setting] == str(missing)
 
 
 def test_the_stop_event_can_be_set_by_a_signal_handler_that_interrupted_its_wait():
