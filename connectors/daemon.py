@@ -2279,11 +2279,17 @@ class Daemon:
                 # The model's latest updates are not on disk: a restart repeats them from the
                 # last checkpoint. Not a clean stop.
                 self.summary.exit_code = 1
-        if (self._state_behind and self._restored and self.models is None
-                and not self._undelivered and not self._lock_lost):
-            # A restored model never published in this epoch (nothing new was read): at its
-            # stop, as the README says, or predictors would wait for a state that never comes.
+        if (self._state_behind and self.models is None and self.processor is not None
+                and (self._restored or self._sequence or self.processor.offsets)
+                and not self._undelivered and not self._lock_lost and not self._fenced):
+            # The state topic lacks the model as it stops (a publish failed, or a restored
+            # model had nothing new to read): published at its stop, as the README says, or
+            # predictors would serve an older one (or wait for one) until the next run.
             self._publish()
+            if self._state_behind:
+                log.error("stopping with the model's latest state unpublished: predictors "
+                          "serve an older one until the next run of this learner publishes")
+                self.summary.exit_code = 1
         if self.models is not None:
             self._summarize_models()  # before closing: the close revokes their partitions
         if self._consumer is not None:

@@ -149,6 +149,9 @@ class _FailingStore:
     def publish(self, *args: Any, **kwargs: Any) -> int:
         raise self.error
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.mark.parametrize(
     ("error", "outcome", "exit_code"),
@@ -175,6 +178,12 @@ def test_a_failed_publish_goes_on_and_a_newer_learner_stops_this_one(error, outc
     daemon._last_publish -= config.checkpoint.every_seconds
     daemon._maybe_checkpoint()
     assert publish.labels(outcome=outcome)._value.get() == (1 if exit_code else 2)
+    # A stop tries once more; still failing, it is not a clean stop (it was exit 0, and the
+    # predictors served an older model until the next run).
+    daemon._started = time.monotonic()
+    daemon._shutdown()
+    assert publish.labels(outcome=outcome)._value.get() == (1 if exit_code else 3)
+    assert daemon.summary.exit_code == 1
 
 
 # -- on the broker -----------------------------------------------------------------------------
