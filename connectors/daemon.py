@@ -565,7 +565,9 @@ class Daemon:
         self._state_store: StateStore | None = None
         self._epoch: int | None = None  # claimed at connection
         self._sequence = 0  # of the last state published in this epoch
-        self._published_offsets: dict[str, int] | None = None
+        #: what the last state published held: the offsets and the model's updates (a topic
+        #: read again from 0 after a reset can bring the offsets back to the same numbers)
+        self._published: tuple[dict[str, int], int] | None = None
         self._last_publish = time.monotonic()  # of the last attempt
         #: the state topic lacks the model as it is (nothing published in this epoch yet, or
         #: the last attempt failed): published on an idle stream too
@@ -2088,7 +2090,7 @@ class Daemon:
         if not self._publishes or self._fenced or store is None or self._epoch is None:
             return
         assert processor is not None
-        if processor.offsets == self._published_offsets:
+        if (processor.offsets, processor.model_updates) == self._published:
             return  # nothing new since the last state (a checkpoint retried after a failure)
         if processor.scaler is not None and not processor.scaler.frozen:
             log.debug("the scaler is warming up: no state to publish yet")
@@ -2120,14 +2122,37 @@ class Daemon:
             outcomes.labels(outcome="failed").inc()
             log.error("publishing the model's state failed (%s); the stream goes on and the "
                       "next checkpoint publishes again", exc)
+            self._recreate_state_topic()
             return
         self._state_behind = False
         outcomes.labels(outcome="published").inc()
         self._sequence = sequence
-        self._published_offsets = dict(processor.offsets)
+        self._published = (dict(processor.offsets), processor.model_updates)
         processor.generation = generation(epoch, sequence)
         self.metrics.replica[0].set(sequence)
         log.debug("published model generation %s", processor.generation)
+
+    def _recreate_state_topic(self) -> None:
+        """After a failed publish: a state topic that no longer exists (a broker that lost its
+        data, or deleted) is created again and a new epoch claimed there, else every later
+        publish failed for good while the learner ran on."""
+        store = self._state_store
+        assert store is not None and self._epoch is not None
+        try:
+            if not store.ensure_topic(partitions=1):
+                return
+            epoch = store.claim_epoch(GLOBAL_MODEL_ID, at_least=self._epoch + 1)
+        except StaleEpochError:
+            return  # another learner claimed it first: the next publish is fenced
+        except StateStoreError as exc:
+            log.debug("state topic %s: not checked after the failed publish: %s", store.topic,
+                      exc)
+            return
+        log.warning("the state topic %s did not exist any more (the broker lost its data, or it "
+                    "was deleted): created it again, publishing there as epoch %d",
+                    store.topic, epoch)
+        self._epoch, self._sequence = epoch, 0
+        self._last_publish = -math.inf  # published at the next idle poll or checkpoint
 
     def _summarize_models(self) -> None:
         """Progressive figures over the live models (pooled), breakpoints of them."""

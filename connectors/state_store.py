@@ -563,9 +563,10 @@ class StateStore:
 
     # ------------------------------------------------------------------- topic
 
-    def ensure_topic(self, partitions: int = 1, replication_factor: int = 1) -> None:
-        """Create the topic with ``cleanup.policy=compact`` if it is missing; an existing topic
-        is left as it is (a warning is logged when it does not report ``compact``).
+    def ensure_topic(self, partitions: int = 1, replication_factor: int = 1) -> bool:
+        """Create the topic with ``cleanup.policy=compact`` if it is missing (True then); an
+        existing topic is left as it is (a warning is logged when it does not report
+        ``compact``).
 
         Tansu 0.6.0 (the embedded broker) accepts the setting and reports it back, but never
         compacts: every record stays until the broker stops. Reading does not depend on it.
@@ -598,7 +599,7 @@ class StateStore:
                     )
                     log.info("created the state topic %s (%d partitions, compacted)",
                              self.topic, partitions)
-                    return
+                    return True
                 except TopicAlreadyExistsError:
                     pass  # another process created it meanwhile: as for an existing topic
             try:
@@ -609,12 +610,13 @@ class StateStore:
                 policy = described.get("topic", {}).get(self.topic, {}).get("cleanup.policy", {})
             except KafkaError as exc:
                 log.debug("state topic %s: its configuration is unknown: %s", self.topic, exc)
-                return
+                return False
             if "compact" not in str(policy.get("value", "")).split(","):
                 log.warning(
                     "the state topic %s exists with cleanup.policy=%s, not compact: it keeps "
                     "every state ever published", self.topic, policy.get("value", "(unset)")
                 )
+            return False
         except KafkaError as exc:
             raise self._fail("creating the topic", exc) from exc
         finally:

@@ -152,6 +152,9 @@ class _FailingStore:
     def close(self) -> None:
         pass
 
+    def ensure_topic(self, partitions: int = 1) -> bool:
+        return False  # the topic is there: the failure is the broker's
+
 
 @pytest.mark.parametrize(
     ("error", "outcome", "exit_code"),
@@ -503,3 +506,36 @@ def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
         assert follower.take().model_updates == 10
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_a_learner_whose_state_topic_vanished_creates_it_again_and_publishes_there(
+        tmp_path, caplog):
+    # After the broker lost its data under a running learner, every publish failed for good
+    # ("failed to update metadata"): predictors served the old model while it ran on.
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    topics = _topics()
+    config = _learner(embedded, tmp_path, topics, **{
+        "checkpoint.every_messages": 10, "kafka.request_timeout_ms": 3000,
+        "kafka.on_partition_reset": "earliest"})
+    try:
+        with caplog.at_level("WARNING", logger="connectors.daemon"), \
+                _Running(config) as learner:
+            produce(embedded.bootstrap_servers, topics["input"], _labelled(0, 10))
+            assert wait_for(lambda: learner._sequence == 1, 30)
+            epoch = learner._epoch
+            port = int(embedded.bootstrap_servers.rpartition(":")[2])
+            embedded.stop()
+            embedded = EmbeddedBroker(port=port, start_timeout=20).start()  # empty
+            ensure_topics({"bootstrap_servers": embedded.bootstrap_servers},
+                          [topics["input"], topics["learner-out"], topics["learner-dead"]])
+            produce(embedded.bootstrap_servers, topics["input"], _labelled(10, 10))
+            assert wait_for(lambda: learner._epoch == epoch + 1 and learner._sequence >= 1,
+                            90), caplog.text
+        assert "did not exist any more" in caplog.text
+        state, model = _published(embedded.bootstrap_servers, config)
+        assert state.epoch == epoch + 1 and model.n_stored == 20
+    finally:
+        embedded.stop()
