@@ -66,6 +66,21 @@ def free_loopback_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _check_port_free(port: int) -> None:
+    """BrokerError when something listens on ``127.0.0.1:port`` already: the readiness check
+    reached that other server, said the broker was up, and the broker died on AddrInUse."""
+    if not 0 < port < 65536:
+        raise BrokerError(f"port {port} is not a TCP port (1-65535)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As a listener binds (a port in TIME_WAIT after a stop is free for it).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError as exc:
+            raise BrokerError(f"port {port} on {LOOPBACK} is taken ({exc.strerror}): another "
+                              "broker or server listens there; choose another port") from None
+
+
 def wait_for_port(host: str, port: int, timeout: float) -> bool:
     """Whether a TCP connection to ``host:port`` succeeds within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -140,6 +155,7 @@ class EmbeddedBroker:
         if self.running:
             return self
         binary = resolve_binary()
+        _check_port_free(self.port)
         url = f"tcp://{LOOPBACK}:{self.port}"
         if self._log_path is None:
             fd, name = tempfile.mkstemp(prefix="stream-svm-broker-", suffix=".log")

@@ -88,7 +88,15 @@ class DirectoryLock:
     def acquire(self) -> None:
         """Take the lock (creating the directory, mode 0700); CheckpointError when another
         process holds it or the lock file cannot be used."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise CheckpointError(f"the checkpoint directory {self.directory} (checkpoint.dir, "
+                                  "--checkpoint-dir) is a file, or lies under one: give a "
+                                  "directory") from None
+        except PermissionError as exc:
+            raise CheckpointError(f"cannot create the checkpoint directory {self.directory} "
+                                  f"(checkpoint.dir, --checkpoint-dir): {exc.strerror}") from None
         path = self.directory / ".lock"
         try:
             # O_NOFOLLOW: a symbolic link planted as .lock must not make the daemon open (and

@@ -521,3 +521,18 @@ def test_replay_checks_the_source_before_the_topic_and_says_how_far_it_got(tmp_p
         assert len(read_all(servers, topic, 2)) == 2
     finally:
         broker.stop()
+
+
+def test_the_broker_refuses_a_taken_port_or_one_out_of_range(capsys):
+    # A taken port: the readiness check reached the other server, printed "broker at ...",
+    # and the broker then died on AddrInUse, which only its log said. Port 99999 waited 15 s.
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert main(["broker", "--port", str(port)]) == 1
+        assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
+    assert main(["broker", "--port", "99999"]) == 1
+    assert "port 99999 is not a TCP port (1-65535)" in capsys.readouterr().err

@@ -496,6 +496,17 @@ def test_a_symlinked_lock_is_not_followed(tmp_path):
     assert target.read_text() == "keep me"
 
 
+def test_a_checkpoint_dir_that_is_a_file_is_named_as_the_setting(tmp_path):
+    # It said "[Errno 17] File exists: 'afile'", naming neither the setting nor the problem.
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for directory in (afile, afile / "below"):
+        with pytest.raises(DaemonError, match=r"\(checkpoint\.dir, --checkpoint-dir\) is a "
+                                              "file, or lies under one"), _locked(directory):
+            pass
+    assert afile.read_text() == "not a directory"
+
+
 # -- no new model without the operator's say -------------------------------------------------
 
 
