@@ -222,7 +222,13 @@ def _config(args: argparse.Namespace) -> Any:
         overrides["checkpoint.start_fresh"] = True
     if getattr(args, "on_partition_reset", None):
         overrides["kafka.on_partition_reset"] = args.on_partition_reset
-    overrides.update(dict(getattr(args, "settings", []) or []))
+    for name, raw in getattr(args, "settings", []) or []:
+        if name in overrides and str(overrides[name]).lower() != str(raw).lower():
+            # Which one won showed nowhere (--set did, whatever the order).
+            raise ConfigError(f"setting {name} is given twice on the command line, as "
+                              f"{overrides[name]!r} by its own flag and as {raw!r} by --set: "
+                              "give it once")
+        overrides[name] = raw
     return load_config(getattr(args, "config", None), overrides)
 
 

@@ -536,3 +536,16 @@ def test_the_broker_refuses_a_taken_port_or_one_out_of_range(capsys):
         assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
     assert main(["broker", "--port", "99999"]) == 1
     assert "port 99999 is not a TCP port (1-65535)" in capsys.readouterr().err
+
+
+def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
+    # --set won silently, whatever the order.
+    assert main(["serve", "--metrics-port", "29408", "--set", "metrics.port=29409",
+                 "--bootstrap-servers", "127.0.0.1:9"]) == 2
+    assert ("setting metrics.port is given twice on the command line, as '29408' by its own "
+            "flag and as '29409' by --set") in capsys.readouterr().err
+    from connectors.cli import _config
+
+    args = build_parser().parse_args(["serve", "--metrics-port", "29408",
+                                      "--set", "metrics.port=29408"])
+    assert _config(args).metrics.port == 29408  # the same value twice is no conflict
