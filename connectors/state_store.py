@@ -1097,11 +1097,16 @@ class StateStore:
             where = f"model {_jsonable_id(model)} epoch {epoch} slot {slot}"
             problem, payload, first = _assemble(chunks)
             if problem is not None:
-                if problem.startswith("checksum"):
+                corrupt = problem.startswith("checksum")
+                if corrupt:
                     report.corrupt += 1
                 else:
                     report.incomplete += 1
-                log.warning("state topic %s: %s: %s; skipped", self.topic, where, problem)
+                # An incomplete state is mostly one being written while this reads, or one a
+                # killed writer left: a reader that polls (a predictor, every second, which
+                # warned at every publish of a chunked state) says it at its own level.
+                log.log(logging.WARNING if corrupt or log_level >= logging.INFO else log_level,
+                        "state topic %s: %s: %s; skipped", self.topic, where, problem)
                 continue
             assert first is not None and payload is not None
             report.complete += 1
