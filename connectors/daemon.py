@@ -86,6 +86,7 @@ from connectors.replica import (
 )
 from connectors.scoped import ScopedModels, ScopedStateRefused
 from connectors.state_store import StaleEpochError, StateStore, StateStoreError
+from connectors.state_store import topic_id_of as _topic_id
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
 
@@ -318,17 +319,6 @@ def _locked(directory: Path) -> Iterator[DirectoryLock]:
         yield lock
     finally:
         lock.release()
-
-
-def _topic_id(consumer: Any, topic: str) -> str | None:
-    """The topic's id from the consumer's cluster metadata (Kafka >= 2.8 and Tansu have ids),
-    or None. kafka-python exposes it only on its client's cluster object."""
-    cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
-    try:
-        found = cluster.topic_id(topic) if cluster is not None else None
-    except Exception:  # pragma: no cover - another kafka-python
-        return None
-    return None if found is None else str(found)
 
 
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:

@@ -937,7 +937,7 @@ class StateStore:
                 found = consumer.partitions_for_topic(self.topic)
                 if not found:
                     raise self._missing()
-                self.topic_id = _topic_id_of(consumer, self.topic)
+                self.topic_id = topic_id_of(consumer, self.topic)
                 if self._partition_count is None:
                     self._partition_count = len(found)
                 tps = [TopicPartition(self.topic, p) for p in sorted(found)]
@@ -1300,7 +1300,7 @@ def _assemble(
     return None, payload, first
 
 
-def _topic_id_of(consumer: Any, topic: str) -> str | None:
+def topic_id_of(consumer: Any, topic: str) -> str | None:
     """The topic's id in the client's metadata (Kafka >= 2.8 and Tansu have ids), or None;
     kafka-python keeps it on its client's cluster object only."""
     cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
