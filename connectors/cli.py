@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--partitions", type=_count, default=1, metavar="N",
                         help="partitions of the topic when replay creates it (default 1, which "
                         "keeps the source's order; a topic that exists keeps its own)")
+    replay.add_argument("--skip-bad-rows", action="store_true",
+                        help="send a file's other rows when some cannot be sent (named on "
+                        "stderr); by default such a file is refused and nothing is sent")
     replay.add_argument("--no-progress", action="store_true")
 
     broker = commands.add_parser(
@@ -310,6 +313,10 @@ class Progress:
             sys.stderr.write("\n")
 
 
+#: Rows of a file that cannot be sent named in ``replay``'s refusal or warning.
+REPLAY_BAD_ROWS_NAMED = 5
+
+
 def replay(
     source: str,
     topic: str,
@@ -323,19 +330,56 @@ def replay(
     progress: bool = True,
     key: str | None = None,
     partitions: int = 1,
+    skip_bad_rows: bool = False,
 ) -> int:
     """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id: the
     file's ``id_column``, else the row number, after ``id_prefix``; or all by ``key``, e.g. a
-    gauge's name for ``model.scope = "key"``); returns how many were sent. A missing topic is
-    created with ``partitions`` partitions first: a broker that creates topics on first use
-    gives its own default (4 on the embedded broker), over which messages keyed by id spread,
-    and a global daemon then reads them in another order than the source's."""
+    gauge's name for ``model.scope = "key"``); returns how many were sent.
+
+    A file is read through once before anything is sent: a row that cannot be sent (not JSON,
+    a feature that is not a number, no label column) refuses the whole file, naming the first
+    rows, so that a fixed file can be replayed again without repeating half of it; with
+    ``skip_bad_rows`` the other rows are sent and the skipped ones named on stderr. A row
+    without a label (an empty CSV cell, a JSON ``null``, a message ``{"id", "x"}``) is sent
+    without ``y``, as an unlabelled message. A missing topic is created with ``partitions``
+    partitions first: a broker that creates topics on first use gives its own default (4 on
+    the embedded broker), over which messages keyed by id spread, and a global daemon then
+    reads them in another order than the source's.
+
+    >>> replay("mail.csv", "mail.input", "127.0.0.1:9092", target="label",
+    ...        id_column="msg")  # doctest: +SKIP
+    1200
+    """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     from connectors.messages import encode
-    from connectors.sources import SourceError, count_source, iter_records, raw_label
+    from connectors.sources import (
+        SourceError,
+        count_source,
+        is_file_source,
+        iter_records,
+        raw_label,
+    )
 
+    def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
+        return iter_records(source, target, limit, raw_label, id_column, bad_rows,
+                            unlabelled=True)
+
+    total = count_source(source, target, limit)
+    bad_rows: list[str] = []
+    if is_file_source(source):
+        # The whole file first (the source is checked before the broker and the topic: a
+        # missing file left a new, empty topic behind).
+        total = sum(1 for _ in records(bad_rows))
+        if bad_rows and not skip_bad_rows:
+            raise SourceError(
+                f"{_rows(len(bad_rows))} of {source} cannot be sent, nothing was sent: "
+                f"{'; '.join(bad_rows[:REPLAY_BAD_ROWS_NAMED])}"
+                f"{' ...' if len(bad_rows) > REPLAY_BAD_ROWS_NAMED else ''} "
+                "(fix them, or give --skip-bad-rows to send the others)")
+    else:
+        records(None)  # a bundled set's name or directory is checked here
     try:
         # A replay is interactive: an unreachable broker should fail in seconds, not 30.
         producer = KafkaProducer(
@@ -348,25 +392,21 @@ def replay(
             f"({type(exc).__name__})"
         ) from None
     try:
-        # The source first: a missing file left a new, empty topic behind.
-        records = iter_records(source, target, limit, raw_label, id_column)
-    except SourceError:
-        producer.close(timeout=10)
-        raise
-    try:
         _replay_topic(bootstrap_servers, topic, partitions, keyed_by_id=key is None)
     except KafkaError as exc:
         producer.close(timeout=10)
         raise CommandError(f"cannot create or describe topic {topic} on {bootstrap_servers} "
                            f"({type(exc).__name__}: {exc})") from None
-    bar = Progress(count_source(source, target, limit), f"replay {source} -> {topic}", progress)
+    bar = Progress(total, f"replay {source} -> {topic}", progress)
     sent = 0
+    # Rows skipped when sending: those of the check again, unless the file changed since.
+    skipped: list[str] | None = [] if skip_bad_rows else None
     try:
-        for index, (own_id, x, y) in enumerate(records):
+        for index, (own_id, x, y) in enumerate(records(skipped)):
             base = index if own_id is None else own_id
             identifier: str | int = f"{id_prefix}{base}" if id_prefix else base
             message: dict[str, Any] = {"id": identifier, "x": x}
-            if not (unlabelled_every and (index + 1) % unlabelled_every == 0):
+            if y is not None and not (unlabelled_every and (index + 1) % unlabelled_every == 0):
                 message["y"] = y
             kafka_key = str(identifier if key is None else key).encode()
             producer.send(topic, key=kafka_key, value=encode(message))
@@ -385,7 +425,17 @@ def replay(
     finally:
         producer.close(timeout=10)
         bar.close()
+    if skipped:
+        lines = [f"stream-svm replay: skipped {_rows(len(skipped))} that cannot be sent:",
+                 *(f"  {problem}" for problem in skipped[:REPLAY_BAD_ROWS_NAMED])]
+        if len(skipped) > REPLAY_BAD_ROWS_NAMED:
+            lines.append(f"  ... and {len(skipped) - REPLAY_BAD_ROWS_NAMED} more")
+        print("\n".join(lines), file=sys.stderr)
     return sent
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'s' if count != 1 else ''}"
 
 
 def _replay_topic(bootstrap_servers: str, topic: str, partitions: int,
@@ -778,6 +828,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.no_progress,
                 key=args.key,
                 partitions=args.partitions,
+                skip_bad_rows=args.skip_bad_rows,
             )
             print(f"sent {sent} messages to {args.topic}")
             return 0

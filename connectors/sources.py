@@ -20,7 +20,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BUNDLED", "SourceError", "count_source", "iter_records", "iter_source", "raw_label"]
+__all__ = ["BUNDLED", "SourceError", "count_source", "is_file_source", "iter_records",
+           "iter_source", "raw_label"]
 
 #: Binary-classification data sets of River that ship inside its wheel (no download).
 BUNDLED = {"bananas": "Bananas", "phishing": "Phishing"}
@@ -81,7 +82,8 @@ def _number(value: Any, name: str, where: str) -> float:
 
 
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
-         bad_rows: list[str] | None = None) -> Iterator[tuple[Any, dict[str, float], Any]]:
+         bad_rows: list[str] | None = None,
+         unlabelled: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
@@ -93,7 +95,11 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
         for line, row in enumerate(reader, start=2):
             where = f"{path}:{line}"
             try:
-                y = read(row.pop(target), where)
+                label = row.pop(target)
+                if label in ("", None) and unlabelled:  # an empty cell: a message without y
+                    y = None
+                else:
+                    y = read(label, where)
                 identifier = _identifier(row.pop(id_column), where) if id_column else None
                 x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
             except SourceError as exc:
@@ -105,13 +111,14 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
 
 
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
-           bad_rows: list[str] | None = None) -> Iterator[tuple[Any, dict[str, float], Any]]:
+           bad_rows: list[str] | None = None,
+           unlabelled: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
             try:
-                parsed = _jsonl_row(text, f"{path}:{line}", target, read, id_column)
+                parsed = _jsonl_row(text, f"{path}:{line}", target, read, id_column, unlabelled)
             except SourceError as exc:
                 if bad_rows is None:
                     raise
@@ -121,8 +128,11 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
 
 
 def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
-               id_column: str | None) -> tuple[Any, dict[str, float], Any]:
-    """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it."""
+               id_column: str | None,
+               unlabelled: bool = False) -> tuple[Any, dict[str, float], Any]:
+    """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
+    ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
+    as the daemon reads it) gives y None; otherwise it is an error."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -140,15 +150,19 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         if id_column is None and document.get("id") is not None:
             identifier = _identifier(document["id"], where)  # its id is the message's
         features, y = document["x"], document.get("y", document.get(target))
+        may_be_unlabelled = True  # as the daemon reads it: y absent or null
     else:
         if id_column is None and "id" in document:
             _warn_id_is_a_feature(where.rpartition(":")[0])
         features = {k: v for k, v in document.items() if k not in (target, id_column)}
         y = document.get(target)
-    if y is None:
+        # A flat row names its label, null for none: were an absent one no label, a misspelt
+        # --target would send every row unlabelled.
+        may_be_unlabelled = target in document
+    if y is None and not (unlabelled and may_be_unlabelled):
         raise SourceError(f"{where}: no label {target!r}")
     x = {k: _number(v, k, where) for k, v in features.items()}
-    return identifier, x, read(y, where)
+    return identifier, x, None if y is None else read(y, where)
 
 
 _WARNED_ID_FEATURE: set[str] = set()
@@ -191,16 +205,18 @@ def iter_source(
 def iter_records(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
-    bad_rows: list[str] | None = None,
+    bad_rows: list[str] | None = None, unlabelled: bool = False,
 ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
     file's rows (not a feature then), or None. A file's row that cannot be read raises
-    SourceError naming it, or with ``bad_rows`` is skipped and its error appended there."""
+    SourceError naming it, or with ``bad_rows`` is skipped and its error appended there.
+    With ``unlabelled``, a file's row without a label (an empty CSV cell, a JSON null, a
+    message of the daemon's form without ``y``) gives y None instead of an error."""
     stream: Iterator[tuple[Any, dict[str, Any], Any]]
     if id_column is not None and id_column == target:
         raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
                           "column that holds the ids")
-    if id_column is not None and (source.lower() in BUNDLED or source.startswith("river-flow:")):
+    if id_column is not None and not is_file_source(source):
         raise SourceError(f"--id-column is for .csv and .jsonl files, not {source!r}")
     if source.lower() in BUNDLED:
         from river import datasets
@@ -232,12 +248,17 @@ def iter_records(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target, read_label, id_column, bad_rows)
+            stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            stream = _jsonl(path, target, read_label, id_column, bad_rows)
+            stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream
+
+
+def is_file_source(source: str) -> bool:
+    """Whether ``source`` names a file (whose rows may be unreadable), not a bundled set."""
+    return source.lower() not in BUNDLED and not source.startswith("river-flow:")
 
 
 def count_source(source: str, target: str = "y", limit: int | None = None) -> int | None:

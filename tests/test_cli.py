@@ -493,7 +493,11 @@ def test_ctrl_c_in_evaluate_exits_130_without_a_traceback(tmp_path, capsys, monk
 
 
 @pytest.mark.broker
-def test_replay_checks_the_source_before_the_topic_and_says_how_far_it_got(tmp_path):
+def test_replay_refuses_a_file_with_bad_rows_before_sending_any_unless_told_to_skip(
+        tmp_path, capsys):
+    # A bad row stopped the replay half-way: the rows before it were sent, and replaying the
+    # fixed file sent them twice (duplicate_id dead letters, or a sliding window learning
+    # them again). Now nothing is sent, not even the topic created, until the file is fixed.
     from kafka import KafkaConsumer
 
     from connectors.broker import EmbeddedBroker, free_loopback_port
@@ -502,25 +506,122 @@ def test_replay_checks_the_source_before_the_topic_and_says_how_far_it_got(tmp_p
     from tests.connectors_helpers import read_all, unique
 
     broken = tmp_path / "mixed.jsonl"
-    broken.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\nnot json\n')
+    broken.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\nnot json\n'
+                      '{"a": "high", "y": true}\n{"a": 0.1, "y": true}\n')
     broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
     try:
         servers = broker.bootstrap_servers
         missing = unique("replay-missing")
         with pytest.raises(SourceError, match="neither a bundled data set"):
             replay(str(tmp_path / "nofile.csv"), missing, servers, progress=False)
+        topic = unique("replay-broken")
+        with pytest.raises(SourceError) as refused:
+            replay(str(broken), topic, servers, progress=False)
+        assert str(refused.value).startswith(f"2 rows of {broken} cannot be sent, nothing was "
+                                             "sent: ")
+        assert "mixed.jsonl:3: not JSON" in str(refused.value)
+        assert "mixed.jsonl:4: feature 'a' is not a number: 'high'" in str(refused.value)
+        assert "--skip-bad-rows" in str(refused.value)
         consumer = KafkaConsumer(bootstrap_servers=servers)
         try:
-            assert missing not in consumer.topics()  # no empty topic left behind
+            topics = consumer.topics()
         finally:
             consumer.close()
-        topic = unique("replay-broken")
-        with pytest.raises(SourceError, match=r"mixed\.jsonl:3: not JSON.*\(2 messages were "
-                                              rf"sent to {topic} before it"):
-            replay(str(broken), topic, servers, progress=False)
-        assert len(read_all(servers, topic, 2)) == 2
+        assert missing not in topics and topic not in topics  # no empty topic left behind
+
+        capsys.readouterr()
+        assert replay(str(broken), topic, servers, progress=False, skip_bad_rows=True) == 3
+        warning = capsys.readouterr().err
+        assert "skipped 2 rows that cannot be sent:" in warning
+        assert "mixed.jsonl:3: not JSON" in warning and "mixed.jsonl:4:" in warning
+        assert [m["x"]["a"] for m in read_all(servers, topic, 3)] == [0.5, -0.5, 0.1]
     finally:
         broker.stop()
+
+
+def test_replay_names_the_rows_a_file_changed_since_its_check_and_how_many_were_sent(
+        tmp_path, monkeypatch):
+    # The file is read twice (checked, then sent); a row broken in between stops the replay
+    # there, saying how many of the rows before it went out.
+    from connectors import cli, sources
+
+    data = tmp_path / "growing.jsonl"
+    data.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\n')
+    reads = []
+    real = sources.iter_records
+
+    def changed_between_reads(*args, **kwargs):
+        reads.append(1)
+        if len(reads) == 2:
+            data.write_text('{"a": 0.5, "y": true}\n{"a": -0.5, "y": false}\n[1]\n')
+        return real(*args, **kwargs)
+
+    sent = []
+
+    class Producer:
+        def __init__(self, **settings):
+            pass
+
+        def send(self, topic, key, value):
+            sent.append(value)
+
+        def flush(self, timeout=None):
+            pass
+
+        def close(self, timeout=None):
+            pass
+
+    monkeypatch.setattr(sources, "iter_records", changed_between_reads)
+    monkeypatch.setattr("kafka.KafkaProducer", Producer)
+    monkeypatch.setattr(cli, "_replay_topic", lambda *args, **kwargs: None)
+    with pytest.raises(sources.SourceError,
+                       match=r"growing\.jsonl:3: each line must be a JSON object \(2 messages "
+                             r"were sent to t before it"):
+        cli.replay(str(data), "t", "127.0.0.1:1", progress=False)
+    assert len(sent) == 2
+
+
+@pytest.mark.broker
+def test_replay_sends_rows_without_a_label_as_unlabelled_messages(tmp_path):
+    # A file of the daemon's own messages could not be replayed: {"id", "x"} or "y": null,
+    # an unlabelled message for the daemon, was "no label" for replay; an empty CSV cell was
+    # sent as the label "" and dead-lettered.
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from connectors.sources import SourceError
+    from tests.connectors_helpers import read_all, unique
+
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text('{"id": "a", "x": {"f": 1.0}, "y": true}\n'
+                        '{"id": "b", "x": {"f": 2.0}}\n'
+                        '{"id": "c", "x": {"f": 3.0}, "y": null}\n')
+    table = tmp_path / "table.csv"
+    table.write_text("f,label\n1.0,spam\n2.0,\n")
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text('{"f": 1.0, "label": null}\n')
+    misspelt = tmp_path / "misspelt.jsonl"
+    misspelt.write_text('{"f": 1.0, "lable": true}\n')
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        servers = broker.bootstrap_servers
+        topic = unique("replay-unlabelled")
+        assert replay(str(messages), topic, servers, progress=False) == 3
+        assert replay(str(table), topic, servers, target="label", progress=False,
+                      id_prefix="t-") == 2
+        assert replay(str(flat), topic, servers, target="label", progress=False,
+                      id_prefix="f-") == 1
+        # A flat row without its label column is no unlabelled message but a misspelling.
+        with pytest.raises(SourceError, match=r"misspelt\.jsonl:1: no label 'label'"):
+            replay(str(misspelt), topic, servers, target="label", progress=False)
+        received = read_all(servers, topic, 6)
+    finally:
+        broker.stop()
+    assert received == [{"id": "a", "x": {"f": 1.0}, "y": True},
+                        {"id": "b", "x": {"f": 2.0}},
+                        {"id": "c", "x": {"f": 3.0}},
+                        {"id": "t-0", "x": {"f": 1.0}, "y": "spam"},
+                        {"id": "t-1", "x": {"f": 2.0}},
+                        {"id": "f-0", "x": {"f": 1.0}}]
 
 
 def test_the_broker_refuses_a_taken_port_or_one_out_of_range(capsys):
