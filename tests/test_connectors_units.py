@@ -149,6 +149,22 @@ def test_an_unknown_setting_is_answered_with_the_nearest_ones():
         load_config(None, {"nope.x": "1"}, {})
 
 
+def test_an_empty_value_unsets_an_optional_setting_of_the_file(tmp_path):
+    # A file's classes, reserve_epsilon or max_features can be taken back from the command line or
+    # the environment without editing the file; a setting that must have a value refuses it.
+    config = tmp_path / "spam.toml"
+    config.write_text('[model]\nclasses = ["ham", "spam"]\nreserve_epsilon = 0.1\nmax_features = 500\n')
+    unset = load_config(config, {"model.classes": "", "model.reserve_epsilon": ""},
+                        {"STREAM_SVM_MODEL_MAX_FEATURES": ""})
+    assert (unset.model.classes, unset.model.reserve_epsilon, unset.model.max_features) == (
+        None, None, None)
+    kept = load_config(config, {}, {})
+    assert (kept.model.classes, kept.model.reserve_epsilon, kept.model.max_features) == (
+        ["ham", "spam"], 0.1, 500)
+    with pytest.raises(ConfigError, match=r"setting model\.C \(from flag\): '' is not a valid"):
+        load_config(config, {"model.C": ""}, {})
+
+
 def test_bundled_configs_are_valid():
     from pathlib import Path
 
