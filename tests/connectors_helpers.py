@@ -56,11 +56,18 @@ def read_all(servers: str, topic: str, expected: int | None = None, timeout: flo
     consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
                              auto_offset_reset="earliest", consumer_timeout_ms=500)
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
+        deadline = time.monotonic() + timeout
+        # A daemon creates its output topics once it runs: under load, after the reader
+        # started. Until then there is nothing to read.
+        partitions = consumer.partitions_for_topic(topic)
+        while not partitions and expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            return []
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
         consumer.seek_to_beginning()
         found: list[Any] = []
-        deadline = time.monotonic() + timeout
         last_news = time.monotonic()
         while time.monotonic() < deadline:
             polled = consumer.poll(timeout_ms=200)

@@ -153,7 +153,8 @@ def test_an_empty_value_unsets_an_optional_setting_of_the_file(tmp_path):
     # A file's classes, reserve_epsilon or max_features can be taken back from the command line or
     # the environment without editing the file; a setting that must have a value refuses it.
     config = tmp_path / "spam.toml"
-    config.write_text('[model]\nclasses = ["ham", "spam"]\nreserve_epsilon = 0.1\nmax_features = 500\n')
+    config.write_text('[model]\nclasses = ["ham", "spam"]\nreserve_epsilon = 0.1\n'
+                      'max_features = 500\n')
     unset = load_config(config, {"model.classes": "", "model.reserve_epsilon": ""},
                         {"STREAM_SVM_MODEL_MAX_FEATURES": ""})
     assert (unset.model.classes, unset.model.reserve_epsilon, unset.model.max_features) == (
