@@ -51,6 +51,7 @@ class FeatureScaler:
         self.scales: dict[str, float] = {}
         self.frozen = False
         self._unscaled: set[str] = set()  # names warned about (see transform)
+        self._matched = False  # a message had a feature with statistics (or was warned of)
 
     @classmethod
     def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float]) -> FeatureScaler:
@@ -120,11 +121,26 @@ class FeatureScaler:
         if not self.frozen:
             raise RuntimeError("the scaler is still warming up")
         means, scales = self.means, self.scales
-        for name in x:
-            if name not in scales and name not in means and name not in self._unscaled:
+        unscaled = [name for name in x if name not in scales and name not in means]
+        if unscaled and len(unscaled) == len(x) and self.target == 0 and not self._matched:
+            self._warn_no_match(unscaled)
+        elif len(unscaled) < len(x):
+            self._matched = True
+        for name in unscaled:
+            if name not in self._unscaled:
                 self._warn_unscaled(name)
         return {name: (value - means.get(name, 0.0)) / scales.get(name, 1.0)
                 for name, value in x.items()}
+
+    def _warn_no_match(self, names: list[str]) -> None:
+        # Given statistics under other names (a typo, "x1" for "1") scale nothing, which the
+        # INFO lines of single names would leave unnoticed: said once, as a warning.
+        self._matched = True
+        given = sorted(set(self.means) | set(self.scales))
+        log.warning("no feature of a message has statistics in the scaler: its settings name "
+                    "%s, the message has %s (misspelt names?); such features pass unscaled",
+                    ", ".join(map(repr, given[:10])) + (" ..." if len(given) > 10 else ""),
+                    ", ".join(map(repr, names[:10])) + (" ..." if len(names) > 10 else ""))
 
     #: Feature names warned about as unscaled (beyond them: one last warning, then silence).
     MAX_UNSCALED_WARNINGS = 100

@@ -206,6 +206,26 @@ def test_a_value_the_frozen_statistics_overflow_is_dead_lettered_as_non_finite()
     assert processor.model.n_stored == 2
 
 
+def test_fixed_statistics_that_match_no_feature_of_a_message_are_warned_of(caplog):
+    # means = {x1 = 0.0} for features named "1" and "2": every message passed unscaled, said
+    # only in INFO lines that a WARNING log level hides.
+    scaler = FeatureScaler.fixed({"x1": 0.0}, {"x1": 2.0})
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        for _ in range(3):
+            assert scaler.transform({"1": 4.0, "2": -1.0}) == {"1": 4.0, "2": -1.0}
+    (warning,) = caplog.records
+    assert warning.getMessage() == (
+        "no feature of a message has statistics in the scaler: its settings name 'x1', the "
+        "message has '1', '2' (misspelt names?); such features pass unscaled")
+    # Statistics that matched once: a message of other features only is no typo.
+    caplog.clear()
+    scaler = FeatureScaler.fixed({"amount": 50.0}, {"amount": 40.0})
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        scaler.transform({"amount": 90.0})
+        scaler.transform({"country": 4.0})
+    assert caplog.records == []
+
+
 def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):
     # Given statistics may leave a feature out on purpose: said at INFO; a warm-up that never
     # saw it, at WARNING.
