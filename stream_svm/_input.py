@@ -243,7 +243,9 @@ def parse_binary_label(y: object) -> float:
             return -1.0
     raise ValueError(
         f"label {shown(y)} is not binary: use True/1 for the positive class and False/0/-1 for the "
-        "negative class"
+        "negative class, or name the two classes with classes=[negative, positive] (e.g. "
+        "classes=['ham', 'spam']); for more than two, wrap the model in River's "
+        "multiclass.OneVsRestClassifier"
     )
 
 

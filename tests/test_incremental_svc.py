@@ -233,8 +233,11 @@ def test_bad_labels_keys_and_parameters():
     model.learn_one({"a": 1.0}, 1, key="k")
     with pytest.raises(ValueError, match="label 2"):
         model.learn_one({"a": 2.0}, 2)
-    with pytest.raises(ValueError, match="'yes'"):
+    with pytest.raises(ValueError, match="'yes'") as text_label:
         model.learn_one({"a": 2.0}, "yes")
+    # Text labels: the way to name them, and to go beyond two classes.
+    assert "classes=[negative, positive]" in str(text_label.value)
+    assert "multiclass.OneVsRestClassifier" in str(text_label.value)
     with pytest.raises(ValueError, match=r"label 1000.*\(401 digits\) is not binary"):
         model.learn_one({"a": 2.0}, 10**400)
     with pytest.raises(KeyError, match="already stored"):
