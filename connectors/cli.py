@@ -92,7 +92,9 @@ def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None =
         type=_setting,
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="sets any setting (repeatable); STREAM_SVM_SECTION_KEY variables override flags",
+        help="sets any setting (repeatable; lists and tables as JSON or TOML, e.g. "
+             "'scaler.means={ amount = 50.0 }'; an empty VALUE unsets an optional setting); "
+             "STREAM_SVM_SECTION_KEY variables override flags",
     )
 
 

@@ -356,28 +356,43 @@ def _checked(where: str, setting: Setting, value: Any) -> Any:
     return value
 
 
+def _json_or_toml_value(text: str) -> Any:
+    """A value written as JSON, or as the right-hand side of a TOML line (the file's own
+    syntax: ``{ "1" = 0.0 }``); ValueError when it is neither."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        raise ValueError(text) from None
+
+
 def _convert_table(where: str, setting: Setting, raw: Any) -> dict:
-    """A TOML table, or from a flag or the environment its JSON text (``{"a": 1.5}``)."""
+    """A TOML table, or from a flag or the environment its JSON text (``{"a": 1.5}``) or TOML
+    inline table (``{ a = 1.5 }``)."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = _json_or_toml_value(raw)
         except ValueError:
-            raise ConfigError(f"{where}: {raw!r} is not a JSON object") from None
+            raise ConfigError(f"{where}: {raw!r} is neither a JSON object ({{\"a\": 1.5}}) nor a "
+                              "TOML inline table ({ a = 1.5 })") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: {raw!r} is not a table of feature name = number")
     return _checked(where, setting, {str(k): v for k, v in raw.items()})
 
 
 def _convert_list(where: str, setting: Setting, raw: Any) -> list:
-    """A TOML array, or from a flag or the environment its JSON text (``["ham", "spam"]``) or
-    comma-separated strings (``ham,spam``)."""
+    """A TOML array, or from a flag or the environment its JSON (or TOML) text
+    (``["ham", "spam"]``) or comma-separated strings (``ham,spam``)."""
     if isinstance(raw, str):
         text = raw.strip()
         if text.startswith("["):
             try:
-                raw = json.loads(text)
+                raw = _json_or_toml_value(text)
             except ValueError:
-                raise ConfigError(f"{where}: {raw!r} is not a JSON array") from None
+                raise ConfigError(f"{where}: {raw!r} is not a JSON (or TOML) array") from None
         else:
             raw = [part.strip() for part in text.split(",")]
             for part in raw:

@@ -149,6 +149,24 @@ def test_an_unknown_setting_is_answered_with_the_nearest_ones():
         load_config(None, {"nope.x": "1"}, {})
 
 
+def test_tables_and_lists_on_the_command_line_take_json_or_the_files_toml():
+    # --set 'scaler.means={ "1" = 0.0 }', as configs/default.toml writes it, was refused as
+    # "not a JSON object".
+    toml = load_config(None, {"scaler.mode": "fixed", "scaler.means": '{ "1" = 0.5, b = 2 }',
+                              "model.classes": "['ham', 'spam']"},
+                       {"STREAM_SVM_SCALER_SCALES": '{ "1" = 4.0 }'})
+    json_text = load_config(None, {"scaler.mode": "fixed", "scaler.means": '{"1": 0.5, "b": 2}',
+                                   "model.classes": '["ham", "spam"]'},
+                            {"STREAM_SVM_SCALER_SCALES": '{"1": 4.0}'})
+    for config in (toml, json_text):
+        assert config.scaler.means == {"1": 0.5, "b": 2.0}
+        assert config.scaler.scales == {"1": 4.0}
+        assert config.model.classes == ["ham", "spam"]
+    with pytest.raises(ConfigError, match=r"setting scaler\.means \(from flag\): '\{1: 0\}' is "
+                                          r"neither a JSON object .* nor a TOML inline table"):
+        load_config(None, {"scaler.mode": "fixed", "scaler.means": "{1: 0}"}, {})
+
+
 def test_an_empty_value_unsets_an_optional_setting_of_the_file(tmp_path):
     # A file's classes, reserve_epsilon or max_features can be taken back from the command line or
     # the environment without editing the file; a setting that must have a value refuses it.
