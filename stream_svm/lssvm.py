@@ -238,6 +238,11 @@ class _IncrementalLSSVM(FixedParameters):
         return float(self._solution[0]) if self.fit_intercept else 0.0
 
     @property
+    def intercept(self) -> float:
+        """b, under the name the SVMs give it: the same as ``intercept_``."""
+        return self.intercept_
+
+    @property
     def feature_names_(self) -> list[Hashable]:
         """Input feature names, in the order of the model's columns."""
         return list(self._space.names) if self._space is not None else []

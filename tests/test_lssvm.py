@@ -210,6 +210,8 @@ def test_regressor_is_exact_with_real_targets():
     assert model.predict_one(frame.iloc[60].to_dict()) == pytest.approx(
         reference[0] + X[60] @ reference[1:]
     )
+    # b under the SVMs' name too, so that code reading model.intercept works for every model.
+    assert model.intercept == model.intercept_ == pytest.approx(reference[0], rel=1e-10)
 
 
 def test_learn_many_equals_learn_one_sequence_and_predict_many():
