@@ -372,7 +372,8 @@ def dead_letter(
     >>> len(encode(record)) <= 600, record["raw_encoding"], record["truncated"]
     (True, 'utf-8', True)
     """
-    record: dict[str, Any] = {"error": error, "reason": reason, "source": source.as_dict()}
+    record: dict[str, Any] = {"error": _bounded_error(error, max_bytes), "reason": reason,
+                              "source": source.as_dict()}
     data = b"" if raw is None else raw
     # What the record takes without the bytes, with room for the keys that carry them.
     budget = max(0, max_bytes - len(encode(record)) - _DEAD_LETTER_KEYS)
@@ -390,6 +391,27 @@ def dead_letter(
     if kept < len(data):
         record["truncated"] = True
     return record
+
+
+#: At most this many bytes of a dead letter's ``error`` (escaped as JSON), and a quarter of
+#: the record's limit: an error naming a message's fields quotes them, and 420,000 non-breaking
+#: spaces in one feature name (840 KB, under the limit) made an error of 2.1 MB that no broker
+#: accepted, and the stream stalled on it at every restart.
+MAX_ERROR_BYTES = 4096
+
+
+def _bounded_error(error: str, max_bytes: int) -> str:
+    """``error``, cut to what a dead letter of ``max_bytes`` leaves it, saying it was cut.
+
+    >>> cut = _bounded_error("feature " + repr("\u00a0" * 5000) + " is not a number", 10**6)
+    >>> len(cut) <= MAX_ERROR_BYTES, cut[-30:]
+    (True, ' ... (20026 characters in all)')
+    """
+    limit = max(128, min(MAX_ERROR_BYTES, max_bytes // 4))
+    if len(error) <= limit // 6 or len(json.dumps(error)) - 2 <= limit:
+        return error
+    suffix = f" ... ({len(error)} characters in all)"
+    return _escaped_prefix(error, limit - len(suffix)) + suffix
 
 
 #: Bytes of a dead letter's keys for its payload: ,"raw":"", "raw_encoding":"base64" and

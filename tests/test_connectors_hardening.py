@@ -188,6 +188,25 @@ def test_a_finite_input_whose_score_is_not_finite_is_dead_lettered():
     assert 10 not in processor.cache
 
 
+@pytest.mark.parametrize("document", [
+    {"id": 1, "x": {"\u00a0" * 150_000: "n/a"}},  # the name is quoted, each space as \xa0
+    {"id": 2, "x": {"a": 1.0}, "\u200b" * 150_000: 1},  # an unknown field, named
+    {"id": 3, "x": {"a": 1.0}, **{f"field{i}\u200b": 1 for i in range(20_000)}},  # all named
+])
+def test_a_dead_letter_quoting_a_huge_message_fits_the_size_limit(document):
+    # The error named the message's fields in full: a message under the limit made a dead
+    # letter over the producer's limit, which was retried for ever, and the stream stalled.
+    processor = Processor(_trained())
+    raw = json.dumps(document, ensure_ascii=False).encode()
+    assert len(raw) <= processor.max_message_bytes
+    result = processor.process([_record(0, raw), _record(1, {"id": 9, "x": {"a": 0.2}})])
+    (letter,) = result.dead_letters
+    assert len(letter.value) <= processor.max_message_bytes
+    error = letter.record["error"]
+    assert len(error.encode()) <= 4096 and error.endswith(" characters in all)")
+    assert [o.record["id"] for o in result.outputs] == [9]
+
+
 def test_forget_and_relabel_refused_by_the_model_are_dead_letters(monkeypatch):
     processor = Processor(_trained())
     processor.process([_record(0, {"id": "p", "x": {"a": 0.3}, "y": True})])

@@ -309,6 +309,23 @@ def test_size_limit_and_dead_letter_records():
     assert whole["raw"] == "\x01" * 400 and "truncated" not in whole
 
 
+def test_an_output_over_the_producers_limit_goes_out_as_an_internal_dead_letter(caplog):
+    # Such a record fails at every retry of the producer: the stream stalled behind it.
+    from connectors.daemon import _oversized_as_dead_letters
+
+    big = encode({"id": 7, "prediction": True, "source": {"topic": "in", "partition": 2,
+                                                         "offset": 5}, "pad": "x" * 5000})
+    small = encode({"id": 8})
+    sent = _oversized_as_dead_letters([("out", b"7", big), ("out", b"8", small)], 3000, "dl")
+    assert [(topic, key) for topic, key, _ in sent] == [("dl", b"7"), ("out", b"8")]
+    letter = json.loads(sent[0][2])
+    assert letter["reason"] == "internal" and letter["truncated"] is True
+    assert letter["source"] == {"topic": "in", "partition": 2, "offset": 5}
+    assert letter["error"].startswith(f"an output of {len(big)} bytes for topic out was over")
+    assert len(sent[0][2]) <= 1500 and big.decode().startswith(letter["raw"])
+    assert "sent as an internal dead letter instead" in caplog.text
+
+
 # -- checkpoints -----------------------------------------------------------------------------
 
 
