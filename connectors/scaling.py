@@ -30,6 +30,10 @@ log = logging.getLogger("stream_svm.scaler")
 
 __all__ = ["FeatureScaler"]
 
+#: Values beyond this size are left out of a warm-up: the sums of squared deviations of
+#: values up to it stay finite over 10**7 messages (4e300 each).
+MAX_WARMUP_VALUE = 1e150
+
 
 class FeatureScaler:
     """x -> (x - mean) / scale per feature name, with frozen statistics.
@@ -87,6 +91,12 @@ class FeatureScaler:
             return True
         updates = []
         for name, value in x.items():
+            if abs(value) > MAX_WARMUP_VALUE:
+                # Checked on the value itself: a glitch that came first gave no overflow (its
+                # spread was 0), and every ordinary value after it overflowed instead, so
+                # that the warm-up never ended and every message was held.
+                raise ValueError(f"feature {name!r} = {value!r} is too large for the scaler's "
+                                 f"warm-up statistics (beyond {MAX_WARMUP_VALUE:g} in size)")
             count = self._count.get(name, 0) + 1
             mean = self._mean.get(name, 0.0)
             delta = value - mean

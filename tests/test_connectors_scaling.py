@@ -175,6 +175,21 @@ def test_evaluate_applies_the_scaler_as_the_daemon_does(tmp_path):
         load_config(None, {"scaler.warmup_messages": "10"}, environ={})
 
 
+def test_a_glitch_that_comes_first_is_left_out_of_the_warm_up_not_the_values_after_it(caplog):
+    # A first value of 1e200 had no spread to overflow; every ordinary value after it did,
+    # was blamed and left out: the warm-up never ended and the whole stream was held.
+    messages = [{"id": 0, "x": {"a": 1e200}, "y": True}] + [
+        {"id": i, "x": {"a": 0.1 * i}, "y": i % 2 == 0} for i in range(1, 51)]
+    processor = Processor(IncrementalSVC(), scaler=FeatureScaler.warming_up(3))
+    with caplog.at_level("WARNING", logger="connectors.processor"):
+        result = processor.process(_records(messages))
+    assert "in:0:0 is left out of the scaler's warm-up: feature 'a' = 1e+200" in caplog.text
+    assert caplog.text.count("left out of the scaler's warm-up") == 1
+    assert processor.scaler.frozen and processor.scaler.means["a"] == pytest.approx(0.2)
+    assert len(result.outputs) + len(result.dead_letters) == len(messages)
+    assert not processor.held
+
+
 def test_a_value_too_large_for_the_warm_up_is_left_out_of_it_and_processed_after(caplog):
     # One glitch of 1e200 made the feature's scale infinite: every later value of it read 0.
     xs, ys = _stream(12, seed=3)
