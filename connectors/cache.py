@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from stream_svm._engine_model import texts_from_arrays, texts_to_arrays
+
 __all__ = ["CachedPoint", "UnlabelledCache"]
 
 Id = str | int
@@ -167,7 +169,9 @@ class UnlabelledCache:
         self._feature_names.extend(map(self._use_name, x))
         self._feature_values.extend(x.values())
         self._slot_of[identifier] = slot
-        self._bytes += ENTRY_BYTES + FEATURE_BYTES * len(x)
+        # A text id counts with its characters (up to 1,024 each: a tenth of the bound's
+        # worth of entries uncounted otherwise).
+        self._bytes += ENTRY_BYTES + len(self._id_text[slot]) + FEATURE_BYTES * len(x)
         self._evict(now, by_age=False)
 
     def pop(self, identifier: Id) -> CachedPoint | None:
@@ -191,7 +195,7 @@ class UnlabelledCache:
         self._ids[slot] = None
         self._alive[slot] = 0
         start, stop = self._starts[slot], self._stop(slot)
-        self._bytes -= ENTRY_BYTES + FEATURE_BYTES * (stop - start)
+        self._bytes -= ENTRY_BYTES + len(self._id_text[slot]) + FEATURE_BYTES * (stop - start)
         uses = self._name_uses
         for index in self._feature_names[start:stop]:
             uses[index] -= 1
@@ -247,21 +251,20 @@ class UnlabelledCache:
         )
         features = np.frombuffer(self._feature_names, dtype=np.int32)
         values = np.frombuffer(self._feature_values, dtype=np.float64)
-        texts = [self._id_text[slot] for slot in slots.tolist()] if any(self._id_text) else []
-        id_str = np.array(texts, dtype=str) if texts else np.zeros(slots.size, dtype="<U1")
+        texts = [self._id_text[slot] for slot in slots.tolist()]
         return {
-            "id_is_int": id_str == "",
+            "id_is_int": np.array([text == "" for text in texts], dtype=bool),
             "id_int": np.frombuffer(self._id_int, dtype=np.int64)[slots],
-            "id_str": id_str,
+            # Variable-width UTF-8, not fixed-width text arrays, which give every string the
+            # width of the longest (a 300,000-character name asked for 67 GiB).
+            **texts_to_arrays(texts, "id_str"),
             "cached_at": np.frombuffer(self._times, dtype=np.float64)[slots],
             "prediction": np.frombuffer(self._predictions, dtype=np.float64)[slots],
             "indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             "feature": features[picked],
             "value": values[picked],
             # Names no entry uses any more are dropped by the next compaction.
-            "names": np.array(self._names, dtype=str) if self._names else np.zeros(
-                0, dtype="<U1"
-            ),
+            **texts_to_arrays(self._names, "names"),
         }
 
     def load_arrays(self, arrays: Mapping[str, Any], now: float) -> None:
@@ -273,14 +276,14 @@ class UnlabelledCache:
     def _load_arrays(self, arrays: Mapping[str, Any], drop_unused_names: bool) -> None:
         is_int = np.asarray(arrays["id_is_int"], dtype=bool)
         id_int = np.asarray(arrays["id_int"], dtype=np.int64)
-        id_str = np.asarray(arrays["id_str"])
+        id_str = np.array(texts_from_arrays(arrays, "id_str"), dtype=object)
         cached_at = np.asarray(arrays["cached_at"], dtype=np.float64)
         # Checkpoints before regressors held booleans: they read as 1.0 / 0.0.
         prediction = np.asarray(arrays["prediction"], dtype=np.float64)
         indptr = np.asarray(arrays["indptr"], dtype=np.int64)
         feature = np.asarray(arrays["feature"], dtype=np.int64)
         value = np.asarray(arrays["value"], dtype=np.float64)
-        names = np.asarray(arrays["names"])
+        names = np.array(texts_from_arrays(arrays, "names"), dtype=object)
         n = is_int.size
         if not (id_int.size == id_str.size == cached_at.size == prediction.size == n
                 and indptr.size == n + 1 and indptr[0] == 0 and np.all(np.diff(indptr) >= 0)
@@ -324,4 +327,5 @@ class UnlabelledCache:
         self._feature_names = array("i", feature.astype(np.int32).tolist())
         self._feature_values = array("d", value.tolist())
         self._slot_of = {identifier: slot for slot, identifier in enumerate(ids)}
-        self._bytes = n * ENTRY_BYTES + FEATURE_BYTES * feature.size
+        self._bytes = (n * ENTRY_BYTES + sum(map(len, self._id_text))
+                       + FEATURE_BYTES * feature.size)

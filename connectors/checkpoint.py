@@ -390,12 +390,21 @@ class CheckpointStore:
                     )
                 model_names = [n for n in manifest if not n.startswith(CACHE_PREFIX)]
                 if members is not None:
-                    absent = set(members) - set(model_names)
+                    wanted = set(members)
+                    # Texts written before variable-width UTF-8: one fixed-width text array
+                    # NAME where NAME_utf8 and NAME_ends are now (the model reads either).
+                    for name in {n.rpartition("_")[0] for n in wanted
+                                 if n.endswith(("_utf8", "_ends"))}:
+                        if (f"{name}_utf8" not in manifest and f"{name}_ends" not in manifest
+                                and name in manifest):
+                            wanted -= {f"{name}_utf8", f"{name}_ends"}
+                            wanted.add(name)
+                    absent = wanted - set(model_names)
                     if absent:
                         raise CheckpointError(
                             f"checkpoint {path} has no member(s) {sorted(absent)}"
                         )
-                    model_names = [n for n in model_names if n in set(members)]
+                    model_names = [n for n in model_names if n in wanted]
                 arrays = {}
                 for name in model_names:
                     arrays[name] = self._member(archive, path, name, manifest[name], check)

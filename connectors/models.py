@@ -19,6 +19,7 @@ import numpy as np
 
 from connectors.checkpoint import CheckpointError, CheckpointStore, MemberCheck
 from connectors.config import DAEMON_MODEL_SETTINGS, SCHEMA, Config, ConfigError
+from connectors.messages import MAX_ID_LENGTH
 from connectors.scaling import FeatureScaler
 
 __all__ = [
@@ -178,7 +179,8 @@ def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) 
 
 
 #: Arrays of the engine-backed models with one row per stored point.
-_PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "key_int", "key_str")
+_PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "key_int", "key_str",
+              "key_str_ends")
 
 
 def checkpoint_bounds(config: Config) -> MemberCheck:
@@ -200,6 +202,11 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
             raise CheckpointError(
                 f"member {name!r} holds {shape[0]} points, more than model.window_size={rows}"
             )
+        if (rows is not None and name == "key_str_utf8" and shape
+                and shape[0] > rows * 4 * MAX_ID_LENGTH):
+            raise CheckpointError(
+                f"member {name!r} holds {shape[0]} bytes of keys, more than "
+                f"model.window_size={rows} ids of {MAX_ID_LENGTH} characters take")
         if columns is not None and name in ("X", "aisvc_rows", "omega") and len(shape) == 2:
             features = shape[0] if name == "omega" else shape[1]
             if features > columns:

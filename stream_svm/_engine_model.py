@@ -10,7 +10,7 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +55,53 @@ def checkpoint_key_kind(key: Hashable) -> int:
                     "floats): learn with keys of str or int, e.g. keys=X.index.astype(str)")
 
 
+def texts_to_arrays(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
+    """Strings as two checkpoint arrays: ``{name}_utf8``, their UTF-8 bytes one after the
+    other, and ``{name}_ends``, where each ends. A fixed-width text array gives every string
+    the width of the longest: one key or name of 300,000 characters among 60,000 asked for
+    67 GiB, and the checkpoint failed at every attempt.
+
+    >>> arrays = texts_to_arrays(["a", "", "é"], "names")
+    >>> arrays["names_utf8"].tolist(), arrays["names_ends"].tolist()
+    ([97, 195, 169], [1, 1, 3])
+    >>> texts_from_arrays(arrays, "names"), texts_from_arrays(texts_to_arrays([], "n"), "n")
+    (['a', '', 'é'], [])
+    """
+    # surrogatepass: a str may hold a lone surrogate, which strict UTF-8 cannot write.
+    encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+    return {
+        f"{name}_utf8": np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(),
+        f"{name}_ends": np.cumsum([len(data) for data in encoded], dtype=np.int64),
+    }
+
+
+def texts_from_arrays(arrays: Mapping[str, Any], name: str) -> list[str]:
+    """The strings :func:`texts_to_arrays` wrote (or a fixed-width text array ``name``, as
+    older checkpoints hold them); ValueError when the arrays do not fit together."""
+    if f"{name}_utf8" not in arrays:
+        return [str(text) for text in np.asarray(arrays[name]).tolist()]
+    data = np.asarray(arrays[f"{name}_utf8"])
+    ends = np.asarray(arrays[f"{name}_ends"])
+    if data.dtype != np.uint8 or data.ndim != 1 or ends.ndim != 1 or ends.dtype.kind not in "iu":
+        raise ValueError(f"the checkpoint's {name} arrays have the wrong types or shapes")
+    ends = ends.astype(np.int64)
+    cut = (ends[0] >= 0 and np.all(np.diff(ends) >= 0) and ends[-1] == data.size
+           if ends.size else data.size == 0)
+    if not cut:
+        raise ValueError(f"the checkpoint's {name}_ends do not cut its {name}_utf8 bytes")
+    raw = data.tobytes()
+    starts = [0, *ends[:-1].tolist()] if ends.size else []
+    try:
+        return [raw[start:end].decode("utf-8", "surrogatepass")
+                for start, end in zip(starts, ends.tolist(), strict=True)]
+    except UnicodeDecodeError:
+        raise ValueError(f"the checkpoint's {name}_utf8 is not UTF-8") from None
+
+
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
-    """Point keys as three checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
-    1 int, 2 str), ``key_int`` and ``key_str``; TypeError for any other key type."""
+    """Point keys as four checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
+    1 int, 2 str), ``key_int``, and the texts of str keys (empty for the others) in
+    ``key_str_utf8`` / ``key_str_ends``; TypeError for any other key type."""
     kinds, ints, texts = [], [], []
     for key in keys:
         kind = checkpoint_key_kind(key)
@@ -70,16 +114,18 @@ def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
     return {
         "key_kind": np.array(kinds, dtype=np.int8),
         "key_int": np.array(ints, dtype=np.int64),
-        "key_str": np.array(texts, dtype=str) if texts else np.zeros(0, dtype="<U1"),
+        **texts_to_arrays(texts, "key_str"),
     }
 
 
 def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
-    """The keys that :func:`keys_to_arrays` wrote."""
+    """The keys that :func:`keys_to_arrays` wrote (or a checkpoint's ``key_str`` text array,
+    as older checkpoints hold them)."""
     return [
-        AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else str(text)
+        AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else text
         for kind, number, text in zip(
-            arrays["key_kind"], arrays["key_int"], arrays["key_str"], strict=True
+            arrays["key_kind"], arrays["key_int"], texts_from_arrays(arrays, "key_str"),
+            strict=True,
         )
     ]
 

@@ -556,6 +556,64 @@ def _files(directory: Path) -> list[tuple[str, bytes]]:
     return sorted((p.name, p.read_bytes()) for p in directory.iterdir() if p.name != ".lock")
 
 
+def _keyed_model_and_cache(config) -> Daemon:
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process(
+        [_record(i, {"id": f"p{i}", "x": {"a": i / 10}, "y": i % 2 == 0}) for i in range(6)]
+        + [_record(6 + i, {"id": f"u{i}", "x": {f"name-{i}": 1.0}}) for i in range(3)]
+        + [_record(9, {"id": "long", "x": {"n" * 300_000: 1.0}})])
+    daemon._since_checkpoint = 10
+    return daemon
+
+
+def test_one_long_feature_name_in_the_cache_does_not_widen_every_name_of_the_checkpoint(
+        tmp_path):
+    # The cache's names were one fixed-width text array: each of them as wide as the longest.
+    # 60,000 names beside one of 300,000 characters asked for 67 GiB, and the checkpoint
+    # failed (and the daemon stopped) at every attempt.
+    config = _settings(tmp_path)
+    daemon = _keyed_model_and_cache(config)
+    daemon.processor.process([_record(10 + i, {"id": f"w{i}", "x": {
+        f"f{i}_{j}": 1.0 for j in range(100)}}) for i in range(100)])
+    daemon._since_checkpoint = 100
+    daemon.checkpoint()
+    (path,) = Path(config.checkpoint.dir).glob("checkpoint-*.npz")
+    # The names take their own bytes: 300 KB, 10,000 short names, and the points.
+    assert path.stat().st_size < 1_000_000
+    restored = Daemon(config)
+    restored._store = CheckpointStore(config.checkpoint.dir)
+    processor = restored._restore()
+    assert len(processor.cache) == 104 and processor.model.n_stored == 6
+    assert processor.cache.get("long").x == {"n" * 300_000: 1.0}
+
+
+def test_a_checkpoint_with_fixed_width_text_arrays_is_still_restored(tmp_path):
+    # Checkpoints written before the texts were variable-width UTF-8.
+    config = _settings(tmp_path)
+    daemon = _keyed_model_and_cache(config)
+    daemon.checkpoint()
+    written = CheckpointStore(config.checkpoint.dir).load_latest()
+    arrays, cache = dict(written.arrays), dict(written.cache_arrays)
+    from stream_svm._engine_model import texts_from_arrays
+
+    for table, name in ((arrays, "key_str"), (cache, "id_str"), (cache, "names")):
+        table[name] = np.array(texts_from_arrays(table, name), dtype=str)
+        del table[f"{name}_utf8"], table[f"{name}_ends"]
+    older = tmp_path / "older"
+    CheckpointStore(older).save(arrays, written.model_meta, written.state, cache)
+    config = _settings(tmp_path, **{"checkpoint.dir": str(older)})
+    restored = Daemon(config)
+    restored._store = CheckpointStore(config.checkpoint.dir)
+    processor = restored._restore()
+    assert sorted(processor.model._engine.keys) == [f"p{i}" for i in range(6)]
+    assert sorted(processor.cache) == ["long", "u0", "u1", "u2"]
+    x = {"a": 0.25}
+    original = daemon.processor.model
+    assert processor.model.decision_function_one(x) == original.decision_function_one(x)
+
+
 def test_a_changed_model_setting_stops_and_touches_nothing(tmp_path):
     directory = _checkpoint_a_model(_settings(tmp_path, **{"model.C": 1.0}))
     before = _files(directory)
@@ -649,6 +707,27 @@ def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_pa
     with pytest.raises(CheckpointError, match=r"6 features, more than model\.max_features=4"):
         store.read(path, check=checkpoint_bounds(narrow))
     assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
+
+
+def test_a_window_checkpoint_with_more_key_bytes_than_its_ids_can_hold_is_refused(tmp_path):
+    # A crafted or foreign file: its key texts would be read whole before the model saw them.
+    from connectors.models import checkpoint_bounds
+
+    config = load_config(None, {"model.type": "SlidingWindowSVC", "model.window_size": "2",
+                                "model.step": "1"}, environ={})
+    model = build_model(config)
+    for i in range(3):
+        model.learn_one({"a": float(i)}, bool(i % 2), key=f"k{i}")
+    arrays, meta = model.to_checkpoint()
+    store = CheckpointStore(tmp_path)
+    store.save(arrays, meta, {})
+    ((_, path),) = store.paths()
+    assert store.read(path, check=checkpoint_bounds(config)).arrays["key_str_ends"].size == 2
+    arrays["key_str_utf8"] = np.zeros(2 * 4096 + 1, dtype=np.uint8)
+    store.save(arrays, meta, {})
+    path = store.paths()[0][1]
+    with pytest.raises(CheckpointError, match=r"member 'key_str_utf8' holds 8193 bytes of keys"):
+        store.read(path, check=checkpoint_bounds(config))
 
 
 def test_a_huge_regression_target_is_refused_and_checkpoints_keep_working(tmp_path):
