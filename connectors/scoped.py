@@ -574,6 +574,7 @@ class ScopedModels:
             f"a model, and may have at most {MAX_MODEL_KEY_BYTES}", record.value, source,
             self.config.kafka.max_message_bytes)
         self.metrics.dead_letters.labels(reason="malformed").inc()
+        self.metrics.count_messages("dead_lettered")
         return Produced(f"{record.topic}:{record.partition}:{record.offset}".encode(), letter,
                         encode(letter))
 

@@ -1064,7 +1064,7 @@ def test_a_key_too_long_to_name_a_model_is_dead_lettered_and_the_partition_goes_
     # A 600 KB key made a state no broker accepts: the partition's commits stayed behind it.
     from connectors.scoped import MAX_MODEL_KEY_BYTES
 
-    models, _ = _scoped(max_models=4)
+    models, metrics = _scoped(max_models=4)
     models.assign({0})
     models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
     message = {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True}
@@ -1072,6 +1072,9 @@ def test_a_key_too_long_to_name_a_model_is_dead_lettered_and_the_partition_goes_
         _record(0, 0, "k" * (MAX_MODEL_KEY_BYTES + 1), message),
         _record(0, 1, "fine", {**message, "id": 2}),
     ])
+    # Counted as every other message is (stream_svm_messages_total fell short of the input).
+    assert b'stream_svm_messages_total{outcome="dead_lettered"} 1.0' in metrics.render()
+    assert b'stream_svm_messages_total{outcome="learned"} 1.0' in metrics.render()
     models.delivered()
     assert not again and [o.record["id"] for o in result.outputs] == [2]
     (letter,) = result.dead_letters
