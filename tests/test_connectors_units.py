@@ -280,6 +280,19 @@ def test_malformed_messages_raise_malformed_only(raw):
         parse_message(raw, 10_000)
 
 
+@pytest.mark.parametrize("raw, error", [
+    (b'{"id": 10, "x": {"a": 1}, "y": true, "y": false}', "field 'y' appears twice"),
+    (b'{"id": 11, "x": {"a": "bad", "a": 1}}', "field 'a' appears twice"),
+    (b'{"op": "forget", "id": 1, "id": 2}', "field 'id' appears twice"),
+    ('\ufeff{"id": 12, "x": {}}'.encode(), "starts with a byte-order mark"),
+])
+def test_a_field_given_twice_or_a_byte_order_mark_is_named(raw, error):
+    # The last of two values won silently ({"y": true, "y": false} learned as false); a BOM
+    # gave "Expecting value: line 1 column 1".
+    with pytest.raises(Malformed, match=error):
+        parse_message(raw, 10_000)
+
+
 def test_size_limit_and_dead_letter_records():
     raw = b'{"id": 1, "x": {"a": 1.0}}'
     with pytest.raises(Malformed, match="size limit"):
