@@ -108,7 +108,8 @@ def _reject_constant(name: str) -> float:
 # Made once: json.loads and json.dumps with options build a decoder or an encoder on every call
 # (1.5 us and 0.9 us of a message's 2.7 us and 3.0 us here). Both are safe to share between
 # threads, as the json module's own defaults are.
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's fields as a dict; Malformed when one is given twice."""
     document = dict(pairs)
     if len(document) != len(pairs):
         # The last value won silently: {"y": true, "y": false} was learned as false, and a
@@ -122,7 +123,7 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_fields)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=unique_fields)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 

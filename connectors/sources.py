@@ -133,10 +133,15 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
     """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
     as the daemon reads it) gives y None; otherwise it is an error."""
+    from connectors.messages import Malformed, unique_fields
+
     try:
-        document = json.loads(text)
+        # Fields given twice are refused, as the daemon dead-letters them.
+        document = json.loads(text, object_pairs_hook=unique_fields)
     except json.JSONDecodeError as exc:
         raise SourceError(f"{where}: not JSON: {exc}") from None
+    except Malformed as exc:
+        raise SourceError(f"{where}: {exc}") from None
     if not isinstance(document, dict):
         raise SourceError(f"{where}: each line must be a JSON object")
     identifier = None

@@ -339,6 +339,17 @@ def test_an_id_column_is_the_messages_id_and_not_a_feature(tmp_path):
         list(iter_records("bananas", id_column="id"))
 
 
+def test_a_file_row_with_a_field_given_twice_is_refused_as_the_daemon_refuses_it(tmp_path):
+    from connectors.sources import SourceError, iter_records
+
+    for name, row in (("flat", '{"a": 1.0, "a": 2.0, "y": true}'),
+                      ("message", '{"id": 1, "x": {"b": 1}, "y": 1, "y": 0}')):
+        lines = tmp_path / f"{name}.jsonl"
+        lines.write_text(row + "\n")
+        with pytest.raises(SourceError, match=rf"{name}\.jsonl:1: field '[ay]' appears twice"):
+            list(iter_records(str(lines)))
+
+
 def test_features_a_model_cannot_score_are_refused_not_internal_errors():
     # An LS-SVM's random Fourier map is drawn on the first sample's feature names: a new name
     # (the producer's schema drifted) was dead-lettered as "internal" and logged at ERROR.
