@@ -19,6 +19,7 @@ from connectors.checkpoint import CheckpointStore
 from connectors.config import load_config
 from connectors.daemon import Daemon, ensure_topics
 from stream_svm import IncrementalSVC, SlidingWindowSVC
+from stream_svm._engine_model import texts_from_arrays
 from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.broker
@@ -215,7 +216,7 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
     state = checkpoint.state["processor"]
     assert state["offsets"] == {f"{kafka.input_topic}:0": len(stream),
                                 f"{kafka.label_topic}:0": len(late)}
-    assert checkpoint.cache_arrays["id_str"].tolist() == ["u6", "u7"]
+    assert texts_from_arrays(checkpoint.cache_arrays, "id_str") == ["u6", "u7"]
 
     # -- metrics moved between two scrapes during the run
     learned = 'stream_svm_messages_total{outcome="learned"}'
