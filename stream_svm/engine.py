@@ -1478,8 +1478,10 @@ class PathEngine:
         highs = np.concatenate([gap[reserve & up] - c[reserve & up], c[reserve & down],
                                 -c[error & up]])
         low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
-        if not (np.isfinite(low) and np.isfinite(high) and low <= high):
+        if not (low <= high) or not (np.isfinite(low) or np.isfinite(high)):
             return False  # nothing changed
+        if not (np.isfinite(low) and np.isfinite(high)):
+            return self._b_to_finite_end(low if np.isfinite(low) else high)
         # Exactly at their bound, as members of E and R are.
         self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         middle = 0.5 * low + 0.5 * high  # (the same bits as (low + high) / 2, which overflows)
@@ -1492,6 +1494,27 @@ class PathEngine:
                                          joining=True)
         self._g[:n] += y * (middle - self.b)
         self.b = middle
+        return True
+
+    def _b_to_finite_end(self, end: float) -> bool:
+        """One class only: b's interval is half-open, and its finite end, where the point
+        nearest the margin has g = 0, is the b of a model that learned these points afresh
+        (the path's leftover depended on history: 1.000366 at C = 1e12 where a fresh model
+        has 1.0). The members of S stay: they are the points at that end, whose g was 0 to
+        round-off before the move and is after it; if one is not, nothing changes."""
+        n = self.n
+        shift = end - self.b
+        if shift == 0.0:
+            return False
+        y = self._y[:n]
+        moved = self._g[:n] + y * shift
+        margin = self._margin
+        if margin.size:
+            terms = self.g_terms()
+            if np.any(np.abs(moved[margin]) > self.kkt_tol * terms[margin]):
+                return False
+        self._g[:n] = moved
+        self.b = end
         return True
 
     def _follow_path(self, D: np.ndarray, K_D: np.ndarray, features: np.ndarray,

@@ -246,6 +246,28 @@ def test_b_does_not_depend_on_a_member_of_s_an_ulp_below_c():
                                    err_msg=f"checkpoint after {cut} points")
 
 
+@pytest.mark.parametrize("C", [1.0, 1e8, 1e12])
+def test_b_of_a_model_forgotten_down_to_one_class_is_the_fresh_models(C):
+    # With one class left, b's interval is half-open: the path's leftover stayed in b
+    # (1.000366 at C = 1e12 where a model that learned the point afresh has 1.0). It is now
+    # the interval's finite end, as the fresh model's.
+    from stream_svm import IncrementalSVC
+
+    x, other = {"f0": -0.9356}, {"f0": 0.4}
+    for labels in ((False, True), (True, False)):
+        model = IncrementalSVC(C=C)
+        model.learn_one(x, labels[0], key=1)
+        model.learn_one(x, labels[1], key=2)
+        model.learn_one(other, labels[1], key=3)
+        model.forget_one(key=1)
+        fresh = IncrementalSVC(C=C)
+        fresh.learn_one(x, labels[1], key=2)
+        fresh.learn_one(other, labels[1], key=3)
+        assert model.intercept == pytest.approx(fresh.intercept, rel=1e-14, abs=1e-14)
+        assert model.decision_function_one(other) == pytest.approx(
+            fresh.decision_function_one(other), rel=1e-14, abs=1e-14)
+
+
 def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
     # A linear kernel has no gamma: the error names the ridge only (and the model is kept).
     from stream_svm import IncrementalSVC
