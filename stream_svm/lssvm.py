@@ -342,11 +342,13 @@ class _IncrementalLSSVM(FixedParameters):
         add_targets: Iterable[object],
         remove: list[Mapping[Hashable, object]] | pd.DataFrame,
         remove_targets: Iterable[object],
+        removing_learned: bool = False,
     ) -> list[tuple[dict[Hashable, float], Any]]:
         """Add and remove samples in one exact step; validates everything before committing.
         Returns the added samples as learned (for those kept under a key): their non-zero
         features as floats and their labels or targets as parsed, as a checkpoint restores
-        them."""
+        them. ``removing_learned``: the removed samples are ones kept under their keys, so a
+        failed solve is blamed on the conditioning, not on a sample never learned."""
         y_add = self._parse_targets(add_targets)
         y_remove = self._parse_targets(remove_targets)
         if len(y_add) != len(add):
@@ -441,10 +443,11 @@ class _IncrementalLSSVM(FixedParameters):
         else:
             # Without a removal, only the size of the features can make the system singular
             # in floating point (products of 1e100 and -1e100 swamp rho).
+            conditioning = ("the features are too large next to rho for a solve in floating "
+                            "point; scale them, or raise rho")
             cause = ("a sample being forgotten was not learned by the model (or differs from "
-                     "the one learned)" if len(remove) else
-                     "the features are too large next to rho for a solve in floating point; "
-                     "scale them")
+                     f"the one learned), or {conditioning}"
+                     if len(remove) and not removing_learned else conditioning)
             try:
                 factor = cho_factor(new_gram_hi + new_gram_lo, lower=True, check_finite=False)
             except LinAlgError:
@@ -571,7 +574,7 @@ class _IncrementalLSSVM(FixedParameters):
             if x is not None or y is not None:
                 raise ValueError("forget_one takes a key, or x and y, not both")
             x, y = self.stored_point(key)
-            self._update([], [], [x], [y])
+            self._update([], [], [x], [y], removing_learned=True)
             del self._kept[key]
             return
         if x is None or y is None:
@@ -588,7 +591,7 @@ class _IncrementalLSSVM(FixedParameters):
         """Give the sample learned under ``key`` the target ``y``: its exact removal and
         re-addition in one update (unknown key: KeyError; the model is unchanged on error)."""
         x, old = self.stored_point(key)
-        self._kept[key] = self._update([x], [y], [x], [old])[0]
+        self._kept[key] = self._update([x], [y], [x], [old], removing_learned=True)[0]
 
     def learn_many(self, X: pd.DataFrame, y: pd.Series,
                    keys: Iterable[Hashable] | None = None) -> None:
@@ -616,7 +619,8 @@ class _IncrementalLSSVM(FixedParameters):
                 raise ValueError("forget_many takes keys, or X and y, not both")
             key_list = list(dict.fromkeys(keys_as_list(keys)))  # named twice: forgotten once
             points = [self.stored_point(key) for key in key_list]
-            self._update([], [], [x for x, _ in points], [t for _, t in points])
+            self._update([], [], [x for x, _ in points], [t for _, t in points],
+                         removing_learned=True)
             for key in key_list:
                 del self._kept[key]
             return

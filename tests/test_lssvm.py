@@ -505,6 +505,21 @@ def test_features_whose_products_overflow_are_refused_by_name(cls, target):
     assert model.n_samples_ == 1 and model.decision_function_one({"a": 0.5}) == before
 
 
+def test_a_forget_by_key_refused_for_its_conditioning_is_not_blamed_on_the_sample():
+    # The sample was learned under its key, yet the refusal said it "was not learned by the
+    # model": the cause is rho = 1e-8 beside features near 1e4.
+    model = IncrementalLSSVR(rho=1e-8)
+    model.learn_one({"f0": -0.0005936751273756264, "f1": 8612.190556690688},
+                    119.24864710821501, key="a")
+    model.learn_many(pd.DataFrame({"f0": [0.001885], "f1": [-14481.993418]}),
+                     pd.Series([-0.295968]), keys=["b"])
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="too large next to rho") as refused:
+        model.forget_one(key="a")
+    assert "not learned" not in str(refused.value) and "raise rho" in str(refused.value)
+    assert snapshot(model) == before and model.stored_keys() == ["a", "b"]
+
+
 @pytest.mark.parametrize("target", ["3.0", None, True, [1.0]])
 def test_a_target_that_is_not_a_number_is_a_type_error_as_for_the_svr(target):
     from stream_svm import IncrementalSVR
