@@ -490,6 +490,22 @@ class ScopedModels:
                     "Restore the state topic, or run with --start-fresh (checkpoint.start_fresh"
                     " = true) to start new, empty models from the committed offsets.")
             resume.update(offsets)
+            state = states.get((partition, None)) if self.scope == "partition" else None
+            if state is not None:
+                # The partition's one model: never resume past what its newest state holds.
+                # That state may be a woken zombie's, of a higher epoch than the real owner's
+                # and behind its commits: resuming at the commit skipped the messages
+                # between. Those the model holds already are skipped by their offsets.
+                held = state.metadata.get("processor", {}).get("offsets", {})
+                for name, offset in offsets.items():
+                    next_offset = held.get(name)
+                    if (isinstance(next_offset, int) and offset is not None
+                            and next_offset < offset):
+                        log.warning("model %s's newest state holds %s up to offset %d, "
+                                    "behind the group's commit at %d: resuming at %d",
+                                    model_label((partition, None)), name, next_offset,
+                                    offset, next_offset)
+                        resume[name] = next_offset
         for model_id, (processor, published) in self._retained.items():
             newest = states.get(model_id)
             if (model_id[0] in pending and newest is not None
@@ -703,13 +719,48 @@ class ScopedModels:
     def publish(self, partitions: set[int] | None = None) -> bool:
         """Publish every changed model (of ``partitions``); True when all succeeded."""
         done = True
+        written: dict[ModelId, int] = {}
         for model_id, live in list(self.live.items()):
             if (model_id in self.live and live.dirty
                     and (partitions is None or model_id[0] in partitions)):
-                done = self._publish_one(model_id, live) and done
+                done = self._publish_one(model_id, live, written) and done
+        # One read of the state topic for the lot, not one per model.
+        return self._still_newest(written) and done
+
+    def _still_newest(self, written: dict[ModelId, int]) -> bool:
+        """After publishing (``written``: each model's last offset), read the state topic on
+        to those offsets: a model whose epoch another process has passed meanwhile fences its
+        partition (nothing of it is committed). Without this, the real owner of a partition
+        went on committing past a state that a woken zombie had published with a higher
+        epoch: the next owner restored the zombie's state and resumed at the commit, and the
+        messages between the two were never learned."""
+        _, outcomes, _, _ = self.metrics.replica
+        done = True
+        for model_id, offset in written.items():
+            if model_id[0] not in self.owned or model_id[0] in self.fenced:
+                done = False  # fenced meanwhile by another model of its partition
+                continue
+            epoch = self.epochs.get(model_id, -1)
+            try:
+                newest = self.store.newest_epoch(model_id, offset)
+            except StateStoreError as exc:
+                log.error("the state topic could not be read back after publishing model %s "
+                          "(%s); its partition's offsets are not committed until it is",
+                          model_label(model_id), exc)
+                done = False
+                continue
+            if newest > epoch:
+                outcomes.labels(outcome="stale").inc()
+                self._fence(model_id, StaleEpochError(
+                    f"state topic {self.store.topic}: model {model_label(model_id)} has epoch "
+                    f"{newest}, claimed by another process since; this one has epoch {epoch}"))
+                done = False
         return done
 
-    def _publish_one(self, model_id: ModelId, live: _Live) -> bool:
+    def _publish_one(self, model_id: ModelId, live: _Live,
+                     written: dict[ModelId, int] | None = None) -> bool:
+        """Publish one model's state; with ``written``, its offset is recorded there for the
+        caller to read back (:meth:`_still_newest`), otherwise it is read back here."""
         _, outcomes, _, _ = self.metrics.replica
         processor = live.processor
         if live.undelivered:
@@ -724,7 +775,7 @@ class ScopedModels:
                 self.sequences[model_id] = 0
             arrays, metadata, next_offset = self.state_of(model_id, processor)
             sequence = self.sequences[model_id] + 1
-            self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
+            offset = self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
         except StaleEpochError as exc:
             outcomes.labels(outcome="stale").inc()
             self._fence(model_id, exc)
@@ -738,7 +789,10 @@ class ScopedModels:
         self.sequences[model_id] = sequence
         processor.generation = f"{epoch}.{sequence}"
         live.dirty = False
-        return True
+        if written is not None:
+            written[model_id] = offset
+            return True
+        return self._still_newest({model_id: offset})
 
     def _fence(self, model_id: ModelId, error: StaleEpochError) -> None:
         """Another process claimed the model first. Either this one lost its partition in a
