@@ -121,6 +121,11 @@ def _only_partition(producer: Any, topic: str) -> int | None:
     return None
 
 
+#: A join of the consumer group under way longer than this (or six session timeouts) is
+#: warned of.
+GROUP_STUCK_SECONDS = 60.0
+
+
 def _producer_limit(max_message_bytes: int) -> int:
     """The producer's ``max_request_size``: room for an output twice the largest input."""
     return max(1_048_576, 2 * max_message_bytes)
@@ -618,6 +623,9 @@ class Daemon:
         self.scope: str = config.model.scope
         self.models: ScopedModels | None = None
         self._rebalancing = False  # between a revocation and the next assignment
+        self._joined_once = False  # the group has completed a join of this member
+        self._joining_since: float | None = None  # a join under way since then
+        self._group_warned = -math.inf
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1167,6 +1175,7 @@ class Daemon:
         """The group gives partitions: pause them until their models' states are indexed
         (:meth:`_settle`, after the poll)."""
         self._rebalancing = False
+        self._joined_once = True
         if self.models is None or not assigned:
             return
         with self.models.lock:
@@ -1737,6 +1746,7 @@ class Daemon:
                 backoff.wait(self.stop_event, "poll failed", exc)
                 continue
             records = [record for batch in polled.values() for record in batch]
+            self._watch_group()
             self._watch_connection()
             self._update_lag()
             self._check_positions()
@@ -1766,6 +1776,31 @@ class Daemon:
             backoff.reset()
             if self.on_batch is not None:
                 self.on_batch(self)
+
+    def _watch_group(self) -> None:
+        """With model.scope partition or key: warn when a join of the consumer group has not
+        completed for long. A broker can keep a group rebalancing for good (the embedded one
+        did, after its members left within a second of each other: every join named a leader
+        that was gone); the process then reads nothing, and said only "connected"."""
+        if self.models is None:
+            return
+        now = time.monotonic()
+        if not (self._rebalancing or self._rejoin_needed() or not self._joined_once):
+            self._joining_since = None
+            return
+        if self._joining_since is None:
+            self._joining_since = now
+            return
+        limit = max(GROUP_STUCK_SECONDS, 6 * self.config.kafka.session_timeout_ms / 1000)
+        waited = now - self._joining_since
+        if waited >= limit and now - self._group_warned >= limit:
+            self._group_warned = now
+            log.warning("the consumer group %r has not completed a rebalance in %.0f s: this "
+                        "process reads nothing meanwhile. The broker's group coordinator may "
+                        "be stuck (kafka-python's log, at --log-level DEBUG, shows each "
+                        "join); restarting the group's members, or the broker, or another "
+                        "kafka.group_id (whose models start anew) ends it",
+                        self.config.kafka.group_id, waited)
 
     def _rejoin_for_fenced(self) -> None:
         """Partitions given up after another process claimed one of their models first

@@ -423,6 +423,38 @@ def test_a_partition_model_resumes_where_its_newest_state_ends_not_past_it(caplo
                        _reference([m for _, _, m in rows]), "model 0")
 
 
+def test_a_consumer_group_that_never_completes_a_join_is_warned_of(caplog):
+    # A broker kept a group rebalancing for good (every join named a leader that was gone):
+    # the daemon read nothing for half an hour and said only "connected".
+    from connectors.daemon import GROUP_STUCK_SECONDS, Daemon
+
+    class Coordinator:
+        def need_rejoin(self) -> bool:
+            return False
+
+    class Consumer:
+        _coordinator = Coordinator()
+
+    daemon = Daemon(load_config(None, overrides={"model.scope": "key"}, environ={}))
+    daemon.models, _ = _scoped(max_models=10)
+    daemon._consumer = Consumer()
+    with caplog.at_level(logging.WARNING, logger="connectors.daemon"):
+        daemon._watch_group()  # no join completed yet: waiting from now
+        daemon._joining_since -= GROUP_STUCK_SECONDS - 1
+        daemon._watch_group()
+        assert caplog.text == ""
+        daemon._joining_since -= 2
+        daemon._watch_group()
+        daemon._watch_group()  # once per interval
+        assert caplog.text.count("has not completed a rebalance in 61 s") == 1
+        caplog.clear()
+        daemon._assigned(set())  # a join completed (none of the partitions for this member)
+        daemon._watch_group()
+        assert daemon._joining_since is None
+        daemon._watch_group()
+        assert caplog.text == ""
+
+
 def test_the_daemon_stops_fetching_a_fenced_partition_and_rejoins_the_group(tmp_path):
     from kafka import TopicPartition
 
