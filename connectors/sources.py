@@ -74,7 +74,7 @@ def raw_label(value: Any, where: str) -> Any:
 def _number(value: Any, name: str, where: str) -> float:
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (an integer of 400 digits overflows)
         raise SourceError(f"{where}: feature {name!r} is not a number: {value!r}") from None
     if not math.isfinite(number):
         raise SourceError(f"{where}: feature {name!r} is not finite: {value!r}")
@@ -82,12 +82,16 @@ def _number(value: Any, name: str, where: str) -> float:
 
 
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
-         bad_rows: list[str] | None = None,
-         unlabelled: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
+         bad_rows: list[str] | None = None, unlabelled: bool = False,
+         number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
             raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
+        repeated = sorted({n for n in reader.fieldnames if reader.fieldnames.count(n) > 1})
+        if repeated:
+            # DictReader keeps a repeated column's last value: which one is meant is not clear.
+            raise SourceError(f"{path}: the header repeats the column(s) {repeated}")
         if id_column is not None and id_column not in reader.fieldnames:
             raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
         if id_column is None and "id" in reader.fieldnames:
@@ -107,24 +111,31 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
                     raise
                 bad_rows.append(str(exc))
                 continue
+            if identifier is None and number_rows:
+                identifier = line - 2  # the row's own number: skipped rows keep theirs
             yield identifier, x, y
 
 
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
-           bad_rows: list[str] | None = None,
-           unlabelled: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
+           bad_rows: list[str] | None = None, unlabelled: bool = False,
+           number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, encoding="utf-8") as handle:
+        row = -1
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
+            row += 1
             try:
-                parsed = _jsonl_row(text, f"{path}:{line}", target, read, id_column, unlabelled)
+                identifier, x, y = _jsonl_row(text, f"{path}:{line}", target, read, id_column,
+                                              unlabelled)
             except SourceError as exc:
                 if bad_rows is None:
                     raise
                 bad_rows.append(str(exc))
                 continue
-            yield parsed
+            if identifier is None and number_rows:
+                identifier = row  # the row's own number: skipped rows keep theirs
+            yield identifier, x, y
 
 
 def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
@@ -142,6 +153,10 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         raise SourceError(f"{where}: not JSON: {exc}") from None
     except Malformed as exc:
         raise SourceError(f"{where}: {exc}") from None
+    except ValueError as exc:  # e.g. an integer literal with too many digits
+        raise SourceError(f"{where}: not usable JSON: {exc}") from None
+    except RecursionError:
+        raise SourceError(f"{where}: not JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise SourceError(f"{where}: each line must be a JSON object")
     identifier = None
@@ -210,13 +225,15 @@ def iter_source(
 def iter_records(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
-    bad_rows: list[str] | None = None, unlabelled: bool = False,
+    bad_rows: list[str] | None = None, unlabelled: bool = False, number_rows: bool = False,
 ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
     file's rows (not a feature then), or None. A file's row that cannot be read raises
     SourceError naming it, or with ``bad_rows`` is skipped and its error appended there.
     With ``unlabelled``, a file's row without a label (an empty CSV cell, a JSON null, a
-    message of the daemon's form without ``y``) gives y None instead of an error."""
+    message of the daemon's form without ``y``) gives y None instead of an error. With
+    ``number_rows``, a file's row without an id gets its number (from 0, over the rows that
+    are not blank, those skipped included) instead of None."""
     stream: Iterator[tuple[Any, dict[str, Any], Any]]
     if id_column is not None and id_column == target:
         raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
@@ -253,9 +270,10 @@ def iter_records(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled)
+            stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled, number_rows)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled)
+            stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled,
+                            number_rows)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

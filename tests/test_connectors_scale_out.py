@@ -392,6 +392,29 @@ def test_an_owner_whose_model_a_woken_zombie_published_above_commits_nothing_pas
     assert owner.committable() == {}
 
 
+def test_a_publish_that_cannot_be_read_back_holds_its_partitions_commit_until_it_can():
+    from connectors.state_store import StateStoreError
+
+    rows = [row for row in _keyed_stream(keys=1, per_key=8, partitions=1)
+            if "y" in row[2] and "x" in row[2]][:6]
+    store = _MemoryStore()
+    owner, _ = _scoped(max_models=10, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(owner, [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)])
+    read_back = store.newest_epoch
+
+    def unreadable(model_id, through_offset):
+        raise StateStoreError("the broker did not answer")
+
+    store.newest_epoch = unreadable
+    assert not owner.publish()
+    assert owner.committable() == {}  # not past a state that may have been overtaken
+    assert not owner.publish()  # tried again, still unreadable
+    store.newest_epoch = read_back
+    assert owner.publish() and owner.committable() == {"stream-svm.input:0": len(rows)}
+
+
 def test_a_partition_model_resumes_where_its_newest_state_ends_not_past_it(caplog):
     # The newest state (the highest epoch: a woken zombie's) ends at 6 while the real owner,
     # under its lower epoch, had the group commit 12 before it learned of that state: the

