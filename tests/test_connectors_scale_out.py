@@ -366,6 +366,21 @@ def test_a_model_whose_former_owner_only_claimed_it_is_claimed_again_not_fenced(
     assert owner.epochs[(0, "k0")] == store.claimed[(0, "k0")] == 1
 
 
+def _labelled_rows(count: int) -> list[tuple[int, str, dict]]:
+    """``count`` labelled points of one key (no late labels or forgets)."""
+    return [row for row in _keyed_stream(keys=1, per_key=count + 2, partitions=1)
+            if "y" in row[2] and "x" in row[2]][:count]
+
+
+def _owner_of_partition_0(store: _MemoryStore, rows: list) -> ScopedModels:
+    """A member that owns partition 0, read from its beginning, and has handled ``rows``."""
+    owner, _ = _scoped(max_models=10, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(owner, [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)])
+    return owner
+
+
 def test_an_owner_whose_model_a_woken_zombie_published_above_commits_nothing_past_it():
     # Assigned the partition, a process was paused before it read its models; woken after
     # the group gave the partition to another, it claimed the next epoch and published a
@@ -373,13 +388,9 @@ def test_an_owner_whose_model_a_woken_zombie_published_above_commits_nothing_pas
     # committed 12: the next owner restored the zombie's state (the higher epoch) and resumed
     # at 12, and offsets 6-11 were never learned. Reading on after its publish, the real
     # owner now finds the higher epoch and gives the partition up, committing nothing.
-    rows = [row for row in _keyed_stream(keys=1, per_key=14, partitions=1)
-            if "y" in row[2] and "x" in row[2]][:12]
+    rows = _labelled_rows(12)
     store = _MemoryStore()
-    owner, _ = _scoped(max_models=10, store=store)
-    owner.assign({0})
-    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
-    _handled(owner, [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows[:6])])
+    owner = _owner_of_partition_0(store, rows[:6])
     assert owner.publish() and owner.epochs[(0, "k0")] == 0
     zombie, _ = _scoped(max_models=10, store=store)
     zombie.assign({0})
@@ -395,13 +406,9 @@ def test_an_owner_whose_model_a_woken_zombie_published_above_commits_nothing_pas
 def test_a_publish_that_cannot_be_read_back_holds_its_partitions_commit_until_it_can():
     from connectors.state_store import StateStoreError
 
-    rows = [row for row in _keyed_stream(keys=1, per_key=8, partitions=1)
-            if "y" in row[2] and "x" in row[2]][:6]
+    rows = _labelled_rows(6)
     store = _MemoryStore()
-    owner, _ = _scoped(max_models=10, store=store)
-    owner.assign({0})
-    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
-    _handled(owner, [_record(0, i, key, m) for i, (_, key, m) in enumerate(rows)])
+    owner = _owner_of_partition_0(store, rows)
     read_back = store.newest_epoch
 
     def unreadable(model_id, through_offset):
@@ -419,8 +426,7 @@ def test_a_partition_model_resumes_where_its_newest_state_ends_not_past_it(caplo
     # The newest state (the highest epoch: a woken zombie's) ends at 6 while the real owner,
     # under its lower epoch, had the group commit 12 before it learned of that state: the
     # next owner resumed at 12 and never learned 6-11.
-    rows = [row for row in _keyed_stream(keys=1, per_key=14, partitions=1)
-            if "y" in row[2] and "x" in row[2]][:12]
+    rows = _labelled_rows(12)
     config = load_config(None, overrides={"model.scope": "partition",
                                           **{f"model.{k}": str(v) for k, v in MODEL.items()}},
                          environ={})
