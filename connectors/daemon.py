@@ -564,6 +564,8 @@ class Daemon:
         # metadata refresh it asked for brings the new topic id and partitions within moments.
         self._recheck_until = 0.0
         self._resumed: set[str] = set()  # partitions resumed in spite of a reset
+        #: scoped partitions just settled: kafka-python's high watermark when they were sought
+        self._highwater_at_seek: dict[str, int | None] = {}
         # Counted by the consumer's metadata updates (a reconnect after a broker restart brings
         # one), on the client's IO thread, the only writer: the topics are checked at once
         # when it moved, not at the next TOPIC_CHECK_SECONDS. A counter, not a flag that the
@@ -1217,6 +1219,10 @@ class Daemon:
                     self._consumer.seek_to_beginning(tp)
                 else:
                     self._consumer.seek(tp, offset)
+                # A partition this process read before keeps kafka-python's high watermark
+                # from then (a seek leaves it): 30 against a resume at 60 read as lost offsets
+                # and stopped the daemon. It is judged once a fetch has told a new one.
+                self._highwater_at_seek[name] = self._consumer.highwater(tp)
                 self._consumer.resume(tp)
             except Exception as exc:  # revoked meanwhile by a join that outlived a poll
                 log.debug("partition %s moved on before it was resumed: %s", name, exc)
@@ -1477,8 +1483,12 @@ class Daemon:
             high = consumer.highwater(tp)
             if high is None:
                 continue
-            position = _position(consumer, tp, self.config.kafka.poll_timeout_ms)
             name = f"{tp.topic}:{tp.partition}"
+            if name in self._highwater_at_seek:
+                if high == self._highwater_at_seek[name]:
+                    continue  # no fetch has answered since the seek (see _settle)
+                del self._highwater_at_seek[name]
+            position = _position(consumer, tp, self.config.kafka.poll_timeout_ms)
             if position is not None and position > high and name not in self._resumed:
                 self._partition_reset(
                     consumer, tp, "beyond_end",

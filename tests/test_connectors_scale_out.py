@@ -484,6 +484,47 @@ def test_a_consumer_group_that_never_completes_a_join_is_warned_of(caplog):
         assert caplog.text == ""
 
 
+def test_a_partition_settled_again_is_not_judged_on_the_high_watermark_from_before():
+    # Given back its partition after a rejoin, the process sought to 60 while kafka-python
+    # still held the high watermark it had fetched before (30): "the partition ends at 30",
+    # and the daemon stopped for lost offsets.
+    from kafka import TopicPartition
+
+    from connectors.daemon import Daemon
+
+    tp = TopicPartition("stream-svm.input", 0)
+
+    class Cluster:
+        def partitions_for_topic(self, topic: str) -> set[int]:
+            return {0}
+
+    class Consumer:
+        _client = type("Client", (), {"cluster": Cluster()})()
+        high = 30
+
+        def assignment(self) -> set[Any]:
+            return {tp}
+
+        def highwater(self, partition: Any) -> int:
+            return self.high
+
+        def position(self, partition: Any, timeout_ms: int | None = None) -> int:
+            return 60
+
+    daemon = Daemon(load_config(None, overrides={"model.scope": "key"}, environ={}))
+    daemon.models, _ = _scoped(max_models=10)
+    daemon._consumer = consumer = Consumer()
+    daemon._last_topic_check = float("inf")  # (the topic-id checks are not this test's)
+    resets: list[str] = []
+    daemon._partition_reset = lambda consumer, tp, kind, why: resets.append(why)
+    daemon._highwater_at_seek["stream-svm.input:0"] = 30  # as _settle records it
+    daemon._check_positions()
+    assert resets == []
+    consumer.high = 12  # a fetch since: the partition really ends before the model's offset
+    daemon._check_positions()
+    assert resets == ["the model resumes at offset 60, the partition ends at 12"]
+
+
 def test_the_daemon_stops_fetching_a_fenced_partition_and_rejoins_the_group(tmp_path):
     from kafka import TopicPartition
 
