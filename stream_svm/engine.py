@@ -108,6 +108,11 @@ def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features
     return block.T
 
 
+def _row_hashes(rows: np.ndarray) -> list[int]:
+    """The hashes of the rows' bytes (equal features, equal hashes; -0.0 and 0.0 differ)."""
+    return [hash(row.tobytes()) for row in rows]
+
+
 def _empty_recent(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """Room for recent kernel columns of ``capacity`` stored points, none held yet."""
     count = min(RECENT_COLUMNS_MAX, max(4, RECENT_COLUMN_BYTES // (8 * max(capacity, 1))))
@@ -128,6 +133,10 @@ class _Derailed(ConvergenceError):
 # linearly with them (measured on 2-D RBF data: 0.03 s for 1,000 points, 0.5 s for 3,000,
 # 2.6 s for 6,000), and the update holds its caller meanwhile.
 RELEARN_MAX_POINTS = 5_000
+# How many times eps times the terms summed into g the KKT check allows at least, where copies
+# cancel (``PathEngine._net_of_copies``): what the sums computing g lose to round-off. 10 refused
+# updates that 100 accepts exactly; at 1000 a path 2e-6 (relative) off passed again.
+ROUNDOFF_MARGIN = 100.0
 
 
 @dataclass
@@ -276,6 +285,11 @@ class PathEngine:
         self._keys: list[Hashable] = []
         self._pos: dict[Hashable, int] = {}
         self._next_seq = 0
+        # How many stored points have each row of features (by the hash of its bytes), and how
+        # many repeat one stored before them: None when not known (after a rollback or a
+        # change of width), counted again when next needed (``_net_of_copies``).
+        self._row_counts: dict[int, int] | None = {}
+        self._copies = 0
         self._margin = np.zeros(0, dtype=np.int64)  # positions of S, in factor order
         # Upper Cholesky factor of P = K_SS + t 11' in R[:k, :k], k = |S|, with room to grow.
         self._R = np.zeros((0, 0))
@@ -485,6 +499,7 @@ class PathEngine:
             self._X = np.hstack([self._X, np.zeros((self._X.shape[0], dim - self.dim))])
             self.dim = dim
             self._sv_cache = None
+            self._row_counts = None  # (the rows' bytes changed)
             if not getattr(self.kernel, "folds_absent_features", False):
                 # A user's kernel may see the new zeros (the built-in ones do not): its
                 # values, and with them the last check, may no longer hold.
@@ -507,6 +522,7 @@ class PathEngine:
         self._X = np.ascontiguousarray(self._X[:, columns])
         self.dim = int(columns.size)
         self._sv_cache = None
+        self._row_counts = None
         self._forget_recent()
         self._terms_cache = self._kkt_cache = None  # a user's kernel may see the change
 
@@ -522,6 +538,7 @@ class PathEngine:
         self._X = X
         self.dim = int(dim)
         self._sv_cache = None
+        self._row_counts = None
         self._forget_recent()
         self._terms_cache = self._kkt_cache = None
 
@@ -582,6 +599,8 @@ class PathEngine:
         self.__dict__.pop("_scratch", None)  # (scratch of older versions)
         self.__dict__.setdefault("_loop_arrays", None)
         self.__dict__.setdefault("_weights_cache", None)
+        self.__dict__.setdefault("_row_counts", None)  # (states of older versions)
+        self.__dict__.setdefault("_copies", 0)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
@@ -797,6 +816,65 @@ class PathEngine:
         """
         return self._refresh_g(np.empty(self.n))[0]
 
+    def _count_rows(self) -> None:
+        """Count the stored rows afresh (``_row_counts``, ``_copies``)."""
+        counts: dict[int, int] = {}
+        for key in _row_hashes(self._X[: self.n, : self.dim]):
+            counts[key] = counts.get(key, 0) + 1
+        self._row_counts = counts
+        self._copies = self.n - len(counts)
+
+    def _net_of_copies(self, terms: np.ndarray) -> np.ndarray:
+        """``terms`` (``g_terms``) less what copies of one x cancel: the terms count
+        alpha_j |K(x_i, x_j)| for every coefficient, but copies of one x whose y alpha have
+        opposite signs (under both labels, or a regression sample's copies on both sides of
+        the tube) add up to their net coefficient in every f. Two such copies held at C add
+        2 C K to the terms and nothing to f: with C K ~ 1e7 the tolerances grew loose enough
+        to accept a path that ended on wrong sets (decision values 1e-6 to 1e-4 off), and the
+        KKT check held relative to these (net) terms refuses it instead: the update is redone
+        one point at a time, or learned afresh, or refused with the model unchanged.
+
+        Returns ``terms`` itself when no coefficients cancel; at once when no two stored points
+        share their features (the common case: the stored rows are counted as they come and
+        go)."""
+        n = self.n
+        if self._row_counts is None:
+            self._count_rows()
+        if not self._copies:
+            return terms
+        held = np.flatnonzero(self._alpha[:n] > 0.0)
+        rows = np.ascontiguousarray(self._X[held, : self.dim])
+        hashes = np.array(_row_hashes(rows), dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        same = hashes[order[1:]] == hashes[order[:-1]]
+        if not same.any():
+            return terms
+        # (a rare collision of different rows is told apart by their bytes here)
+        candidates = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
+        raw = rows[candidates].view(np.dtype((np.void, rows.dtype.itemsize * self.dim)))
+        _, group = np.unique(raw.ravel(), return_inverse=True)
+        group = group.ravel()
+        positions = held[candidates]
+        coefficients = self._alpha[positions]
+        groups = int(group.max()) + 1
+        gross = np.bincount(group, coefficients, groups)
+        net = np.abs(np.bincount(group, coefficients * self._y[positions], groups))
+        cancelled = gross - net
+        cancelling = np.flatnonzero(cancelled > 1e-12 * gross)
+        if not cancelling.size:
+            return terms
+        first = np.full(groups, -1, dtype=np.int64)
+        first[group[::-1]] = positions[::-1]  # each group's first member
+        representatives = first[cancelling]
+        columns = self._kernel_columns(representatives).reshape(n, -1)
+        if self.ridge:  # (the ridge is each point's own: copies do not share it)
+            columns[representatives, np.arange(representatives.size)] -= self.ridge
+        # Not below what the sums that compute g lose to round-off (eps times the gross terms,
+        # times the margin the path's own noise floors allow), nor below |p| + |b|.
+        floor = np.maximum(np.abs(self._p[:n]) + abs(self.b),
+                           ROUNDOFF_MARGIN * _EPS / self.kkt_tol * terms)
+        return np.maximum(terms - np.abs(columns) @ cancelled[cancelling], floor)
+
     def residual(self, terms: np.ndarray | None = None) -> float:
         """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
         the ``terms`` given) and |sum y alpha| to C."""
@@ -893,6 +971,7 @@ class PathEngine:
         self._sv_cache = None
         self._terms_cache = None
         self._kkt_cache = None
+        self._row_counts = None
 
     # ------------------------------------------------------------------ updates
     def update(
@@ -1064,7 +1143,9 @@ class PathEngine:
     def _violators(self) -> np.ndarray:
         """Positions whose KKT condition fails (relative to their terms, as in ``_kkt_holds``)."""
         violation = self._violations()
-        terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
+        terms = self._terms_cache
+        if terms is None:
+            terms = self._net_of_copies(self.g_terms())
         return np.flatnonzero(~(violation <= self.kkt_tol * terms))
 
     def _violations(self) -> np.ndarray:
@@ -1128,7 +1209,9 @@ class PathEngine:
             return False
         if not np.all(np.isfinite(g)):
             return False
-        terms = self._terms_cache if self._terms_cache is not None else self.g_terms()
+        terms = self._terms_cache
+        if terms is None:
+            terms = self._net_of_copies(self.g_terms())
         return bool(np.all(self._violations() <= self.kkt_tol * terms))
 
     def kkt_violation(self) -> float:
@@ -1185,6 +1268,7 @@ class PathEngine:
         self._diag_scale = undo["diag_scale"]
         # Their recent-column, feature-copy and kernel-column entries lie past n: unused.
         self._sv_cache = self._terms_cache = self._kkt_cache = None
+        self._row_counts = None
 
     def _check_update(self, X_add, y_add, keys, remove, linear=None, gap=None):
         if X_add is None:
@@ -1256,6 +1340,14 @@ class PathEngine:
                                 self._p, self._gap, self._alpha, self._g, self._h,
                                 self._status, self._slot, self._seq, self._next_seq)
         self._next_seq += m
+        counts = self._row_counts
+        if counts is not None:
+            for key in (_row_hashes(self._X[n : n + m, : self.dim]) if m > 1
+                        else (hash(self._X[n, : self.dim].tobytes()),)):
+                seen = counts.get(key, 0)
+                if seen:
+                    self._copies += 1
+                counts[key] = seen + 1
         if m == 1:  # a stream's one point: without zip's machinery
             self._pos[keys[0]] = n
         else:
@@ -1416,7 +1508,10 @@ class PathEngine:
             stats.refactorized = True
         else:
             # Nothing moved since: the KKT check that follows every update reuses them.
-            self._terms_cache = terms
+            net = self._net_of_copies(terms)
+            if kkt_ok and net is not terms:
+                kkt_ok = bool(np.all(self._violations() <= self.kkt_tol * net))
+            self._terms_cache = net
             self._kkt_cache = kkt_ok and balance <= self.kkt_tol
         self._sv_cache = None
         return stats
@@ -1645,6 +1740,13 @@ class PathEngine:
         self._terms_cache = self._kkt_cache = None  # they were per point
         n = self.n
         removed = np.array(positions, dtype=np.int64)
+        counts = self._row_counts
+        if counts is not None:
+            for key in _row_hashes(self._X[removed, : self.dim]):
+                left = counts.pop(key) - 1
+                if left:
+                    counts[key] = left
+                    self._copies -= 1
         holes = np.empty(removed.size, dtype=np.int64)
         movers = np.empty(removed.size, dtype=np.int64)
         features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
@@ -1738,6 +1840,9 @@ class PathEngine:
         n = self.n
         decisions = self.decision_function(self._X[:n])
         saved_stats = (self.last_update, self.breakpoints_total, self.updates_total)
+        if self._row_counts is None:
+            self._count_rows()
+        rows = (self._row_counts, self._copies)
         for position in self.leave_one_out_positions():
             key = self._keys[position]
             x = self._X[position].copy()
@@ -1747,6 +1852,8 @@ class PathEngine:
                 decisions[position] = self.decision_function(x[None, :])[0]
             finally:
                 self._restore(snapshot)
+                # (a copy each time: the next removal counts its row off in place)
+                self._row_counts, self._copies = dict(rows[0]), rows[1]
         self.last_update, self.breakpoints_total, self.updates_total = saved_stats
         return decisions
 
@@ -1812,6 +1919,7 @@ class PathEngine:
         fresh.b = float(state["b"])
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
+        fresh._row_counts = None
         if n:
             fresh._diag_scale = fresh._diagonal_scale(X)
             if not np.isfinite(fresh._diag_scale):

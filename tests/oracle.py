@@ -160,3 +160,32 @@ def relative_kkt_violation(engine: PathEngine) -> float:
     if not np.all(np.isfinite(violation)):
         return np.inf
     return max(worst, float(np.max(violation / terms)))
+
+
+def net_relative_kkt_violation(engine: PathEngine, roundoff_margin: float = 100.0) -> float:
+    """The KKT violation of the engine's points from a freshly computed kernel, relative to the
+    terms of g net of what copies of one x cancel: copies under both labels (or a regression
+    sample's copies on both sides of the tube) add nothing to f, however large C K, and
+    ``relative_kkt_violation``'s gross terms let such a model's g be off by 1e-8 C K. Not
+    below ``roundoff_margin`` eps times the gross terms, which is what any float64 sum of them
+    loses (the fresh computation here too), as the engine's own check."""
+    if engine.n == 0:
+        return 0.0
+    X, y, alpha, status = engine.X, engine.y, engine.alpha, engine.status
+    K = gram(engine, X, X) + engine.ridge * np.eye(engine.n)
+    g = y * (K @ (alpha * y) + engine.b) + engine.linear  # (linear -1: classification)
+    _, group = np.unique(X, axis=0, return_inverse=True)
+    group = group.ravel()
+    net = np.bincount(group, alpha * y)
+    representatives = np.array([np.flatnonzero(group == u)[0] for u in range(net.size)])
+    kernel_only = gram(engine, X, X)  # (the ridge is each point's own, not shared by copies)
+    net_terms = np.abs(engine.linear) + abs(engine.b) + np.abs(
+        kernel_only[:, representatives]) @ np.abs(net)
+    gross_terms = np.abs(engine.linear) + abs(engine.b) + np.abs(K) @ alpha
+    eps = float(np.finfo(float).eps)
+    terms = np.maximum(net_terms, roundoff_margin * eps / 1e-8 * gross_terms)
+    margin, error = status == MARGIN, status == ERROR
+    gap = engine.gap
+    violation = np.where(margin, np.abs(g), np.where(
+        error, np.maximum(g, 0.0), np.maximum(np.maximum(-g, 0.0), g - gap)))
+    return float((violation / terms).max())
