@@ -1743,10 +1743,13 @@ class PathEngine:
         counts = self._row_counts
         if counts is not None:
             for key in _row_hashes(self._X[removed, : self.dim]):
-                left = counts.pop(key) - 1
-                if left:
+                left = counts.pop(key, 0) - 1
+                if left > 0:
                     counts[key] = left
                     self._copies -= 1
+                elif left < 0:  # (never expected: counted afresh when next needed)
+                    self._row_counts = None
+                    break
         holes = np.empty(removed.size, dtype=np.int64)
         movers = np.empty(removed.size, dtype=np.int64)
         features = self._XT if self._XT is not None and self._XT_of is self._X else _NO_ROWS
