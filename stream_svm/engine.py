@@ -109,8 +109,29 @@ def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features
 
 
 def _row_hashes(rows: np.ndarray) -> list[int]:
-    """The hashes of the rows' bytes (equal features, equal hashes; -0.0 and 0.0 differ)."""
-    return [hash(row.tobytes()) for row in rows]
+    """The hashes of the rows' bytes (equal features, equal hashes; -0.0 counts as 0.0).
+    Python salts them per process: they are never saved."""
+    return [hash(row.tobytes()) for row in rows + 0.0]
+
+
+def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group numbers of the rows (equal rows, equal numbers; -0.0 equals 0.0) and each
+    group's first row: by their projections on a fixed vector (vectorized; equal rows project
+    equally), checked row by row against each group's first, and by the rows themselves where
+    two differ (a collision)."""
+    if rows.shape[1] == 0:  # (rows of no features are all equal)
+        return np.zeros(rows.shape[0], dtype=np.int64), np.zeros(min(rows.shape[0], 1),
+                                                                 dtype=np.int64)
+    weights = np.sqrt(np.arange(2.0, rows.shape[1] + 2.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        projection = rows @ weights
+    _, first, group = np.unique(projection, return_index=True, return_inverse=True)
+    group = group.ravel()
+    if not np.array_equal(rows, rows[first[group]]):
+        _, first, group = np.unique(rows + 0.0, axis=0, return_index=True,
+                                    return_inverse=True)
+        group = group.ravel()
+    return group, first
 
 
 def _empty_recent(capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -588,6 +609,7 @@ class PathEngine:
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
         state["_undo"] = state["_loop_arrays"] = state["_weights_cache"] = None
+        state["_row_counts"] = None  # (hashes are salted per process: counted afresh)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -843,37 +865,35 @@ class PathEngine:
         if not self._copies:
             return terms
         held = np.flatnonzero(self._alpha[:n] > 0.0)
-        rows = np.ascontiguousarray(self._X[held, : self.dim])
-        hashes = np.array(_row_hashes(rows), dtype=np.int64)
-        order = np.argsort(hashes, kind="stable")
-        same = hashes[order[1:]] == hashes[order[:-1]]
-        if not same.any():
+        if held.size < 2:
             return terms
-        # (a rare collision of different rows is told apart by their bytes here)
-        candidates = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
-        raw = rows[candidates].view(np.dtype((np.void, rows.dtype.itemsize * self.dim)))
-        _, group = np.unique(raw.ravel(), return_inverse=True)
-        group = group.ravel()
-        positions = held[candidates]
-        coefficients = self._alpha[positions]
-        groups = int(group.max()) + 1
-        gross = np.bincount(group, coefficients, groups)
-        net = np.abs(np.bincount(group, coefficients * self._y[positions], groups))
+        stored, distinct = _equal_rows(self._X[:n, : self.dim])
+        groups = distinct.size
+        coefficients = self._alpha[held]
+        gross = np.bincount(stored[held], coefficients, groups)
+        net = np.abs(np.bincount(stored[held], coefficients * self._y[held], groups))
         cancelled = gross - net
         cancelling = np.flatnonzero(cancelled > 1e-12 * gross)
         if not cancelling.size:
             return terms
-        first = np.full(groups, -1, dtype=np.int64)
-        first[group[::-1]] = positions[::-1]  # each group's first member
-        representatives = first[cancelling]
-        columns = self._kernel_columns(representatives).reshape(n, -1)
-        if self.ridge:  # (the ridge is each point's own: copies do not share it)
-            columns[representatives, np.arange(representatives.size)] -= self.ridge
+        representatives = distinct[cancelling]  # (any copy stands for its row)
+        if 2 * groups <= n:
+            # |K| at each distinct row, spread to its copies: the points repeat few rows
+            # (integer or categorical features, where copies are common).
+            block = self._kernel_rows(distinct, representatives)
+            if self.ridge:  # (the ridge is each point's own: copies do not share it)
+                block[distinct[:, None] == representatives[None, :]] -= self.ridge
+            cancelled_terms = (np.abs(block) @ cancelled[cancelling])[stored]
+        else:
+            columns = self._kernel_columns(representatives).reshape(n, -1)
+            if self.ridge:
+                columns[representatives, np.arange(representatives.size)] -= self.ridge
+            cancelled_terms = np.abs(columns) @ cancelled[cancelling]
         # Not below what the sums that compute g lose to round-off (eps times the gross terms,
         # times the margin the path's own noise floors allow), nor below |p| + |b|.
         floor = np.maximum(np.abs(self._p[:n]) + abs(self.b),
                            ROUNDOFF_MARGIN * _EPS / self.kkt_tol * terms)
-        return np.maximum(terms - np.abs(columns) @ cancelled[cancelling], floor)
+        return np.maximum(terms - cancelled_terms, floor)
 
     def residual(self, terms: np.ndarray | None = None) -> float:
         """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
@@ -1343,7 +1363,7 @@ class PathEngine:
         counts = self._row_counts
         if counts is not None:
             for key in (_row_hashes(self._X[n : n + m, : self.dim]) if m > 1
-                        else (hash(self._X[n, : self.dim].tobytes()),)):
+                        else (hash((self._X[n, : self.dim] + 0.0).tobytes()),)):
                 seen = counts.get(key, 0)
                 if seen:
                     self._copies += 1
@@ -1845,7 +1865,7 @@ class PathEngine:
         saved_stats = (self.last_update, self.breakpoints_total, self.updates_total)
         if self._row_counts is None:
             self._count_rows()
-        rows = (self._row_counts, self._copies)
+        rows = (dict(self._row_counts), self._copies)  # (the removals count theirs off)
         for position in self.leave_one_out_positions():
             key = self._keys[position]
             x = self._X[position].copy()

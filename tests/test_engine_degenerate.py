@@ -10,6 +10,7 @@ left a KKT violation) before the engine's noise-aware thresholds.
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -139,7 +140,8 @@ def test_copies_under_both_labels_do_not_loosen_the_kkt_check(seed):
 def test_the_count_of_copies_follows_additions_removals_and_rollbacks():
     """The engine counts stored copies as points come and go (the check above skips its
     search when there are none): the count must match the stored rows after multiple
-    updates, removals, leave-one-out runs (which roll every removal back) and a width change."""
+    updates, removals, leave-one-out runs (which roll every removal back), a width change
+    and a pickle round trip (Python's hashes are salted per process: never saved)."""
     rng, kernel, C, X, y = copies_under_both_labels(84)
     engine = PathEngine(kernel, C)
 
@@ -151,12 +153,32 @@ def test_the_count_of_copies_follows_additions_removals_and_rollbacks():
     for arguments in random_updates(rng, engine, X, y, calls=40):
         engine.update(**arguments)
         assert_counted()
+    left_out = engine.leave_one_out_positions()
     engine.leave_one_out_decisions()
+    assert_counted()
+    # Copies of the rows left out in turn, under the other label: each must be counted.
+    engine.update(engine.X[left_out].copy(), -engine.y[left_out],
+                  [f"copy-{i}" for i in range(left_out.size)])
     assert_counted()
     engine.ensure_dim(engine.dim + 1)
     engine.update(np.hstack([X[:2], np.zeros((2, 1))]), y[:2], ["again-0", "again-1"])
     assert_counted()
-    assert engine._copies >= 2  # (the two rows just added repeat stored ones)
+    assert pickle.loads(pickle.dumps(engine))._row_counts is None
+
+
+def test_copies_are_found_in_rows_without_features_and_with_negative_zeros():
+    # Rows of no features are all one x (a model of constant or absent features).
+    engine = PathEngine(make_kernel("linear"), 1.0)
+    for key, label in enumerate([1.0, -1.0, 1.0]):
+        engine.update(np.zeros((1, 0)), np.array([label]), [key])
+    assert relative_kkt_violation(engine) < 1e-8
+    # -0.0 is 0.0: the two rows are copies, and their cancelling coefficients leave the terms.
+    engine = PathEngine(make_kernel("rbf", gamma=1.0), 100.0)
+    engine.update(np.array([[1.0, 0.0], [1.0, -0.0], [2.0, 1.0]]), np.array([1.0, -1.0, 1.0]),
+                  ["a", "b", "c"])
+    assert engine._copies == 1
+    gross = engine.g_terms()
+    assert np.all(engine._net_of_copies(gross) < gross)
 
 
 # ---------------------------------------------------------------------------- adversarial
