@@ -846,7 +846,8 @@ class PathEngine:
         self._row_counts = counts
         self._copies = self.n - len(counts)
 
-    def _net_of_copies(self, terms: np.ndarray) -> np.ndarray:
+    def _net_of_copies(self, terms: np.ndarray, violation: np.ndarray | None = None
+                       ) -> np.ndarray:
         """``terms`` (``g_terms``) less what copies of one x cancel: the terms count
         alpha_j |K(x_i, x_j)| for every coefficient, but copies of one x whose y alpha have
         opposite signs (under both labels, or a regression sample's copies on both sides of
@@ -858,11 +859,18 @@ class PathEngine:
 
         Returns ``terms`` itself when no coefficients cancel; at once when no two stored points
         share their features (the common case: the stored rows are counted as they come and
-        go)."""
+        go), or when the points' ``violation`` (``_violations``) hold their conditions to the
+        smallest terms there can be (an exact solution's do: the copies cannot matter)."""
         n = self.n
         if self._row_counts is None:
             self._count_rows()
         if not self._copies:
+            return terms
+        # Not below what the sums that compute g lose to round-off (eps times the gross terms,
+        # times the margin the path's own noise floors allow), nor below |p| + |b|.
+        floor = np.maximum(np.abs(self._p[:n]) + abs(self.b),
+                           ROUNDOFF_MARGIN * _EPS / self.kkt_tol * terms)
+        if violation is not None and np.all(violation <= self.kkt_tol * floor):
             return terms
         held = np.flatnonzero(self._alpha[:n] > 0.0)
         if held.size < 2:
@@ -889,10 +897,6 @@ class PathEngine:
             if self.ridge:
                 columns[representatives, np.arange(representatives.size)] -= self.ridge
             cancelled_terms = np.abs(columns) @ cancelled[cancelling]
-        # Not below what the sums that compute g lose to round-off (eps times the gross terms,
-        # times the margin the path's own noise floors allow), nor below |p| + |b|.
-        floor = np.maximum(np.abs(self._p[:n]) + abs(self.b),
-                           ROUNDOFF_MARGIN * _EPS / self.kkt_tol * terms)
         return np.maximum(terms - cancelled_terms, floor)
 
     def residual(self, terms: np.ndarray | None = None) -> float:
@@ -1229,10 +1233,11 @@ class PathEngine:
             return False
         if not np.all(np.isfinite(g)):
             return False
+        violation = self._violations()
         terms = self._terms_cache
         if terms is None:
-            terms = self._net_of_copies(self.g_terms())
-        return bool(np.all(self._violations() <= self.kkt_tol * terms))
+            terms = self._net_of_copies(self.g_terms(), violation)
+        return bool(np.all(violation <= self.kkt_tol * terms))
 
     def kkt_violation(self) -> float:
         """Largest violation of the KKT conditions by the maintained margin values g."""
@@ -1528,9 +1533,13 @@ class PathEngine:
             stats.refactorized = True
         else:
             # Nothing moved since: the KKT check that follows every update reuses them.
-            net = self._net_of_copies(terms)
-            if kkt_ok and net is not terms:
-                kkt_ok = bool(np.all(self._violations() <= self.kkt_tol * net))
+            if kkt_ok:
+                violation = self._violations()
+                net = self._net_of_copies(terms, violation)
+                if net is not terms:
+                    kkt_ok = bool(np.all(violation <= self.kkt_tol * net))
+            else:  # (the net terms tell the repair which points to move)
+                net = self._net_of_copies(terms)
             self._terms_cache = net
             self._kkt_cache = kkt_ok and balance <= self.kkt_tol
         self._sv_cache = None
