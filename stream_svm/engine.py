@@ -158,6 +158,10 @@ RELEARN_MAX_POINTS = 5_000
 # cancel (``PathEngine._net_of_copies``): what the sums computing g lose to round-off. 10 refused
 # updates that 100 accepts exactly; at 1000 a path 2e-6 (relative) off passed again.
 ROUNDOFF_MARGIN = 100.0
+# The same for the round-off the cancelling copies leave in b and their net coefficients (eps
+# times the coefficients that cancel, times the kernel's scale), after the solution was computed
+# afresh from its sets (see ``PathEngine._run_update``).
+SPREAD_MARGIN = 10.0
 
 
 @dataclass
@@ -846,16 +850,21 @@ class PathEngine:
         self._row_counts = counts
         self._copies = self.n - len(counts)
 
-    def _net_of_copies(self, terms: np.ndarray, violation: np.ndarray | None = None
-                       ) -> np.ndarray:
+    def _net_of_copies(self, terms: np.ndarray, violation: np.ndarray | None = None,
+                       spread: bool = True) -> np.ndarray:
         """``terms`` (``g_terms``) less what copies of one x cancel: the terms count
         alpha_j |K(x_i, x_j)| for every coefficient, but copies of one x whose y alpha have
         opposite signs (under both labels, or a regression sample's copies on both sides of
         the tube) add up to their net coefficient in every f. Two such copies held at C add
-        2 C K to the terms and nothing to f: with C K ~ 1e7 the tolerances grew loose enough
-        to accept a path that ended on wrong sets (decision values 1e-6 to 1e-4 off), and the
-        KKT check held relative to these (net) terms refuses it instead: the update is redone
-        one point at a time, or learned afresh, or refused with the model unchanged.
+        2 C K to the terms and nothing to f: at C K ~ 1e10 a path 2e-6 off (decision values
+        3e-5 off) passed a check relative to the gross terms.
+
+        Not below |p| + |b|, nor below ROUNDOFF_MARGIN eps times the gross terms (what the
+        sums computing g lose), nor, with ``spread``, below SPREAD_MARGIN eps times the
+        cancelled coefficients times the kernel's scale (the round-off the copies leave in b
+        and in their net coefficients, which reaches points far from them); never above the
+        gross terms. ``_run_update`` solves a path that fails the check without the spread
+        afresh from its sets; the update's KKT check then holds it to these terms.
 
         Returns ``terms`` itself when no coefficients cancel; at once when no two stored points
         share their features (the common case: the stored rows are counted as they come and
@@ -897,7 +906,15 @@ class PathEngine:
             if self.ridge:
                 columns[representatives, np.arange(representatives.size)] -= self.ridge
             cancelled_terms = np.abs(columns) @ cancelled[cancelling]
-        return np.maximum(terms - cancelled_terms, floor)
+        # Nor below what the copies' own round-off leaves everywhere: their net coefficients,
+        # and through sum(y alpha) = 0 b, are known to eps times the coefficients that cancel,
+        # which moves f by that times K even at points far from the copies (whose own terms
+        # are small: held to them, windows over such copies refused update after update).
+        spread_floor = SPREAD_MARGIN * _EPS / self.kkt_tol * float(
+            cancelled[cancelling].sum()) * self._diag_scale
+        net = np.maximum(terms - cancelled_terms, floor)
+        # (never above the terms themselves: no looser than counting every coefficient)
+        return np.minimum(np.maximum(net, spread_floor), terms) if spread else net
 
     def residual(self, terms: np.ndarray | None = None) -> float:
         """Largest violation of S's equalities, relative: |g_S| to its terms (``g_terms``, or
@@ -1535,9 +1552,15 @@ class PathEngine:
             # Nothing moved since: the KKT check that follows every update reuses them.
             if kkt_ok:
                 violation = self._violations()
-                net = self._net_of_copies(terms, violation)
-                if net is not terms:
-                    kkt_ok = bool(np.all(violation <= self.kkt_tol * net))
+                net = self._net_of_copies(terms, violation, spread=False)
+                if net is not terms and not np.all(violation <= self.kkt_tol * net):
+                    # Held to the terms net of cancelling copies, the path's drift can show
+                    # where the gross terms hid it: solved afresh from its sets (E's
+                    # contributions, S's equations), the KKT check then judges the solution.
+                    self.recompute_error_contributions()
+                    stats.refactorized = True
+                    self._sv_cache = None
+                    return stats
             else:  # (the net terms tell the repair which points to move)
                 net = self._net_of_copies(terms)
             self._terms_cache = net

@@ -162,13 +162,16 @@ def relative_kkt_violation(engine: PathEngine) -> float:
     return max(worst, float(np.max(violation / terms)))
 
 
-def net_relative_kkt_violation(engine: PathEngine, roundoff_margin: float = 100.0) -> float:
+def net_relative_kkt_violation(engine: PathEngine, roundoff_margin: float = 100.0,
+                               spread_margin: float = 10.0) -> float:
     """The KKT violation of the engine's points from a freshly computed kernel, relative to the
     terms of g net of what copies of one x cancel: copies under both labels (or a regression
     sample's copies on both sides of the tube) add nothing to f, however large C K, and
     ``relative_kkt_violation``'s gross terms let such a model's g be off by 1e-8 C K. Not
     below ``roundoff_margin`` eps times the gross terms, which is what any float64 sum of them
-    loses (the fresh computation here too), as the engine's own check."""
+    loses (the fresh computation here too), nor below ``spread_margin`` eps times the
+    cancelled coefficients times the kernel's scale, nor above the gross terms: as the
+    engine's own check."""
     if engine.n == 0:
         return 0.0
     X, y, alpha, status = engine.X, engine.y, engine.alpha, engine.status
@@ -184,6 +187,12 @@ def net_relative_kkt_violation(engine: PathEngine, roundoff_margin: float = 100.
     gross_terms = np.abs(engine.linear) + abs(engine.b) + np.abs(K) @ alpha
     eps = float(np.finfo(float).eps)
     terms = np.maximum(net_terms, roundoff_margin * eps / 1e-8 * gross_terms)
+    # The copies' own round-off moves b and their net coefficients by eps times the
+    # coefficients that cancel, and f by that times K everywhere (spread_margin times it is
+    # allowed), though never more than the gross terms would.
+    cancelled = float((np.bincount(group, alpha) - np.abs(net)).sum())
+    spread = spread_margin * eps / 1e-8 * cancelled * float(np.abs(np.diag(K)).max())
+    terms = np.minimum(np.maximum(terms, spread), gross_terms)
     margin, error = status == MARGIN, status == ERROR
     gap = engine.gap
     violation = np.where(margin, np.abs(g), np.where(

@@ -113,14 +113,15 @@ def copies_under_both_labels(seed: int):
     return rng, kernel, C, X, y
 
 
-@pytest.mark.parametrize("seed", [84, 330, 410])
+@pytest.mark.parametrize("seed", [84, 330])
 def test_copies_under_both_labels_do_not_loosen_the_kkt_check(seed):
     """Copies of one x under both labels, each at C, add nothing to f but 2 C K to the terms
     the KKT tolerances are relative to: at C K ~ 1e10 (polynomial kernels at C 2e7 to 3e7)
     paths ended 2e-8 to 2e-6 off relative to the terms net of them (decision values 3e-5 off
-    for seed 84), within the gross terms' tolerance, so no retry was made. Judged on the net
-    terms, every update stays within 1e-8 of them (1.5e-8: the check is the engine's, on its
-    maintained g; this one computes g afresh) or is refused unchanged."""
+    for seed 84), within the gross terms' tolerance, so nothing was redone. Judged on the net
+    terms, such a path is solved afresh from its sets or retried: every update holds its
+    conditions to 1e-8 of the net terms (not below 100 eps of the gross ones), or is refused
+    unchanged."""
     rng, kernel, C, X, y = copies_under_both_labels(seed)
     engine = PathEngine(kernel, C)
     for position in rng.permutation(len(y)):
@@ -133,7 +134,48 @@ def test_copies_under_both_labels_do_not_loosen_the_kkt_check(seed):
             for name in before:
                 np.testing.assert_array_equal(before[name], after[name])
             continue
-        assert net_relative_kkt_violation(engine) < 1.5e-8
+        assert net_relative_kkt_violation(engine, spread_margin=0.0) < 1e-8
+        assert relative_kkt_violation(engine) < 1e-8
+
+
+# Nineteen points at C = 7.7e7 under an RBF kernel on features of size 1e-6 (gamma * scale^2 =
+# 4.6), two x's stored under both labels; in a sliding window of 92 points they refused 30 of 40
+# slides.
+FAR_FROM_COPIES_X = np.array([
+    [1.6688060445313774e-07, -4.770426674557032e-08],
+    [2.348101109616106e-07, -1.0400305006414859e-06],
+    [5.56858685099645e-07, -1.947589544034628e-06],
+    [-6.170352664197516e-07, -1.7840472000019434e-06],
+    [-6.95027727780753e-07, -1.7576960687457492e-06],
+    [2.2420884158652283e-07, 1.1796119314050778e-07],
+    [1.6867687557158997e-06, 9.497098511482239e-07],
+    [1.1028453012657678e-06, 1.1124907310361409e-06],
+    [2.496386187475054e-07, 2.5250500857530306e-07],
+    [-8.342729671558101e-07, 1.1867074757994357e-06],
+    [-6.95027727780753e-07, -1.7576960687457492e-06],
+    [-4.3659349614275295e-07, -9.05924654213098e-08],
+    [4.975995256538231e-07, -1.537379001718247e-07],
+    [-1.3662989546741846e-06, -1.3499104582675877e-06],
+    [2.890394251108789e-07, 2.404946504003476e-06],
+    [-3.045483810162879e-06, 1.6869926784685469e-06],
+    [-1.6580478254458216e-06, -9.462988046336057e-07],
+    [1.6688060445313774e-07, -4.770426674557032e-08],
+    [-1.353019045695815e-07, 5.82194749382184e-07],
+])
+FAR_FROM_COPIES_Y = np.array([-1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0,
+                              -1.0, 1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0])
+
+
+def test_copies_far_from_a_margin_point_leave_it_their_round_off():
+    """The copies' net coefficients, and through sum(y alpha) = 0 b, carry eps times the
+    coefficients that cancel, which moves f at points far from the copies too, whose own net
+    terms are small: held to those alone, the 19th point was refused ("learning its 19 points
+    afresh failed too") though its solution is exact to that round-off."""
+    engine = PathEngine(make_kernel("rbf", gamma=4581928752910.544), 76626479.78372905)
+    for position in range(FAR_FROM_COPIES_Y.size):
+        engine.update(FAR_FROM_COPIES_X[position : position + 1],
+                      FAR_FROM_COPIES_Y[position : position + 1], [position])
+        assert net_relative_kkt_violation(engine) < 2e-8
         assert relative_kkt_violation(engine) < 1e-8
 
 
