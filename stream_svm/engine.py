@@ -850,6 +850,12 @@ class PathEngine:
         self._row_counts = counts
         self._copies = self.n - len(counts)
 
+    def _has_copies(self) -> bool:
+        """Whether two stored points share their features (counted afresh if not known)."""
+        if self._row_counts is None:
+            self._count_rows()
+        return self._copies > 0
+
     def _net_of_copies(self, terms: np.ndarray, violation: np.ndarray | None = None,
                        spread: bool = True) -> np.ndarray:
         """``terms`` (``g_terms``) less what copies of one x cancel: the terms count
@@ -871,9 +877,7 @@ class PathEngine:
         go), or when the points' ``violation`` (``_violations``) hold their conditions to the
         smallest terms there can be (an exact solution's do: the copies cannot matter)."""
         n = self.n
-        if self._row_counts is None:
-            self._count_rows()
-        if not self._copies:
+        if not self._has_copies():
             return terms
         # Not below what the sums that compute g lose to round-off (eps times the gross terms,
         # times the margin the path's own noise floors allow), nor below |p| + |b|.
@@ -1550,7 +1554,8 @@ class PathEngine:
             stats.refactorized = True
         else:
             # Nothing moved since: the KKT check that follows every update reuses them.
-            if kkt_ok:
+            net = terms
+            if kkt_ok and self._has_copies():  # (the violations only then: O(n) each)
                 violation = self._violations()
                 net = self._net_of_copies(terms, violation, spread=False)
                 if net is not terms and not np.all(violation <= self.kkt_tol * net):
@@ -1561,7 +1566,7 @@ class PathEngine:
                     stats.refactorized = True
                     self._sv_cache = None
                     return stats
-            else:  # (the net terms tell the repair which points to move)
+            elif not kkt_ok:  # (the net terms tell the repair which points to move)
                 net = self._net_of_copies(terms)
             self._terms_cache = net
             self._kkt_cache = kkt_ok and balance <= self.kkt_tol
