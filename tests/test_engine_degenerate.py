@@ -410,3 +410,40 @@ def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
         model.learn_one({"a": 1e150}, True, key="huge")
     assert "gamma" not in str(raised.value)
     assert model.n_stored == 10 and model.decision_function_one({"a": 1.0}) == before
+
+
+# Four multiple updates at C = 5.7e6 (RBF, a small ridge, copies under both labels): the
+# third leaves coefficients of 1e7 in all, the fourth removes them. A removal's last move
+# ends at the round-off of the coefficients it started from; what that left in sum(y alpha)
+# (2.3e-5) was judged relative to C and stayed, with decision values 4.7e-6 off the batch
+# optimum. Relative to the solution's own coefficients (182 in all) it is re-solved.
+BALANCE_UPDATES = [
+    ([[-0.7, 1.3, 1.5], [1.3, -1.2, 0.3], [-0.7, 1.3, 1.5], [0.6, -0.9, 0.5], [0.3, 0.7, 0.2],
+      [0.3, -0.1, -0.6], [1.8, 0.1, -1.3], [0.3, 1.3, -1.5]],
+     [1, 1, 1, -1, 1, 1, 1, 1], [7, 13, 37, 11, 2, 0, 33, 20], []),
+    ([[-1.0, -0.1, -0.7], [-1.0, -0.1, -0.7], [1.8, 0.1, -1.3], [0.9, 1.0, -2.4],
+      [-0.3, 1.1, -1.1], [0.3, 2.2, -0.3], [0.0, 3.5, -0.9], [-1.5, 0.5, -1.0]],
+     [1, -1, -1, 1, -1, 1, 1, -1], [28, 16, 25, 43, 24, 29, 42, 38], [33, 20, 11]),
+    ([[0.3, -0.1, -0.6], [0.1, 1.7, -0.2]], [-1, -1], [8, 12], [2, 13, 38, 7, 42]),
+    ([[-0.7, -0.9, 0.8], [0.8, 0.2, -0.7], [0.9, 1.0, -2.4]], [-1, 1, 1], [36, 1, 18],
+     [43, 25, 28, 8, 37]),
+]
+
+
+def test_removals_of_large_coefficients_leave_no_imbalance():
+    from tests.oracle import BatchOptimum, dual_objective
+
+    engine = PathEngine(make_kernel("rbf", gamma=0.08129210275395675), C=5668544.823828762,
+                        ridge=1.9885522113211818e-07)
+    for X_add, y_add, keys, remove in BALANCE_UPDATES:
+        engine.update(np.array(X_add), np.array(y_add, dtype=float), keys, remove)
+    assert engine.alpha.sum() < 1e3  # (the large coefficients are gone)
+    imbalance = abs(float(engine.alpha @ engine.y)) / float(engine.alpha.sum())
+    assert imbalance < 1e-12, imbalance
+    oracle = BatchOptimum(engine)
+    probes = np.random.default_rng(3).standard_normal((20, 3))
+    ours, theirs = engine.decision_function(probes), oracle.decision(probes)
+    assert np.abs(ours - theirs).max() <= 1e-8 * (1.0 + np.abs(theirs).max())
+    objective = oracle.objective()
+    assert abs(dual_objective(oracle.K, engine.y, engine.alpha) - objective) <= 1e-12 * abs(
+        objective)
