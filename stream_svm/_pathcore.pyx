@@ -1915,10 +1915,10 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
     their rows); returns what the checks after an update need: (the largest |g| of S
     relative to its terms, whether every point holds its KKT condition to ``kkt_tol``
     relative to its terms, whether h's accumulated round-off may matter next to that
-    tolerance, |sum y alpha|)."""
+    tolerance, |sum y alpha| relative to sum alpha: 0 when that is 0)."""
     cdef Py_ssize_t i, k = margin.shape[0]
     cdef double abs_b = fabs(b), violation, residual = 0.0, eps = DBL_EPSILON
-    cdef double balance = 0.0
+    cdef double balance = 0.0, total = 0.0
     cdef bint kkt_ok = True, drifted = False, any_error = False, drift_matters = False
     if g.shape[0] < n or terms.shape[0] < n or store.shape[0] < k:
         raise ValueError("g, terms or store is too short")
@@ -1932,6 +1932,7 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                                &margin[0] if k else NULL, &alpha[0], &y[0], &g[0], &terms[0])
         for i in range(n):
             balance += y[i] * alpha[i]
+            total += alpha[i]
             g[i] = y[i] * (h[i] + b + g[i]) + p[i]
             terms[i] = fabs(p[i]) + abs_b + h_abs[i] + terms[i]
             if status[i] == ERROR:
@@ -1950,7 +1951,8 @@ def refresh_g(double[:, ::1] columns, long[::1] store, Py_ssize_t n, long[::1] m
                 if eps * h_drift[i] > 1e-2 * kkt_tol * terms[i]:
                     drift_matters = True
     # h is exactly 0 without error points: recomputing it then costs nothing.
-    return residual, kkt_ok, drifted and (drift_matters or not any_error), fabs(balance)
+    return (residual, kkt_ok, drifted and (drift_matters or not any_error),
+            fabs(balance) / total if total > 0.0 else 0.0)
 
 
 def admit_points(const double[:, ::1] block, const long[::1] new, const long[::1] new_rows,

@@ -797,7 +797,8 @@ class PathEngine:
         """Recompute g (into ``g``, by default the engine's own) from alpha, b and h, with the
         size of its terms, in one compiled pass over S's kernel columns; returns (terms, S's
         largest |g| relative to its terms, whether every KKT condition holds to kkt_tol
-        relative to the terms, whether h's accumulated round-off may matter, |sum y alpha|)."""
+        relative to the terms, whether h's accumulated round-off may matter, |sum y alpha| relative
+        to sum alpha, as ``_relative_imbalance``)."""
         self._ensure_columns()
         n = self.n
         terms = np.empty(n)
@@ -1557,7 +1558,6 @@ class PathEngine:
         self._before_change()
         n = self.n
         terms, margin_residual, kkt_ok, h_stale, balance = self._refresh_g()
-        balance = self._relative_imbalance(balance)
         if h_stale:
             self.recompute_error_contributions()
             stats.refactorized = True
