@@ -355,6 +355,7 @@ def replay(
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
+    from connectors.config import topic_name_problem
     from connectors.messages import encode
     from connectors.sources import (
         SourceError,
@@ -363,6 +364,10 @@ def replay(
         iter_records,
         raw_label,
     )
+
+    problem = topic_name_problem(topic)
+    if problem is not None:  # before the file is read and anything is created
+        raise ValueError(f"--topic {topic!r} {problem}")
 
     def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
         # A file's rows keep their numbers as ids when rows before them are skipped.

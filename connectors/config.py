@@ -28,7 +28,8 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "kafka_client_settings", "load_config"]
+__all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "kafka_client_settings", "load_config",
+           "topic_name_problem"]
 
 ENV_PREFIX = "STREAM_SVM_"
 
@@ -152,9 +153,16 @@ def _port(value: int) -> str | None:
     return None if 0 <= value <= 65535 else "must be a TCP port (0-65535; 0 picks a free one)"
 
 
-def _topic(value: str) -> str | None:
+def topic_name_problem(value: str) -> str | None:
+    """What makes ``value`` no Kafka topic name, or None.
+
+    >>> topic_name_problem("stream-svm.input"), topic_name_problem("bad topic!")
+    (None, "must be a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
+    """
     if not value:
         return "must not be empty"
+    if value in (".", ".."):
+        return "must not be '.' or '..' (Kafka refuses them)"
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if len(value) > 249 or not set(value) <= allowed:
         return "must be a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
@@ -170,10 +178,10 @@ KAFKA_CONNECTIONS_MAX_IDLE_MS = 540_000
 SCHEMA: dict[str, dict[str, Setting]] = {
     "kafka": {
         "bootstrap_servers": Setting(str, "", _bootstrap_servers, optional=True),
-        "input_topic": Setting(str, "stream-svm.input", _topic),
-        "label_topic": Setting(str, "", _topic, optional=True),
-        "output_topic": Setting(str, "stream-svm.predictions", _topic),
-        "dead_letter_topic": Setting(str, "stream-svm.dead-letters", _topic),
+        "input_topic": Setting(str, "stream-svm.input", topic_name_problem),
+        "label_topic": Setting(str, "", topic_name_problem, optional=True),
+        "output_topic": Setting(str, "stream-svm.predictions", topic_name_problem),
+        "dead_letter_topic": Setting(str, "stream-svm.dead-letters", topic_name_problem),
         "group_id": Setting(str, "stream-svm", lambda v: None if v else "must not be empty"),
         "client_id": Setting(str, "stream-svm"),
         "create_topics": Setting(bool, True),
@@ -203,7 +211,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         ),
         # The compacted topic carrying the model's state from a learner to its predictors
         # (connectors.state_store). Unset: "<group_id>.state", resolved in load_config.
-        "state_topic": Setting(str, "", _topic, optional=True),
+        "state_topic": Setting(str, "", topic_name_problem, optional=True),
         # A learner publishes its state there at every checkpoint (off by default: a learner
         # that nobody reads from changes nothing).
         "publish_state": Setting(bool, False),
@@ -601,7 +609,7 @@ def _check_scope(config: Config) -> None:
             f"= \"global\": with {scoped} a partition that lost its offsets stops the daemon "
             "(the models of that partition would need resetting one by one)")
     if config.sources["kafka.state_topic"] == "default":
-        problem = _topic(kafka.state_topic)
+        problem = topic_name_problem(kafka.state_topic)
         if problem:
             raise ConfigError(
                 f"setting kafka.state_topic (default \"<kafka.group_id>.state\" = "
@@ -654,7 +662,7 @@ def _check_role(config: Config) -> None:
                     and getattr(config.predictor, key) != setting.default):
                 raise ConfigError(f"setting {name} needs daemon.role = \"predictor\"")
     if derived and (kafka.publish_state or role == "predictor"):
-        problem = _topic(kafka.state_topic)
+        problem = topic_name_problem(kafka.state_topic)
         if problem:
             raise ConfigError(
                 f"setting kafka.state_topic (default \"<kafka.group_id>.state\" = "

