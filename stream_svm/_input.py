@@ -360,6 +360,13 @@ def class_of(positive: bool, classes: tuple[object, object] | None) -> object:
     return bool(positive) if classes is None else classes[int(bool(positive))]
 
 
+def _is_pandas_missing(value: object) -> bool:
+    """Whether ``value`` is pandas' missing-value marker (``pd.NA``, ``pd.NaT``), which a
+    nullable column's rows hold (``stream.iter_pandas``), without importing pandas."""
+    kind = type(value)
+    return kind.__name__ in ("NAType", "NaTType") and kind.__module__.startswith("pandas")
+
+
 def _feature_value(name: Hashable, value: object) -> float:
     if type(value) is float:  # the common case, without the abstract-class checks below
         if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
@@ -374,6 +381,8 @@ def _feature_value(name: Hashable, value: object) -> float:
     if isinstance(value, (bool, np.bool_)):
         return float(value)
     if not isinstance(value, numbers.Real):
+        if _is_pandas_missing(value):  # pd.NA, pd.NaT: missing, as learn_many reads them
+            return 0.0
         raise TypeError(
             f"feature {name!r} has the non-numeric value {shown(value)} ({type(value).__name__}); "
             "encode it as a number first (e.g. river.preprocessing.OneHotEncoder)"

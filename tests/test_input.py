@@ -193,3 +193,26 @@ def test_a_key_holding_nan_anywhere_is_refused(key):
                                  1.5])
 def test_keys_equal_to_themselves_pass(key):
     check_findable_keys(["a", key])
+
+
+def test_pandas_missing_values_are_missing_one_row_at_a_time_as_in_a_batch():
+    # A nullable column's rows hold pd.NA (pd.NaT for times): learn_many read them as
+    # missing, learn_one refused them as non-numeric, with a hint to encode them.
+    import pandas as pd
+    from river import stream
+
+    from stream_svm import IncrementalSVC
+
+    X = pd.DataFrame({"a": [1.0, None, -1.0, 0.5] * 5, "b": [1, 2, 3, 4] * 5}).convert_dtypes()
+    y = pd.Series([True, False, False, True] * 5)
+    batch, single = IncrementalSVC(), IncrementalSVC()
+    batch.learn_many(X, y)
+    rows = list(stream.iter_pandas(X, y))
+    assert rows[1][0]["a"] is pd.NA
+    for x, label in rows:
+        single.learn_one(x, label)
+    probe = {"a": pd.NA, "b": 2}
+    assert single.decision_function_one(probe) == pytest.approx(
+        batch.decision_function_one({"b": 2}), abs=1e-9)
+    assert single.decision_function_one({"a": pd.NaT, "b": 2}) == \
+        single.decision_function_one({"b": 2})
