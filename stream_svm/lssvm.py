@@ -368,6 +368,15 @@ class _IncrementalLSSVM(FixedParameters):
         if space is None:
             if self.features == "rff":
                 first_names = self._names_of(add) + self._names_of(remove)
+                if not first_names:
+                    # The map is drawn on the first samples' features and cannot grow: drawn
+                    # on none, it would refuse every later sample that has some.
+                    raise ValueError(
+                        "the first samples learned with features='rff' have no features: the "
+                        "random Fourier map is drawn on the first samples' features and cannot "
+                        "grow, so the model learns nothing until a sample with features comes "
+                        "(nothing was learned)"
+                    )
                 for name in first_names:  # (as vectorizing checks a new name)
                     check_new_name(name)
                 space = FeatureSpace(sorted(dict.fromkeys(first_names), key=_sort_key))

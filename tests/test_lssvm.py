@@ -580,3 +580,18 @@ def test_the_rounding_left_in_a_column_no_sample_uses_does_not_refuse_later_forg
     # A sample that was never learned is still refused by the columns it uses.
     with pytest.raises(ValueError, match="cannot forget these samples"):
         model.forget_one({"e": 5.0}, labels[0])
+
+
+def test_an_rff_model_refuses_a_first_sample_without_features_and_stays_usable():
+    # The map was drawn on no features: every later sample with some was refused, for good
+    # (a daemon dead-lettered every message after one empty first one).
+    from stream_svm import IncrementalLSSVC
+
+    model = IncrementalLSSVC(features="rff", seed=0)
+    with pytest.raises(ValueError, match="have no features: the random Fourier map"):
+        model.learn_one({}, True)
+    assert model.n_samples_ == 0
+    model.learn_one({"a": 1.0}, False)
+    model.learn_one({"a": -1.0}, True)
+    model.learn_one({}, True)  # (once the map is drawn, missing features read 0)
+    assert model.n_samples_ == 3
