@@ -163,6 +163,9 @@ class _IncrementalLSSVM(FixedParameters):
     """Shared engine of :class:`IncrementalLSSVC` and :class:`IncrementalLSSVR`."""
 
     _built_by = "_solution"  # the constructor's last state: parameters are fixed from then on
+    # (for a model pickled before they were kept: the state's own terms are the scale)
+    _gram_terms = 0.0
+    _rhs_terms = 0.0
 
     def __init__(
         self,
@@ -213,6 +216,12 @@ class _IncrementalLSSVM(FixedParameters):
         self._gram_lo = np.zeros((width, width))
         self._rhs_hi = np.zeros(width)  # Phi y
         self._rhs_lo = np.zeros(width)
+        # The largest product terms summed into Phi Phi^T and into Phi y by every update since
+        # the model was last empty: the scale of the rounding those sums carry, which forgetting
+        # every sample must leave, however small what remains (copies under opposite labels
+        # cancel in Phi y; features learned and forgotten long ago leave theirs in Phi Phi^T).
+        self._gram_terms = 0.0
+        self._rhs_terms = 0.0
         self._solution = np.zeros(width)  # (b, w) or w
         self.n_samples_ = 0
 
@@ -435,11 +444,16 @@ class _IncrementalLSSVM(FixedParameters):
                 design,
                 signs,
             )
+        magnitudes = np.abs(design)
+        gram_terms = self._gram_terms + float((magnitudes * magnitudes).sum(axis=0).max(
+            initial=0.0))
+        rhs_terms = self._rhs_terms + float((magnitudes * np.abs(targets)[:, None]).sum(
+            axis=0).max(initial=0.0))
         if n_after == 0:
             residue = np.abs(new_gram_hi + new_gram_lo - np.diag(regularization)).max()
-            scale = np.abs(gram_hi - np.diag(regularization)).max()
+            scale = max(np.abs(gram_hi - np.diag(regularization)).max(), gram_terms)
             rhs_residue = np.abs(new_rhs_hi + new_rhs_lo).max()
-            rhs_scale = np.abs(rhs_hi).max() + np.abs(rhs_delta).max()
+            rhs_scale = max(np.abs(rhs_hi).max() + np.abs(rhs_delta).max(), rhs_terms)
             if residue > 1e-8 * scale or rhs_residue > 1e-8 * rhs_scale:
                 raise ValueError(
                     "these samples cannot be all the model learned: removing them leaves a "
@@ -473,6 +487,8 @@ class _IncrementalLSSVM(FixedParameters):
         self._omega, self._phase = omega, phase
         self._gram_hi, self._gram_lo = new_gram_hi, new_gram_lo
         self._rhs_hi, self._rhs_lo = new_rhs_hi, new_rhs_lo
+        self._gram_terms, self._rhs_terms = (0.0, 0.0) if n_after == 0 else (gram_terms,
+                                                                           rhs_terms)
         self._solution = solution
         self.n_samples_ = n_after
         names = staged.names
@@ -753,6 +769,7 @@ class _IncrementalLSSVM(FixedParameters):
             "features": list(names),
             "has_space": self._space is not None,
             "n_samples": self.n_samples_,
+            "roundoff_terms": [self._gram_terms, self._rhs_terms],
         }
         return arrays, meta
 
@@ -811,6 +828,14 @@ class _IncrementalLSSVM(FixedParameters):
             model._phase = np.array(arrays["phase"], dtype=float)
         model._space = FeatureSpace(names) if has_space else None
         model.n_samples_ = int(meta["n_samples"])
+        terms = meta.get("roundoff_terms")
+        if (isinstance(terms, list) and len(terms) == 2
+                and all(isinstance(t, (int, float)) and 0 <= t < math.inf for t in terms)):
+            model._gram_terms, model._rhs_terms = float(terms[0]), float(terms[1])
+        elif model.n_samples_:  # (a checkpoint from before they were kept: the state's own)
+            model._gram_terms = float(np.abs(model._gram_hi - np.diag(
+                model._regularization(width))).max(initial=0.0))
+            model._rhs_terms = float(np.abs(model._rhs_hi).max(initial=0.0))
         for key, row, target in zip(keys, rows, targets, strict=True):
             x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
             model._kept[key] = (x, model._target_value(float(target)))

@@ -595,3 +595,29 @@ def test_an_rff_model_refuses_a_first_sample_without_features_and_stays_usable()
     model.learn_one({"a": -1.0}, True)
     model.learn_one({}, True)  # (once the map is drawn, missing features read 0)
     assert model.n_samples_ == 3
+
+
+@pytest.mark.parametrize("round_trip", [False, True])
+def test_forgetting_every_sample_is_not_refused_for_the_rounding_of_cancelled_terms(round_trip):
+    # A batch's Phi y is a sum of rounded products; forgotten one by one, its samples leave a
+    # residue of eps times those products. With copies under opposite labels left, Phi y
+    # cancels to 0 and that residue (2.2e-16) was judged against nothing: forgetting the
+    # last two samples was refused as "cannot be all the model learned".
+    import pandas as pd
+
+    from stream_svm import IncrementalLSSVC
+
+    model = IncrementalLSSVC()
+    model.learn_many(pd.DataFrame({"f0": [1.8955143609467267, -0.24013106478115234]}),
+                     pd.Series([True, True]), keys=[0, 1])
+    model.forget_one(key=0)
+    model.learn_one({"f0": -0.24013106478115234}, False, key=2)
+    if round_trip:
+        model = IncrementalLSSVC.from_checkpoint(*model.to_checkpoint())
+    model.forget_many(keys=[1, 2])
+    assert model.n_samples_ == 0 and model.predict_proba_one({"f0": 1.0}) == {
+        False: 0.5, True: 0.5}
+    # What was never learned is still refused.
+    model.learn_one({"f0": 1.0}, True, key="a")
+    with pytest.raises(ValueError, match="cannot"):
+        model.forget_one({"f0": 2.0}, True)
