@@ -81,6 +81,15 @@ _FEATURE_MAPS = ("linear", "rff")
 # was not in the model.
 _ROUNDING_SLACK = 1e-9
 
+# A sum of rounded products is off by a few eps of its terms: 64 eps allows for many.
+_ROUNDING_TERMS = 64 * float(np.finfo(float).eps)
+
+
+def _rounding_of(terms: float) -> float:
+    """The rounding that sums of products of total size ``terms`` may carry (0 when that size
+    is not known: past the largest float, or a model saved before it was kept)."""
+    return _ROUNDING_TERMS * terms if math.isfinite(terms) else 0.0
+
 
 def _two_sum(hi: np.ndarray, lo: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Add ``delta`` to the compensated pair (hi, lo); returns new arrays, inputs untouched.
@@ -450,11 +459,17 @@ class _IncrementalLSSVM(FixedParameters):
         rhs_terms = self._rhs_terms + float((magnitudes * np.abs(targets)[:, None]).sum(
             axis=0).max(initial=0.0))
         if n_after == 0:
+            # What the samples held now leave is judged against their own size (1e-8 of it);
+            # the rounding of every product summed since the model was empty, against those
+            # products (64 eps of them: a rounded product's error, summed; any looser and a
+            # sample never learned would pass once large ones had come and gone).
             residue = np.abs(new_gram_hi + new_gram_lo - np.diag(regularization)).max()
-            scale = max(np.abs(gram_hi - np.diag(regularization)).max(), gram_terms)
+            scale = max(1e-8 * np.abs(gram_hi - np.diag(regularization)).max(),
+                        _rounding_of(gram_terms))
             rhs_residue = np.abs(new_rhs_hi + new_rhs_lo).max()
-            rhs_scale = max(np.abs(rhs_hi).max() + np.abs(rhs_delta).max(), rhs_terms)
-            if residue > 1e-8 * scale or rhs_residue > 1e-8 * rhs_scale:
+            rhs_scale = max(1e-8 * (np.abs(rhs_hi).max() + np.abs(rhs_delta).max()),
+                            _rounding_of(rhs_terms))
+            if residue > scale or rhs_residue > rhs_scale:
                 raise ValueError(
                     "these samples cannot be all the model learned: removing them leaves a "
                     f"residue of {max(residue, rhs_residue):.3g} in Phi Phi^T or Phi y"
@@ -769,7 +784,9 @@ class _IncrementalLSSVM(FixedParameters):
             "features": list(names),
             "has_space": self._space is not None,
             "n_samples": self.n_samples_,
-            "roundoff_terms": [self._gram_terms, self._rhs_terms],
+            # (None past the largest float: JSON has no inf, and the restore then falls back)
+            "roundoff_terms": [t if math.isfinite(t) else None
+                               for t in (self._gram_terms, self._rhs_terms)],
         }
         return arrays, meta
 
@@ -832,10 +849,10 @@ class _IncrementalLSSVM(FixedParameters):
         if (isinstance(terms, list) and len(terms) == 2
                 and all(isinstance(t, (int, float)) and 0 <= t < math.inf for t in terms)):
             model._gram_terms, model._rhs_terms = float(terms[0]), float(terms[1])
-        elif model.n_samples_:  # (a checkpoint from before they were kept: the state's own)
-            model._gram_terms = float(np.abs(model._gram_hi - np.diag(
-                model._regularization(width))).max(initial=0.0))
-            model._rhs_terms = float(np.abs(model._rhs_hi).max(initial=0.0))
+        elif model.n_samples_:
+            # A checkpoint from before they were kept, or of terms past the largest float: not
+            # known, so only the state's own size counts (as it did then).
+            model._gram_terms, model._rhs_terms = math.inf, math.inf
         for key, row, target in zip(keys, rows, targets, strict=True):
             x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
             model._kept[key] = (x, model._target_value(float(target)))

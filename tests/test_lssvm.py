@@ -621,3 +621,35 @@ def test_forgetting_every_sample_is_not_refused_for_the_rounding_of_cancelled_te
     model.learn_one({"f0": 1.0}, True, key="a")
     with pytest.raises(ValueError, match="cannot"):
         model.forget_one({"f0": 2.0}, True)
+
+
+def test_the_rounding_allowed_when_emptying_follows_the_products_not_every_sample_ever():
+    # The rounding allowed grows with the products summed since the model was empty, by a few
+    # eps of them: large samples that came and went do not let a never-learned one pass.
+    import json
+
+    import pandas as pd
+
+    from stream_svm import IncrementalLSSVC, IncrementalLSSVR
+
+    model = IncrementalLSSVC()
+    model.learn_one({"f": 1.0}, True)
+    rng = np.random.default_rng(0)
+    big = pd.DataFrame({"f": rng.normal(size=1000) * 1e5})
+    model.learn_many(big, pd.Series(rng.random(1000) > 0.5), keys=list(range(1000)))
+    model.forget_many(keys=list(range(1000)))
+    with pytest.raises(ValueError, match="cannot be all the model learned"):
+        model.forget_one({"f": 0.5}, True)
+    model.forget_one({"f": 1.0}, True)
+    assert model.n_samples_ == 0
+    # Products past the largest float: not written as inf (JSON has none), and not known after
+    # a restore, where only the state's own size counts.
+    huge = IncrementalLSSVR()
+    huge.learn_one({"g": 1.0}, 1.0)
+    for _ in range(2):
+        huge.learn_one({"f": 9e153}, 1.0)
+        huge.forget_one({"f": 9e153}, 1.0)
+    arrays, meta = huge.to_checkpoint()
+    restored = IncrementalLSSVR.from_checkpoint(arrays, json.loads(json.dumps(meta,
+                                                                              allow_nan=False)))
+    assert restored.predict_one({"g": 1.0}) == huge.predict_one({"g": 1.0})
