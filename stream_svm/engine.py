@@ -2009,12 +2009,20 @@ class PathEngine:
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
             fresh._factorize()
-        fresh._refresh_g()
+        _, _, kkt_ok, _, balance = fresh._refresh_g()
+        if (kkt_ok and balance > fresh.kkt_tol
+                and abs(float(fresh._y[:n] @ fresh._alpha[:n])) <= fresh.kkt_tol * fresh.C):
+            # Only sum(y alpha) = 0 fails, to a degree the check let stand when it was judged
+            # relative to C (states saved then): re-solved from its sets, as an update now
+            # is, the check below then judges it.
+            fresh.refactorize()
         if not fresh._kkt_holds():
             # Each value in range, but not an SVM of these points (edited, or saved with
             # another C): serving it would answer with a model nobody trained.
+            imbalance = fresh._relative_imbalance(abs(float(fresh._y[:n] @ fresh._alpha[:n])))
             raise ValueError(
                 "the state's coefficients do not solve the SVM of its points with C = "
-                f"{self.C:g} (KKT violation {fresh.kkt_violation():.3g}): a damaged or edited "
-                "state, or one saved with other settings")
+                f"{self.C:g} (KKT violation {fresh.kkt_violation():.3g}, sum(y alpha) "
+                f"{imbalance:.3g} of sum(alpha)): a damaged or edited state, or one saved with "
+                "other settings")
         self.__dict__.update(fresh.__dict__)

@@ -447,3 +447,43 @@ def test_removals_of_large_coefficients_leave_no_imbalance():
     objective = oracle.objective()
     assert abs(dual_objective(oracle.K, engine.y, engine.alpha) - objective) <= 1e-12 * abs(
         objective)
+
+
+def test_a_state_saved_when_the_balance_was_judged_relative_to_c_is_restored_re_solved(
+        monkeypatch):
+    # Checkpoints written before sum(y alpha) was held to sum(alpha) may hold an imbalance
+    # the C-relative check let stand: they restore, re-solved from their sets, instead of
+    # being refused as damaged.
+    from tests.oracle import BatchOptimum
+
+    def engine_of_then():
+        engine = PathEngine(make_kernel("rbf", gamma=0.08129210275395675),
+                            C=5668544.823828762, ridge=1.9885522113211818e-07)
+        for X_add, y_add, keys, remove in BALANCE_UPDATES:
+            engine.update(np.array(X_add), np.array(y_add, dtype=float), keys, remove)
+        return engine
+
+    with monkeypatch.context() as then:  # the rule of then: relative to C
+        refresh = PathEngine._refresh_g
+
+        def refresh_relative_to_c(self, g=None):
+            terms, residual, kkt_ok, stale, balance = refresh(self, g)
+            return terms, residual, kkt_ok, stale, balance * self.alpha.sum() / self.C
+
+        then.setattr(PathEngine, "_refresh_g", refresh_relative_to_c)
+        then.setattr(PathEngine, "_relative_imbalance", lambda self, imbalance: imbalance / self.C)
+        saved = engine_of_then()
+        state, keys = saved.get_state(), saved.keys
+    assert abs(float(state["alpha"] @ state["y"])) / state["alpha"].sum() > 1e-8
+    restored = PathEngine(make_kernel("rbf", gamma=0.08129210275395675), C=5668544.823828762,
+                          ridge=1.9885522113211818e-07)
+    restored.set_state(state, keys)
+    assert abs(float(restored.alpha @ restored.y)) < 1e-12 * restored.alpha.sum()
+    probes = np.random.default_rng(3).standard_normal((20, 3))
+    theirs = BatchOptimum(restored).decision(probes)
+    assert np.abs(restored.decision_function(probes) - theirs).max() <= 1e-8 * (
+        1.0 + np.abs(theirs).max())
+    # An edited coefficient is still refused, and the message names the imbalance.
+    state["alpha"][np.flatnonzero(state["status"] == 0)[0]] *= 1.01
+    with pytest.raises(ValueError, match=r"sum\(y alpha\) .* of sum\(alpha\)\): a damaged"):
+        restored.set_state(state, keys)
