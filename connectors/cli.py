@@ -356,7 +356,7 @@ def replay(
     from kafka.errors import KafkaError
 
     from connectors.config import topic_name_problem
-    from connectors.messages import encode
+    from connectors.messages import Malformed, encode, message_id
     from connectors.sources import (
         SourceError,
         count_source,
@@ -370,9 +370,22 @@ def replay(
         raise ValueError(f"--topic {topic!r} {problem}")
 
     def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
-        # A file's rows keep their numbers as ids when rows before them are skipped.
-        return iter_records(source, target, limit, raw_label, id_column, bad_rows,
+        # A file's rows keep their numbers as ids when rows before them are skipped. Ids are
+        # checked as the daemon will check them, after the prefix.
+        rows = iter_records(source, target, limit, raw_label, id_column, bad_rows,
                             unlabelled=True, number_rows=True)
+        for index, (own_id, x, y) in enumerate(rows):
+            base = index if own_id is None else own_id
+            identifier = f"{id_prefix}{base}" if id_prefix else base
+            try:
+                message_id(identifier)
+            except Malformed as exc:
+                problem = f"{source}, row {base!r}: {exc}"
+                if bad_rows is None:
+                    raise SourceError(problem) from None
+                bad_rows.append(problem)
+                continue
+            yield identifier, x, y
 
     total = count_source(source, target, limit)
     bad_rows = _FirstFew(REPLAY_BAD_ROWS_NAMED)
@@ -409,9 +422,7 @@ def replay(
     # Rows skipped when sending: those of the check again, unless the file changed since.
     skipped = _FirstFew(REPLAY_BAD_ROWS_NAMED) if skip_bad_rows else None
     try:
-        for index, (own_id, x, y) in enumerate(records(skipped)):
-            base = index if own_id is None else own_id
-            identifier: str | int = f"{id_prefix}{base}" if id_prefix else base
+        for index, (identifier, x, y) in enumerate(records(skipped)):
             message: dict[str, Any] = {"id": identifier, "x": x}
             if y is not None and not (unlabelled_every and (index + 1) % unlabelled_every == 0):
                 message["y"] = y
@@ -502,7 +513,7 @@ def evaluate(
     and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
     ``rmse``; each is None when the source is empty. ``id_column`` names a file's id column,
     which is then not a feature."""
-    from connectors.messages import Malformed, targets_of
+    from connectors.messages import Malformed, message_id, targets_of
     from connectors.models import build_model, build_scaler
     from stream_svm import ConvergenceError
 
@@ -571,6 +582,12 @@ def evaluate(
             # repeated one is skipped before it is scored, as the daemon dead-letters it
             # (duplicate_id).
             key = index if identifier is None else identifier
+            if identifier is not None:
+                try:
+                    message_id(identifier)
+                except Malformed as exc:  # (dead-lettered malformed by the daemon)
+                    skip(f"{dataset}, point {index}: {exc}")
+                    continue
             if keyed and identifier is not None and key in model:
                 skip(f"{dataset}, point {index}: id {key!r} is learned already (the daemon "
                      "dead-letters it duplicate_id)")

@@ -210,27 +210,29 @@ def _warn_id_is_a_feature(path: Any) -> None:
 
 
 def _identifier(value: Any, where: str, text: bool = False) -> str | int:
-    """A message id from a file, checked by the daemon's rules: a JSON value as it is (an
-    integer of 64 bits, or text); with ``text`` (a CSV cell), an integer only where the cell
-    is written as one ("7", "-12"), otherwise the text: "007" and "7" are two ids, as they are
-    to the daemon, and a number of more than 64 bits is text.
+    """A message id from a file: a JSON value as it is (an integer, or text); with ``text``
+    (a CSV cell), an integer only where the cell is written as one of 64 bits ("7", "-12"),
+    otherwise the text: "007" and "7" are two ids, as they are to the daemon. Whether the id
+    (after a replay's prefix) is one the daemon takes is checked where it is used.
 
     >>> _identifier("007", "f.csv:2", text=True), _identifier(" 7 ", "f.csv:3", text=True)
     ('007', 7)
     """
-    from connectors.messages import MAX_INT_ID, Malformed, message_id
+    from connectors.messages import MAX_INT_ID
 
     if text and isinstance(value, str):
         value = value.strip()
         if _INTEGER_TEXT.fullmatch(value) and -MAX_INT_ID - 1 <= int(value) <= MAX_INT_ID:
-            value = int(value)
-    try:
-        return message_id(value)
-    except Malformed as exc:
-        raise SourceError(f"{where}: {exc} (the daemon dead-letters it)") from None
+            return int(value)
+    if value is None or value == "":
+        raise SourceError(f"{where}: no id (the cell or field is empty)")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SourceError(f"{where}: id {value!r} is neither an integer nor text")
+    return value
 
 
-#: An integer as JSON writes one (no sign +, no leading zeros).
+#: An integer as JSON writes one (no sign +, no leading zeros; "-0" reads as 0, as
+#: the daemon reads JSON's -0).
 _INTEGER_TEXT = re.compile(r"-?(0|[1-9][0-9]*)")
 
 

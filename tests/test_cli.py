@@ -692,26 +692,41 @@ def test_a_csv_id_is_an_integer_only_where_written_as_one(tmp_path):
     # "007" and "7" were both sent as 7: the daemon dead-lettered the second duplicate_id and
     # a forget of "007" found nothing. An integer beyond 64 bits was scored by evaluate and
     # dead-lettered malformed by the daemon: it is text now, to both.
-    from connectors.sources import iter_records
+    from connectors.sources import SourceError, iter_records
 
     source = tmp_path / "ids.csv"
     source.write_text("msg,a,y\n007,0.5,1\n7,-0.5,0\n1234567890123456789012,0.4,1\n 12 ,0.1,0\n"
                       "-3,0.2,1\n+4,0.3,0\n")
     ids = [identifier for identifier, _, _ in iter_records(str(source), id_column="msg")]
     assert ids == ["007", 7, "1234567890123456789012", 12, -3, "+4"]
+    source.write_text("msg,a,y\n  ,0.5,1\n")
+    with pytest.raises(SourceError, match=r"ids.csv:2: no id \(the cell or field is empty\)"):
+        list(iter_records(str(source), id_column="msg"))
 
 
-def test_a_jsonl_id_keeps_its_json_type_and_a_bad_one_is_named(tmp_path):
-    from connectors.sources import SourceError, iter_records
+def test_a_jsonl_id_keeps_its_json_type_and_one_the_daemon_refuses_is_named(tmp_path,
+                                                                            capsys):
+    from connectors.sources import iter_records
 
     source = tmp_path / "ids.jsonl"
     source.write_text('{"id": "7", "x": {"a": 1.0}, "y": true}\n'
                       '{"id": 7, "x": {"a": 2.0}, "y": false}\n')
     assert [i for i, _, _ in iter_records(str(source))] == ["7", 7]
-    source.write_text('{"id": 12345678901234567890, "x": {"a": 1.0}, "y": true}\n')
-    with pytest.raises(SourceError, match=r"ids.jsonl:1: integer 'id' .* does not fit in 64 "
-                                          r"bits \(the daemon dead-letters it\)"):
-        list(iter_records(str(source)))
+    # An id the daemon dead-letters: skipped by evaluate, and refuses a replay's file (before
+    # any connection), unless a prefix makes it text the daemon takes.
+    source.write_text('{"id": 12345678901234567890, "x": {"a": 1.0}, "y": true}\n'
+                      '{"id": 8, "x": {"a": -1.0}, "y": false}\n')
+    assert main(["evaluate", "--dataset", str(source), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 1 and summary["skipped"] == 1
+    assert "integer 'id' 12345678901234567890 does not fit in 64 bits" in \
+        summary["skipped_first"][0]
+    replay = ["replay", str(source), "--topic", "t", "--bootstrap-servers", "127.0.0.1:1",
+              "--no-progress"]
+    assert main(replay) == 2
+    assert "1 row of" in capsys.readouterr().err
+    assert main([*replay, "--id-prefix", "u-"]) == 1
+    assert "cannot reach Kafka" in capsys.readouterr().err
 
 
 def test_a_files_byte_order_mark_is_not_part_of_its_first_name(tmp_path):
