@@ -119,11 +119,15 @@ class AlphaISVC(_EngineClassifier):
 
     Choices where the paper is vague:
 
-    * *support vectors* (the working set): the engine's margin and error vectors, i.e. alpha > 0
-      or y f(x) = 1 exactly. A margin vector with alpha = 0 only occurs when T holds one class
-      (or degenerate data); it pins the bias b. Without it, a search whose errors are all of one
-      class would train on them alone, get alpha = 0 and a b that misclassifies the other
-      class, and alternate between the two classes until ``max_rounds``.
+    * *support vectors* (the working set): the samples of T on or inside the margin,
+      y f(x) <= 1 (to the round-off of f's terms), with every alpha > 0 among them. They are
+      read off f, which the optimum fixes, not off the coefficients, which a degenerate
+      optimum does not (with w = 0 a sample on the margin may hold alpha = 0 or C): so a
+      model restored from a checkpoint goes on as the original does. A margin vector with
+      alpha = 0 also occurs when T holds one class; it pins the bias b. Without it, a search
+      whose errors are all of one class would train on them alone, get alpha = 0 and a b
+      that misclassifies the other class, and alternate between the two classes until
+      ``max_rounds``.
 
     * *cache selection*: S(C) is the ceil(beta |C|) samples of C with the largest weight psi
       (ties: most recently used first, then newest); beta = 0 trains on W + E only, beta = 1
@@ -500,7 +504,14 @@ class AlphaISVC(_EngineClassifier):
         support = np.zeros(self._ids.size, dtype=bool)
         if engine.n:
             positions = np.searchsorted(self._ids, np.array(engine.keys, dtype=np.int64))
-            support[positions] = (engine.alpha > 0) | (engine.status == MARGIN)
+            # Read off f, which the optimum fixes, rather than off the coefficients, which it
+            # may not: on the margin (y f = 1 to round-off of its terms) or inside it. Where the
+            # optimum is degenerate (w = 0: f is the constant b), a sample on the margin can
+            # hold alpha = 0 or alpha = C depending on the path's round-off, and a model
+            # restored from a checkpoint or a pickle (whose factor is rebuilt) then kept
+            # other samples and learned another classifier from there on.
+            within = engine.g <= _MARGIN_SLACK * engine.g_terms()
+            support[positions] = within | (engine.alpha > 0) | (engine.status == MARGIN)
         return support
 
     def _place(self, training: np.ndarray, working: np.ndarray, caching: np.ndarray) -> None:
