@@ -379,7 +379,8 @@ def replay(
             identifier = f"{id_prefix}{base}" if id_prefix else base
             try:
                 message_id(identifier)
-            except Malformed as exc:
+                encode({"id": identifier, "x": x, "y": y})  # (what is sent must encode)
+            except (Malformed, ValueError) as exc:
                 problem = f"{source}, row {base!r}: {exc}"
                 if bad_rows is None:
                     raise SourceError(problem) from None

@@ -150,11 +150,13 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
     as the daemon reads it) gives y None; otherwise it is an error."""
     from connectors.messages import Malformed, unique_fields
+    from connectors.messages import _reject_constant as reject_constant
     from connectors.messages import features_of as daemon_features
 
     try:
-        # Fields given twice are refused, as the daemon dead-letters them.
-        document = json.loads(text, object_pairs_hook=unique_fields)
+        # Fields given twice and NaN / Infinity are refused, as the daemon dead-letters them.
+        document = json.loads(text, object_pairs_hook=unique_fields,
+                              parse_constant=reject_constant)
     except json.JSONDecodeError as exc:
         raise SourceError(f"{where}: not JSON: {exc}") from None
     except Malformed as exc:
@@ -195,7 +197,13 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         x = {k: _number(v, k, where) for k, v in features.items()}
     if y is None and not (unlabelled and may_be_unlabelled):
         raise SourceError(f"{where}: no label {target!r}")
-    return identifier, x, None if y is None else read(y, where)
+    if y is None:
+        return identifier, x, None
+    if isinstance(y, float) and not math.isfinite(y):  # (1e400 reads as inf)
+        raise SourceError(f"{where}: label {y} is not finite")
+    # A JSON label is taken as the file holds it: raw_label's reading of text as numbers is
+    # for CSV cells ("3.5" in JSON is text, which the daemon refuses as a target).
+    return identifier, x, y if read is raw_label else read(y, where)
 
 
 _WARNED_ID_FEATURE: set[str] = set()

@@ -774,3 +774,28 @@ def test_replay_refuses_a_topic_name_kafka_refuses_before_anything(tmp_path, cap
                      "127.0.0.1:1", "--limit", "5", "--no-progress"]) == 2
         error = capsys.readouterr().err
         assert f"--topic {topic!r} must" in error and "Traceback" not in error
+
+
+def test_a_jsonl_label_is_taken_as_written_and_a_non_finite_one_refuses_the_file(tmp_path,
+                                                                                 capsys):
+    # NaN, Infinity and 1e400 labels were sent after the rows before them, then the replay
+    # crashed ("Out of range float values"); "3.5" in JSON was sent as the number 3.5, which
+    # the daemon refuses as text.
+    from connectors.sources import SourceError, iter_records, raw_label
+
+    source = tmp_path / "labels.jsonl"
+    source.write_text('{"id": 1, "x": {"a": 1.0}, "y": "3.5"}\n'
+                      '{"id": 2, "x": {"a": 2.0}, "y": 2.5}\n')
+    assert [y for _, _, y in iter_records(str(source), read_label=raw_label)] == ["3.5", 2.5]
+    for bad in ("NaN", "Infinity", "1e400"):
+        source.write_text('{"id": 1, "x": {"a": 1.0}, "y": 1.5}\n'
+                          f'{{"id": 2, "x": {{"a": 2.0}}, "y": {bad}}}\n')
+        with pytest.raises(SourceError, match=r"labels\.jsonl:2: "):
+            list(iter_records(str(source), read_label=raw_label))
+        replay = ["replay", str(source), "--topic", "t", "--bootstrap-servers", "127.0.0.1:1",
+                  "--no-progress"]
+        assert main(replay) == 2
+        error = capsys.readouterr().err
+        assert "1 row of" in error and "nothing was sent" in error and "labels.jsonl:2" in error
+    assert main([*replay, "--skip-bad-rows"]) == 1  # (the other row: on to the broker)
+    assert "cannot reach Kafka" in capsys.readouterr().err
