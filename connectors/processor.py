@@ -668,25 +668,32 @@ class Processor:
             return
         # A run of labelled points is learned in one multiple update (Karasuyama & Takeuchi):
         # the exact solution does not depend on the order within the run, so the model equals
-        # learning them one by one, along a shorter path. A window's run shorter than its step
-        # goes to its buffer (learn_one), so that a trickle of labels slides the window every
-        # `step` arrivals rather than at every message (learning a slide's arrivals one by one
-        # makes the same single update: the last of them slides the window).
-        minimum = max(2, int(getattr(self.model, "step", 1))) if self.sliding else 2
-        xs = [entry.x or {} for entry in batch]
+        # learning them one by one, along a shorter path. A window slides every `step`
+        # arrivals, and its model is the exact one of what it then holds: the run's points up
+        # to its last slide point are learned in one slide (learn_many slides by all it is
+        # given), those after it go to the buffer one by one (learn_one), as they would have
+        # one at a time. (Slid by the whole run, a window held other points than the same
+        # stream learned one by one, or progressively.)
+        minimum, head = 2, batch
+        if self.sliding:
+            step = max(1, int(getattr(self.model, "step", 1)))
+            buffered = int(getattr(self.model, "n_buffered", 0))
+            head = batch[: max(0, len(batch) - (buffered + len(batch)) % step)]
+            minimum = 1
         label_of = self.targets.model_label
-        if len(batch) >= minimum and self.batch_exact and _tabular(xs):
+        xs = [entry.x or {} for entry in head]
+        if len(head) >= minimum and self.batch_exact and _tabular(xs):
             try:
-                keys = [e.op.id for e in batch]  # type: ignore[union-attr]
+                keys = [e.op.id for e in head]  # type: ignore[union-attr]
                 frame = pd.DataFrame.from_records(xs)
-                labels = pd.Series([label_of(e.y) for e in batch], dtype=object)  # type: ignore[arg-type]
+                labels = pd.Series([label_of(e.y) for e in head], dtype=object)  # type: ignore[arg-type]
                 self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
             except Exception as exc:  # the model is unchanged: learn point by point instead
                 log.warning("multiple update refused (%s); learning the batch point by point", exc)
             else:
-                for entry in batch:
+                for entry in head:
                     self._learned(entry)
-                return
+                batch = batch[len(head) :]
         for entry in batch:
             try:
                 label = label_of(entry.y)  # type: ignore[arg-type]

@@ -104,3 +104,24 @@ def test_one_wide_message_does_not_make_its_poll_a_dense_table():
     assert _tabular(narrow)
     assert not _tabular([*narrow, wide])
     assert not _tabular(narrow[:5])  # too few rows to pay for a DataFrame
+
+
+@pytest.mark.parametrize("poll", [90, 33, 5])
+def test_a_window_per_poll_holds_what_it_holds_learned_one_by_one(poll):
+    # A run of labels was learned by one learn_many, which slides by all it is given: the
+    # window then held other points than the same stream learned in order (up to step - 1
+    # newer ones, nothing buffered), and the two modes' models differed.
+    stream = _stream(200, seed=4)
+    sequential = Processor(SlidingWindowSVC(window_size=40, step=7, C=2.0, gamma=0.5))
+    per_poll = Processor(SlidingWindowSVC(window_size=40, step=7, C=2.0, gamma=0.5),
+                         predict_per_poll=True)
+    records = _records(stream)
+    sequential.process(records)
+    for start in range(0, len(records), poll):
+        per_poll.process(records[start : start + poll])
+    assert per_poll.model.n_buffered == sequential.model.n_buffered == 200 % 7
+    assert per_poll.model.n_window == sequential.model.n_window
+    probe = [x for x, _ in _stream(20, seed=9)]
+    np.testing.assert_allclose([per_poll.model.decision_function_one(x) for x in probe],
+                               [sequential.model.decision_function_one(x) for x in probe],
+                               rtol=1e-9, atol=1e-9)
