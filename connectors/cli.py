@@ -549,8 +549,11 @@ def evaluate(
     bad_rows: list[str] = []
 
     def rows() -> Iterator[tuple[Any, dict[str, float], Any]]:
+        # A file's rows are numbered as replay numbers them (a skipped row keeps its number):
+        # the keys a keyed model learns under, and the points the summary names, are the
+        # daemon's ids.
         for identifier, x, y in iter_records(dataset, target, limit, raw_label, id_column,
-                                             bad_rows):
+                                             bad_rows, number_rows=True):
             while bad_rows:
                 skip(bad_rows.pop(0))
             yield identifier, x, y
@@ -583,25 +586,26 @@ def evaluate(
             # repeated one is skipped before it is scored, as the daemon dead-letters it
             # (duplicate_id).
             key = index if identifier is None else identifier
+            point = f"id {key!r}" if id_column else f"point {key}"
             if identifier is not None:
                 try:
                     message_id(identifier)
                 except Malformed as exc:  # (dead-lettered malformed by the daemon)
-                    skip(f"{dataset}, point {index}: {exc}")
+                    skip(f"{dataset}, {point}: {exc}")
                     continue
             if keyed and identifier is not None and key in model:
-                skip(f"{dataset}, point {index}: id {key!r} is learned already (the daemon "
+                skip(f"{dataset}, {point}: id {key!r} is learned already (the daemon "
                      "dead-letters it duplicate_id)")
                 continue
             try:
                 y = targets.model_label(targets.parse(label))
             except Malformed as exc:
-                skip(f"{dataset}, point {index}: {exc}")
+                skip(f"{dataset}, {point}: {exc}")
                 continue
             try:
                 prediction = model.predict_one(x)
             except refusals as exc:  # features too large for the kernel (not finite)
-                skip(f"{dataset}, point {index}: {exc}")
+                skip(f"{dataset}, {point}: {exc}")
                 continue
             # Scored before it is learned, as the daemon scores a message whose learning the
             # model then refuses (dead-lettered there): the accuracies agree.
@@ -620,7 +624,7 @@ def evaluate(
                 else:
                     model.learn_one(x, y)
             except refusals as exc:  # refused, the model unchanged: say which point
-                skip(f"{dataset}, point {index}: not learned: {exc}")
+                skip(f"{dataset}, {point}: not learned: {exc}")
                 breakpoints_per_point.append(0)
                 continue
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)

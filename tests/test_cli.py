@@ -799,3 +799,14 @@ def test_a_jsonl_label_is_taken_as_written_and_a_non_finite_one_refuses_the_file
         assert "1 row of" in error and "nothing was sent" in error and "labels.jsonl:2" in error
     assert main([*replay, "--skip-bad-rows"]) == 1  # (the other row: on to the broker)
     assert "cannot reach Kafka" in capsys.readouterr().err
+
+
+def test_evaluate_names_a_point_by_its_row_number_after_a_skipped_row(tmp_path, capsys):
+    # After a row dropped while reading, every later point was named one number too low
+    # ("point 89" for row 90), while replay sends it as id 90.
+    source = tmp_path / "rows.csv"
+    source.write_text("a,y\n0.5,1\n0.1,\n-0.5,0\n0.7,maybe\n")
+    assert main(["evaluate", "--dataset", str(source), "--no-progress"]) == 0
+    skipped = json.loads(capsys.readouterr().out)["skipped_first"]
+    assert len(skipped) == 2 and "rows.csv:3: no label" in skipped[0]
+    assert skipped[1].startswith(f"{source}, point 3: label 'maybe'"), skipped
