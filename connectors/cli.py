@@ -227,13 +227,16 @@ def _config(args: argparse.Namespace) -> Any:
         overrides["checkpoint.start_fresh"] = True
     if getattr(args, "on_partition_reset", None):
         overrides["kafka.on_partition_reset"] = args.on_partition_reset
+    by_set: set[str] = set()
     for name, raw in getattr(args, "settings", []) or []:
         if name in overrides and str(overrides[name]).lower() != str(raw).lower():
             # Which one won showed nowhere (--set did, whatever the order).
+            first = "by --set" if name in by_set else "by its own flag"
             raise ConfigError(f"setting {name} is given twice on the command line, as "
-                              f"{overrides[name]!r} by its own flag and as {raw!r} by --set: "
+                              f"{overrides[name]!r} {first} and as {raw!r} by --set: "
                               "give it once")
         overrides[name] = raw
+        by_set.add(name)
     return load_config(getattr(args, "config", None), overrides)
 
 
@@ -529,6 +532,9 @@ def evaluate(
     # Labels are checked by the daemon's own rules, so that a file evaluates as it would serve.
     targets = targets_of(model)
     regression = targets.regression
+    if regression and dataset.startswith("river-flow:") and target != "flow":
+        # (Its default label is whether the flow rises: every point would be refused.)
+        raise SourceError(f"{dataset}: a regressor learns the flow itself: give --target flow")
     scaler = build_scaler(config)
     # Models that keep their points by key learn under the row number, as the daemon does.
     keyed = "key" in inspect.signature(model.learn_one).parameters
@@ -592,6 +598,13 @@ def evaluate(
                     message_id(identifier)
                 except Malformed as exc:  # (dead-lettered malformed by the daemon)
                     skip(f"{dataset}, {point}: {exc}")
+                    continue
+            if scaler is not None:
+                overflow = next((name for name, value in x.items()
+                                 if not math.isfinite(value)), None)
+                if overflow is not None:  # (dead-lettered non_finite by the daemon)
+                    skip(f"{dataset}, {point}: feature {overflow!r} is {x[overflow]} once "
+                         "scaled ((x - mean) / scale overflows)")
                     continue
             if keyed and identifier is not None and key in model:
                 skip(f"{dataset}, {point}: id {key!r} is learned already (the daemon "

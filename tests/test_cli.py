@@ -657,6 +657,11 @@ def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
     args = build_parser().parse_args(["serve", "--metrics-port", "29408",
                                       "--set", "metrics.port=29408"])
     assert _config(args).metrics.port == 29408  # the same value twice is no conflict
+    # Both by --set: no flag of its own is named.
+    assert main(["evaluate", "--dataset", "bananas", "--set", "model.C=1", "--set",
+                 "model.C=2", "--no-progress"]) == 2
+    assert ("setting model.C is given twice on the command line, as '1' by --set and as '2' "
+            "by --set") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["serve", "replay", "broker"])
@@ -810,3 +815,24 @@ def test_evaluate_names_a_point_by_its_row_number_after_a_skipped_row(tmp_path, 
     skipped = json.loads(capsys.readouterr().out)["skipped_first"]
     assert len(skipped) == 2 and "rows.csv:3: no label" in skipped[0]
     assert skipped[1].startswith(f"{source}, point 3: label 'maybe'"), skipped
+
+
+def test_evaluate_says_a_feature_overflows_once_scaled(tmp_path, capsys):
+    # A scale of 1e-320 made 0.14 -inf: evaluate said the feature "is infinite", which it
+    # is not; the daemon says it is, once scaled.
+    config = tmp_path / "scaled.toml"
+    config.write_text('[scaler]\nmode = "fixed"\nmeans = {a = 1.0}\nscales = {a = 1e-320}\n')
+    source = tmp_path / "rows.csv"
+    source.write_text("a,y\n0.14,1\n1.0,0\n")
+    assert main(["evaluate", "--config", str(config), "--dataset", str(source),
+                 "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["skipped"] == 1
+    assert "point 0: feature 'a' is -inf once scaled ((x - mean) / scale overflows)" in \
+        summary["skipped_first"][0]
+
+
+def test_evaluate_tells_a_regressor_on_river_flow_to_take_the_flow(tmp_path, capsys):
+    assert main(["evaluate", "--dataset", f"river-flow:{tmp_path}", "--set",
+                 "model.type=IncrementalSVR", "--no-progress"]) == 2
+    assert "a regressor learns the flow itself: give --target flow" in capsys.readouterr().err
