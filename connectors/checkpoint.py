@@ -24,6 +24,7 @@ unusable.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -296,7 +297,11 @@ class CheckpointStore:
             os.replace(temporary, final)
             _fsync_directory(self.directory)
         except OSError as exc:
-            temporary.unlink(missing_ok=True)
+            # (On a file system remounted read-only, as ext4 does after an I/O error, the
+            # removal fails too: that must not replace the error the daemon survives. A file
+            # left behind is removed by the next write that can.)
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
             raise CheckpointError(f"could not write checkpoint {final}: {exc}") from exc
         if self.lock is not None and not self.lock.held():
             # Removed, created again and locked by another process while this one wrote: the
