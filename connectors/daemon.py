@@ -1539,7 +1539,11 @@ class Daemon:
         # As of the look before this close could have been followed by a reconnect.
         self._made_at_close = self._made_seen
         self._updates_at_close = self._metadata_updates
-        self._verify_until = time.monotonic() + self._verify_seconds()
+        # No deadline yet: it counts from the reconnect (_hold_until_verified). Counted from
+        # the close, an outage longer than the wait had used it up, and the first records
+        # after the reconnect, of a topic recreated on a broker that restarted empty, were
+        # learned and checkpointed unchecked.
+        self._verify_until = math.inf
         _request_metadata(self._consumer)
 
     def _verify_seconds(self) -> float:
@@ -1555,6 +1559,9 @@ class Daemon:
             # No connection made since the close: fetched before it (the client's buffer),
             # from the topic the model was reading.
             return records
+        if self._verify_until == math.inf:  # the first records since the reconnect
+            self._verify_until = time.monotonic() + self._verify_seconds()
+            _request_metadata(self._consumer)  # (the request at the close may have failed)
         if time.monotonic() >= self._verify_until:
             self._verify_until = 0.0
             log.warning("no metadata came within %.0f s of the reconnect: reading on without "
