@@ -1228,6 +1228,16 @@ class Daemon:
                 log.debug("partition %s moved on before it was resumed: %s", name, exc)
         return True
 
+    def _commit_retry(self) -> str:
+        """What follows a failed offset commit, for its log line (a stop makes no next
+        batch: the checkpoint or the published states hold the offsets instead)."""
+        if self.stop_event.is_set():
+            return ("not retried, the daemon is stopping: its next start resumes from the "
+                    "checkpoint's offsets" if self.models is None else
+                    "not retried, the daemon is stopping: the next owner resumes from the last "
+                    "commit and the published states")
+        return "retrying with the next batch"
+
     @staticmethod
     def _offsets_of(offsets: dict[str, int]) -> dict[Any, Any]:
         from kafka import OffsetAndMetadata, TopicPartition
@@ -2281,8 +2291,8 @@ class Daemon:
             except KafkaError as exc:
                 # A commit of a process the group dropped (a zombie) is refused: its next poll
                 # rejoins the group, and the new owner resumed from the last commit anyway.
-                log.warning("offset commit failed (%s: %s); retrying with the next batch",
-                            type(exc).__name__, exc)
+                log.warning("offset commit failed (%s: %s); %s", type(exc).__name__, exc,
+                            self._commit_retry())
             return
         assert self.processor is not None
         # A predictor's progress is what it answered (it writes no checkpoint); a learner's is
@@ -2325,7 +2335,7 @@ class Daemon:
         try:
             self._consumer.commit(offsets)
         except KafkaError as exc:
-            log.warning("offset commit failed (%s); retrying with the next batch", exc)
+            log.warning("offset commit failed (%s); %s", exc, self._commit_retry())
             for tp, meta in offsets.items():  # (each may have been made nonetheless)
                 self._attempted.setdefault(f"{tp.topic}:{tp.partition}", set()).add(meta.offset)
             return
