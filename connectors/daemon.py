@@ -1526,7 +1526,8 @@ class Daemon:
             self._metadata_checked = updates
             self._last_topic_check = now
             self._check_topic_ids(consumer)
-            self._check_new_partitions(consumer)
+            if not self._stopped_on_reset:  # (no "reading them" while it stops)
+                self._check_new_partitions(consumer)
             if self._verify_until and updates > self._updates_at_close:
                 # Metadata fetched after the lost connection, checked: what the partitions
                 # return from now on is the topic the model read (or a reset was decided).
@@ -1653,6 +1654,8 @@ class Daemon:
                 )
             return
         if policy == "stop":
+            if self._stopped_on_reset:
+                return  # stopping already, for a reason logged (one ERROR line, not two)
             if self.models is not None:
                 message = (
                     f"{problem}. Stopping, nothing of it was read and no offset is committed. "
