@@ -367,6 +367,7 @@ def replay(
         iter_records,
         raw_label,
     )
+    from stream_svm._input import shown
 
     problem = topic_name_problem(topic)
     if problem is not None:  # before the file is read and anything is created
@@ -384,7 +385,8 @@ def replay(
                 message_id(identifier)
                 encode({"id": identifier, "x": x, "y": y})  # (what is sent must encode)
             except (Malformed, ValueError) as exc:
-                problem = f"{source}, row {base!r}: {exc}"
+                problem = (f"{source}, the row of id {shown(base)}: {exc}" if id_column
+                           else f"{source}, row {base}: {exc}")
                 if bad_rows is None:
                     raise SourceError(problem) from None
                 bad_rows.append(problem)
@@ -403,7 +405,9 @@ def replay(
                 f"{'; '.join(bad_rows)}{' ...' if bad_rows.count > len(bad_rows) else ''} "
                 "(fix them, or give --skip-bad-rows to send the others)")
     else:
-        records(None)  # a bundled set's name or directory is checked here
+        # A bundled set's name or directory, and its first message, are checked here (before
+        # the broker and the topic).
+        next(records(None), None)
     try:
         # A replay is interactive: an unreachable broker should fail in seconds, not 30.
         producer = KafkaProducer(

@@ -574,8 +574,10 @@ class Daemon:
         self._metadata_checked = 0
         # After a lost connection (the broker may have restarted empty, and its topics been
         # recreated with other messages at the same offsets), what a poll returns is held back
-        # until the metadata fetched since has been checked (monotonic deadline; 0: none).
+        # until the metadata fetched since has been checked (monotonic deadline; 0: none; inf:
+        # counted from the reconnect, once it is seen).
         self._verify_until = 0.0
+        self._stop_reasons_logged: set[str] = set()  # partitions a reset stops the daemon for
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
         # Connections made as of the previous look (_watch_connection), and as of the look
@@ -1654,8 +1656,9 @@ class Daemon:
                 )
             return
         if policy == "stop":
-            if self._stopped_on_reset:
-                return  # stopping already, for a reason logged (one ERROR line, not two)
+            if name in self._stop_reasons_logged:
+                return  # stopping already for this partition (one ERROR line, not two)
+            self._stop_reasons_logged.add(name)
             if self.models is not None:
                 message = (
                     f"{problem}. Stopping, nothing of it was read and no offset is committed. "

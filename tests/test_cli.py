@@ -836,3 +836,15 @@ def test_evaluate_tells_a_regressor_on_river_flow_to_take_the_flow(tmp_path, cap
     assert main(["evaluate", "--dataset", f"river-flow:{tmp_path}", "--set",
                  "model.type=IncrementalSVR", "--no-progress"]) == 2
     assert "a regressor learns the flow itself: give --target flow" in capsys.readouterr().err
+
+
+def test_replay_checks_a_data_set_before_the_broker_and_the_topic(capsys):
+    # A missing river-flow directory was found only after the topic had been created.
+    assert main(["replay", "river-flow:/nonexistent/rivers", "--topic", "t",
+                 "--bootstrap-servers", "127.0.0.1:1", "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "river data directory not found" in error and "Kafka" not in error
+    assert main(["replay", "bananas", "--topic", "t", "--id-prefix", "x" * 1030,
+                 "--bootstrap-servers", "127.0.0.1:1", "--no-progress"]) == 2
+    assert "bananas, row 0: string 'id' must have 1 to 1024 characters" in \
+        capsys.readouterr().err

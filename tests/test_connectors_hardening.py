@@ -1483,3 +1483,22 @@ def test_a_batch_learned_and_waiting_for_the_broker_counts_as_unsaved(tmp_path):
     daemon._handle([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
                     for i in range(4)])
     assert seen and seen[0] > 0.0
+
+
+def test_a_reset_that_stops_the_daemon_is_logged_once_per_partition(tmp_path, caplog):
+    # The same partition found reset twice in one check (beyond its end, and a new topic
+    # id) gave two ERROR lines; another partition's reset must still be named.
+    from kafka import TopicPartition
+
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._consumer = consumer = _Seeking()
+    first, second = TopicPartition("in", 0), TopicPartition("in", 1)
+    with caplog.at_level(logging.ERROR, logger="connectors.daemon"):
+        daemon._partition_reset(consumer, first, "beyond_end", "it ends at 0")
+        daemon._partition_reset(consumer, first, "topic_recreated", "a new topic id")
+        daemon._partition_reset(consumer, second, "beyond_end", "it ends at 0")
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(lines) == 2 and "partition in:0 " in lines[0] and "partition in:1 " in lines[1]
+    assert daemon.stop_event.is_set() and daemon.summary.exit_code == 1
