@@ -445,6 +445,11 @@ class _IncrementalLSSVM(FixedParameters):
         new_gram_hi, new_gram_lo = _two_sum(gram_hi, gram_lo, gram_delta)
         new_rhs_hi, new_rhs_lo = _two_sum(rhs_hi, rhs_lo, rhs_delta)
 
+        magnitudes = np.abs(design)
+        gram_terms = self._gram_terms + float((magnitudes * magnitudes).sum(axis=0).max(
+            initial=0.0))
+        rhs_terms = self._rhs_terms + float((magnitudes * np.abs(targets)[:, None]).sum(
+            axis=0).max(initial=0.0))
         if len(remove):
             self._check_removal(
                 np.diag(gram_hi) + np.diag(gram_lo),
@@ -452,12 +457,8 @@ class _IncrementalLSSVM(FixedParameters):
                 regularization,
                 design,
                 signs,
+                _rounding_of(gram_terms),
             )
-        magnitudes = np.abs(design)
-        gram_terms = self._gram_terms + float((magnitudes * magnitudes).sum(axis=0).max(
-            initial=0.0))
-        rhs_terms = self._rhs_terms + float((magnitudes * np.abs(targets)[:, None]).sum(
-            axis=0).max(initial=0.0))
         if n_after == 0:
             # What the samples held now leave is judged against their own size (1e-8 of it);
             # the rounding of every product summed since the model was empty, against those
@@ -549,9 +550,13 @@ class _IncrementalLSSVM(FixedParameters):
         regularization: np.ndarray,
         design: np.ndarray,
         signs: np.ndarray,
+        rounding: float = 0.0,
     ) -> None:
         # Each diagonal entry of Phi Phi^T is a sum of squares over the held samples: it cannot
-        # go below zero by more than rounding if the removed samples were really held.
+        # go below zero by more than rounding if the removed samples were really held. That is
+        # a fraction of what the column holds and removes, and what the sums since the model
+        # was empty carry (``rounding``): a large sample forgotten leaves its products'
+        # rounding beside small ones, and forgetting the last small one was refused.
         removed = design[signs < 0]
         squares_after = diagonal_after - regularization
         scale = diagonal_before - regularization + (removed * removed).sum(axis=0)
@@ -560,7 +565,8 @@ class _IncrementalLSSVM(FixedParameters):
         # without a fused multiply-add, leaves -3e-16 where 0 was), and with nothing left to
         # measure it against, it refused every later forget for good.
         touched = (removed != 0).any(axis=0)
-        bad = touched & (squares_after < -_ROUNDING_SLACK * scale - np.finfo(float).tiny)
+        bad = touched & (squares_after < -_ROUNDING_SLACK * scale - rounding
+                         - np.finfo(float).tiny)
         if bad.any():
             column = int(np.argmax(bad))
             raise ValueError(

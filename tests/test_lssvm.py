@@ -617,6 +617,16 @@ def test_forgetting_every_sample_is_not_refused_for_the_rounding_of_cancelled_te
     model.forget_many(keys=[1, 2])
     assert model.n_samples_ == 0 and model.predict_proba_one({"f0": 1.0}) == {
         False: 0.5, True: 0.5}
+    # A large sample forgotten leaves its products' rounding in the column beside a small
+    # sample's square: forgetting the small one was refused as "not all learned".
+    small = IncrementalLSSVC(rho=1.0)
+    small.learn_many(pd.DataFrame([[42.0, 53.0], [-0.0012, 0.001]], columns=["a", "b"]),
+                     pd.Series([False, True]), keys=[0, 1])
+    if round_trip:
+        small = IncrementalLSSVC.from_checkpoint(*small.to_checkpoint())
+    small.forget_one(key=0)
+    small.forget_one(key=1)
+    assert small.n_samples_ == 0
     # What was never learned is still refused.
     model.learn_one({"f0": 1.0}, True, key="a")
     with pytest.raises(ValueError, match="cannot"):
