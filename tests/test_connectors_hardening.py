@@ -1137,14 +1137,9 @@ class _Metric:
         return self.number
 
 
-@pytest.mark.parametrize("reconnected", [False, True])
-def test_after_a_closed_connection_only_reads_from_a_new_connection_wait_for_the_check(
-        tmp_path, reconnected):
-    """The client connects on its own thread, at any time. Records polled while no connection
-    was made since a close were fetched before it: answered. Once one was made (here before
-    the daemon even looked), they may come from a broker that restarted empty with a recreated
-    topic: the partition is read again from the model's offset, until metadata that came
-    after the close has been checked."""
+def _connected_daemon(tmp_path: Any) -> tuple[Daemon, _Seeking, dict[str, float]]:
+    """A daemon whose model resumes "in:0" at 20, after a first look at a connection that is
+    made and not closed; the counts of connections made and closed are the caller's to move."""
     config = _settings(tmp_path)
     daemon = Daemon(config)
     daemon.processor = daemon._new_processor(build_model(config))
@@ -1154,7 +1149,19 @@ def test_after_a_closed_connection_only_reads_from_a_new_connection_wait_for_the
     daemon._made_connections = lambda: counts["made"]
     daemon._closed_connections = lambda: counts["closed"]
     daemon._connection_metric = _Metric(1.0)
-    daemon._watch_connection()  # a first look: connected, nothing closed
+    daemon._watch_connection()
+    return daemon, consumer, counts
+
+
+@pytest.mark.parametrize("reconnected", [False, True])
+def test_after_a_closed_connection_only_reads_from_a_new_connection_wait_for_the_check(
+        tmp_path, reconnected):
+    """The client connects on its own thread, at any time. Records polled while no connection
+    was made since a close were fetched before it: answered. Once one was made (here before
+    the daemon even looked), they may come from a broker that restarted empty with a recreated
+    topic: the partition is read again from the model's offset, until metadata that came
+    after the close has been checked."""
+    daemon, consumer, counts = _connected_daemon(tmp_path)
     counts["closed"] += 1  # the broker restarts ...
     if reconnected:
         counts["made"] += 1  # ... and the client reconnected before the daemon looked
@@ -1177,16 +1184,7 @@ def test_the_wait_for_the_check_counts_from_the_reconnect_not_from_the_close(tmp
 
     clock = {"now": 1000.0}
     monkeypatch.setattr(daemon_module.time, "monotonic", lambda: clock["now"])
-    config = _settings(tmp_path)
-    daemon = Daemon(config)
-    daemon.processor = daemon._new_processor(build_model(config))
-    daemon.processor.offsets = {"in:0": 20}
-    daemon._consumer = consumer = _Seeking()
-    counts = {"made": 1.0, "closed": 0.0}
-    daemon._made_connections = lambda: counts["made"]
-    daemon._closed_connections = lambda: counts["closed"]
-    daemon._connection_metric = _Metric(1.0)
-    daemon._watch_connection()
+    daemon, consumer, counts = _connected_daemon(tmp_path)
     counts["closed"] += 1  # the broker goes away ...
     daemon._watch_connection()
     clock["now"] += 10 * daemon._verify_seconds()  # ... for far longer than the wait
