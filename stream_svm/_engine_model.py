@@ -79,7 +79,12 @@ def texts_from_arrays(arrays: Mapping[str, Any], name: str) -> list[str]:
     """The strings :func:`texts_to_arrays` wrote (or a fixed-width text array ``name``, as
     older checkpoints hold them); ValueError when the arrays do not fit together."""
     if f"{name}_utf8" not in arrays:
-        return [str(text) for text in np.asarray(arrays[name]).tolist()]
+        check_checkpoint_members(arrays, (name,))
+        texts = np.asarray(arrays[name])
+        if texts.ndim != 1:
+            raise ValueError(f"the checkpoint's {name} is not one text per entry")
+        return [str(text) for text in texts.tolist()]
+    check_checkpoint_members(arrays, (f"{name}_ends",))
     data = np.asarray(arrays[f"{name}_utf8"])
     ends = np.asarray(arrays[f"{name}_ends"])
     if data.dtype != np.uint8 or data.ndim != 1 or ends.ndim != 1 or ends.dtype.kind not in "iu":
@@ -120,7 +125,18 @@ def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
 
 def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
     """The keys that :func:`keys_to_arrays` wrote (or a checkpoint's ``key_str`` text array,
-    as older checkpoints hold them)."""
+    as older checkpoints hold them); ValueError when they are missing or do not fit
+    together."""
+    check_checkpoint_members(arrays, ("key_kind", "key_int"))
+    kinds, numbers_ = np.asarray(arrays["key_kind"]), np.asarray(arrays["key_int"])
+    if (kinds.ndim != 1 or numbers_.shape != kinds.shape or kinds.dtype.kind not in "iu"
+            or numbers_.dtype.kind not in "iu"):
+        raise ValueError("the checkpoint's key_kind and key_int are not one integer per key")
+    if not np.all((kinds >= 0) & (kinds <= 2)):
+        raise ValueError("the checkpoint's key_kind holds a kind other than 0 (automatic), "
+                         "1 (int) and 2 (str)")
+    if np.any(numbers_[kinds == 0] < 1):
+        raise ValueError("the checkpoint holds an automatic key numbered below 1")
     return [
         AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else text
         for kind, number, text in zip(
@@ -148,6 +164,47 @@ def forget_without_key_error(x: object, needs: str = "a key, or both x and y") -
         return ValueError(f"forget_one got {x!r} as x, the features: to forget by key, name it: "
                           f"forget_one(key={x!r})")
     return ValueError(f"forget_one needs {needs}")
+
+
+def check_checkpoint_members(arrays: Mapping[str, Any], names: Iterable[str]) -> None:
+    """ValueError naming the first of ``names`` that a checkpoint's arrays lack."""
+    for name in names:
+        if name not in arrays:
+            raise ValueError(f"the checkpoint lacks its {name!r} array")
+
+
+#: JSON types of checkpoint metadata fields, as :func:`check_checkpoint_meta` checks them.
+JSON_COUNT, JSON_TEXT, JSON_LIST, JSON_TABLE, JSON_FLAG = "count", "text", "list", "table", "flag"
+
+
+def check_checkpoint_meta(meta: object, fields: Mapping[str, str],
+                          where: str = "checkpoint's metadata") -> None:
+    """ValueError naming the first of ``fields`` (name -> JSON_COUNT, JSON_TEXT, JSON_LIST,
+    JSON_TABLE or JSON_FLAG) that a checkpoint's metadata lacks or holds as something else:
+    a count is an int >= 0, a flag a bool. A field read with a default would otherwise turn
+    a damaged checkpoint into a model that silently lost part of its state."""
+    if not isinstance(meta, Mapping):
+        raise ValueError(f"the {where} is a {type(meta).__name__}, not a table")
+    for name, kind in fields.items():
+        if name not in meta:
+            raise ValueError(f"the {where} lacks {name!r}")
+        value = meta[name]
+        valid = {
+            JSON_COUNT: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            JSON_TEXT: isinstance(value, str),
+            JSON_LIST: isinstance(value, list),
+            JSON_TABLE: isinstance(value, Mapping),
+            JSON_FLAG: isinstance(value, bool),
+        }[kind]
+        if not valid:
+            raise ValueError(f"{name!r} in the {where} is {value!r}, not a "
+                             f"{'count >= 0' if kind == JSON_COUNT else kind}")
+
+
+#: The metadata every engine model's checkpoint holds (``extra`` is its subclass's part).
+ENGINE_META = {"class": JSON_TEXT, "params": JSON_TABLE, "features": JSON_LIST,
+               "auto_keys": JSON_COUNT, "breakpoints_total": JSON_COUNT,
+               "updates_total": JSON_COUNT}
 
 
 def check_checkpoint_names(names: Iterable[Hashable]) -> None:
@@ -205,6 +262,9 @@ def _check_feature_limit(name: str, value: object) -> None:
         raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
 
 
+#: The largest max_breakpoints.
+MAX_BREAKPOINTS = 2**62
+
 #: Feature names may grow to twice those in use (plus this) before unused ones are dropped.
 _COMPACTION_SLACK = 64
 
@@ -256,6 +316,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Parameters that checkpoints of the first versions do not hold: those take their defaults
+#: (what the models were then).
+_ADDED_PARAMETERS = frozenset({"max_features", "max_new_features", "classes"})
+
+
 def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
                     ) -> dict[str, Any]:
     """The constructor's arguments for a checkpoint of ``cls``: the parameters it stores, and
@@ -283,6 +348,12 @@ def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
         if not callable(value):
             raise ValueError(f"{name} must be the callable the model was made with, not "
                              f"{type(value).__name__}")
+    absent = sorted(_parameters_of(cls) - set(params) - set(callables) - _ADDED_PARAMETERS)
+    if absent:
+        # Every checkpoint has stored these: one without them would come back with a default
+        # (a window of 1000 instead of its own), and answer as another model.
+        raise ValueError(f"the checkpoint's params lack {absent[0]!r}: a damaged or edited "
+                         f"{cls.__name__} checkpoint")
     missing = [name for name in callables if name not in given]
     if missing:
         name = missing[0]
@@ -373,9 +444,11 @@ class _EngineModel(FixedParameters):
             raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
         if self.max_breakpoints is not None and (
             isinstance(self.max_breakpoints, bool)
-            or not isinstance(self.max_breakpoints, numbers.Integral) or self.max_breakpoints < 1
+            or not isinstance(self.max_breakpoints, numbers.Integral)
+            or not 1 <= self.max_breakpoints <= MAX_BREAKPOINTS
         ):
-            raise ValueError(f"max_breakpoints must be None or an integer >= 1, "
+            # (The compiled path counts them in a C integer: 2**63 broke every update.)
+            raise ValueError(f"max_breakpoints must be None or an integer in [1, 2**62], "
                              f"got {self.max_breakpoints!r}")
         _check_feature_limit("max_features", self.max_features)
         _check_feature_limit("max_new_features", self.max_new_features)

@@ -20,7 +20,7 @@ import pandas as pd
 
 __all__ = [
     "FeatureSpace", "check_classes", "check_findable_keys", "check_paired", "class_of",
-    "label_sign",
+    "classes_of", "label_sign",
     "parse_binary_label", "parse_binary_labels",
 ]
 
@@ -358,6 +358,19 @@ def label_signs(ys: Iterable[object], classes: tuple[object, object] | None) -> 
 def class_of(positive: bool, classes: tuple[object, object] | None) -> object:
     """The label of a side of the decision: ``classes[positive]``, or the boolean itself."""
     return bool(positive) if classes is None else classes[int(bool(positive))]
+
+
+def classes_of(positive: np.ndarray, classes: tuple[object, object]) -> np.ndarray:
+    """The labels of the sides of many decisions, as :func:`class_of` gives each: an object
+    array holding the very labels (``np.where`` would promote [False, "yes"] to the text
+    "False", and refuse [0, "spam"]).
+
+    >>> classes_of(np.array([True, False]), (False, "yes")).tolist()
+    ['yes', False]
+    """
+    labels = np.empty(2, dtype=object)
+    labels[0], labels[1] = classes
+    return labels[np.asarray(positive, dtype=bool).astype(np.intp)]
 
 
 def _is_pandas_missing(value: object) -> bool:

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 
 from stream_svm._engine_model import (
+    JSON_LIST,
     AutoKey,
+    check_checkpoint_meta,
     checkpoint_key_kind,
     forget_without_key_error,
     plain_key,
@@ -293,8 +295,12 @@ class _SlidingWindow:
     def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         # Checked here: a buffered sample is learned at the next slide, and one the model
         # cannot take would make every later slide fail.
-        labels, rows = extra.get("buffer_labels", []), extra.get("buffer_rows", [])
-        keys, auto = extra.get("buffer_keys", []), extra.get("buffer_auto", [])
+        # (Every window's checkpoint has had them: one without them lost its buffer.)
+        check_checkpoint_meta(extra, {"buffer_labels": JSON_LIST, "buffer_rows": JSON_LIST,
+                                      "buffer_keys": JSON_LIST, "buffer_auto": JSON_LIST},
+                              where="checkpoint's extra")
+        labels, rows = extra["buffer_labels"], extra["buffer_rows"]
+        keys, auto = extra["buffer_keys"], extra["buffer_auto"]
         if not len(labels) == len(rows) == len(keys) == len(auto):
             raise ValueError("the checkpoint's buffer_labels, buffer_rows, buffer_keys and "
                              "buffer_auto differ in length")

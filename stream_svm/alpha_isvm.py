@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stream_svm._engine_model import refused_unchanged
+from stream_svm._engine_model import (
+    JSON_COUNT,
+    JSON_FLAG,
+    JSON_LIST,
+    JSON_TABLE,
+    check_checkpoint_members,
+    check_checkpoint_meta,
+    refused_unchanged,
+)
 from stream_svm._input import check_paired
 from stream_svm.classifiers import _EngineClassifier
 from stream_svm.engine import MARGIN
@@ -42,6 +50,17 @@ WORKING, CACHING, BACKUP = 0, 1, 2
 # margin (y f = 1 up to round-off) satisfies the KKT conditions and must not count as an error,
 # or the search would move it in and out of T forever.
 _MARGIN_SLACK = 1e-9
+
+#: The checkpoint arrays of the three sets (beside the classifier's own).
+_SET_ARRAYS = ("aisvc_ids", "aisvc_rows", "aisvc_labels", "aisvc_psi", "aisvc_used",
+               "aisvc_set", "aisvc_in_T")
+
+#: The kinds of numbers each of those arrays holds (numpy's dtype kinds).
+_SET_KINDS = {"aisvc_ids": "iu", "aisvc_rows": "f", "aisvc_labels": "f", "aisvc_psi": "f",
+              "aisvc_used": "iu", "aisvc_set": "iu", "aisvc_in_T": "b"}
+
+#: Clock ticks and sample ids stay far below int64's end.
+_MAX_COUNT = 2**62
 
 
 @dataclass
@@ -578,6 +597,29 @@ class AlphaISVC(_EngineClassifier):
         }
 
     def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        check_checkpoint_members(arrays, _SET_ARRAYS)
+        check_checkpoint_meta(extra, {
+            "clock": JSON_COUNT, "next_id": JSON_COUNT, "initialized": JSON_FLAG,
+            "increments_total": JSON_COUNT, "discarded_total": JSON_COUNT,
+            "rounds_total": JSON_COUNT, "bound_hits_total": JSON_COUNT,
+            "last_increment": JSON_TABLE, "buffer_rows": JSON_LIST, "buffer_labels": JSON_LIST,
+        }, where="checkpoint's extra")
+        if max(extra["clock"], extra["next_id"]) >= _MAX_COUNT:
+            raise ValueError("the checkpoint's clock or next_id is out of range")
+        for name, kinds in _SET_KINDS.items():
+            # (As written: labels turned to booleans, or weights to integers, restore as
+            # other values the checks below cannot tell from real ones.)
+            kind = np.asarray(arrays[name]).dtype.kind
+            if kind not in kinds:
+                raise ValueError(f"the checkpoint's {name} holds {np.asarray(arrays[name]).dtype}"
+                                 " values, not the kind it writes")
+        try:
+            last_increment = IncrementStats(**extra["last_increment"])
+            buffer_rows = [np.array(row, dtype=float) for row in extra["buffer_rows"]]
+            buffer_labels = [float(v) for v in extra["buffer_labels"]]
+        except (TypeError, ValueError):
+            raise ValueError("the checkpoint's last_increment or buffered samples are not what "
+                             "an AlphaISVC writes") from None
         self._ids = np.asarray(arrays["aisvc_ids"], dtype=np.int64)
         self._rows = np.asarray(arrays["aisvc_rows"], dtype=float)
         self._labels = np.asarray(arrays["aisvc_labels"], dtype=float)
@@ -592,18 +634,21 @@ class AlphaISVC(_EngineClassifier):
         self.discarded_total = int(extra["discarded_total"])
         self.rounds_total = int(extra["rounds_total"])
         self.bound_hits_total = int(extra["bound_hits_total"])
-        self.last_increment = IncrementStats(**extra["last_increment"])
-        self._buffer_rows = [np.array(row, dtype=float) for row in extra["buffer_rows"]]
-        self._buffer_labels = [float(v) for v in extra["buffer_labels"]]
+        self.last_increment = last_increment
+        self._buffer_rows = buffer_rows
+        self._buffer_labels = buffer_labels
         self._check_restored_sets()
 
     def _check_restored_sets(self) -> None:
         """ValueError naming what of a restored checkpoint's kept samples contradicts the rest:
         an increment would otherwise fail on it, at every later learn."""
         m = self._ids.size
-        if any(np.shape(a)[0] != m for a in (self._rows, self._labels, self._psi, self._used,
-                                             self._set, self._in_T)):
-            raise ValueError("the checkpoint's aisvc_* arrays differ in length")
+        if (self._ids.ndim != 1 or self._rows.ndim != 2
+                or any(a.shape != (m,) for a in (self._labels, self._psi, self._used, self._set,
+                                                 self._in_T))
+                or self._rows.shape[0] != m):
+            raise ValueError("the checkpoint's aisvc_* arrays differ in length, or are not one "
+                             "entry (a row of features for aisvc_rows) per kept sample")
         if self._rows.ndim != 2 or self._rows.shape[1] > len(self._features):
             raise ValueError("the checkpoint's aisvc_rows are not rows over its feature names")
         if np.unique(self._ids).size != m or (m and self._next_id <= int(self._ids.max())):
@@ -616,6 +661,10 @@ class AlphaISVC(_EngineClassifier):
                              "sets other than working/caching/backup, or non-finite features")
         if not set(self._engine.keys) <= set(self._ids.tolist()):
             raise ValueError("the checkpoint trains on samples it does not keep")
+        if sorted(self._ids[self._in_T].tolist()) != sorted(self._engine.keys):
+            # The next increment would add what the classifier holds, or remove what it lacks.
+            raise ValueError("the checkpoint's aisvc_in_T does not mark exactly the samples its "
+                             "classifier trains on")
         width = len(self._features)
         if (len(self._buffer_rows) != len(self._buffer_labels)
                 or not all(value in (-1.0, 1.0) for value in self._buffer_labels)

@@ -16,8 +16,12 @@ import pandas as pd
 from river import base
 
 from stream_svm._engine_model import (
+    ENGINE_META,
+    JSON_COUNT,
+    JSON_TEXT,
     AutoKey,
     _EngineModel,
+    check_checkpoint_meta,
     check_checkpoint_names,
     check_restored_auto_keys,
     check_restored_names,
@@ -34,6 +38,7 @@ from stream_svm._input import (
     check_classes,
     check_paired,
     class_of,
+    classes_of,
     finite_score,
     finite_scores,
     key_list,
@@ -208,7 +213,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         positive = finite_scores(self._decisions(X), X.index) > 0
         if self._classes is None:
             return pd.Series(positive, index=X.index)
-        return pd.Series(np.where(positive, self._classes[1], self._classes[0]), index=X.index,
+        return pd.Series(classes_of(positive, self._classes), index=X.index,
                          dtype=object)
 
     # ---------------------------------------------------------------- persistence
@@ -255,8 +260,10 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         is restored only when it is passed back (``from_checkpoint(arrays, meta,
         kernel=my_kernel)``); without it, ValueError naming the function the model had.
         """
-        if meta.get("class") != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, {"class": JSON_TEXT})
+        if meta["class"] != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, ENGINE_META)
         model = cls(**restored_params(cls, meta, callables))
         model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
         names = list(meta["features"])
@@ -265,7 +272,9 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         model._compacted_at = len(model._features)
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
-        model._restore_extra(meta.get("extra", {}), dict(arrays))
+        extra = meta.get("extra", {})
+        check_checkpoint_meta(extra, {}, where="checkpoint's extra")
+        model._restore_extra(extra, dict(arrays))
         model._auto_keys = check_restored_auto_keys(meta["auto_keys"], model._held_keys())
         return model
 
@@ -389,6 +398,9 @@ class IncrementalSVC(_EngineClassifier):
         return {"reserve_discarded": self.reserve_discarded}
 
     def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        if "reserve_discarded" in extra:  # (a counter of checkpoints since the first)
+            check_checkpoint_meta(extra, {"reserve_discarded": JSON_COUNT},
+                                  where="checkpoint's extra")
         self.reserve_discarded = int(extra.get("reserve_discarded", 0))
 
     # ---------------------------------------------------------------- learning

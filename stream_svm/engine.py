@@ -217,6 +217,71 @@ def _compiled_kernel(kernel: Kernel) -> tuple[int, float, int, float]:
     return -1, 0.0, 0, 0.0
 
 
+#: What each array of a state (``PathEngine.get_state``) is: its dimensions per point ("n":
+#: one entry per stored point) and its kind of numbers. "linear" and "gap" are optional.
+_STATE_LAYOUT: dict[str, tuple[tuple[str, ...], str]] = {
+    "X": (("n", "d"), "float"), "y": (("n",), "float"), "alpha": (("n",), "float"),
+    "status": (("n",), "integer"), "sequence": (("n",), "integer"),
+    "margin": (("k",), "integer"), "b": ((), "float"), "next_sequence": ((), "integer"),
+    "linear": (("n",), "float"), "gap": (("n",), "float"),
+}
+
+
+def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The arrays of a state as the engine reads them, once their layout is checked:
+    ValueError naming the first array missing, of other dimensions, or of other numbers
+    (float64 where ``get_state`` wrote float64: a float32 copy has lost digits of the
+    solution; integers where it wrote integers).
+
+    Checked before anything indexes with them: a status outside the three sets, or a margin
+    index out of range, would send the compiled path out of its arrays.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    n = None
+    for name, (dims, kind) in _STATE_LAYOUT.items():
+        if name not in state:
+            if name in ("linear", "gap"):
+                continue
+            raise ValueError(f"the state lacks its {name!r} array")
+        value = np.asarray(state[name])
+        if kind == "float" and value.dtype != np.float64:
+            raise ValueError(f"the state's {name!r} holds {value.dtype} values, not float64")
+        if kind == "integer" and value.dtype.kind not in "iu":
+            raise ValueError(f"the state's {name!r} holds {value.dtype} values, not integers")
+        if value.ndim != len(dims):
+            raise ValueError(f"the state's {name!r} has {value.ndim} dimensions, not "
+                             f"{len(dims)}")
+        if dims[:1] == ("n",):
+            if n is None:
+                n = value.shape[0]
+            elif value.shape[0] != n:
+                raise ValueError(f"the state's {name!r} has {value.shape[0]} entries, but its "
+                                 f"points are {n}")
+        arrays[name] = value
+    X, status, margin = arrays["X"], arrays["status"], arrays["margin"]
+    if not np.all(np.isfinite(X)):
+        raise ValueError("the state's points hold features that are not finite")
+    if not np.all((status == MARGIN) | (status == ERROR) | (status == RESERVE)):
+        bad = status[(status != MARGIN) & (status != ERROR) & (status != RESERVE)][0]
+        raise ValueError(f"the state holds a point of status {int(bad)}: not margin ({MARGIN}), "
+                         f"error ({ERROR}) or reserve ({RESERVE})")
+    if margin.size and (margin.min() < 0 or margin.max() >= X.shape[0]
+                        or np.unique(margin).size != margin.size):
+        raise ValueError("the state's margin order names points it does not hold, or one twice")
+    sequence, next_sequence = arrays["sequence"], int(arrays["next_sequence"])
+    if sequence.size and (sequence.min() < 0 or sequence.max() >= next_sequence
+                          or np.unique(sequence).size != sequence.size):
+        raise ValueError("the state's arrival sequence repeats a number, or is not below its "
+                         f"next_sequence ({next_sequence}): the order of its points is lost")
+    if next_sequence < 0 or next_sequence > _MAX_SEQUENCE:
+        raise ValueError(f"the state's next_sequence {next_sequence} is out of range")
+    return arrays
+
+
+#: Arrival numbers stay far below int64's end, so that adding a slide's points cannot wrap.
+_MAX_SEQUENCE = 2**62
+
+
 def _check_state_values(state: Mapping[str, Any], status: np.ndarray, C: float) -> None:
     """ValueError naming the first value of a state (``PathEngine.get_state``) that no update
     can have left: labels other than +-1, coefficients outside [0, C] or not finite, a
@@ -1960,9 +2025,10 @@ class PathEngine:
         alpha and b are taken as they are (not re-solved), so decisions are reproduced
         bit for bit; the kernel caches and the factor are rebuilt from the stored points.
         """
-        X = np.asarray(state["X"], dtype=float)
+        state = _state_arrays(state)
+        X = state["X"]
         n = X.shape[0]
-        status = np.asarray(state["status"], dtype=np.int8)
+        status = state["status"].astype(np.int8)
         # A copy: the engine changes its margin order in place, and the caller's state (a
         # checkpoint read once, restored twice) must stay as it was.
         margin = np.array(state["margin"], dtype=np.int64)

@@ -48,8 +48,15 @@ from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from stream_svm._engine_model import (
+    JSON_COUNT,
+    JSON_FLAG,
+    JSON_LIST,
+    JSON_TABLE,
+    JSON_TEXT,
     FixedParameters,
     _check_feature_limit,
+    check_checkpoint_members,
+    check_checkpoint_meta,
     check_checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
@@ -64,6 +71,7 @@ from stream_svm._input import (
     check_new_name,
     check_paired,
     class_of,
+    classes_of,
     finite_score,
     finite_scores,
     label_signs,
@@ -802,21 +810,28 @@ class _IncrementalLSSVM(FixedParameters):
         """Rebuild a model saved by :meth:`to_checkpoint`; ValueError if the arrays do not fit
         together (a damaged or foreign checkpoint), or if the model had a callable parameter
         that is not passed back (a checkpoint holds no Python function)."""
-        if meta.get("class") != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, {"class": JSON_TEXT})
+        if meta["class"] != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, {"params": JSON_TABLE, "features": JSON_LIST,
+                                     "has_space": JSON_FLAG, "n_samples": JSON_COUNT})
         model = cls(**restored_params(cls, meta, callables))
         names = list(meta["features"])
-        has_space = bool(meta["has_space"])
+        has_space = meta["has_space"]
         width = model._bias_width + (model.n_components if model.features == "rff"
                                      else len(names))
         expected = {"gram_hi": (width, width), "gram_lo": (width, width), "rhs_hi": (width,),
                     "rhs_lo": (width,), "solution": (width,)}
         if model.features == "rff" and has_space:
             expected.update(omega=(len(names), model.n_components), phase=(model.n_components,))
+        check_checkpoint_members(arrays, [*expected, "X", "y"])
         for name, shape in expected.items():
-            value = np.asarray(arrays[name], dtype=float)
-            if value.shape != shape or not np.isfinite(value).all():
-                raise ValueError(f"checkpoint member {name!r} must be finite with shape {shape}")
+            value = np.asarray(arrays[name])
+            # (float64 as written: a float32 or text copy has lost digits of the model)
+            if (value.dtype != np.float64 or value.shape != shape
+                    or not np.isfinite(value).all()):
+                raise ValueError(f"checkpoint member {name!r} must be finite float64 values "
+                                 f"with shape {shape}")
         rows = np.asarray(arrays["X"], dtype=float)
         targets = np.asarray(arrays["y"], dtype=float)
         keys = keys_from_arrays(arrays)
@@ -825,6 +840,9 @@ class _IncrementalLSSVM(FixedParameters):
         check_checkpoint_names(names)
         if len(set(names)) != len(names) or len(set(keys)) != len(keys):
             raise ValueError("the checkpoint's feature names or kept samples' keys repeat")
+        if len(keys) > meta["n_samples"]:
+            raise ValueError(f"the checkpoint keeps {len(keys)} samples but has learned "
+                             f"{meta['n_samples']}")
         # The solution must solve the system it is stored with (as a backward-stable solve
         # does, whatever its conditioning): an edited one would answer until the next update
         # replaced it.
@@ -833,11 +851,14 @@ class _IncrementalLSSVM(FixedParameters):
         rhs = np.asarray(arrays["rhs_hi"], dtype=float) + np.asarray(arrays["rhs_lo"],
                                                                      dtype=float)
         solution = np.asarray(arrays["solution"], dtype=float)
-        residual = np.abs(gram @ solution - rhs).max(initial=0.0)
-        scale = (np.abs(gram).sum(axis=1).max(initial=0.0) * np.abs(solution).max(initial=0.0)
-                 + np.abs(rhs).max(initial=0.0))
-        # (Plus the underflow of subnormal terms: targets of 1e-320 are legitimate.)
-        if residual > max(1e-8 * scale, 1e4 * np.finfo(float).tiny):
+        with np.errstate(over="ignore", invalid="ignore"):
+            residual = float(np.abs(gram @ solution - rhs).max(initial=0.0))
+            scale = float(np.abs(gram).sum(axis=1).max(initial=0.0)
+                          * np.abs(solution).max(initial=0.0) + np.abs(rhs).max(initial=0.0))
+        # (Plus the underflow of subnormal terms: targets of 1e-320 are legitimate. Terms past
+        # the largest float, as a solution of 1e308 gives, are no solution of a finite system.)
+        if (not math.isfinite(scale) or not math.isfinite(residual)
+                or residual > max(1e-8 * scale, 1e4 * np.finfo(float).tiny)):
             raise ValueError(f"the checkpoint's solution does not solve its system (residual "
                              f"{residual:.3g} for terms of {scale:.3g}): a damaged or edited "
                              "checkpoint")
@@ -1004,7 +1025,7 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
         positive = finite_scores(self._decisions(X), X.index) > 0.0
         if self._classes is None:
             return pd.Series(positive, index=X.index, dtype=bool)
-        return pd.Series(np.where(positive, self._classes[1], self._classes[0]),
+        return pd.Series(classes_of(positive, self._classes),
                          index=X.index, dtype=object)
 
 

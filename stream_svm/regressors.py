@@ -20,8 +20,13 @@ import pandas as pd
 from river import base
 
 from stream_svm._engine_model import (
+    ENGINE_META,
+    JSON_COUNT,
+    JSON_TEXT,
     AutoKey,
     _EngineModel,
+    check_checkpoint_members,
+    check_checkpoint_meta,
     check_checkpoint_names,
     check_restored_auto_keys,
     check_restored_names,
@@ -279,9 +284,14 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         is restored only when it is passed back (``from_checkpoint(arrays, meta,
         kernel=my_kernel)``); without it, ValueError naming the function the model had.
         """
-        if meta.get("class") != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta.get('class')!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, {"class": JSON_TEXT})
+        if meta["class"] != cls.__name__:
+            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+        check_checkpoint_meta(meta, ENGINE_META)
         model = cls(**restored_params(cls, meta, callables))
+        # (A regression's points always carry their linear terms and gaps: without them they
+        # would be read as classification points.)
+        check_checkpoint_members(arrays, ("target", "linear", "gap"))
         keys = keys_from_arrays(arrays)
         targets = np.asarray(arrays["target"], dtype=float)
         if targets.shape != (len(keys),):
@@ -295,7 +305,9 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         model._compacted_at = len(model._features)
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
-        model._restore_extra(meta.get("extra", {}), dict(arrays))
+        extra = meta.get("extra", {})
+        check_checkpoint_meta(extra, {}, where="checkpoint's extra")
+        model._restore_extra(extra, dict(arrays))
         model._auto_keys = check_restored_auto_keys(meta["auto_keys"], model._held_keys())
         return model
 
@@ -388,6 +400,9 @@ class IncrementalSVR(_EngineRegressor):
         return {"reserve_discarded": self.reserve_discarded}
 
     def _restore_extra(self, extra: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        if "reserve_discarded" in extra:  # (a counter of checkpoints since the first)
+            check_checkpoint_meta(extra, {"reserve_discarded": JSON_COUNT},
+                                  where="checkpoint's extra")
         self.reserve_discarded = int(extra.get("reserve_discarded", 0))
 
     def _after_update(self) -> None:

@@ -433,3 +433,151 @@ def test_a_window_restores_a_buffered_sample_learned_under_a_users_autokey():
     arrays, meta = model.to_checkpoint()
     restored = SlidingWindowSVC.from_checkpoint(arrays, meta)
     assert restored.stored_keys() == model.stored_keys() and AutoKey(0) in restored
+
+
+def _svc_with_margin():
+    model = IncrementalSVC(C=1.0, gamma=0.5)
+    rng = np.random.default_rng(3)
+    for i in range(30):
+        a, b = rng.normal(size=2)
+        model.learn_one({"a": a, "b": b}, bool(a + 0.3 * b > 0), key=f"k{i}")
+    return IncrementalSVC, model
+
+
+def _set(name, index, value):
+    def edit(arrays, meta):
+        arrays[name] = np.array(arrays[name], copy=True)
+        where = index(arrays) if callable(index) else index
+        arrays[name][where] = value
+    return edit
+
+
+def _replace(name, value):
+    def edit(arrays, meta):
+        arrays[name] = value(arrays[name])
+    return edit
+
+
+def _drop(name):
+    return lambda arrays, meta: arrays.pop(name)
+
+
+def _reserve_point(arrays):
+    return int(np.flatnonzero(arrays["status"] == 2)[0])
+
+
+@pytest.mark.parametrize(("make", "edit", "named"), [
+    # A status outside the three sets went through to the compiled path, which indexed with
+    # it: the sixth learn after the restore aborted the process (free(): invalid pointer).
+    (_svc_with_margin, _set("status", _reserve_point, 3), "status 3: not margin"),
+    (_svc_with_margin, _set("status", _reserve_point, -1), "status -1"),
+    (_svc_with_margin, _set("margin", 0, -1), "margin order names points it does not hold"),
+    (_svc_with_margin, _set("margin", 0, 10**6), "margin order names points it does not hold"),
+    (_svc_with_margin, _replace("margin", lambda m: np.concatenate([m, m[:1]])),
+     "margin order|statuses"),
+    (_svc_with_margin, _set("sequence", 1, 0), "arrival sequence repeats"),
+    (_svc_with_margin, _replace("next_sequence", lambda s: np.array(1)), "arrival sequence"),
+    (_svc_with_margin, _replace("X", lambda X: X.astype(np.float32)), "'X' holds float32"),
+    (_svc_with_margin, _replace("alpha", lambda a: a.astype("U32")), "'alpha' holds <U32"),
+    (_svc_with_margin, _replace("status", lambda s: s.astype(float)), "'status' holds float64"),
+    (_svc_with_margin, _replace("sequence", lambda s: s[:1].reshape(())), "'sequence' has 0"),
+    (_svc_with_margin, _replace("b", lambda b: np.atleast_1d(b)), "'b' has 1 dimensions"),
+    (_svc_with_margin, _set("X", (0, 0), np.inf), "features that are not finite"),
+    (_svc_with_margin, _drop("X"), "lacks its 'X' array"),
+    (_svc_with_margin, _drop("key_str_ends"), "lacks its 'key_str_ends' array"),
+    (_svc_with_margin, _set("key_kind", 0, 7), "key_kind holds a kind other than"),
+    (_svc_with_margin, _edit("breakpoints_total", -3), "'breakpoints_total' .* not a count"),
+    (_svc_with_margin, lambda arrays, meta: meta.pop("auto_keys"), "lacks 'auto_keys'"),
+    (_svc_with_margin, lambda arrays, meta: meta["params"].pop("gamma"),
+     "params lack 'gamma'"),
+    (_svr_checkpoint, _drop("gap"), "lacks its 'gap' array"),
+    (_svr_checkpoint, _drop("target"), "lacks its 'target' array"),
+    # A window without its buffer lost the buffered points; without its size it came back
+    # with a window of 1000, and evicted other points than the saved one would have.
+    (_window_checkpoint, lambda arrays, meta: meta.pop("extra"), "lacks 'buffer_labels'"),
+    (_window_checkpoint, lambda arrays, meta: meta["extra"].pop("buffer_rows"),
+     "lacks 'buffer_rows'"),
+    (_window_checkpoint, lambda arrays, meta: meta["params"].pop("window_size"),
+     "params lack 'window_size'"),
+    # The next increments raised KeyError for a sample marked as trained on but not held.
+    (_alpha_checkpoint, _set("aisvc_in_T", 0, False), "aisvc_in_T does not mark exactly"),
+    (_alpha_checkpoint, _edit("extra.clock", 10**30), "clock or next_id is out of range"),
+    (_alpha_checkpoint, _replace("aisvc_labels", lambda v: v.astype(bool)),
+     "aisvc_labels holds bool"),
+    (_alpha_checkpoint, _replace("aisvc_psi", lambda v: v.reshape(-1)[:1].reshape(())),
+     "aisvc_\\* arrays differ in length"),
+    (_alpha_checkpoint, lambda arrays, meta: meta["extra"].pop("last_increment"),
+     "lacks 'last_increment'"),
+], ids=["status-3", "status-negative", "margin-negative", "margin-beyond", "margin-twice",
+        "sequence-repeats", "sequence-above-next", "X-float32", "alpha-text", "status-float",
+        "sequence-scalar", "b-vector", "X-infinite", "no-X", "no-key-ends", "key-kind",
+        "breakpoints-negative", "no-auto-keys", "no-gamma", "svr-no-gap", "svr-no-target",
+        "window-no-extra", "window-no-rows", "window-no-size", "alpha-in-T", "alpha-clock",
+        "alpha-labels-bool", "alpha-psi-scalar", "alpha-no-increment"])
+def test_a_checkpoint_whose_layout_is_damaged_is_refused_by_name(make, edit, named):
+    # Each was restored (a model answering as nobody trained it, a buffer or window size
+    # silently replaced by a default), or refused by a bare KeyError or IndexError, or
+    # corrupted the process's memory.
+    cls, model = make()
+    _refused_once_edited(cls, model, edit, named)
+
+
+def _refused_once_edited(cls, model, edit, named):
+    """The model's checkpoint, edited by ``edit(arrays, meta)``, is refused with ``named``."""
+    import copy
+
+    arrays, meta = model.to_checkpoint()
+    arrays = {name: np.array(value, copy=True) for name, value in arrays.items()}
+    meta = copy.deepcopy(meta)
+    edit(arrays, meta)
+    with pytest.raises(ValueError, match=named):
+        cls.from_checkpoint(arrays, meta)
+
+
+def test_a_checkpoint_of_the_first_versions_without_the_later_parameters_still_restores():
+    # max_features, max_new_features and classes came after the first checkpoints: those
+    # take their defaults, which is what the models were then.
+    _, model = _svc_with_margin()
+    arrays, meta = model.to_checkpoint()
+    for name in ("max_features", "max_new_features", "classes"):
+        del meta["params"][name]
+    restored = IncrementalSVC.from_checkpoint(arrays, meta)
+    assert restored.decision_function_one({"a": 0.3, "b": -0.2}) == \
+        model.decision_function_one({"a": 0.3, "b": -0.2})
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    # A solution of 1e308 made the check's scale overflow, and the model predicted 1e308.
+    (lambda A, M: A["solution"].__setitem__(0, 1e308), "solution does not solve its system"),
+    (lambda A, M: A.__setitem__("phase", A["phase"].astype("U24")), "'phase' must be finite"),
+    (lambda A, M: A.__setitem__("omega", A["omega"].astype(np.float32)), "'omega' must be"),
+    # A falsy has_space dropped the model's features: it answered 0.5 / 0.5 for everything.
+    (lambda A, M: M.__setitem__("has_space", []), "'has_space' .* not a flag"),
+    (lambda A, M: M.__setitem__("n_samples", -5), "'n_samples' .* not a count"),
+    (lambda A, M: M.__setitem__("n_samples", 1), "keeps 5 samples but has learned 1"),
+    (lambda A, M: A.pop("rhs_lo"), "lacks its 'rhs_lo' array"),
+], ids=["solution-huge", "phase-text", "omega-float32", "has-space-list", "n-samples-negative",
+        "fewer-learned-than-kept", "no-rhs-lo"])
+def test_a_damaged_ls_svm_checkpoint_is_refused_by_name(edit, named):
+    model = IncrementalLSSVC(features="rff", n_components=20, seed=1)
+    for i in range(5):
+        model.learn_one({"a": float(i), "b": 1.0 - i}, i % 2 == 0, key=i)
+    _refused_once_edited(IncrementalLSSVC, model, edit, named)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: IncrementalSVC(classes=[False, "yes"]), lambda: IncrementalSVC(classes=[0, "spam"]),
+    lambda: SlidingWindowSVC(window_size=8, classes=["none", 3]),
+    lambda: IncrementalLSSVC(classes=[False, "yes"]), lambda: IncrementalLSSVC(classes=[0, "b"]),
+], ids=["bool-text", "int-text", "window-text-int", "ls-bool-text", "ls-int-text"])
+def test_predict_many_returns_the_labels_predict_one_returns(make):
+    # np.where promoted [False, "yes"] to the text "False" (which River's metrics count as a
+    # miss against False), and refused [0, "spam"] with numpy's DTypePromotionError.
+    model = make()
+    negative, positive = model.classes
+    X = pd.DataFrame({"a": [-2.0, -1.0, 1.0, 2.0]})
+    model.learn_many(X, pd.Series([negative, negative, positive, positive]))
+    many = model.predict_many(X)
+    one = [model.predict_one(row) for row in X.to_dict(orient="records")]
+    assert many.tolist() == one == [negative, negative, positive, positive]
+    assert [type(label) for label in many] == [type(label) for label in one]
