@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import re
+import stat
 import time
 import zipfile
 from collections.abc import Callable, Collection, Mapping
@@ -51,7 +52,9 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _META = "__meta__"
 CACHE_PREFIX = "cache."
-_NAME = re.compile(r"^checkpoint-(\d{12})\.npz$")
+# Twelve digits at least: a sequence past 999999999999 writes a longer name, which must count
+# as the newest rather than be overwritten unseen at every save.
+_NAME = re.compile(r"^checkpoint-(\d{12,})\.npz$")
 #: Array kinds a checkpoint may hold: booleans, integers, floats and text.
 _KINDS = "biufU"
 
@@ -223,6 +226,21 @@ def _read_member(
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
 
+def _open_regular(path: Path) -> Any:
+    """``path`` opened for reading when it is a regular file; CheckpointError otherwise. The
+    open does not block: a named pipe given a checkpoint's name would have held the daemon's
+    start (and its stop) until something wrote into it."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CheckpointError(f"checkpoint {path} is not a regular file")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 class CheckpointStore:
     """The checkpoints of one daemon, in one directory (created with mode 0700 if missing)."""
 
@@ -352,7 +370,7 @@ class CheckpointStore:
         if not match:
             raise CheckpointError(f"{path} is not named like a checkpoint")
         try:
-            with zipfile.ZipFile(path) as archive:
+            with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
                 stored = {
                     info.filename[: -len(".npy")]
                     for info in archive.infolist()

@@ -166,13 +166,44 @@ def check_model_config(config: Config) -> None:
         build_model(config)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model settings refused by {model_type}: {exc}") from None
+    except MemoryError:
+        raise ConfigError(f"model settings refused by {model_type}: its empty model does not "
+                          "fit in memory (model.n_components or model.max_features)") from None
+
+
+def check_restored_settings(model: Any, settings: Mapping[str, Any]) -> None:
+    """ValueError when a model restored from a checkpoint was not made with ``settings`` (its
+    :func:`model_settings`). The daemon compares the settings a checkpoint says it was made
+    with to the configuration before restoring it, but the model is built from the parameters
+    its own metadata holds: where the two disagree (a damaged or edited checkpoint), the
+    model would serve with parameters nobody configured (it had kept 110 of 250 points, with
+    a reserve_epsilon set nowhere)."""
+    params = model._get_params()
+    for name, value in settings.items():
+        if name == "type" or name not in params:
+            continue
+        if _as_json(params[name]) != _as_json(value):
+            raise ValueError(
+                f"the checkpoint's model has {name}={params[name]!r}, but the settings it was "
+                f"saved with say {value!r}: a damaged or edited checkpoint")
+
+
+def _as_json(value: Any) -> Any:
+    """A setting as JSON gives it back (tuples as lists, numpy scalars as Python's)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_as_json(item) for item in value]
+    return value
 
 
 def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) -> Any:
     """The model of a checkpoint (``to_checkpoint`` output), with the configured class and
-    the configured input limits (which may differ from the checkpoint's)."""
+    the configured input limits (which may differ from the checkpoint's); ValueError when the
+    model is not the configured one (see :func:`check_restored_settings`)."""
     cls = _model_class(config.model.type)
     model = cls.from_checkpoint(arrays, meta)
+    check_restored_settings(model, model_settings(config))
     for name, value in limit_settings(config).items():
         setattr(model, name, value)
     return model
@@ -269,6 +300,8 @@ def load_served_model(checkpoint_dir: str | os.PathLike[str]) -> ServedModel:
             model_type = checkpoint.state["model_settings"]["type"]
             model = _model_class(str(model_type)).from_checkpoint(checkpoint.arrays,
                                                                   checkpoint.model_meta)
+            check_restored_settings(model, {**default_model_settings(str(model_type)),
+                                            **checkpoint.state["model_settings"]})
             scaled = checkpoint.state["processor"].get("scaler")
         except (CheckpointError, KeyError, TypeError, ValueError) as exc:
             problems.append(f"{path.name}: {exc}")
