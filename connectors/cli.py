@@ -19,15 +19,24 @@ import itertools
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from connectors.config import ConfigError, load_config
+from connectors.config import (
+    KAFKA_INT32_MAX,
+    MAX_SECONDS,
+    SCHEMA,
+    ConfigError,
+    _convert,
+    load_config,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -76,6 +85,33 @@ def _whole_number(minimum: int, meaning: str) -> Callable[[str], int]:
 
 _count = _whole_number(1, "at least 1")  # a number of points
 _every = _whole_number(0, "0 (none) or more")  # every Nth point, 0: never
+
+
+def _partitions(text: str) -> int:
+    """An argument type: a topic's partition count (a 32-bit field of Kafka's protocol)."""
+    value = _count(text)
+    if value > KAFKA_INT32_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {KAFKA_INT32_MAX}, got {value}")
+    return value
+
+
+def _port_argument(text: str) -> int:
+    """An argument type: a TCP port, 0 for a free one."""
+    value = _whole_number(0, "a TCP port (0-65535)")(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), got {value}")
+    return value
+
+
+def _hold_seconds(text: str) -> float:
+    """An argument type: seconds to go on serving, finite, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_SECONDS:g}] seconds, got {text}")
+    return value
 
 
 def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
@@ -150,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dataset", default="bananas", help="data source (default: bananas)")
     demo.add_argument("--target", default="y",
                       help="label column of a CSV/JSONL file (default: y)")
-    demo.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
+    demo.add_argument("--hold", type=_hold_seconds, default=0.0, metavar="SECONDS",
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
     demo.add_argument("--limit", type=_count, default=None, help="replay only the first N points")
@@ -181,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--key", default=None, metavar="KEY",
                         help="Kafka key of every message, e.g. a gauge's name (one model per "
                         "key with model.scope = key; default: each message's id)")
-    replay.add_argument("--partitions", type=_count, default=1, metavar="N",
+    replay.add_argument("--partitions", type=_partitions, default=1, metavar="N",
                         help="partitions of the topic when replay creates it (default 1, which "
                         "keeps the source's order; a topic that exists keeps its own)")
     replay.add_argument("--skip-bad-rows", action="store_true",
@@ -192,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker = commands.add_parser(
         "broker", help="run the embedded Kafka-compatible broker until stopped (memory only)",
         parents=[common])
-    broker.add_argument("--port", type=int, default=0,
+    broker.add_argument("--port", type=_port_argument, default=0,
                         help="port on 127.0.0.1 (default 0: a free one, printed)")
     broker.add_argument("--log-file", default=None, metavar="FILE",
                         help="the broker's own log (default: a temporary file, removed after "
@@ -229,7 +265,7 @@ def _config(args: argparse.Namespace) -> Any:
         overrides["kafka.on_partition_reset"] = args.on_partition_reset
     by_set: set[str] = set()
     for name, raw in getattr(args, "settings", []) or []:
-        if name in overrides and str(overrides[name]).lower() != str(raw).lower():
+        if name in overrides and not _same_setting(name, overrides[name], raw):
             # Which one won showed nowhere (--set did, whatever the order).
             first = "by --set" if name in by_set else "by its own flag"
             raise ConfigError(f"setting {name} is given twice on the command line, as "
@@ -238,6 +274,21 @@ def _config(args: argparse.Namespace) -> Any:
         overrides[name] = raw
         by_set.add(name)
     return load_config(getattr(args, "config", None), overrides)
+
+
+def _same_setting(name: str, first: Any, second: Any) -> bool:
+    """Whether two command-line values of setting ``name`` mean the same (1 and 1.0, true and
+    True); compared as written where either is invalid (the configuration then says why).
+    Case counts: topics Input and input are two topics."""
+    section, _, key = name.partition(".")
+    setting = SCHEMA.get(section, {}).get(key)
+    if setting is not None:
+        try:
+            return _convert(name, setting, first, "flag") == _convert(name, setting, second,
+                                                                       "flag")
+        except ConfigError:
+            pass
+    return str(first) == str(second)
 
 
 def run_broker(port: int = 0, log_file: str | None = None) -> int:
@@ -358,7 +409,7 @@ def replay(
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from connectors.config import topic_name_problem
+    from connectors.config import bootstrap_servers_problem, topic_name_problem
     from connectors.messages import Malformed, encode, message_id
     from connectors.sources import (
         SourceError,
@@ -372,6 +423,9 @@ def replay(
     problem = topic_name_problem(topic)
     if problem is not None:  # before the file is read and anything is created
         raise ValueError(f"--topic {topic!r} {problem}")
+    problem = bootstrap_servers_problem(bootstrap_servers)
+    if problem is not None:  # (it waited 5 s, then said Kafka could not be reached)
+        raise ValueError(f"--bootstrap-servers {bootstrap_servers!r} {problem}")
 
     def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
         # A file's rows keep their numbers as ids when rows before them are skipped. Ids are
@@ -532,6 +586,7 @@ def evaluate(
 
     if plot is not None:
         _check_matplotlib()
+        plot = _plot_path(plot)
     model = build_model(config)
     # Labels are checked by the daemon's own rules, so that a file evaluates as it would serve.
     targets = targets_of(model)
@@ -677,6 +732,18 @@ def evaluate(
     return summary
 
 
+def _plot_path(path: str) -> str:
+    """The file ``--plot`` writes: as given, with ``.png`` added when it has no suffix (what
+    the figure is saved as then); ValueError for a directory or an empty name, before the
+    evaluation (it had written /tmp/h4.png for --plot /tmp/h4, a directory, and reported
+    /tmp/h4)."""
+    if not path or Path(path).is_dir() or path.endswith(os.sep):
+        raise ValueError(f"--plot {path!r} must name a file, e.g. evaluation.png")
+    if not Path(path).suffix:
+        path += ".png"
+    return path
+
+
 def _check_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
@@ -720,8 +787,6 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from connectors.broker import EmbeddedBroker
     from connectors.daemon import Daemon, ensure_topics
     from connectors.models import model_settings
@@ -730,8 +795,14 @@ def demo(args: argparse.Namespace) -> int:
     if config_file is None:
         bundled = Path(__file__).resolve().parents[1] / "configs" / "bananas.toml"
         config_file = str(bundled) if bundled.is_file() else None
+    overrides = {} if config_file else _DEMO_MODEL
+    role = load_config(config_file, overrides).daemon.role
+    if role != "learner":
+        # (Its embedded broker holds no learner's state: the daemon's thread died on it.)
+        raise ConfigError(f"{config_file}: daemon.role = {role!r}: the demo runs a learner on "
+                          "its own embedded broker, which holds no learner's state for a "
+                          "predictor to read")
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as directory:
-        overrides = {} if config_file else _DEMO_MODEL
         config = load_config(
             config_file,
             {

@@ -28,8 +28,8 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "kafka_client_settings", "load_config",
-           "topic_name_problem"]
+__all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "bootstrap_servers_problem",
+           "kafka_client_settings", "load_config", "topic_name_problem"]
 
 ENV_PREFIX = "STREAM_SVM_"
 
@@ -57,6 +57,61 @@ def _positive(value: float) -> str | None:
 
 def _non_negative(value: float) -> str | None:
     return None if value >= 0 else "must be >= 0"
+
+
+#: The largest value of a 32-bit field of Kafka's protocol (timeouts, sizes, counts).
+KAFKA_INT32_MAX = 2**31 - 1
+#: The longest wait any setting may ask for (about 115 days): beyond it the waits of Python's
+#: threads and the clocks they are computed from overflow.
+MAX_SECONDS = 1e7
+#: The largest configuration file read.
+MAX_CONFIG_BYTES = 1 << 20
+#: The most random Fourier features a daemon's LS-SVM may have.
+MAX_COMPONENTS = 10_000
+#: The longest kafka.poll_timeout_ms: a stop waits for the poll under way.
+MAX_POLL_TIMEOUT_MS = 10_000
+
+
+def _positive_int32(value: int) -> str | None:
+    if value <= 0:
+        return "must be > 0"
+    return None if value <= KAFKA_INT32_MAX else (
+        f"must be at most {KAFKA_INT32_MAX} (a 32-bit field of Kafka's protocol)")
+
+
+def _non_negative_int32(value: int) -> str | None:
+    return None if value == 0 else _positive_int32(value)
+
+
+def _seconds(value: float) -> str | None:
+    if value <= 0:
+        return "must be > 0"
+    return None if value <= MAX_SECONDS else f"must be at most {MAX_SECONDS:g} seconds"
+
+
+def _non_negative_seconds(value: float) -> str | None:
+    return None if value == 0 else _seconds(value)
+
+
+def _at_most(high: int, why: str) -> Callable[[int], str | None]:
+    def check(value: int) -> str | None:
+        if value <= 0:
+            return "must be > 0"
+        return None if value <= high else f"must be at most {high} ({why})"
+
+    return check
+
+
+def _poll_timeout(value: int) -> str | None:
+    if not 0 <= value <= MAX_POLL_TIMEOUT_MS:
+        return f"must be in [0, {MAX_POLL_TIMEOUT_MS}] (a stop waits for the poll under way)"
+    return None
+
+
+def _client_id(value: str) -> str | None:
+    # Kafka's protocol carries it as a string of at most 32767 bytes: a longer one broke every
+    # request, and the client reconnected for ever without naming the setting.
+    return None if len(value.encode("utf-8")) <= 32767 else "must be at most 32767 bytes long"
 
 
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
@@ -106,7 +161,7 @@ def _ipv6(text: str) -> bool:
     return True
 
 
-def _bootstrap_servers(value: str) -> str | None:
+def bootstrap_servers_problem(value: str) -> str | None:
     """host:port entries, comma-separated (a port may be left out: 9092; an IPv6 address with a
     port in brackets, [::1]:9092; a PROTOCOL:// prefix is ignored, as Kafka's clients do)."""
     if not value.replace(",", "").strip():
@@ -174,18 +229,20 @@ FETCH_MAX_WAIT_MS = 50
 #: kafka-python closes idle connections after this (its default), and refuses a request
 #: timeout that is not below it.
 KAFKA_CONNECTIONS_MAX_IDLE_MS = 540_000
+#: How long the Kafka client's producer tries to deliver a record (its default).
+KAFKA_DELIVERY_TIMEOUT_MS = 120_000
 
 SCHEMA: dict[str, dict[str, Setting]] = {
     "kafka": {
-        "bootstrap_servers": Setting(str, "", _bootstrap_servers, optional=True),
+        "bootstrap_servers": Setting(str, "", bootstrap_servers_problem, optional=True),
         "input_topic": Setting(str, "stream-svm.input", topic_name_problem),
         "label_topic": Setting(str, "", topic_name_problem, optional=True),
         "output_topic": Setting(str, "stream-svm.predictions", topic_name_problem),
         "dead_letter_topic": Setting(str, "stream-svm.dead-letters", topic_name_problem),
         "group_id": Setting(str, "stream-svm", lambda v: None if v else "must not be empty"),
-        "client_id": Setting(str, "stream-svm"),
+        "client_id": Setting(str, "stream-svm", _client_id),
         "create_topics": Setting(bool, True),
-        "topic_partitions": Setting(int, 1, _positive),
+        "topic_partitions": Setting(int, 1, _positive_int32),
         "security_protocol": Setting(
             str, "PLAINTEXT", _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
         ),
@@ -195,17 +252,17 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "sasl_mechanism": Setting(
             str, "", _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), optional=True
         ),
-        "request_timeout_ms": Setting(int, 30000, _positive),
-        "poll_timeout_ms": Setting(int, 100, _non_negative),
+        "request_timeout_ms": Setting(int, 30000, _positive_int32),
+        "poll_timeout_ms": Setting(int, 100, _poll_timeout),
         # The longest a broker holds a fetch that finds no new message. Kafka answers as soon
         # as a message arrives; brokers that do not (Tansu, the embedded broker) answer at the
         # end of the wait, which then bounds the latency. Unset: 50, or poll_timeout_ms when
         # that is lower (at least 1; below request_timeout_ms), resolved in load_config.
-        "fetch_max_wait_ms": Setting(int, None, _positive, optional=True),
-        "max_batch": Setting(int, 500, _positive),
+        "fetch_max_wait_ms": Setting(int, None, _positive_int32, optional=True),
+        "max_batch": Setting(int, 500, _at_most(1_000_000, "messages handled per poll")),
         "predict_per_poll": Setting(bool, False),
-        "max_message_bytes": Setting(int, 1_000_000, _positive),
-        "linger_ms": Setting(int, 2, _non_negative),
+        "max_message_bytes": Setting(int, 1_000_000, _positive_int32),
+        "linger_ms": Setting(int, 2, _non_negative_int32),
         "on_partition_reset": Setting(
             str, "stop", _one_of("stop", "earliest", "latest", "resume")
         ),
@@ -217,8 +274,8 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "publish_state": Setting(bool, False),
         # Consumer-group membership (model.scope partition or key): a member that sends no
         # heartbeat for session_timeout_ms is dropped and its partitions move to the others.
-        "session_timeout_ms": Setting(int, 10_000, _positive),
-        "heartbeat_interval_ms": Setting(int, 3_000, _positive),
+        "session_timeout_ms": Setting(int, 10_000, _positive_int32),
+        "heartbeat_interval_ms": Setting(int, 3_000, _positive_int32),
     },
     # "learner": consumes, predicts, learns and checkpoints (one per model). "predictor": a
     # replica that answers the input topic with the newest state a learner published on
@@ -228,10 +285,10 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     },
     "predictor": {
         # How often a predictor reads the state topic for a newer state.
-        "refresh_seconds": Setting(float, 1.0, _positive),
+        "refresh_seconds": Setting(float, 1.0, _seconds),
         # How long a predictor without any state waits for a first one (consuming nothing)
         # before it stops with an error; 0: no bound.
-        "max_wait_seconds": Setting(float, 300.0, _non_negative),
+        "max_wait_seconds": Setting(float, 300.0, _non_negative_seconds),
     },
     # Each setting applies to the model types whose constructor has a parameter of its name
     # (connectors.models); setting one that does not apply to model.type is an error.
@@ -252,7 +309,8 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "reserve_epsilon": Setting(float, None, _non_negative, optional=True),
         "epsilon": Setting(float, 0.1, _non_negative),
         "ridge": Setting(float, 0.0, _non_negative),
-        "max_breakpoints": Setting(int, None, _positive, optional=True),
+        "max_breakpoints": Setting(int, None, _at_most(2**62, "path steps per update"),
+                                   optional=True),
         "classes": Setting(list, None, _two_classes, optional=True),
         "window_size": Setting(int, 1000, _positive),
         "step": Setting(int, 1, _positive),
@@ -267,7 +325,8 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "validation_margin": Setting(float, 0.0, _between(0.0, 1.0)),
         "rho": Setting(float, 1.0, _positive),
         "features": Setting(str, "linear", _one_of("linear", "rff")),
-        "n_components": Setting(int, 100, _positive),
+        "n_components": Setting(int, 100, _at_most(
+            MAX_COMPONENTS, "the state is 16 (n_components + 1)^2 bytes: 1.6 GB at the most")),
         "fit_intercept": Setting(bool, True),
         "seed": Setting(int, None, optional=True),
         # Unset: the model's own default (10,000 for the SVMs, 1,000 for the LS-SVMs, whose
@@ -287,12 +346,12 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     "cache": {
         "max_size": Setting(int, 100_000, _non_negative),
         "max_bytes": Setting(int, 256 * 2**20, _non_negative),
-        "max_age_seconds": Setting(float, 3600.0, _positive),
+        "max_age_seconds": Setting(float, 3600.0, _seconds),
     },
     "checkpoint": {
         "dir": Setting(str, "stream-svm-checkpoints", lambda v: None if v else "must not be empty"),
         "every_messages": Setting(int, 5000, _positive),
-        "every_seconds": Setting(float, 30.0, _positive),
+        "every_seconds": Setting(float, 30.0, _seconds),
         "keep": Setting(int, 3, _positive),
         "start_fresh": Setting(bool, False),
     },
@@ -302,8 +361,10 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "port": Setting(int, 9464, _port),
     },
     "retry": {
-        "initial_backoff_seconds": Setting(float, 0.5, _positive),
-        "max_backoff_seconds": Setting(float, 30.0, _positive),
+        "initial_backoff_seconds": Setting(float, 0.5, _at_most(
+            86_400, "a day between attempts")),
+        "max_backoff_seconds": Setting(float, 30.0, _at_most(
+            86_400, "a day between attempts")),
         "max_attempts": Setting(int, 0, _non_negative),
     },
 }
@@ -332,6 +393,9 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
             raise ConfigError(f"{where}: {raw!r} is a string; write the {kind.__name__} "
                               "without quotes")
         text = raw.strip()
+        if kind in (int, float) and (not text.isascii() or "_" in text):
+            # (Python reads 1_0 as 10, and digits of every script as digits.)
+            raise ConfigError(f"{where}: {raw!r} is not a valid {kind.__name__}")
         try:
             if kind is bool:
                 lowered = text.lower()
@@ -462,7 +526,14 @@ def load_config(
     if path is not None:
         file = Path(path)
         try:
-            document = tomllib.loads(file.read_text(encoding="utf-8"))
+            with file.open("rb") as handle:
+                # (Bounded: --config /dev/zero read until memory ran out.)
+                data = handle.read(MAX_CONFIG_BYTES + 1)
+            if len(data) > MAX_CONFIG_BYTES:
+                raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES} bytes: "
+                                  "not a configuration")
+            # A byte-order mark (some editors write one) is no TOML statement.
+            document = tomllib.loads(data.decode("utf-8-sig"))
         except FileNotFoundError:
             raise ConfigError(f"config file {file} does not exist") from None
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -501,6 +572,15 @@ def load_config(
             # Other STREAM_SVM_ variables (the scripts' STREAM_SVM_VENV) are no settings, but
             # one whose first word is nearly a section's name is a misspelt setting, which
             # would otherwise leave its default in place without a word.
+            owners = [section for section in SCHEMA
+                      if rest in {k.lower() for k in SCHEMA[section]}]
+            if owners:
+                # STREAM_SVM_GAMMA: a setting's name without its section, which would
+                # otherwise be ignored without a word.
+                meant = " or ".join(f"{ENV_PREFIX}{section.upper()}_{rest.upper()}"
+                                    for section in owners)
+                raise ConfigError(f"environment variable {variable} names no section: did you "
+                                  f"mean {meant}?")
             word, _, key = rest.partition("_")
             for close in difflib.get_close_matches(word, list(SCHEMA), n=3, cutoff=0.75):
                 keys = {k.lower(): k for k in SCHEMA[close]}
@@ -563,6 +643,12 @@ def _cross_checks(config: Config) -> None:
             f"{config.sources['kafka.fetch_max_wait_ms']}) must be below kafka.request_timeout_ms "
             f"({kafka.request_timeout_ms}, {config.sources['kafka.request_timeout_ms']}): a fetch "
             "is a request")
+    if kafka.linger_ms + kafka.request_timeout_ms >= KAFKA_DELIVERY_TIMEOUT_MS:
+        # (The Kafka client refused it only once connected, in its own words.)
+        raise ConfigError(
+            f"setting kafka.linger_ms ({kafka.linger_ms}) plus kafka.request_timeout_ms "
+            f"({kafka.request_timeout_ms}) must be below {KAFKA_DELIVERY_TIMEOUT_MS}, the Kafka "
+            "client's delivery_timeout_ms: a record waits the linger, then its request")
     if kafka.request_timeout_ms >= KAFKA_CONNECTIONS_MAX_IDLE_MS:
         raise ConfigError(
             f"setting kafka.request_timeout_ms ({kafka.request_timeout_ms}) must be below "
@@ -655,12 +741,26 @@ def _check_role(config: Config) -> None:
                 "setting daemon.role = \"predictor\" needs kafka.bootstrap_servers: it reads "
                 "its learner's state from that broker (an embedded broker holds none)"
             )
+        for section in ("checkpoint", "cache"):
+            # A predictor keeps neither: the setting would be ignored without a word.
+            for key, setting in SCHEMA[section].items():
+                name = f"{section}.{key}"
+                if (config.sources[name] != "default"
+                        and getattr(getattr(config, section), key) != setting.default):
+                    raise ConfigError(f"setting {name} applies to daemon.role = \"learner\": a "
+                                      "predictor learns nothing, caches no unlabelled message "
+                                      "and writes no checkpoint")
     else:
         for key, setting in SCHEMA["predictor"].items():
             name = f"predictor.{key}"
             if (config.sources[name] != "default"
                     and getattr(config.predictor, key) != setting.default):
                 raise ConfigError(f"setting {name} needs daemon.role = \"predictor\"")
+    if (role == "learner" and not kafka.publish_state and config.model.scope == "global"
+            and not derived):
+        raise ConfigError(
+            "setting kafka.state_topic is written by a learner only with kafka.publish_state = "
+            "true (or model.scope = \"partition\" or \"key\"): set one, or remove it")
     if derived and (kafka.publish_state or role == "predictor"):
         problem = topic_name_problem(kafka.state_topic)
         if problem:

@@ -10,6 +10,7 @@ file.
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 import logging
@@ -82,6 +83,22 @@ def _number(value: Any, name: str, where: str) -> float:
     return number
 
 
+def _utf8_text(reader: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    """A file reader whose bytes that are no UTF-8 text are a SourceError naming the file (a
+    bare "'utf-8' codec can't decode byte 0x90" did not say which)."""
+    @functools.wraps(reader)
+    def read(path: Path, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        try:
+            yield from reader(path, *args, **kwargs)
+        except UnicodeDecodeError as exc:
+            raise SourceError(f"{path}: not UTF-8 text (it holds the byte "
+                              f"{exc.object[exc.start]:#04x}, which UTF-8 has no place for "
+                              "there)") from None
+
+    return read
+
+
+@_utf8_text
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
          bad_rows: list[str] | None = None, unlabelled: bool = False,
          number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
@@ -121,6 +138,7 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             yield identifier, x, y
 
 
+@_utf8_text
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
            bad_rows: list[str] | None = None, unlabelled: bool = False,
            number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:

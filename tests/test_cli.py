@@ -642,8 +642,10 @@ def test_the_broker_refuses_a_taken_port_or_one_out_of_range(capsys):
         port = server.getsockname()[1]
         assert main(["broker", "--port", str(port)]) == 1
         assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
-    assert main(["broker", "--port", "99999"]) == 1
-    assert "port 99999 is not a TCP port (1-65535)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # an invalid argument: exit 2, as argparse's
+        main(["broker", "--port", "99999"])
+    assert refused.value.code == 2
+    assert "must be a TCP port (0-65535), got 99999" in capsys.readouterr().err
 
 
 def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
@@ -657,6 +659,16 @@ def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
     args = build_parser().parse_args(["serve", "--metrics-port", "29408",
                                       "--set", "metrics.port=29408"])
     assert _config(args).metrics.port == 29408  # the same value twice is no conflict
+    # Case counts: two topics, not one written twice (the second was read silently).
+    assert main(["serve", "--input-topic", "Orders.In", "--set", "kafka.input_topic=orders.in",
+                 "--bootstrap-servers", "127.0.0.1:9"]) == 2
+    assert "setting kafka.input_topic is given twice" in capsys.readouterr().err
+    # The same value written twice is no conflict, however written.
+    args = build_parser().parse_args(["evaluate", "--dataset", "bananas",
+                                      "--set", "model.C=1", "--set", "model.C=1.0",
+                                      "--set", "kafka.create_topics=true",
+                                      "--set", "kafka.create_topics=True"])
+    assert _config(args).model.C == 1.0
     # Both by --set: no flag of its own is named.
     assert main(["evaluate", "--dataset", "bananas", "--set", "model.C=1", "--set",
                  "model.C=2", "--no-progress"]) == 2
@@ -848,3 +860,52 @@ def test_replay_checks_a_data_set_before_the_broker_and_the_topic(capsys):
                  "--bootstrap-servers", "127.0.0.1:1", "--no-progress"]) == 2
     assert "bananas, row 0: string 'id' must have 1 to 1024 characters" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--hold", "inf"], ["demo", "--hold", "-5"],
+    ["replay", "bananas", "--topic", "t", "--partitions", str(2**31),
+     "--bootstrap-servers", "127.0.0.1:9"],
+], ids=["hold-inf", "hold-negative", "partitions"])
+def test_arguments_out_of_range_are_refused_before_anything_starts(argv, capsys):
+    # --hold inf crashed after the demo drained; 2**31 partitions crashed topic creation.
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    assert "must be" in capsys.readouterr().err
+
+
+def test_replay_names_bootstrap_servers_that_are_no_host_port(capsys):
+    # It waited 5 s, then said Kafka could not be reached.
+    for servers in (",", "127.0.0.1:99999"):
+        assert main(["replay", "bananas", "--topic", "t", "--bootstrap-servers", servers,
+                     "--no-progress"]) == 2
+        assert f"--bootstrap-servers {servers!r} must" in capsys.readouterr().err
+
+
+def test_a_source_that_is_no_utf8_text_is_named(tmp_path, capsys):
+    source = tmp_path / "bad.csv"
+    source.write_bytes(b"a,y\n1,1\n\x90\x91,0\n")
+    assert main(["evaluate", "--dataset", str(source), "--no-progress"]) == 2
+    assert f"{source}: not UTF-8 text (it holds the byte 0x90" in capsys.readouterr().err
+
+
+def test_evaluate_plots_to_the_file_it_reports(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    # --plot DIR wrote DIR.png beside it and reported DIR.
+    assert main(["evaluate", "--dataset", "bananas", "--limit", "30", "--no-progress",
+                 "--plot", str(tmp_path)]) == 2
+    assert "must name a file" in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", "bananas", "--limit", "30", "--no-progress",
+                 "--plot", str(tmp_path / "curve")]) == 0
+    assert json.loads(capsys.readouterr().out)["plot"] == str(tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").is_file()
+
+
+def test_the_demo_refuses_a_predictor_configuration(tmp_path, capsys):
+    # Its daemon thread died on a traceback: the demo's broker holds no learner's state.
+    config = tmp_path / "predictor.toml"
+    config.write_text('[daemon]\nrole = "predictor"\n[kafka]\nstate_topic = "x.state"\n'
+                      'group_id = "p"\nbootstrap_servers = "127.0.0.1:9"\n')
+    assert main(["demo", "--config", str(config), "--metrics-port", "0", "--limit", "5"]) == 2
+    assert "the demo runs a learner" in capsys.readouterr().err
