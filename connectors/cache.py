@@ -3,8 +3,9 @@ label (``{"id", "y"}``), which joins them by id.
 
 Bounded three ways: at most ``max_entries`` points, at most ``max_bytes`` of estimated memory
 (the points, and the feature names they use), and for at most ``max_age_seconds`` of the
-daemon's own processing time (wall clock at the moment the daemon cached the point, not the
-producer's timestamp, which a client can set to anything). The oldest entries go first whichever
+daemon's own processing time (the wall clock while the daemon runs, without the time it was
+down between a checkpoint and its restore; not the producer's timestamp, which a client can
+set to anything). The oldest entries go first whichever
 bound is hit. Names no cached point uses any more are reclaimed in bulk once they weigh as much
 as everything else, so the cache may briefly hold up to about twice ``max_bytes``.
 
@@ -51,7 +52,7 @@ NAME_BYTES = 100
 @dataclass(frozen=True)
 class CachedPoint:
     """An unlabelled point: its features, the prediction made for it and when it was cached
-    (daemon wall-clock seconds)."""
+    (seconds of the daemon's processing time)."""
 
     x: dict[str, float]
     prediction: float  # a classifier's 1.0 / 0.0 (positive or not), a regressor's value

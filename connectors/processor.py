@@ -221,6 +221,9 @@ class Processor:
         self.max_message_bytes = max_message_bytes
         self.metrics = metrics
         self.clock = clock
+        # The cache's clock (``_now``): ``clock`` plus this shift, which a restore sets so that
+        # it goes on from the checkpoint's time.
+        self._clock_shift = 0.0
         self.sliding = _is_sliding(model)
         self.targets = targets_of(model)
         self.regression = self.targets.regression
@@ -270,7 +273,13 @@ class Processor:
             "held": [[r.topic, r.partition, r.offset,
                       None if r.value is None else base64.b64encode(r.value).decode("ascii"),
                       r.timestamp] for r in self.held],
+            "cache_clock": self._now(),
         }
+
+    def _now(self) -> float:
+        """The cache's clock: the daemon's processing time, in seconds (``clock`` while it
+        runs; a restored processor's goes on from its checkpoint's, without the downtime)."""
+        return self.clock() + self._clock_shift
 
     def cache_arrays(self) -> dict[str, np.ndarray]:
         """The unlabelled cache as numpy arrays, for the checkpoint."""
@@ -299,7 +308,17 @@ class Processor:
                          for topic, partition, offset, value, timestamp in state.get("held", [])]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed held messages in the state: {exc}") from None
-        now = self.clock()
+        if "cache_clock" in state:
+            # The cache's clock goes on from where the checkpoint left it: the time the daemon
+            # was down ages no cached point. Otherwise a label answered before a crash found its
+            # point expired when the restart read it again (a restart slower than the cache's
+            # max age), and was dead-lettered unknown_id: the acknowledged label was lost.
+            saved = state["cache_clock"]
+            if isinstance(saved, bool) or not isinstance(saved, (int, float)) or not \
+                    math.isfinite(saved):
+                raise ValueError(f"malformed cache_clock in the state: {saved!r}")
+            self._clock_shift = float(saved) - self.clock()
+        now = self._now()
         if cache_arrays is not None:
             self.cache.load_arrays(cache_arrays, now)
         else:
@@ -577,7 +596,7 @@ class Processor:
         entry.output.update(learned=False, model_updates=entry.updates_before,
                             source=entry.source.as_dict())
         if op.y is None:
-            self.cache.put(op.id, op.x, entry.prediction, self.clock())
+            self.cache.put(op.id, op.x, entry.prediction, self._now())
             self._count("predicted")
             return
         if op.id in pending_ids or self._holds(op.id):
@@ -707,7 +726,7 @@ class Processor:
                 if isinstance(entry.op, Label) and entry.error_kind == "refused":
                     # Keep its features for a corrected label (they came in another message).
                     self.cache.put(entry.op.id, entry.x or {}, entry.prediction or False,
-                                   self.clock())
+                                   self._now())
             else:
                 self._learned(entry)
 
@@ -879,7 +898,7 @@ class Processor:
             self._gauges()
 
     def _expire_cache(self) -> None:
-        self.cache.expire(self.clock())
+        self.cache.expire(self._now())
         if self.metrics is None:
             return
         # The cache also evicts while points are put (entry and byte bounds): report every
