@@ -578,6 +578,10 @@ class Daemon:
         # counted from the reconnect, once it is seen).
         self._verify_until = 0.0
         self._stop_reasons_logged: set[str] = set()  # partitions a reset stops the daemon for
+        # Per partition "topic:partition": its position and since when it has not moved
+        # (monotonic), and those reported stalled (_watch_progress).
+        self._progress: dict[str, tuple[int, float]] = {}
+        self._stalled: set[str] = set()
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
         # Connections made as of the previous look (_watch_connection), and as of the look
@@ -2046,16 +2050,50 @@ class Daemon:
                     raise
 
     def _update_lag(self) -> None:
-        for tp in self._consumer.assignment():
+        now = time.monotonic()
+        assigned = self._consumer.assignment()
+        paused = self._consumer.paused()
+        for tp in assigned:
             high = self._consumer.highwater(tp)
             if high is None:
                 continue
             position = _position(self._consumer, tp, self.config.kafka.poll_timeout_ms)
             if position is None:
                 continue
-            self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(
-                max(0, high - position)
-            )
+            lag = max(0, high - position)
+            self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+            self._watch_progress(tp, position, lag, tp in paused, now)
+        for name in set(self._progress) - {f"{tp.topic}:{tp.partition}" for tp in assigned}:
+            del self._progress[name]
+            self._stalled.discard(name)
+        self.metrics.stalled.set(len(self._stalled))
+
+    #: A partition with messages to read whose position has not moved for this long is
+    #: reported as stalled.
+    STALL_SECONDS = 60.0
+
+    def _watch_progress(self, tp: Any, position: int, lag: int, paused: bool,
+                        now: float) -> None:
+        """Warn once when a partition has messages to read but no poll returns any of them.
+        The embedded broker answers every fetch empty once a partition holds many small record
+        batches (more than about 60,000 at a fetch wait of 50 ms): the daemon stopped reading
+        for good, with nothing but the lag metric to show it."""
+        name = f"{tp.topic}:{tp.partition}"
+        seen = self._progress.get(name)
+        if seen is None or seen[0] != position or lag == 0 or paused:
+            if name in self._stalled:
+                self._stalled.discard(name)
+                log.info("partition %s is read again", name)
+            self._progress[name] = (position, now)
+            return
+        if now - seen[1] >= self.STALL_SECONDS and name not in self._stalled:
+            self._stalled.add(name)
+            log.warning(
+                "partition %s has %d messages to read, but no fetch has returned any for %.0f s "
+                "(position %d): the broker answers the fetches empty. The embedded broker does "
+                "so once a partition holds many small batches: raise kafka.fetch_max_wait_ms "
+                "(%d ms now), e.g. to 500", name, lag, now - seen[1], position,
+                self.config.kafka.fetch_max_wait_ms)
 
     def _drained(self) -> bool:
         if self.models is not None and (self.models.pending or not self.models.owned):

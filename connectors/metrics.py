@@ -160,6 +160,11 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.stalled = Gauge(
+            "stream_svm_stalled_partitions",
+            "Partitions with messages to read whose position has not moved for a minute",
+            registry=r,
+        )
         self.checkpoints = Counter(
             "stream_svm_checkpoints", "Checkpoints written", registry=r
         )

@@ -91,9 +91,15 @@ def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
         load_config(None, {}, {"STREAM_SVM_METRIC_PORT": "9000"})
     with pytest.raises(ConfigError, match=r"did you mean STREAM_SVM_KAFKA_BOOTSTRAP_SERVERS\?"):
         load_config(None, {}, {"STREAM_SVM_KAFA_BOOTSTRAP_SERVER": "k:9092"})
+    # A setting's name without its section was ignored.
+    with pytest.raises(ConfigError, match=r"STREAM_SVM_GAMMA names no section: did you mean "
+                                          r"STREAM_SVM_MODEL_GAMMA\?"):
+        load_config(None, {}, {"STREAM_SVM_GAMMA": "0.5"})
+    with pytest.raises(ConfigError, match=r"did you mean STREAM_SVM_KAFKA_INPUT_TOPIC\?"):
+        load_config(None, {}, {"STREAM_SVM_INPUT_TOPIC": "t"})
     # Variables that name no setting are someone else's.
     load_config(None, {}, {"STREAM_SVM_VENV": "x", "STREAM_SVM_ADVERSARIAL_SCENARIOS": "9",
-                           "STREAM_SVM_MODE": "fast", "STREAM_SVM_SCALE": "2"})
+                           "STREAM_SVM_SPEED": "fast", "STREAM_SVM_SCALE": "2"})
 
 
 @pytest.mark.parametrize("servers", ["127.0.0.1:port", "a b:9092", "h:0", "h:99999", "[::1",
@@ -130,11 +136,51 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         ({"kafka.request_timeout_ms": "40", "kafka.fetch_max_wait_ms": "50"}, {},
          "50, flag"),  # both values, both sources
         ({"kafka.request_timeout_ms": "600000"}, {}, "kafka.request_timeout_ms"),
+        # Each of these was accepted, then broke the daemon: every learn dead-lettered
+        # (max_breakpoints past a C integer), a crash at the first fetch or at topic creation
+        # (32-bit fields of Kafka's protocol), a reconnect loop for ever (client_id), a
+        # predictor that stopped refreshing or a retry that crashed (waits past what Python's
+        # threads take), a stop that waited for a poll of hours, an LS-SVM of 7 GB.
+        ({"model.max_breakpoints": str(2**63)}, {}, "model.max_breakpoints"),
+        ({"kafka.max_message_bytes": "3000000000"}, {}, "kafka.max_message_bytes"),
+        ({"kafka.topic_partitions": str(2**31)}, {}, "kafka.topic_partitions"),
+        ({"kafka.client_id": "c" * 32768}, {}, "kafka.client_id"),
+        ({"kafka.max_batch": str(2**64)}, {}, "kafka.max_batch"),
+        ({"kafka.poll_timeout_ms": "30000"}, {}, "kafka.poll_timeout_ms"),
+        ({"retry.max_backoff_seconds": "1e308"}, {}, "retry.max_backoff_seconds"),
+        ({"retry.initial_backoff_seconds": "1e10", "retry.max_backoff_seconds": "1e10"}, {},
+         "retry.initial_backoff_seconds"),
+        ({"checkpoint.every_seconds": "1e300"}, {}, "checkpoint.every_seconds"),
+        ({"daemon.role": "predictor", "kafka.state_topic": "s.state", "kafka.group_id": "p",
+          "kafka.bootstrap_servers": "h:9092", "predictor.refresh_seconds": "1e308"}, {},
+         "predictor.refresh_seconds"),
+        ({"kafka.linger_ms": "95000"}, {}, "plus kafka.request_timeout_ms"),
+        ({"model.type": "IncrementalLSSVC", "model.features": "rff",
+          "model.n_components": "100000000"}, {}, "model.n_components"),
+        ({}, {"STREAM_SVM_MODEL_C": "1_0"}, "model.C"),
+        ({}, {"STREAM_SVM_MODEL_DEGREE": "\u0663"}, "model.degree"),
+        # Accepted and ignored: a predictor keeps no checkpoint and no cache; a learner that
+        # does not publish writes no state topic.
+        ({"daemon.role": "predictor", "kafka.state_topic": "s.state", "kafka.group_id": "p",
+          "kafka.bootstrap_servers": "h:9092", "checkpoint.every_messages": "1"}, {},
+         "checkpoint.every_messages applies to daemon.role"),
+        ({"kafka.state_topic": "s.state"}, {}, "kafka.state_topic is written by a learner only"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(None, overrides, environ)
+
+
+def test_a_config_file_with_a_byte_order_mark_or_no_end_is_read_or_named(tmp_path):
+    # The mark was "Invalid statement (at line 1, column 1)"; /dev/zero ran out of memory.
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b"\xef\xbb\xbf[model]\nC = 2.0\n")
+    assert load_config(marked, {}, {}).model.C == 2.0
+    huge = tmp_path / "huge.toml"
+    huge.write_bytes(b"#" * (2 << 20))
+    with pytest.raises(ConfigError, match="is larger than 1048576 bytes"):
+        load_config(huge, {}, {})
 
 
 def test_an_unknown_setting_is_answered_with_the_nearest_ones():
@@ -380,6 +426,66 @@ def test_checkpoint_never_unpickles_and_refuses_objects(tmp_path):
         store.read(path)
 
 
+def test_a_named_pipe_called_like_a_checkpoint_is_set_aside_without_blocking(tmp_path):
+    # Opening it waited for a writer: the daemon's start hung, and SIGTERM did not end it.
+    import os
+    import threading
+
+    store = CheckpointStore(tmp_path)
+    store.save({"w": np.ones(2)}, {"i": 1}, {})
+    os.mkfifo(tmp_path / "checkpoint-000000000999.npz")
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(store.load_latest()), daemon=True)
+    reader.start()
+    reader.join(20)
+    assert not reader.is_alive(), "reading a named pipe blocked"
+    assert result[0].model_meta == {"i": 1}
+    assert [p.name.split(".npz")[1][:9] for p in tmp_path.glob("*.unusable-*")] == [".unusable"]
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        store.read(next(tmp_path.glob("*.unusable-*")).rename(tmp_path / "checkpoint-"
+                                                               "000000001000.npz"))
+
+
+def test_a_sequence_past_twelve_digits_stays_the_newest_checkpoint(tmp_path):
+    # checkpoint-1000000000000.npz did not match the name pattern: every save overwrote it
+    # unseen, and every restart went back to checkpoint-999999999999.npz.
+    store = CheckpointStore(tmp_path, keep=2)
+    store.save({"w": np.zeros(1)}, {"i": 0}, {})
+    (tmp_path / "checkpoint-000000000001.npz").rename(tmp_path / "checkpoint-999999999999.npz")
+    store.save({"w": np.ones(1)}, {"i": 1}, {})
+    store.save({"w": np.ones(1)}, {"i": 2}, {})
+    assert [seq for seq, _ in store.paths()] == [10**12 + 1, 10**12]
+    assert store.load_latest().model_meta == {"i": 2}
+
+
+def test_a_checkpoint_whose_model_contradicts_its_settings_is_not_restored(tmp_path, caplog):
+    # The model was built from the parameters in its own metadata: with reserve_epsilon
+    # edited there (the settings saying None), the daemon restarted silently and went on
+    # discarding points, no longer exact.
+    from connectors.daemon import Daemon
+    from connectors.models import build_model, load_served_model
+
+    config = load_config(None, {"checkpoint.dir": str(tmp_path / "ckpt"),
+                                "metrics.enabled": False}, environ={})
+    daemon = Daemon(config)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor.process([Record(config.kafka.input_topic, 0, i, json.dumps(
+        {"id": i, "x": {"a": float(i)}, "y": i % 2 == 0}).encode(), 0) for i in range(6)])
+    daemon.checkpoint()
+    path = daemon._store.paths()[0][1]
+    checkpoint = daemon._store.read(path)
+    checkpoint.model_meta["params"]["reserve_epsilon"] = 0.5
+    daemon._store.save(checkpoint.arrays, checkpoint.model_meta, checkpoint.state,
+                       checkpoint.cache_arrays)
+    restored = Daemon(config)
+    restored._store = CheckpointStore(config.checkpoint.dir)
+    processor = restored._restore()
+    assert processor.model.reserve_epsilon is None
+    assert "reserve_epsilon=0.5, but the settings it was saved with say None" in caplog.text
+    assert load_served_model(tmp_path / "ckpt").model.reserve_epsilon is None
+
+
 # -- metrics, processor, CLI ------------------------------------------------------------------
 
 
@@ -402,6 +508,58 @@ def test_metrics_endpoint_serves_prometheus_names():
         assert name in text
     with socket.socket() as probe:  # the server is closed
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_partition_with_messages_that_no_fetch_returns_is_reported_stalled(monkeypatch,
+                                                                              caplog):
+    # The embedded broker answered every fetch empty once a partition held many small
+    # batches: the daemon stopped reading for good, and only the lag metric grew.
+    from collections import namedtuple
+
+    from prometheus_client import generate_latest
+
+    import connectors.daemon as daemon_module
+    from connectors.daemon import Daemon
+
+    Partition = namedtuple("Partition", "topic partition")
+    moving, stuck, idle, waiting = (Partition("in", p) for p in range(4))
+
+    class Consumer:
+        def __init__(self):
+            self.positions = {moving: 10, stuck: 5, idle: 7, waiting: 3}
+            self.ends = {moving: 50, stuck: 40, idle: 7, waiting: 9}
+
+        def assignment(self):
+            return set(self.positions)
+
+        def paused(self):
+            return {waiting}  # (a scoped partition waiting for its models' states)
+
+        def highwater(self, tp):
+            return self.ends[tp]
+
+        def position(self, tp, timeout_ms=None):
+            return self.positions[tp]
+
+    caplog.set_level("INFO", logger="connectors.daemon")
+    now = [100.0]
+    monkeypatch.setattr(daemon_module.time, "monotonic", lambda: now[0])
+    daemon = Daemon(load_config(None, {"metrics.enabled": False}, environ={}))
+    daemon._consumer = consumer = Consumer()
+    for _ in range(7):
+        daemon._update_lag()
+        consumer.positions[moving] += 5
+        now[0] += 15
+    stalled = [r.getMessage() for r in caplog.records if "no fetch has returned" in r.message]
+    assert len(stalled) == 1 and stalled[0].startswith("partition in:1 has 35 messages to read")
+    assert "raise kafka.fetch_max_wait_ms (50 ms now)" in stalled[0]
+    assert "stream_svm_stalled_partitions 1.0" in generate_latest(
+        daemon.metrics.registry).decode()
+    consumer.positions[stuck] += 1  # it reads again
+    daemon._update_lag()
+    assert "partition in:1 is read again" in caplog.text
+    assert "stream_svm_stalled_partitions 0.0" in generate_latest(
+        daemon.metrics.registry).decode()
 
 
 @pytest.mark.parametrize("sliding", [False, True])
@@ -456,6 +614,38 @@ def test_processor_cache_limits_and_offsets():
     # Already processed offsets are skipped (the model never learns a message twice).
     again = processor.process([rec(5, {"id": "d", "y": True}, 13_000)])
     assert again.skipped == 1 and not again.outputs and not again.dead_letters
+
+
+def test_a_restart_slower_than_the_cache_age_reads_answered_labels_again():
+    # Cached points kept the wall-clock time they were cached at, and a restore evicted them
+    # by age: a label answered "ok" before a crash found its point expired when the restart
+    # read it again, and was dead-lettered unknown_id (the model never learned it).
+    from stream_svm import IncrementalSVC
+
+    now = [1_000.0]
+
+    def rec(offset, doc):
+        return Record("in", 0, offset, json.dumps(doc).encode(), 0)
+
+    first = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
+    first.process([rec(0, {"id": "a", "x": {"f": 1.0}}), rec(1, {"id": "b", "x": {"f": 2.0}})])
+    state, arrays = json.loads(json.dumps(first.state())), first.cache_arrays()
+    now[0] += 15
+    answered = first.process([rec(2, {"id": "a", "y": True})])
+    assert answered.outputs[0].record["ok"] is True
+    now[0] += 60  # the crash, and a restart a minute later, from the checkpoint before it
+    restarted = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
+    restarted.load_state(state, arrays)
+    assert list(restarted.cache) == ["a", "b"]
+    now[0] += 1
+    again = restarted.process([rec(2, {"id": "a", "y": True})])
+    assert not again.dead_letters and again.outputs[0].record["ok"] is True
+    assert "a" in restarted.model
+    # The cache's own time goes on: 21 s of it since "b" was cached, it expires as it would
+    # have in a daemon that never stopped.
+    now[0] += 20
+    restarted.expire_cache()
+    assert list(restarted.cache) == []
 
 
 def test_cli_parses_commands_and_reports_bad_settings(capsys):
