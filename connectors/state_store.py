@@ -435,6 +435,11 @@ class StateStore:
         self._views: dict[Hashable, _ModelView] = {}
         #: per partition, the offset up to which this store has read the topic
         self._read_until: dict[int, int] = {}
+        #: a full read that ran out of time: the records read so far, per partition, and where
+        #: its read stands (None: unknown), for the next full read to go on from. Each attempt
+        #: had started again at offset 0: once the whole topic took longer to read than the
+        #: timeout, no attempt ever finished, and a group could never take its partitions.
+        self._partial_read: _PartialRead | None = None
         #: models whose state was looked for in the whole topic in vain: when to look again
         self._reindex_after: dict[Hashable, float] = {}
         self._partition_count: int | None = None
@@ -948,15 +953,31 @@ class StateStore:
             else:
                 bounds = {p: (start, end) for p, (start, end) in ranges.items()}
                 tps = [TopicPartition(self.topic, p) for p in sorted(bounds)]
+            resumed = self._partial_read if ranges is None else None
+            if resumed is not None and (resumed.topic_id != self.topic_id
+                                        or set(resumed.positions) != set(bounds)):
+                resumed = None  # another topic (recreated) or other partitions: start over
+            self._partial_read = None
             consumer.assign(tps)
+            read_before: dict[int, list[_Record]] = {}
             for tp in tps:
                 start = bounds[tp.partition][0]
-                if start is None:
+                if resumed is not None and resumed.positions[tp.partition] is not None:
+                    consumer.seek(tp, resumed.positions[tp.partition])
+                    read_before[tp.partition] = resumed.records[tp.partition]
+                elif start is None:
                     consumer.seek_to_beginning(tp)
                 else:
                     consumer.seek(tp, start)
             positions: dict[int, int] = {}
-            records = self._poll_until(consumer, tps, bounds, deadline, positions)
+            try:
+                records = self._poll_until(consumer, tps, bounds, deadline, positions,
+                                           read_before)
+            except _OutOfTime as late:
+                if ranges is None:
+                    self._partial_read = _PartialRead(self.topic_id, late.positions,
+                                                      late.records)
+                raise late.error from None
         except KafkaError as exc:
             raise self._fail("reading the topic", exc) from exc
         finally:
@@ -970,10 +991,14 @@ class StateStore:
 
     def _poll_until(self, consumer: Any, tps: list[Any],
                     bounds: dict[int, tuple[int | None, int]], deadline: float,
-                    positions: dict[int, int]) -> list[_Record]:
+                    positions: dict[int, int],
+                    read_before: dict[int, list[_Record]] | None = None) -> list[_Record]:
         """Poll until every partition's position reached its end; ``positions`` receives the
-        final positions."""
-        by_partition: dict[int, list[_Record]] = {tp.partition: [] for tp in tps}
+        final positions. ``read_before`` holds the records an earlier read got, per partition,
+        up to where this one was positioned. At the deadline, :class:`_OutOfTime` carries the
+        records read and where each partition's read stands."""
+        by_partition: dict[int, list[_Record]] = {
+            tp.partition: list((read_before or {}).get(tp.partition, ())) for tp in tps}
         pending = set(tps)
         while True:
             for tp in list(pending):
@@ -994,10 +1019,18 @@ class StateStore:
                     f"partition {tp.partition} at offset {_position_or_unknown(consumer, tp)} "
                     f"of {bounds[tp.partition][1]}" for tp in sorted(pending, key=str)
                 )
-                raise StateStoreError(
+                error = StateStoreError(
                     f"state topic {self.topic} at {self.bootstrap_servers}: reading to the end "
-                    f"did not finish within {self.timeout:g} s ({where})"
+                    f"did not finish within {self.timeout:g} s ({where}; the next read goes on "
+                    "from there)"
                 )
+                stands: dict[int, int | None] = dict(positions)
+                for tp in pending:
+                    try:
+                        stands[tp.partition] = consumer.position(tp, timeout_ms=100)
+                    except Exception:  # (not known: that partition is read again)
+                        stands[tp.partition] = None
+                raise _OutOfTime(error, stands, by_partition)
             polled = consumer.poll(timeout_ms=max(1, int(min(0.2, remaining) * 1000)))
             for tp, batch in polled.items():
                 # Every record fetched is kept, also those past the end offset: Tansu 0.6.0
@@ -1316,6 +1349,24 @@ def _close_consumer(consumer: Any, topic: str) -> None:
         consumer.close(autocommit=False, timeout_ms=1000)
     except Exception as exc:  # closing must not hide the caller's result or error
         log.debug("state topic %s: closing a consumer: %s", topic, exc)
+
+
+@dataclass
+class _PartialRead:
+    """A full read of the topic that ran out of time (see ``StateStore._partial_read``)."""
+
+    topic_id: str | None
+    positions: dict[int, int | None]
+    records: dict[int, list[_Record]]
+
+
+class _OutOfTime(Exception):
+    """A read past its deadline: its error, and the records and positions it had reached."""
+
+    def __init__(self, error: StateStoreError, positions: dict[int, int | None],
+                 records: dict[int, list[_Record]]) -> None:
+        super().__init__(str(error))
+        self.error, self.positions, self.records = error, positions, records
 
 
 def _position_or_unknown(consumer: Any, tp: Any) -> Any:

@@ -818,6 +818,46 @@ def test_a_restore_that_cannot_reach_the_end_times_out_clearly(
     assert time.monotonic() - started < 6
 
 
+@pytest.mark.broker
+def test_a_topic_too_long_to_read_in_one_timeout_is_read_over_several_attempts(
+    broker, store_of, monkeypatch  # noqa: F811
+):
+    # Each attempt read from offset 0 again: once the whole topic took longer than the
+    # timeout, no attempt ever finished, and a daemon could never take its partitions.
+    from kafka import KafkaConsumer
+
+    topic = unique("state-long")
+    writer = store_of(topic, max_record_bytes=4096)
+    writer.ensure_topic(partitions=2)
+    published = {}
+    for number in range(12):
+        published[f"m{number}"] = arrays_of(number, size=600)  # a few records each
+        writer.publish(f"m{number}", published[f"m{number}"], {}, next_offset=number, epoch=0,
+                       sequence=1)
+    real_poll = KafkaConsumer.poll
+
+    def slow_poll(self, *args, **kwargs):  # a slow broker: three records a poll, 0.1 s each
+        time.sleep(0.1)
+        kwargs["max_records"] = 3
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaConsumer, "poll", slow_poll)
+    reader = store_of(topic, timeout=1.0)
+    failures = 0
+    while True:
+        try:
+            restored = reader.restore()
+            break
+        except StateStoreError as exc:
+            assert "the next read goes on from there" in str(exc)
+            failures += 1
+            assert failures < 12, "the reads make no progress"
+    assert failures >= 1  # the topic does not fit in one attempt
+    assert set(restored) == set(published)
+    for model, arrays in published.items():
+        assert_same_arrays(restored[model].arrays, arrays)
+
+
 def test_an_unreachable_broker_is_a_clear_error_within_the_timeout():
     port = free_loopback_port()  # nothing listens there
     topic = unique("state-unreachable")
