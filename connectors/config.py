@@ -757,7 +757,8 @@ def _check_role(config: Config) -> None:
                     and getattr(config.predictor, key) != setting.default):
                 raise ConfigError(f"setting {name} needs daemon.role = \"predictor\"")
     if (role == "learner" and not kafka.publish_state and config.model.scope == "global"
-            and not derived):
+            and not derived and kafka.state_topic != f"{kafka.group_id}.state"):
+        # (Its derived default, written out with a whole configuration, changes nothing.)
         raise ConfigError(
             "setting kafka.state_topic is written by a learner only with kafka.publish_state = "
             "true (or model.scope = \"partition\" or \"key\"): set one, or remove it")

@@ -207,6 +207,16 @@ ENGINE_META = {"class": JSON_TEXT, "params": JSON_TABLE, "features": JSON_LIST,
                "updates_total": JSON_COUNT}
 
 
+def checkpoint_names(names: Iterable[Hashable]) -> list[str | int]:
+    """Feature names as a checkpoint writes them: numpy's integers and strings (a frame's
+    columns from ``np.arange``) as Python's, which they equal; TypeError for any other name
+    that is no str or int (JSON keeps nothing else)."""
+    plain = [int(name) if isinstance(name, np.integer) else
+             str(name) if isinstance(name, np.str_) else name for name in names]
+    check_checkpoint_names(plain)
+    return plain  # type: ignore[return-value]
+
+
 def check_checkpoint_names(names: Iterable[Hashable]) -> None:
     """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
     for name in names:

@@ -7,6 +7,7 @@ model exactly as it was.
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import os
@@ -393,6 +394,10 @@ def _feature_value(name: Hashable, value: object) -> float:
         return 0.0
     if isinstance(value, (bool, np.bool_)):
         return float(value)
+    if isinstance(value, decimal.Decimal):
+        # (What a database's NUMERIC columns come as, e.g. from pd.read_sql: a number, though
+        # not a numbers.Real. A signaling NaN has no float.)
+        value = float("nan") if value.is_snan() else float(value)
     if not isinstance(value, numbers.Real):
         if _is_pandas_missing(value):  # pd.NA, pd.NaT: missing, as learn_many reads them
             return 0.0

@@ -22,9 +22,9 @@ from stream_svm._engine_model import (
     AutoKey,
     _EngineModel,
     check_checkpoint_meta,
-    check_checkpoint_names,
     check_restored_auto_keys,
     check_restored_names,
+    checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
     keys_from_arrays,
@@ -159,7 +159,8 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         """Give a stored point a new label: exact forget, then exact learn under the same key.
 
         Unknown key: KeyError; a bad label: ValueError; the model is unchanged in both cases.
-        In a :class:`SlidingWindowSVC` the point comes back as the newest arrival.
+        In a :class:`SlidingWindowSVC` the point comes back as the newest arrival: with a
+        ``step`` above 1 it waits in the buffer, out of the model, until the next slide.
 
         All or nothing: if the learn is refused (e.g. ``ConvergenceError``) after the forget, the
         point is put back and the model is exactly as before.
@@ -229,7 +230,6 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         1.0
         """
         state = self._engine.get_state()
-        check_checkpoint_names(self._features.names)
         arrays = dict(state)
         arrays.update(keys_to_arrays(self._engine.keys))
         params, callables = checkpoint_params(self)  # callables: given back on restore
@@ -237,7 +237,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
             "class": type(self).__name__,
             "params": params,
             "callables": callables,
-            "features": list(self._features.names),
+            "features": checkpoint_names(self._features.names),
             "auto_keys": self._auto_keys,
             "breakpoints_total": self._engine.breakpoints_total,
             "updates_total": self._engine.updates_total,

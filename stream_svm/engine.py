@@ -830,8 +830,11 @@ class PathEngine:
         R = self._R[:k, :k]
         u = dpotrs(R.T, np.ones(k), lower=1)[0]
         v = dpotrs(R.T, r, lower=1)[0]
-        shifted_db = (v.sum() - s) / u.sum()
-        return v - u * shifted_db, shifted_db + self._t * s
+        # A kernel of 1e-320 (features of 1e-160) overflows the solves: the result is not
+        # finite, which the KKT check after it refuses; numpy's warning would only be noise.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            shifted_db = (v.sum() - s) / u.sum()
+            return v - u * shifted_db, shifted_db + self._t * s
 
     def refactorize(self) -> None:
         """Factorize the margin system afresh and re-solve alpha_S and b from it.

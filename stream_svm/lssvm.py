@@ -58,6 +58,7 @@ from stream_svm._engine_model import (
     check_checkpoint_members,
     check_checkpoint_meta,
     check_checkpoint_names,
+    checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
     keys_from_arrays,
@@ -130,6 +131,14 @@ def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
         duplicated = sorted({repr(c) for c in columns if columns.count(c) > 1})
         raise ValueError(f"X has duplicated columns: {', '.join(duplicated)}")
     return columns
+
+
+def _frame(X: object) -> pd.DataFrame:
+    """``X`` when it is a DataFrame; TypeError naming what it is otherwise (a list had failed
+    inside pandas, naming nothing)."""
+    if not isinstance(X, pd.DataFrame):
+        raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
+    return X
 
 
 def _check_index(X: pd.DataFrame, y: Iterable[object], what: str = "y") -> None:
@@ -599,7 +608,7 @@ class _IncrementalLSSVM(FixedParameters):
 
     def decision_function_many(self, X: pd.DataFrame) -> pd.Series:
         """w^T phi(x) + b for every row of ``X``."""
-        return pd.Series(self._decisions(X), index=X.index, dtype=float)
+        return pd.Series(self._decisions(_frame(X)), index=X.index, dtype=float)
 
     def learn_one(self, x: dict, y: Any, key: Hashable | None = None) -> None:
         """Add one sample to the training multiset and update the model exactly.
@@ -650,7 +659,9 @@ class _IncrementalLSSVM(FixedParameters):
     def learn_many(self, X: pd.DataFrame, y: pd.Series,
                    keys: Iterable[Hashable] | None = None) -> None:
         """Add a batch of samples (Corollary 3 of Lee et al.) in one exact update; with
-        ``keys`` (one per row) the samples are kept for forgetting by key."""
+        ``keys`` (one per row) the samples are kept for forgetting by key. Unlike the SVMs'
+        ``learn_many``, X's index does not give keys: an LS-SVM keeps only the samples it is
+        asked to (its memory does not grow with the stream otherwise)."""
         _frame_columns(X)
         key_list = None if keys is None else keys_as_list(keys)
         if key_list is not None:
@@ -769,7 +780,7 @@ class _IncrementalLSSVM(FixedParameters):
         True
         """
         names = self.feature_names_
-        check_checkpoint_names(names)
+        plain_names = checkpoint_names(names)
         keys = list(self._kept)
         index = {name: i for i, name in enumerate(names)}
         rows = np.zeros((len(keys), len(names)))
@@ -795,7 +806,7 @@ class _IncrementalLSSVM(FixedParameters):
             "class": type(self).__name__,
             "params": params,
             "callables": callables,
-            "features": list(names),
+            "features": plain_names,
             "has_space": self._space is not None,
             "n_samples": self.n_samples_,
             # (None past the largest float: JSON has no inf, and the restore then falls back)
@@ -1017,12 +1028,12 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
         return class_of(finite_score(self.decision_function_one(x)) > 0.0, self._classes)
 
     def predict_proba_many(self, X: pd.DataFrame) -> pd.DataFrame:
-        p = self.decision_to_proba(finite_scores(self._decisions(X), X.index))
+        p = self.decision_to_proba(finite_scores(self._decisions(_frame(X)), X.index))
         return pd.DataFrame({class_of(False, self._classes): 1.0 - p,
                              class_of(True, self._classes): p}, index=X.index)
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        positive = finite_scores(self._decisions(X), X.index) > 0.0
+        positive = finite_scores(self._decisions(_frame(X)), X.index) > 0.0
         if self._classes is None:
             return pd.Series(positive, index=X.index, dtype=bool)
         return pd.Series(classes_of(positive, self._classes),
@@ -1064,7 +1075,8 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
         return finite_score(self.decision_function_one(x))
 
     def predict_many(self, X: pd.DataFrame) -> pd.Series:
-        return pd.Series(finite_scores(self._decisions(X), X.index), index=X.index, dtype=float)
+        return pd.Series(finite_scores(self._decisions(_frame(X)), X.index), index=X.index,
+                         dtype=float)
 
 
 IncrementalLSSVC.__doc__ = (IncrementalLSSVC.__doc__ or "").format(parameters=_PARAMETERS_DOC)

@@ -27,9 +27,9 @@ from stream_svm._engine_model import (
     _EngineModel,
     check_checkpoint_members,
     check_checkpoint_meta,
-    check_checkpoint_names,
     check_restored_auto_keys,
     check_restored_names,
+    checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
     keys_from_arrays,
@@ -183,8 +183,9 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
 
     def relabel_one(self, key: Hashable, y: object) -> None:
         """Give a stored sample a new target: exact forget, then exact learn under the same
-        key (in a window the sample comes back as the newest arrival). All or nothing: if the
-        learn is refused after the forget, the model is exactly as before.
+        key (in a window the sample comes back as the newest arrival: with a ``step`` above 1
+        it waits in the buffer, out of the model, until the next slide). All or nothing: if
+        the learn is refused after the forget, the model is exactly as before.
 
         >>> model = IncrementalSVR(C=1.0, epsilon=0.0, kernel="linear")
         >>> model.learn_one({"a": 1.0}, 1.0, key="s")
@@ -251,7 +252,6 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         True
         """
         engine = self._engine
-        check_checkpoint_names(self._features.names)
         arrays = dict(engine.get_state(linear=True))
         keys = engine.keys
         arrays.update(keys_to_arrays(keys))
@@ -261,7 +261,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
             "class": type(self).__name__,
             "params": params,
             "callables": callables,
-            "features": list(self._features.names),
+            "features": checkpoint_names(self._features.names),
             "auto_keys": self._auto_keys,
             "breakpoints_total": engine.breakpoints_total,
             "updates_total": engine.updates_total,
