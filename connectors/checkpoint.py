@@ -98,7 +98,7 @@ class DirectoryLock:
             raise CheckpointError(f"the checkpoint directory {self.directory} (checkpoint.dir, "
                                   "--checkpoint-dir) is a file, or lies under one: give a "
                                   "directory") from None
-        except PermissionError as exc:
+        except OSError as exc:  # (permissions, a read-only or pseudo file system: /proc/x)
             raise CheckpointError(f"cannot create the checkpoint directory {self.directory} "
                                   f"(checkpoint.dir, --checkpoint-dir): {exc.strerror}") from None
         path = self.directory / ".lock"

@@ -446,6 +446,19 @@ def test_a_named_pipe_called_like_a_checkpoint_is_set_aside_without_blocking(tmp
                                                                "000000001000.npz"))
 
 
+def test_a_checkpoint_directory_that_cannot_be_created_is_named_as_the_setting():
+    # "[Errno 2] No such file or directory: '/proc/nope'" named neither the setting nor why.
+    from pathlib import Path
+
+    from connectors.checkpoint import DirectoryLock
+
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc, where no directory can be created")
+    with pytest.raises(CheckpointError, match=r"cannot create the checkpoint directory "
+                                              r"/proc/nope \(checkpoint.dir, --checkpoint-dir\)"):
+        DirectoryLock(Path("/proc/nope")).acquire()
+
+
 def test_a_sequence_past_twelve_digits_stays_the_newest_checkpoint(tmp_path):
     # checkpoint-1000000000000.npz did not match the name pattern: every save overwrote it
     # unseen, and every restart went back to checkpoint-999999999999.npz.
