@@ -569,7 +569,8 @@ class StateStore:
     # ------------------------------------------------------------------- topic
 
     def ensure_topic(self, partitions: int = 1, replication_factor: int = 1) -> bool:
-        """Create the topic with ``cleanup.policy=compact`` if it is missing (True then); an
+        """Create the topic with ``cleanup.policy=compact`` (and ``segment.ms`` of an hour, so
+        that compaction reaches all but the last hour's states) if it is missing (True then); an
         existing topic is left as it is (a warning is logged when it does not report
         ``compact``).
 
@@ -590,7 +591,11 @@ class StateStore:
                 spec = {
                     "num_partitions": partitions,
                     "replication_factor": replication_factor,
-                    "configs": {"cleanup.policy": "compact"},
+                    # Kafka compacts only closed segments, which roll after a week or a
+                    # gigabyte by default: the states of a week would be read by every
+                    # restore and rebalance. An hour bounds the uncompacted head.
+                    "configs": {"cleanup.policy": "compact",
+                                "segment.ms": str(STATE_SEGMENT_MS)},
                 }
                 try:
                     admin.create_topics(
@@ -1367,6 +1372,10 @@ class _OutOfTime(Exception):
                  records: dict[int, list[_Record]]) -> None:
         super().__init__(str(error))
         self.error, self.positions, self.records = error, positions, records
+
+
+#: segment.ms of a state topic this store creates (see ``StateStore.ensure_topic``).
+STATE_SEGMENT_MS = 3_600_000
 
 
 def _position_or_unknown(consumer: Any, tp: Any) -> Any:

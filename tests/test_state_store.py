@@ -773,6 +773,7 @@ def test_ensure_topic_creates_a_compacted_topic_and_leaves_an_existing_one(
             [ConfigResource(ConfigResourceType.TOPIC, compacted)], config_filter="all"
         )
         assert configs["topic"][compacted]["cleanup.policy"]["value"] == "compact"
+        assert configs["topic"][compacted]["segment.ms"]["value"] == "3600000"
         [described] = admin.describe_topics([compacted])
         assert len(described["partitions"]) == 2
     finally:
