@@ -900,8 +900,9 @@ _DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "mode
 
 class _ConnectionRefusals(logging.Filter):
     """Drops kafka-python's records of refused connections, which it logs at ERROR for every
-    attempt to every broker while nothing listens: the daemon reports an unreachable broker
-    itself, once per attempt of its own. Every other failure (a TLS handshake, a name that
+    attempt to every broker while nothing listens (the daemon reports an unreachable broker
+    itself, once per attempt of its own), and of metadata requests cancelled by the closing
+    of their client. Every other failure (a TLS handshake, a name that
     does not resolve, authentication) still shows: there kafka-python's line is the only one
     that gives the cause."""
 
@@ -910,11 +911,17 @@ class _ConnectionRefusals(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is the handler's to report, not ours
             return True
+        if record.name == "kafka.cluster":
+            # A metadata request cancelled because its client closed (the state store's
+            # readers close after every read): logged at ERROR, some fifteen times a minute
+            # with per-key models, by a client that is gone and misses nothing.
+            return "failed Cancelled" not in message
         return "ECONNREFUSED" not in message and "Connection refused" not in message
 
 
 #: kafka-python's loggers that report each failed connection (3.x, and 2.x's ``kafka.conn``)
-_CONNECTION_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.conn", "kafka.client")
+_CONNECTION_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.conn", "kafka.client",
+                       "kafka.cluster")
 
 
 def _exit_quietly_once_stopped(daemon: Any) -> None:

@@ -330,9 +330,8 @@ def test_a_second_sigterm_after_a_clean_stop_leaves_exit_0(tmp_path):
 def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     from connectors.cli import _ConnectionRefusals
 
-    def kept(message: str) -> bool:
-        record = logging.LogRecord("kafka.net.manager", logging.ERROR, __file__, 1, message,
-                                   None, None)
+    def kept(message: str, logger: str = "kafka.net.manager") -> bool:
+        record = logging.LogRecord(logger, logging.ERROR, __file__, 1, message, None, None)
         return _ConnectionRefusals().filter(record)
 
     assert not kept("Connection failed: KafkaConnectionError: 111 ECONNREFUSED")
@@ -341,6 +340,10 @@ def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
                 "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     assert kept("Connection failed: KafkaConnectionError: DNS Resolution failure")
     assert kept("SASL authentication failed")
+    # A metadata request cancelled by its client's close: some fifteen a minute with per-key
+    # models, at ERROR. A failed refresh of another cause still shows.
+    assert not kept("Metadata refresh: failed Cancelled", "kafka.cluster")
+    assert kept("Metadata refresh: failed KafkaConnectionError: timed out", "kafka.cluster")
 
 
 def test_evaluate_skips_and_names_the_point_the_model_refuses(tmp_path, capsys, caplog):
