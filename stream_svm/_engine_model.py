@@ -593,6 +593,33 @@ class _EngineModel(FixedParameters):
             )
         return index_keys
 
+    def _update_keys(self, X: pd.DataFrame, keys: Iterable[Hashable] | None,
+                     forget_keys: list[Hashable]) -> list[Hashable]:
+        """:meth:`_keys_for` the rows an ``update_many`` adds; a key it also forgets is named
+        as such (the advice to pass keys= could not help there: one path cannot remove a key
+        and add it again)."""
+        try:
+            add_keys = self._keys_for(X, keys)
+        except KeyError:
+            index_keys = (key_list(keys) if keys is not None
+                          else [] if isinstance(X.index, pd.RangeIndex)
+                          else [plain_key(key) for key in X.index])
+            both = [key for key in index_keys if key in set(forget_keys)]
+            if both:
+                raise ValueError(self._learned_and_forgotten(both)) from None
+            raise
+        both = [key for key in add_keys if key in set(forget_keys)]
+        if both:
+            raise ValueError(self._learned_and_forgotten(both))
+        return add_keys
+
+    @staticmethod
+    def _learned_and_forgotten(keys: list[Hashable]) -> str:
+        shown = ", ".join(repr(key) for key in keys[:3]) + (", ..." if len(keys) > 3 else "")
+        return (f"update_many would forget and learn again the key(s) {shown} in one path, "
+                "which holds each key once: give them new labels with relabel_one, or "
+                "forget_many then learn_many; nothing was changed")
+
     def _first_held(self, keys: list[Hashable]) -> Hashable | None:
         """The first of ``keys``, in their order, that names a point the model holds."""
         if self._engine.first_stored(keys) is None:

@@ -476,7 +476,7 @@ class IncrementalSVC(_EngineClassifier):
             check_paired(X_add, y_add, "y_add", rows="X_add")
             labels = self._signs(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
-            add_keys = self._keys_for(X_add, keys)
+            add_keys = self._update_keys(X_add, keys, forget_keys)
         else:
             labels, rows, new, add_keys = np.zeros(0), np.zeros((0, 0)), [], []
         for key in forget_keys:

@@ -485,7 +485,7 @@ class IncrementalSVR(_EngineRegressor):
             check_paired(X_add, y_add, "y_add", "targets", "X_add")
             targets = _targets(y_add)
             rows, new = self._admitted(lambda: self._frame(X_add))
-            add_keys = self._keys_for(X_add, keys)
+            add_keys = self._update_keys(X_add, keys, forget_keys)
         else:
             targets, rows, new, add_keys = np.zeros(0), np.zeros((0, self._engine.dim)), [], []
         self._update(rows, targets, new, add_keys, forget_keys)

@@ -376,3 +376,25 @@ def test_classes_given_as_numpy_scalars_make_json_ready_checkpoints(cls, labels)
     restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
     for value in (-1.5, 0.2, 1.5):
         assert restored.predict_one({"a": value}) == model.predict_one({"a": value})
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_update_many_names_keys_it_would_forget_and_learn_again(regression):
+    # Its refusal said to pass keys=, which failed the same way: one path holds each key once.
+    import pandas as pd
+
+    from stream_svm import IncrementalSVC, IncrementalSVR
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(12, 2)), columns=["a", "b"],
+                     index=[f"id{i}" for i in range(12)])
+    y = (X["a"] - X["b"]) if regression else (X["a"] > 0)
+    model = IncrementalSVR() if regression else IncrementalSVC()
+    model.learn_many(X, y)
+    before = model.decision_function_many(X)
+    changed = (y.iloc[:3] + 1.0) if regression else ~y.iloc[:3]
+    for keys in (None, list(X.index[:3])):
+        with pytest.raises(ValueError, match=r"would forget and learn again the key\(s\) 'id0', "
+                                             r"'id1', 'id2' in one path"):
+            model.update_many(X.iloc[:3], changed, forget_keys=list(X.index[:3]), keys=keys)
+    pd.testing.assert_series_equal(model.decision_function_many(X), before)
