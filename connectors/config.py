@@ -741,15 +741,15 @@ def _check_role(config: Config) -> None:
                 "setting daemon.role = \"predictor\" needs kafka.bootstrap_servers: it reads "
                 "its learner's state from that broker (an embedded broker holds none)"
             )
-        for section in ("checkpoint", "cache"):
-            # A predictor keeps neither: the setting would be ignored without a word.
-            for key, setting in SCHEMA[section].items():
-                name = f"{section}.{key}"
-                if (config.sources[name] != "default"
-                        and getattr(getattr(config, section), key) != setting.default):
-                    raise ConfigError(f"setting {name} applies to daemon.role = \"learner\": a "
-                                      "predictor learns nothing, caches no unlabelled message "
-                                      "and writes no checkpoint")
+        # A predictor keeps neither: said, not refused, since a learner's configuration file
+        # serves its predictors too (the README's replicas read the same file).
+        unused = [f"{section}.{key}" for section in ("checkpoint", "cache")
+                  for key, setting in SCHEMA[section].items()
+                  if config.sources[f"{section}.{key}"] != "default"
+                  and getattr(getattr(config, section), key) != setting.default]
+        if unused:
+            log.warning("settings %s are not used by a predictor (it learns nothing, caches no "
+                        "unlabelled message and writes no checkpoint)", ", ".join(unused))
     else:
         for key, setting in SCHEMA["predictor"].items():
             name = f"predictor.{key}"
@@ -758,10 +758,11 @@ def _check_role(config: Config) -> None:
                 raise ConfigError(f"setting {name} needs daemon.role = \"predictor\"")
     if (role == "learner" and not kafka.publish_state and config.model.scope == "global"
             and not derived and kafka.state_topic != f"{kafka.group_id}.state"):
-        # (Its derived default, written out with a whole configuration, changes nothing.)
-        raise ConfigError(
-            "setting kafka.state_topic is written by a learner only with kafka.publish_state = "
-            "true (or model.scope = \"partition\" or \"key\"): set one, or remove it")
+        # Said, not refused: a file shared with predictors names it, and publish_state may be
+        # turned on later. (Its derived default, written out with a whole configuration, is
+        # no setting.)
+        log.warning("setting kafka.state_topic = %r is not written: a learner publishes its "
+                    "state only with kafka.publish_state = true", kafka.state_topic)
     if derived and (kafka.publish_state or role == "predictor"):
         problem = topic_name_problem(kafka.state_topic)
         if problem:

@@ -584,6 +584,9 @@ def test_a_reset_whose_new_position_is_not_known_yet_does_not_end_the_daemon(tmp
         def highwater(self, partition):
             return 0
 
+        def paused(self):
+            return set()
+
         def seek_to_beginning(self, partition):
             self.sought.append(partition)
 

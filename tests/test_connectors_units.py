@@ -159,17 +159,27 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
           "model.n_components": "100000000"}, {}, "model.n_components"),
         ({}, {"STREAM_SVM_MODEL_C": "1_0"}, "model.C"),
         ({}, {"STREAM_SVM_MODEL_DEGREE": "\u0663"}, "model.degree"),
-        # Accepted and ignored: a predictor keeps no checkpoint and no cache; a learner that
-        # does not publish writes no state topic.
-        ({"daemon.role": "predictor", "kafka.state_topic": "s.state", "kafka.group_id": "p",
-          "kafka.bootstrap_servers": "h:9092", "checkpoint.every_messages": "1"}, {},
-         "checkpoint.every_messages applies to daemon.role"),
-        ({"kafka.state_topic": "s.state"}, {}, "kafka.state_topic is written by a learner only"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(None, overrides, environ)
+
+
+def test_settings_a_daemon_does_not_use_are_named_in_a_warning(caplog):
+    # Accepted without a word before: a predictor keeps no checkpoint and no cache, and a
+    # learner that does not publish writes no state topic. Not refused: a learner's file
+    # serves its predictors too, and publishing may be turned on later.
+    load_config(None, {"daemon.role": "predictor", "kafka.state_topic": "s.state",
+                       "kafka.group_id": "p", "kafka.bootstrap_servers": "h:9092",
+                       "checkpoint.every_messages": "1", "cache.max_size": "5"}, {})
+    assert ("settings checkpoint.every_messages, cache.max_size are not used by a predictor"
+            in caplog.text)
+    load_config(None, {"kafka.state_topic": "s.state"}, {})
+    assert "setting kafka.state_topic = 's.state' is not written" in caplog.text
+    caplog.clear()
+    load_config(None, {"kafka.state_topic": "stream-svm.state"}, {})  # the derived default
+    assert not caplog.text
 
 
 def test_a_config_file_with_a_byte_order_mark_or_no_end_is_read_or_named(tmp_path):
