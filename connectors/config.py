@@ -61,9 +61,9 @@ def _non_negative(value: float) -> str | None:
 
 #: The largest value of a 32-bit field of Kafka's protocol (timeouts, sizes, counts).
 KAFKA_INT32_MAX = 2**31 - 1
-#: The longest wait any setting may ask for (about 115 days): beyond it the waits of Python's
-#: threads and the clocks they are computed from overflow.
-MAX_SECONDS = 1e7
+#: The longest wait any setting may ask for (about 31 years: "never"): beyond it the waits of
+#: Python's threads and the clocks they are computed from overflow.
+MAX_SECONDS = 1e9
 #: The largest configuration file read.
 MAX_CONFIG_BYTES = 1 << 20
 #: The most random Fourier features a daemon's LS-SVM may have.
@@ -643,11 +643,11 @@ def _cross_checks(config: Config) -> None:
             f"{config.sources['kafka.fetch_max_wait_ms']}) must be below kafka.request_timeout_ms "
             f"({kafka.request_timeout_ms}, {config.sources['kafka.request_timeout_ms']}): a fetch "
             "is a request")
-    if kafka.linger_ms + kafka.request_timeout_ms >= KAFKA_DELIVERY_TIMEOUT_MS:
+    if kafka.linger_ms + kafka.request_timeout_ms > KAFKA_DELIVERY_TIMEOUT_MS:
         # (The Kafka client refused it only once connected, in its own words.)
         raise ConfigError(
             f"setting kafka.linger_ms ({kafka.linger_ms}) plus kafka.request_timeout_ms "
-            f"({kafka.request_timeout_ms}) must be below {KAFKA_DELIVERY_TIMEOUT_MS}, the Kafka "
+            f"({kafka.request_timeout_ms}) must be at most {KAFKA_DELIVERY_TIMEOUT_MS}, the Kafka "
             "client's delivery_timeout_ms: a record waits the linger, then its request")
     if kafka.request_timeout_ms >= KAFKA_CONNECTIONS_MAX_IDLE_MS:
         raise ConfigError(

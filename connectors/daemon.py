@@ -580,8 +580,9 @@ class Daemon:
         self._stop_reasons_logged: set[str] = set()  # partitions a reset stops the daemon for
         # Per partition "topic:partition": its position and since when it has not moved
         # (monotonic), and those reported stalled (_watch_progress).
-        self._progress: dict[str, tuple[int, float]] = {}
+        self._progress: dict[str, tuple[int, float, int]] = {}
         self._stalled: set[str] = set()
+        self._empty_polls = 0  # polls that returned nothing, since the start
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
         # Connections made as of the previous look (_watch_connection), and as of the look
@@ -1783,6 +1784,7 @@ class Daemon:
                 backoff.wait(self.stop_event, "poll failed", exc)
                 continue
             records = [record for batch in polled.values() for record in batch]
+            self._empty_polls += not records
             self._watch_group()
             self._watch_connection()
             self._update_lag()
@@ -2062,15 +2064,20 @@ class Daemon:
                 continue
             lag = max(0, high - position)
             self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
-            self._watch_progress(tp, position, lag, tp in paused, now)
+            # (Records held back after a reconnect, or for a missing topic, are read again
+            # from the same position: no stall.)
+            held = bool(self._verify_until) or bool(self._missing_topics)
+            self._watch_progress(tp, position, lag, tp in paused or held, now)
         for name in set(self._progress) - {f"{tp.topic}:{tp.partition}" for tp in assigned}:
             del self._progress[name]
             self._stalled.discard(name)
         self.metrics.stalled.set(len(self._stalled))
 
-    #: A partition with messages to read whose position has not moved for this long is
-    #: reported as stalled.
+    #: A partition with messages to read whose position has not moved for this long, while
+    #: at least STALL_EMPTY_POLLS polls returned nothing at all, is reported as stalled (polls
+    #: busy with other partitions' backlogs are no sign of it).
     STALL_SECONDS = 60.0
+    STALL_EMPTY_POLLS = 20
 
     def _watch_progress(self, tp: Any, position: int, lag: int, paused: bool,
                         now: float) -> None:
@@ -2084,9 +2091,11 @@ class Daemon:
             if name in self._stalled:
                 self._stalled.discard(name)
                 log.info("partition %s is read again", name)
-            self._progress[name] = (position, now)
+            self._progress[name] = (position, now, self._empty_polls)
             return
-        if now - seen[1] >= self.STALL_SECONDS and name not in self._stalled:
+        if (now - seen[1] >= self.STALL_SECONDS
+                and self._empty_polls - seen[2] >= self.STALL_EMPTY_POLLS
+                and name not in self._stalled):
             self._stalled.add(name)
             log.warning(
                 "partition %s has %d messages to read, but no fetch has returned any for %.0f s "

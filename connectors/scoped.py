@@ -375,7 +375,7 @@ class ScopedModels:
                 self._bounds(name, array.dtype, array.shape)
             model = restore_model(self.config, model_arrays, metadata["model_meta"])
             processor = self.new_processor(model, self.metrics.for_model(model_label(model_id)))
-            processor.load_state(metadata["processor"], cache)
+            processor.load_state(metadata["processor"], cache, resume_clock=False)
         except Exception as exc:
             raise ScopedStateRefused(f"{where} does not load: {type(exc).__name__}: {exc}"
                                      ) from None

@@ -958,11 +958,14 @@ class StateStore:
             else:
                 bounds = {p: (start, end) for p, (start, end) in ranges.items()}
                 tps = [TopicPartition(self.topic, p) for p in sorted(bounds)]
-            resumed = self._partial_read if ranges is None else None
-            if resumed is not None and (resumed.topic_id != self.topic_id
-                                        or set(resumed.positions) != set(bounds)):
-                resumed = None  # another topic (recreated) or other partitions: start over
-            self._partial_read = None
+            resumed = None
+            if ranges is None:
+                # (Only a full read takes it over: the reads of ranges in between, a publish's
+                # read-back, a fetch, leave it for the next full read.)
+                resumed, self._partial_read = self._partial_read, None
+                if resumed is not None and (resumed.topic_id != self.topic_id
+                                            or set(resumed.positions) != set(bounds)):
+                    resumed = None  # another topic (recreated) or other partitions: start over
             consumer.assign(tps)
             read_before: dict[int, list[_Record]] = {}
             for tp in tps:

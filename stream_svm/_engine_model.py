@@ -137,12 +137,12 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
                          "1 (int) and 2 (str)")
     if np.any(numbers_[kinds == 0] < 1):
         raise ValueError("the checkpoint holds an automatic key numbered below 1")
+    texts = texts_from_arrays(arrays, "key_str")
+    if len(texts) != kinds.size:
+        raise ValueError(f"the checkpoint holds {len(texts)} key texts for {kinds.size} keys")
     return [
         AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else text
-        for kind, number, text in zip(
-            arrays["key_kind"], arrays["key_int"], texts_from_arrays(arrays, "key_str"),
-            strict=True,
-        )
+        for kind, number, text in zip(kinds.tolist(), numbers_.tolist(), texts, strict=True)
     ]
 
 
@@ -255,7 +255,7 @@ def check_restored_auto_keys(auto_keys: object, keys: Iterable[Hashable]) -> int
     """The count of automatic keys given, once checked against the automatic keys held: a
     count below one of them would hand that key out again at the next keyless learn."""
     if (not isinstance(auto_keys, numbers.Integral) or isinstance(auto_keys, bool)
-            or auto_keys < 0):
+            or not 0 <= auto_keys < 2**62):  # (the next keys are written as int64)
         raise ValueError(f"the checkpoint's auto_keys {auto_keys!r} is not a count")
     auto_keys = int(auto_keys)
     held = max((key.number for key in keys if isinstance(key, AutoKey)), default=0)

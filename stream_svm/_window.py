@@ -320,7 +320,10 @@ class _SlidingWindow:
                for k, flag in zip(keys, auto, strict=True)):
             raise ValueError("an automatic buffered key of the checkpoint is not a number")
         buffer_keys = [AutoKey(k) if flag else k for k, flag in zip(keys, auto, strict=True)]
-        check_findable_keys(buffer_keys)
+        try:
+            check_findable_keys(buffer_keys)
+        except KeyError as exc:  # (a KeyError's text is its repr)
+            raise ValueError(f"the checkpoint's buffered keys: {exc.args[0]}") from None
         if (len(set(buffer_keys)) != len(buffer_keys)
                 or self._engine.first_stored(buffer_keys) is not None):
             raise ValueError("the checkpoint's buffered keys repeat, or repeat a stored key")

@@ -659,6 +659,13 @@ class AlphaISVC(_EngineClassifier):
                 and np.isfinite(self._rows).all()):
             raise ValueError("the checkpoint's kept samples hold labels other than +1/-1, "
                              "sets other than working/caching/backup, or non-finite features")
+        if not (np.isfinite(self._psi).all() and np.all(self._psi >= 0)
+                and np.all((self._used >= 0) & (self._used <= self._clock))):
+            # (They decide which samples an increment discards.)
+            raise ValueError("the checkpoint's caching weights are not finite numbers >= 0, or "
+                             "its last uses lie outside its clock")
+        if not self._initialized and (m or self._engine.n):
+            raise ValueError("the checkpoint keeps samples but says no increment has run")
         if not set(self._engine.keys) <= set(self._ids.tolist()):
             raise ValueError("the checkpoint trains on samples it does not keep")
         if sorted(self._ids[self._in_T].tolist()) != sorted(self._engine.keys):

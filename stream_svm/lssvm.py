@@ -848,6 +848,9 @@ class _IncrementalLSSVM(FixedParameters):
         keys = keys_from_arrays(arrays)
         if rows.shape != (len(keys), len(names)) or targets.shape != (len(keys),):
             raise ValueError("checkpoint members 'X', 'y' and the keys do not fit together")
+        if not (np.isfinite(rows).all() and np.isfinite(targets).all()):
+            # (A NaN read as 0 made forget_one remove another sample than the one learned.)
+            raise ValueError("the checkpoint's kept samples hold values that are not finite")
         check_checkpoint_names(names)
         if len(set(names)) != len(names) or len(set(keys)) != len(keys):
             raise ValueError("the checkpoint's feature names or kept samples' keys repeat")

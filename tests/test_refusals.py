@@ -508,12 +508,23 @@ def _reserve_point(arrays):
      "aisvc_\\* arrays differ in length"),
     (_alpha_checkpoint, lambda arrays, meta: meta["extra"].pop("last_increment"),
      "lacks 'last_increment'"),
+    # Accepted: learning went on, every later checkpoint failed (auto_keys), or an increment
+    # discarded other samples (weights, last uses), or the window refused with a KeyError.
+    (_svc_with_margin, _edit("auto_keys", 2**63), "auto_keys .* is not a count"),
+    (_svc_with_margin, _replace("key_str_ends", lambda ends: ends[:-1]),
+     "key_str_ends do not cut|key texts for"),
+    (_window_checkpoint, _edit("extra.buffer_keys", [0, 2**63]), "does not fit in 64 bits"),
+    (_alpha_checkpoint, _set("aisvc_psi", 0, np.nan), "caching weights"),
+    (_alpha_checkpoint, _set("aisvc_used", 0, -1), "last uses lie outside its clock"),
+    (_alpha_checkpoint, _edit("extra.initialized", False), "says no increment has run"),
 ], ids=["status-3", "status-negative", "margin-negative", "margin-beyond", "margin-twice",
         "sequence-repeats", "sequence-above-next", "X-float32", "alpha-text", "status-float",
         "sequence-scalar", "b-vector", "X-infinite", "no-X", "no-key-ends", "key-kind",
         "breakpoints-negative", "no-auto-keys", "no-gamma", "svr-no-gap", "svr-no-target",
         "window-no-extra", "window-no-rows", "window-no-size", "alpha-in-T", "alpha-clock",
-        "alpha-labels-bool", "alpha-psi-scalar", "alpha-no-increment"])
+        "alpha-labels-bool", "alpha-psi-scalar", "alpha-no-increment", "auto-keys-huge",
+        "key-ends-short", "window-key-huge", "alpha-psi-nan", "alpha-used-negative",
+        "alpha-not-initialized"])
 def test_a_checkpoint_whose_layout_is_damaged_is_refused_by_name(make, edit, named):
     # Each was restored (a model answering as nobody trained it, a buffer or window size
     # silently replaced by a default), or refused by a bare KeyError or IndexError, or
@@ -556,8 +567,10 @@ def test_a_checkpoint_of_the_first_versions_without_the_later_parameters_still_r
     (lambda A, M: M.__setitem__("n_samples", -5), "'n_samples' .* not a count"),
     (lambda A, M: M.__setitem__("n_samples", 1), "keeps 5 samples but has learned 1"),
     (lambda A, M: A.pop("rhs_lo"), "lacks its 'rhs_lo' array"),
+    # A kept row of NaN (read as 0) made forget_one remove another sample than the learned one.
+    (lambda A, M: A["X"].__setitem__((0, 0), np.nan), "kept samples hold values that are not"),
 ], ids=["solution-huge", "phase-text", "omega-float32", "has-space-list", "n-samples-negative",
-        "fewer-learned-than-kept", "no-rhs-lo"])
+        "fewer-learned-than-kept", "no-rhs-lo", "kept-row-nan"])
 def test_a_damaged_ls_svm_checkpoint_is_refused_by_name(edit, named):
     model = IncrementalLSSVC(features="rff", n_components=20, seed=1)
     for i in range(5):

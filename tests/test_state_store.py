@@ -853,6 +853,9 @@ def test_a_topic_too_long_to_read_in_one_timeout_is_read_over_several_attempts(
             assert "the next read goes on from there" in str(exc)
             failures += 1
             assert failures < 12, "the reads make no progress"
+            # A read of a range in between (a publish's read-back, a fetch) leaves the progress
+            # of the full read to the next one (it had dropped it: each attempt began at 0).
+            reader._read(reader._deadline(), {0: (0, 1)}, track=False)
     assert failures >= 1  # the topic does not fit in one attempt
     assert set(restored) == set(published)
     for model, arrays in published.items():
