@@ -942,6 +942,7 @@ class StateStore:
         from kafka.errors import KafkaError
 
         consumer = self._consumer_for(deadline)
+        resumed = None
         try:
             if ranges is None:
                 found = consumer.partitions_for_topic(self.topic)
@@ -958,7 +959,6 @@ class StateStore:
             else:
                 bounds = {p: (start, end) for p, (start, end) in ranges.items()}
                 tps = [TopicPartition(self.topic, p) for p in sorted(bounds)]
-            resumed = None
             if ranges is None:
                 # (Only a full read takes it over: the reads of ranges in between, a publish's
                 # read-back, a fetch, leave it for the next full read.)
@@ -987,6 +987,8 @@ class StateStore:
                                                       late.records)
                 raise late.error from None
         except KafkaError as exc:
+            if resumed is not None and self._partial_read is None:
+                self._partial_read = resumed  # (a failure of the broker keeps the progress)
             raise self._fail("reading the topic", exc) from exc
         finally:
             _close_consumer(consumer, self.topic)
