@@ -124,9 +124,7 @@ def _nonzero_values(x: Mapping) -> dict[Hashable, float] | None:
 
 
 def _frame_columns(X: pd.DataFrame) -> list[Hashable]:
-    if not isinstance(X, pd.DataFrame):
-        raise TypeError(f"X must be a pandas DataFrame, got {type(X).__name__}")
-    columns = list(X.columns)
+    columns = list(_frame(X).columns)
     if len(set(columns)) != len(columns):
         duplicated = sorted({repr(c) for c in columns if columns.count(c) > 1})
         raise ValueError(f"X has duplicated columns: {', '.join(duplicated)}")
