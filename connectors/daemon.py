@@ -582,7 +582,9 @@ class Daemon:
         # (monotonic), and those reported stalled (_watch_progress).
         self._progress: dict[str, tuple[int, float, int]] = {}
         self._stalled: set[str] = set()
-        self._empty_polls = 0  # polls that returned nothing, since the start
+        # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
+        # the next fetch asks every partition again), since the start.
+        self._drained_polls = 0
         self._closed_connections: Callable[[], float] | None = None
         self._closes_seen = 0.0
         # Connections made as of the previous look (_watch_connection), and as of the look
@@ -1784,7 +1786,7 @@ class Daemon:
                 backoff.wait(self.stop_event, "poll failed", exc)
                 continue
             records = [record for batch in polled.values() for record in batch]
-            self._empty_polls += not records
+            self._note_poll(records)
             self._watch_group()
             self._watch_connection()
             self._update_lag()
@@ -2074,10 +2076,17 @@ class Daemon:
         self.metrics.stalled.set(len(self._stalled))
 
     #: A partition with messages to read whose position has not moved for this long, while
-    #: at least STALL_EMPTY_POLLS polls returned nothing at all, is reported as stalled (polls
-    #: busy with other partitions' backlogs are no sign of it).
+    #: at least STALL_DRAINED_POLLS polls drained the client's fetched records, is reported as
+    #: stalled. Full polls are no sign of it: kafka-python hands out one partition's fetched
+    #: records before the next's, so a backlog elsewhere can keep a partition waiting.
     STALL_SECONDS = 60.0
-    STALL_EMPTY_POLLS = 20
+    STALL_DRAINED_POLLS = 20
+
+    def _note_poll(self, records: list[Any]) -> None:
+        """Count a poll that returned fewer records than it may (``kafka.max_batch``): the
+        client had no fetched records left, so its next fetch asked every partition, a stalled
+        one included, whether other partitions' messages came back or none did."""
+        self._drained_polls += len(records) < self.config.kafka.max_batch
 
     def _watch_progress(self, tp: Any, position: int, lag: int, paused: bool,
                         now: float) -> None:
@@ -2091,10 +2100,10 @@ class Daemon:
             if name in self._stalled:
                 self._stalled.discard(name)
                 log.info("partition %s is read again", name)
-            self._progress[name] = (position, now, self._empty_polls)
+            self._progress[name] = (position, now, self._drained_polls)
             return
         if (now - seen[1] >= self.STALL_SECONDS
-                and self._empty_polls - seen[2] >= self.STALL_EMPTY_POLLS
+                and self._drained_polls - seen[2] >= self.STALL_DRAINED_POLLS
                 and name not in self._stalled):
             self._stalled.add(name)
             log.warning(

@@ -571,21 +571,27 @@ def test_a_partition_with_messages_that_no_fetch_returns_is_reported_stalled(mon
     daemon = Daemon(load_config(None, {"metrics.enabled": False}, environ={}))
     daemon._consumer = consumer = Consumer()
 
-    def polls(count, empty):
+    full = [object()] * daemon.config.kafka.max_batch
+
+    def polls(count, returned):
         for _ in range(count):
             daemon._update_lag()
             consumer.positions[moving] += 5
-            daemon._empty_polls += empty  # (polls that returned nothing, between two looks)
+            for _ in range(5):  # polls between two looks, each returning `returned` records
+                daemon._note_poll(returned)
             now[0] += 15
 
-    # Polls busy with other partitions' backlogs (kafka-python may drain one partition's
-    # fetch first) and records held back after a reconnect are no stall.
-    polls(7, empty=0)
+    # Full polls (kafka-python may hand out one partition's backlog before the next's) and
+    # records held back after a reconnect are no stall.
+    polls(7, full)
     daemon._verify_until = math.inf
-    polls(7, empty=5)
+    polls(7, [])
     daemon._verify_until = 0.0
     assert "no fetch has returned" not in caplog.text
-    polls(7, empty=5)
+    # Polls that drain the fetched records, here with messages of the other partitions: every
+    # fetch asked for the stuck one too. (Before, only polls that returned nothing at all
+    # counted, and a stalled partition beside flowing ones was never reported.)
+    polls(7, full[:3])
     stalled = [r.getMessage() for r in caplog.records if "no fetch has returned" in r.message]
     assert len(stalled) == 1 and stalled[0].startswith("partition in:1 has 35 messages to read")
     assert "raise kafka.fetch_max_wait_ms (50 ms now)" in stalled[0]
