@@ -47,6 +47,7 @@ import math
 import os
 import signal
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -259,15 +260,37 @@ def _bootstrap_hosts(servers: list[str]) -> list[tuple[str, int, int]]:
     return collect_hosts(servers, randomize=False)
 
 
-def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> str | None:
+#: The request the connection probe sends: ApiVersions (key 18), version 0, which every
+#: Kafka broker since 0.10 answers before any authentication; correlation id "SVM1", no client
+#: id. Its answer starts with a length and the same correlation id.
+_PROBE_CORRELATION = 0x53564D31
+_PROBE_REQUEST = struct.pack(">ihhih", 10, 18, 0, _PROBE_CORRELATION, -1)
+_PROBE_ANSWER_MAX = 1 << 20  # an ApiVersions answer is a few hundred bytes
+
+
+def _kafka_answer_problem(head: bytes) -> str | None:
+    """What is wrong with the first 8 bytes of an answer to the probe (None: a Kafka answer)."""
+    size, correlation = struct.unpack(">ii", head)
+    if 4 <= size <= _PROBE_ANSWER_MAX and correlation == _PROBE_CORRELATION:
+        return None
+    return (f"answered a Kafka request with {head!r}, which is no Kafka answer: is it a Kafka "
+            "broker's address? (kafka.bootstrap_servers)")
+
+
+def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
+                 kafka_request: bool = False) -> str | None:
     """Why no bootstrap server accepts a TCP connection within ``timeout`` seconds (each
-    server's cause), or None when one does or ``stop`` is set meanwhile.
+    server's cause), or None when one does or ``stop`` is set meanwhile. With
+    ``kafka_request``, a server must also answer a Kafka request (ApiVersions) as a broker
+    does: only for plaintext listeners, whose first bytes are Kafka's.
 
     kafka-python keeps retrying a refused connection until its bootstrap timeout (the
     connection attempt's kafka.request_timeout_ms, 30 s by default) and cannot be interrupted
     meanwhile: a mistyped address or a broker not yet started showed nothing for 30 s, and a
     SIGTERM waited as long. The connections tried here all at once answer at once, and the
-    wait for them ends with a stop."""
+    wait for them ends with a stop. A server that is no Kafka broker (an HTTP server on the
+    port) had kafka-python log an error for every attempt for 30 s ("Invalid frame length")
+    before the daemon said anything, and a stop waited as long."""
     import errno
     import selectors
     import socket
@@ -325,30 +348,61 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float) -> s
                     continue
                 connection.setblocking(False)
                 code = connection.connect_ex(address)
-                if code == 0:
-                    connection.close()
-                    return None
-                if code not in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+                if code not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
                     connection.close()
                     causes[label] = causes[label] or os.strerror(code)
                     continue
-                selector.register(connection, selectors.EVENT_WRITE, label)
+                # (Connected at once, it is writable at once: the loop below goes on.)
+                selector.register(connection, selectors.EVENT_WRITE, (label, None))
         while selector.get_map():
             if stop.is_set():
                 return None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 for key in selector.get_map().values():
-                    causes[key.data] = causes[key.data] or f"no answer within {timeout:g} s"
+                    label, answer = key.data
+                    causes[label] = causes[label] or (
+                        f"no answer within {timeout:g} s" if answer is None else
+                        f"accepted the connection, but did not answer a Kafka request within "
+                        f"{timeout:g} s: is it a Kafka broker's address? "
+                        "(kafka.bootstrap_servers)")
                 break
             for key, _ in selector.select(min(0.2, remaining)):
-                connection = key.fileobj
-                code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                connection, (label, answer) = key.fileobj, key.data
+                if answer is None:  # connecting
+                    code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if code == 0 and kafka_request:
+                        try:
+                            connection.send(_PROBE_REQUEST)  # (14 bytes: the buffer is empty)
+                            selector.modify(connection, selectors.EVENT_READ, (label, b""))
+                            continue
+                        except OSError as exc:
+                            code = exc.errno or errno.ECONNRESET
+                    selector.unregister(connection)
+                    connection.close()
+                    if code == 0:
+                        return None
+                    causes[label] = causes[label] or os.strerror(code)
+                    continue
+                try:  # reading the answer's first 8 bytes: its length and correlation id
+                    received = connection.recv(8 - len(answer))
+                except OSError as exc:
+                    received, problem = b"", f"closed the connection at a Kafka request ({exc})"
+                else:
+                    problem = ("closed the connection without answering a Kafka request: is "
+                               "it a Kafka broker's plaintext listener? "
+                               "(kafka.bootstrap_servers, kafka.security_protocol)")
+                answer += received
+                if received and len(answer) < 8:
+                    selector.modify(connection, selectors.EVENT_READ, (label, answer))
+                    continue
                 selector.unregister(connection)
                 connection.close()
-                if code == 0:
-                    return None
-                causes[key.data] = causes[key.data] or os.strerror(code)
+                if len(answer) == 8:
+                    problem = _kafka_answer_problem(answer)
+                    if problem is None:
+                        return None
+                causes[label] = causes[label] or problem
     finally:
         for key in list(selector.get_map().values()):
             key.fileobj.close()
@@ -941,7 +995,8 @@ class Daemon:
         while not self.stop_event.is_set():
             try:
                 cause = _unreachable(client["bootstrap_servers"], self.stop_event,
-                                     config.kafka.request_timeout_ms / 1000)
+                                     config.kafka.request_timeout_ms / 1000,
+                                     kafka_request=config.kafka.security_protocol == "PLAINTEXT")
                 if self.stop_event.is_set():
                     break
                 if cause is not None:

@@ -263,6 +263,121 @@ def test_the_connection_probe_names_each_servers_cause_and_ends_with_a_stop():
                 connection.close()
 
 
+class _FakeServer:
+    """A loopback server that answers each connection with ``reply(first bytes received)``
+    (None: say nothing; b"": close at once)."""
+
+    def __init__(self, reply):
+        import threading
+
+        self.listening = socket.socket()
+        self.listening.bind(("127.0.0.1", 0))
+        self.listening.listen()
+        self.port = self.listening.getsockname()[1]
+        self.reply, self.held = reply, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listening.accept()
+            except OSError:
+                return
+            answer = self.reply(connection.recv(64))
+            if answer is None:
+                self.held.append(connection)  # silent: the connection stays open
+                continue
+            if answer:
+                connection.sendall(answer)
+            connection.close()
+
+    def close(self):
+        self.listening.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_the_connection_probe_asks_the_server_a_kafka_request_when_told_to():
+    # An HTTP server at the bootstrap address had kafka-python log "Invalid frame length" for
+    # every attempt for 30 s before the daemon said anything, and held a stop as long.
+    import struct
+    import threading
+    import time
+
+    from connectors.daemon import _unreachable
+
+    stop = threading.Event()
+
+    def kafka(request):  # a length, then the request's correlation id (bytes 8-12)
+        return struct.pack(">i", 8) + request[8:12] + b"\x00\x00\x00\x00"
+
+    servers = {
+        "kafka": _FakeServer(kafka),
+        "http": _FakeServer(lambda request: b"HTTP/1.0 400 Bad request\r\n\r\n"),
+        "closing": _FakeServer(lambda request: b""),
+        "silent": _FakeServer(lambda request: None),
+        "other_id": _FakeServer(lambda request: struct.pack(">ii", 8, 7) + b"\x00" * 4),
+    }
+    address = {name: f"127.0.0.1:{server.port}" for name, server in servers.items()}
+    try:
+        assert _unreachable([address["kafka"]], stop, 5, kafka_request=True) is None
+        assert _unreachable([address["http"], address["kafka"]], stop, 5,
+                            kafka_request=True) is None  # one broker is enough
+        cause = _unreachable([address["http"]], stop, 5, kafka_request=True)
+        assert cause == (f"{address['http']}: answered a Kafka request with b'HTTP/1.0', which "
+                         "is no Kafka answer: is it a Kafka broker's address? "
+                         "(kafka.bootstrap_servers)")
+        assert "which is no Kafka answer" in _unreachable([address["other_id"]], stop, 5,
+                                                          kafka_request=True)
+        assert "closed the connection without answering a Kafka request" in _unreachable(
+            [address["closing"]], stop, 5, kafka_request=True)
+        assert "did not answer a Kafka request within 0.5 s" in _unreachable(
+            [address["silent"]], stop, 0.5, kafka_request=True)
+        # Without the request, accepting the connection is enough.
+        assert _unreachable([address["http"]], stop, 5) is None
+        # The wait for an answer ends with a stop.
+        timer = threading.Timer(0.3, stop.set)
+        timer.start()
+        started = time.monotonic()
+        assert _unreachable([address["silent"]], stop, 30, kafka_request=True) is None
+        assert 0.25 < time.monotonic() - started < 10
+        timer.join()
+    finally:
+        for server in servers.values():
+            server.close()
+
+
+def test_serve_names_a_server_that_is_no_kafka_broker_and_stops_at_once(tmp_path):
+    import signal
+    import time
+
+    server = _FakeServer(lambda request: b"HTTP/1.0 400 Bad request\r\n\r\n")
+    process = subprocess.Popen(
+        [*COMMAND, "serve",
+         "--set", f"kafka.bootstrap_servers=127.0.0.1:{server.port}",
+         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in process.stderr:  # until the first attempt is reported
+            lines.append(line)
+            if "unreachable (attempt 1)" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, rest = process.communicate(timeout=60)
+        waited = time.monotonic() - started
+    finally:
+        process.kill()
+        server.close()
+    log = "".join(lines) + rest
+    assert f"127.0.0.1:{server.port}: answered a Kafka request with b'HTTP/1.0', which is no " \
+           "Kafka answer" in log
+    assert "Invalid frame length" not in log  # kafka-python's clients were never made
+    assert process.returncode == 0
+    assert waited < 15, waited  # (before: up to kafka.request_timeout_ms, 30 s)
+
+
 def test_the_connection_probe_ends_with_a_stop_while_a_name_is_being_resolved(monkeypatch):
     import threading
     import time
