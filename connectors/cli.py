@@ -32,7 +32,10 @@ from typing import Any
 from connectors.config import (
     KAFKA_INT32_MAX,
     MAX_SECONDS,
+    MODEL_TYPES,
+    ROLES,
     SCHEMA,
+    SCOPES,
     ConfigError,
     _convert,
     load_config,
@@ -118,7 +121,10 @@ def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None =
     parser.add_argument("--config", help="TOML settings file (see configs/default.toml)")
     for flag, name in SETTING_FLAGS.items():
         if flags is None or flag in flags:
-            extra = " (0 picks a free port)" if flag == "metrics_port" else ""
+            extra = {"metrics_port": " (0 picks a free port)",
+                     "role": f": {' or '.join(ROLES)}",
+                     "scope": f": {', '.join(SCOPES)}",
+                     "model_type": f": {', '.join(MODEL_TYPES)}"}.get(flag, "")
             parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag,
                                 help=f"sets {name}{extra}")
     parser.add_argument(

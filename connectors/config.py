@@ -198,6 +198,7 @@ def _positive_numbers(value: dict) -> str | None:
 #: The estimators the daemon serves (``model.type``).
 #: Values of model.scope.
 SCOPES = ("global", "partition", "key")
+ROLES = ("learner", "predictor")
 #: model.* settings that configure the daemon's models, not a model's constructor.
 DAEMON_MODEL_SETTINGS = ("scope", "max_models")
 MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
@@ -281,7 +282,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     # replica that answers the input topic with the newest state a learner published on
     # kafka.state_topic, never learns and writes no checkpoint.
     "daemon": {
-        "role": Setting(str, "learner", _one_of("learner", "predictor")),
+        "role": Setting(str, "learner", _one_of(*ROLES)),
     },
     "predictor": {
         # How often a predictor reads the state topic for a newer state.

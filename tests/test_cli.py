@@ -62,6 +62,15 @@ def test_evaluate_help_lists_only_what_applies(capsys):
         assert flag not in text
 
 
+def test_serve_help_names_the_values_of_role_scope_and_model_type(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # (argparse wraps the lines)
+    assert "sets daemon.role: learner or predictor" in text
+    assert "sets model.scope: global, partition, key" in text
+    assert "sets model.type: IncrementalSVC, SlidingWindowSVC, AlphaISVC," in text
+
+
 def test_evaluate_writes_a_plot_and_valid_json_for_an_empty_source(tmp_path, capsys):
     figure = tmp_path / "evaluation.png"
     assert main(["evaluate", "--dataset", "bananas", "--limit", "150", "--set",
