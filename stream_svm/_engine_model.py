@@ -10,16 +10,24 @@ import functools
 import inspect
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.spatial.distance import pdist
 
-from stream_svm._input import FeatureSpace, check_findable_keys, check_paired, key_list
+from stream_svm._input import (
+    FeatureSpace,
+    caller_level,
+    check_findable_keys,
+    check_paired,
+    key_list,
+)
 from stream_svm.engine import PathEngine, UpdateStats
-from stream_svm.kernels import make_kernel
+from stream_svm.kernels import Kernel, RBFKernel, make_kernel
 
 
 @dataclass(frozen=True, order=True)
@@ -277,6 +285,53 @@ MAX_BREAKPOINTS = 2**62
 
 #: Feature names may grow to twice those in use (plus this) before unused ones are dropped.
 _COMPACTION_SLACK = 64
+
+#: The kernel's scale is checked once this many points are stored, on up to SCALE_SAMPLE of
+#: them (a one-time cost of about a millisecond).
+SCALE_CHECK_POINTS = 50
+SCALE_SAMPLE = 200
+#: gamma times the median squared distance between stored points beyond which an RBF kernel
+#: is reported too narrow (a typical kernel value below exp(-10) = 4.5e-5: nearly every point
+#: a support vector of its own) or too wide (nearly constant: above exp(-0.001) = 0.999).
+NARROW_KERNEL = 10.0
+WIDE_KERNEL = 1e-3
+
+
+def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
+    """What is wrong with an RBF kernel's ``gamma`` for the stored points ``X`` (None: nothing,
+    or not an RBF kernel). gamma = 1 (the default) on 10 standardized features put 4,001 of
+    5,000 points on the margin: 77 % accuracy in 216 s, against 88 % in 2 s at gamma = 0.01.
+
+    >>> import numpy as np
+    >>> from stream_svm.kernels import Kernel, RBFKernel, make_kernel
+    >>> X = np.random.default_rng(0).normal(size=(100, 10))
+    >>> print(kernel_scale_warning(make_kernel("rbf", gamma=1.0), X))  # doctest: +ELLIPSIS
+    RBF gamma=1 is large for these features: ... the median heuristic gives gamma = 0.05...
+    >>> kernel_scale_warning(make_kernel("rbf", gamma=0.05), X) is None
+    True
+    """
+    if not isinstance(kernel, RBFKernel) or len(X) < 2:
+        return None
+    squared = pdist(X, "sqeuclidean")
+    squared = squared[squared > 0]  # (repeated points say nothing of the scale)
+    if squared.size == 0:
+        return None
+    median = float(np.median(squared))
+    width = kernel.gamma * median
+    if WIDE_KERNEL <= width <= NARROW_KERNEL:
+        return None
+    where = (f"the median squared distance between {len(X)} stored points is {median:.3g}, "
+             f"so a typical kernel value is exp(-{width:.3g})")
+    if width > NARROW_KERNEL:
+        what = (f"large for these features: {where} = {math.exp(-width):.1e}, and nearly every "
+                "point becomes a support vector of its own (slow, and predictions away from "
+                "the points fall back to the bias)")
+    else:
+        what = (f"small for these features: {where} = 1 - {-math.expm1(-width):.1e}; the "
+                "kernel is nearly constant and the model nearly linear with tiny weights")
+    return (f"RBF gamma={kernel.gamma:g} is {what}; the median heuristic gives gamma = "
+            f"{1 / median:.3g}. Standardize the features (River's "
+            "preprocessing.StandardScaler) and see 'Choosing C and gamma' in the README")
 
 
 def _check_C(C: object) -> float:
@@ -775,14 +830,22 @@ class _EngineModel(FixedParameters):
         and in ``support_vectors()`` until the next amortized drop)."""
         self._compact_features()
 
-    def _maybe_compact(self) -> None:
-        """Amortized :meth:`_compact_features`: when the names have doubled since the last, or
-        exceed ``max_features`` (a window's slide learns new names before its oldest points
-        and theirs leave)."""
+    def _after_learning(self) -> None:
+        """After points were learned: an amortized :meth:`_compact_features` (when the names
+        have doubled since the last, or exceed ``max_features``: a window's slide learns new
+        names before its oldest points and theirs leave), and the kernel's scale checked once
+        enough points are stored (:func:`kernel_scale_warning`)."""
         limit = self.max_features
         if (len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK
                 or (limit is not None and len(self._features) > limit)):
             self._compact_features()
+        if not getattr(self, "_scale_checked", False) and self._engine.n >= SCALE_CHECK_POINTS:
+            self._scale_checked = True  # (once per model object: copies and restores again)
+            engine = self._engine
+            stored = engine._X[: min(engine.n, SCALE_SAMPLE), : engine.dim]
+            message = kernel_scale_warning(engine.kernel, stored)
+            if message is not None:
+                warnings.warn(message, UserWarning, stacklevel=caller_level())
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:
         """Query rows with the features no stored point has folded into one column of their

@@ -331,11 +331,11 @@ def _warn_minus_one() -> None:
         "label -1 is learned as the negative class, but predictions are False/True, which do "
         "not equal -1 (River's metrics would count every negative prediction as a miss): pass "
         "classes=[-1, 1] to learn and predict -1 and 1",
-        UserWarning, stacklevel=_caller_level(),
+        UserWarning, stacklevel=caller_level(),
     )
 
 
-def _caller_level() -> int:
+def caller_level() -> int:
     """The stacklevel of a warning that names the first caller outside this package (the
     user's line, not the estimator's)."""
     package = os.path.dirname(os.path.abspath(__file__))

@@ -158,7 +158,7 @@ class _SlidingWindow:
                 self._features.truncate(names)
                 self._auto_keys = auto_keys
                 raise
-            self._maybe_compact()
+            self._after_learning()
 
     def forget_one(
         self, x: Mapping | None = None, y: object = None, key: Hashable | None = None

@@ -400,7 +400,7 @@ class AlphaISVC(_EngineClassifier):
                                 len(self._features) + len(new_features))
         self._features.add(new_features)
         self._buffer_rows, self._buffer_labels = [], []
-        self._maybe_compact()
+        self._after_learning()
 
     def _extra_rows(self) -> list[np.ndarray]:
         return [self._rows, *self._buffer_rows]

@@ -392,7 +392,7 @@ class IncrementalSVC(_EngineClassifier):
     def _after_update(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._engine.discard_reserve(self.reserve_epsilon)
-        self._maybe_compact()
+        self._after_learning()
 
     def _checkpoint_extra(self) -> dict[str, Any]:
         return {"reserve_discarded": self.reserve_discarded}

@@ -408,7 +408,7 @@ class IncrementalSVR(_EngineRegressor):
     def _after_update(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._discard_inside(self.reserve_epsilon)
-        self._maybe_compact()
+        self._after_learning()
 
     def _discard_inside(self, margin: float) -> int:
         """Forget samples inside the tube by at least ``margin`` on both edges (theta = 0, a
