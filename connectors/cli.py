@@ -953,6 +953,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Warnings (the model's, e.g. a kernel width that does not fit the features) go to the log
+    # with the daemon's own lines, in its format.
+    logging.captureWarnings(True)
     level = getattr(logging, args.log_level)
     # kafka-python logs every failed connection attempt; the daemon reports connection trouble
     # itself (log and metrics) and replay fails with one line, so its own log is for debugging.

@@ -71,6 +71,14 @@ def test_serve_help_names_the_values_of_role_scope_and_model_type(capsys):
     assert "sets model.type: IncrementalSVC, SlidingWindowSVC, AlphaISVC," in text
 
 
+def test_a_models_warning_is_a_log_line():
+    result = _run("evaluate", "--dataset", "bananas", "--limit", "80", "--set", "model.gamma=10",
+                  "--no-progress")
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "RBF gamma=10" in line]
+    assert " WARNING py.warnings: " in line and "is large for these features" in line
+
+
 def test_evaluate_writes_a_plot_and_valid_json_for_an_empty_source(tmp_path, capsys):
     figure = tmp_path / "evaluation.png"
     assert main(["evaluate", "--dataset", "bananas", "--limit", "150", "--set",
