@@ -583,6 +583,7 @@ def evaluate(
     which is then not a feature."""
     from connectors.messages import Malformed, message_id, targets_of
     from connectors.models import build_model, build_scaler
+    from connectors.scaling import unknown_features_error
     from stream_svm import ConvergenceError
 
     # What the daemon dead-letters as a model's refusal (connectors.processor, which needs the
@@ -664,6 +665,11 @@ def evaluate(
                 except Malformed as exc:  # (dead-lettered malformed by the daemon)
                     skip(f"{dataset}, {point}: {exc}")
                     continue
+            if scaler is not None and scaler.refuse_unknown and (unknown := scaler.unknown(x)):
+                # (Their names pass the transform unchanged; dead-lettered unknown_feature by
+                # the daemon.)
+                skip(f"{dataset}, {point}: {unknown_features_error(unknown)}")
+                continue
             if scaler is not None:
                 overflow = next((name for name, value in x.items()
                                  if not math.isfinite(value)), None)

@@ -340,6 +340,11 @@ SCHEMA: dict[str, dict[str, Setting]] = {
     # messages (held, then processed), "fixed" takes means and scales as given.
     "scaler": {
         "mode": Setting(str, "none", _one_of("none", "warmup", "fixed")),
+        # A feature message with a feature the statistics do not name (not in scaler.scales
+        # or scaler.means, or not seen during the warm-up): "pass" lets it through unscaled
+        # (named once in the log), "dead_letter" refuses the message (reason unknown_feature),
+        # so that a misspelt feature name is never learned.
+        "unknown_features": Setting(str, "pass", _one_of("pass", "dead_letter")),
         "warmup_messages": Setting(int, 1000, _positive),
         "means": Setting(dict, None, _finite_numbers, optional=True),
         "scales": Setting(dict, None, _positive_numbers, optional=True),
@@ -664,6 +669,10 @@ def _cross_checks(config: Config) -> None:
                           "scaler.means): a table of feature name = number")
     if scaler.mode != "fixed" and (scaler.means or scaler.scales):
         raise ConfigError("settings scaler.means and scaler.scales need scaler.mode = \"fixed\"")
+    if scaler.mode == "none" and scaler.unknown_features != "pass":
+        raise ConfigError("setting scaler.unknown_features = \"dead_letter\" needs scaler.mode "
+                          "\"warmup\" or \"fixed\": the features it knows are those with "
+                          "statistics")
     if (scaler.mode != "warmup" and config.sources["scaler.warmup_messages"] != "default"
             and scaler.warmup_messages != SCHEMA["scaler"]["warmup_messages"].default):
         raise ConfigError("setting scaler.warmup_messages needs scaler.mode = \"warmup\"")

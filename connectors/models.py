@@ -132,10 +132,13 @@ def build_scaler(config: Config) -> FeatureScaler | None:
     """The configured scaler (None: features go to the model as they are)."""
     scaler = config.scaler
     if scaler.mode == "warmup":
-        return FeatureScaler.warming_up(scaler.warmup_messages)
-    if scaler.mode == "fixed":
-        return FeatureScaler.fixed(scaler.means or {}, scaler.scales or {})
-    return None
+        built = FeatureScaler.warming_up(scaler.warmup_messages)
+    elif scaler.mode == "fixed":
+        built = FeatureScaler.fixed(scaler.means or {}, scaler.scales or {})
+    else:
+        return None
+    built.refuse_unknown = scaler.unknown_features == "dead_letter"
+    return built
 
 
 def build_model(config: Config) -> Any:

@@ -49,7 +49,7 @@ from connectors.messages import (
     targets_of,
 )
 from connectors.metrics import Metrics
-from connectors.scaling import FeatureScaler
+from connectors.scaling import FeatureScaler, unknown_features_error
 from stream_svm import ConvergenceError, proba_from_decision
 
 __all__ = ["BatchResult", "Processor", "Produced", "Record"]
@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+
 class Record:
     """One consumed message (kafka-python's ConsumerRecord has the same attributes)."""
 
@@ -495,6 +496,10 @@ class Processor:
                                          self.targets)
                 if self.scaler is not None and isinstance(entry.op, Observe):
                     op = entry.op
+                    if self.scaler.refuse_unknown and (unknown := self.scaler.unknown(op.x)):
+                        entry.error, entry.error_kind = unknown_features_error(unknown), \
+                            "unknown_feature"
+                        return
                     scaled = self.scaler.transform(op.x)
                     for name, value in scaled.items():
                         if not math.isfinite(value):

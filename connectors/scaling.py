@@ -56,6 +56,9 @@ class FeatureScaler:
         self.frozen = False
         self._unscaled: set[str] = set()  # names warned about (see transform)
         self._matched = False  # a message had a feature with statistics (or was warned of)
+        #: scaler.unknown_features = "dead_letter": a message with a feature the statistics
+        #: do not name is refused (:meth:`unknown`), not passed unscaled. A setting, not state.
+        self.refuse_unknown = False
 
     @classmethod
     def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float]) -> FeatureScaler:
@@ -126,6 +129,14 @@ class FeatureScaler:
         self._count, self._mean, self._m2 = {}, {}, {}
         self.frozen = True
 
+    def unknown(self, x: Mapping[str, float]) -> list[str]:
+        """The names in ``x`` that the frozen statistics do not name, in ``x``'s order.
+
+        >>> FeatureScaler.fixed({"amount": 50.0}, {"amount": 20.0}).unknown({"amout": 3.0})
+        ['amout']
+        """
+        return [name for name in x if name not in self.scales and name not in self.means]
+
     def transform(self, x: Mapping[str, float]) -> dict[str, float]:
         """The scaled features (the statistics must be frozen)."""
         if not self.frozen:
@@ -195,3 +206,14 @@ class FeatureScaler:
             raise ValueError(f"malformed scaler state: {exc!r}") from None
         if set(self._count) != set(self._mean) or set(self._mean) != set(self._m2):
             raise ValueError("malformed scaler state: its sums name different features")
+
+
+def unknown_features_error(names: list[str]) -> str:
+    """Why a message with features the scaler has no statistics for is refused."""
+    shown = ", ".join(map(repr, names[:10])) + (f" and {len(names) - 10} more"
+                                                if len(names) > 10 else "")
+    return (f"feature{'s' if len(names) > 1 else ''} {shown} "
+            f"{'have' if len(names) > 1 else 'has'} no statistics in the scaler (not in "
+            "scaler.scales or scaler.means, or not seen during its warm-up; misspelt?), and "
+            "scaler.unknown_features = \"dead_letter\": the message is neither answered nor "
+            "learned")

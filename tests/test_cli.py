@@ -1044,3 +1044,18 @@ def test_the_demo_refuses_a_predictor_configuration(tmp_path, capsys):
                       'group_id = "p"\nbootstrap_servers = "127.0.0.1:9"\n')
     assert main(["demo", "--config", str(config), "--metrics-port", "0", "--limit", "5"]) == 2
     assert "the demo runs a learner" in capsys.readouterr().err
+
+
+def test_evaluate_skips_a_row_with_an_unknown_feature_as_the_daemon_dead_letters_it(
+        tmp_path, capsys):
+    data = tmp_path / "rows.jsonl"
+    rows = [{"id": i, "x": {"amount": float(i % 7), "hour": float(i % 5)}, "y": i % 2 == 0}
+            for i in range(30)]
+    rows[4]["x"] = {"amout": 3.0, "hour": 1.0}
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings = ["--set", "scaler.mode=fixed", "--set", "scaler.scales={ amount = 2.0, hour = 1.5 }",
+                "--set", "scaler.unknown_features=dead_letter"]
+    assert main(["evaluate", "--dataset", str(data), "--no-progress", *settings]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["points"], report["skipped"]) == (29, 1)
+    assert "point 4: feature 'amout' has no statistics in the scaler" in report["skipped_first"][0]

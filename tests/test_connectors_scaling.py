@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -264,3 +265,44 @@ def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):
             scaler.transform({f"new{i}": 1.0})
     assert len(caplog.records) == 5  # four names (with 'country', five), then the notice
     assert "further ones are not named" in caplog.records[-1].getMessage()
+
+
+def test_unknown_features_are_dead_lettered_when_the_setting_says_so(tmp_path):
+    # A misspelt feature name ("amout") was learned unscaled beside the scaled ones, said only
+    # in a log line: with scaler.unknown_features = "dead_letter" it is refused, by name.
+    config = load_config(None, {"scaler.mode": "fixed", "scaler.means": {"amount": 50.0},
+                                "scaler.scales": {"amount": 40.0, "hour": 6.0},
+                                "scaler.unknown_features": "dead_letter"}, environ={})
+    processor = Processor(IncrementalSVC(), scaler=build_scaler(config))
+    messages = [{"id": 1, "x": {"amount": 90.0, "hour": 3.0}, "y": True},
+                {"id": 2, "x": {"amout": 10.0, "hour": 3.0}, "y": False},
+                {"id": 3, "x": {"amount": 10.0}, "y": False},  # a missing feature is 0
+                {"id": 4, "x": {"amount": 1.0, "hr": 2.0, "tz": 1.0}, "y": False}]
+    result = processor.process(_records(messages))
+    assert [o.record["id"] for o in result.outputs] == [1, 3]
+    assert [d.record["reason"] for d in result.dead_letters] == ["unknown_feature"] * 2
+    assert result.dead_letters[0].record["error"].startswith(
+        "feature 'amout' has no statistics in the scaler")
+    assert result.dead_letters[1].record["error"].startswith(
+        "features 'hr', 'tz' have no statistics in the scaler")
+    assert processor.model.n_stored == 2
+    # The default lets them through (unscaled), as before.
+    passing = Processor(IncrementalSVC(), scaler=build_scaler(load_config(
+        None, {"scaler.mode": "fixed", "scaler.scales": {"amount": 40.0}}, environ={})))
+    assert len(passing.process(_records(messages)).outputs) == 4
+    # A warm-up's statistics name the features it saw.
+    warmup = build_scaler(load_config(None, {"scaler.mode": "warmup",
+                                             "scaler.warmup_messages": 1,
+                                             "scaler.unknown_features": "dead_letter"},
+                                      environ={}))
+    warmup.observe({"amount": 5.0})
+    assert warmup.refuse_unknown and warmup.unknown({"amount": 1.0, "hour": 2.0}) == ["hour"]
+
+
+def test_unknown_features_dead_letter_needs_statistics():
+    with pytest.raises(ConfigError, match=re.escape(
+            'scaler.unknown_features = "dead_letter" needs scaler.mode "warmup" or "fixed"')):
+        load_config(None, {"scaler.unknown_features": "dead_letter"}, environ={})
+    with pytest.raises(ConfigError, match="unknown_features"):
+        load_config(None, {"scaler.mode": "warmup", "scaler.unknown_features": "drop"},
+                    environ={})
