@@ -1,13 +1,15 @@
-"""The ``stream-svm`` command: ``serve``, ``demo``, ``replay`` and ``evaluate``.
+"""The ``stream-svm`` command: ``serve``, ``demo``, ``replay``, ``evaluate``, ``broker`` and
+``settings``.
 
 Examples::
 
     stream-svm serve --config configs/river_flow.toml
-    stream-svm serve --config configs/default.toml --bootstrap-servers kafka:9092 \\
+    stream-svm serve --config my-settings.toml --bootstrap-servers kafka:9092 \\
         --set model.C=10 --set checkpoint.every_seconds=60
     stream-svm replay bananas --topic stream-svm.input --bootstrap-servers 127.0.0.1:9092
     stream-svm evaluate --config configs/bananas.toml --dataset bananas
     stream-svm demo
+    stream-svm settings > my-settings.toml   # every setting, its default and what it does
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def _hold_seconds(text: str) -> float:
 
 
 def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
-    parser.add_argument("--config", help="TOML settings file (see configs/default.toml)")
+    parser.add_argument("--config", help="TOML settings file (`stream-svm settings` prints "
+                                         "every setting with its default)")
     for flag, name in SETTING_FLAGS.items():
         if flags is None or flag in flags:
             extra = {"metrics_port": " (0 picks a free port)",
@@ -256,7 +259,20 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also draw accuracy over time and breakpoints per update "
                           "(needs matplotlib)")
     evaluate.add_argument("--no-progress", action="store_true")
+
+    commands.add_parser(
+        "settings", parents=[common],
+        help="print every setting with its default and what it does (a TOML file to start "
+             "a configuration from: stream-svm settings > my-settings.toml)")
     return parser
+
+
+def settings_reference() -> str:
+    """The settings reference: every setting of the configuration file, with its default
+    value and a comment on what it does (valid TOML, loading to the defaults)."""
+    from importlib.resources import files
+
+    return files("connectors").joinpath("default.toml").read_text(encoding="utf-8")
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -1020,6 +1036,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return demo(args)
         if args.command == "broker":
             return run_broker(args.port, args.log_file)
+        if args.command == "settings":
+            sys.stdout.write(settings_reference())
+            return 0
     except ConfigError as exc:
         print(f"stream-svm {args.command}: invalid configuration: {exc}", file=sys.stderr)
         return 2

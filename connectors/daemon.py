@@ -32,7 +32,7 @@ Guarantees
       checkpointing or committing anything of that batch.
 
 >>> from connectors.config import load_config
->>> config = load_config("configs/default.toml")        # doctest: +SKIP
+>>> config = load_config("my-settings.toml")            # doctest: +SKIP
 >>> Daemon(config).run()                                 # doctest: +SKIP
 0
 """

@@ -1059,3 +1059,18 @@ def test_evaluate_skips_a_row_with_an_unknown_feature_as_the_daemon_dead_letters
     report = json.loads(capsys.readouterr().out)
     assert (report["points"], report["skipped"]) == (29, 1)
     assert "point 4: feature 'amout' has no statistics in the scaler" in report["skipped_first"][0]
+
+
+def test_settings_prints_the_reference_a_configuration_can_start_from(tmp_path, capsys):
+    import tomllib
+
+    from connectors.config import load_config
+
+    assert main(["settings"]) == 0
+    text = capsys.readouterr().out
+    reference = Path(__file__).resolve().parents[1] / "connectors" / "default.toml"
+    assert text == reference.read_text()
+    tomllib.loads(text)
+    written = tmp_path / "my-settings.toml"
+    written.write_text(text)
+    assert load_config(written, environ={}).as_dict() == load_config(None, environ={}).as_dict()

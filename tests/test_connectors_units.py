@@ -207,7 +207,7 @@ def test_an_unknown_setting_is_answered_with_the_nearest_ones():
 
 
 def test_tables_and_lists_on_the_command_line_take_json_or_the_files_toml():
-    # --set 'scaler.means={ "1" = 0.0 }', as configs/default.toml writes it, was refused as
+    # --set 'scaler.means={ "1" = 0.0 }', as the settings reference writes it, was refused as
     # "not a JSON object".
     toml = load_config(None, {"scaler.mode": "fixed", "scaler.means": '{ "1" = 0.5, b = 2 }',
                               "model.classes": "['ham', 'spam']"},
@@ -248,12 +248,13 @@ def test_bundled_configs_are_valid():
     river = load_config(configs / "river_flow.toml", environ={})
     assert (river.model.type, river.model.window_size, river.model.step) == (
         "SlidingWindowSVC", 1423, 30)
-    default = load_config(configs / "default.toml", environ={})
+    reference = Path(__file__).resolve().parents[1] / "connectors" / "default.toml"
+    default = load_config(reference, environ={})
     assert default.as_dict() == load_config(None, environ={}).as_dict()  # documents every default
     written = {name for name, source in default.sources.items() if source != "default"}
     # Every setting is documented: set, or (a model setting of another type, or one without a
     # default value) as a commented-out line in its section.
-    text = (configs / "default.toml").read_text()
+    text = reference.read_text()
     commented = {f"{section}.{key}" for section in SCHEMA for key in SCHEMA[section]
                  if f"\n# {key} = " in text}
     assert written | commented == {f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys}

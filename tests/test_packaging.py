@@ -39,6 +39,9 @@ def test_the_bare_package_and_the_kafka_extra_install_and_run(tmp_path):
     _run(python, "-c", "import stream_svm, stream_svm.alpha_isvm, stream_svm.lssvm, "
                        "stream_svm.datasets; print(stream_svm.IncrementalSVC().learn_one)")
     assert "evaluate" in _run(command, "--help")
+    # The settings reference comes with the package (it lived only in the source tree).
+    reference = _run(command, "settings")
+    assert reference.startswith("# stream-svm daemon settings") and "\n[scaler]\n" in reference
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps({"id": 1, "x": {"a": 1.0}, "y": True}) + "\n")
     summary = json.loads(_run(command, "evaluate", "--dataset", data, "--limit", "1"))
