@@ -287,9 +287,11 @@ MAX_BREAKPOINTS = 2**62
 _COMPACTION_SLACK = 64
 
 #: The kernel's scale is checked once this many points are stored, on up to SCALE_SAMPLE of
-#: them (a one-time cost of about a millisecond).
+#: them (about a millisecond)...
 SCALE_CHECK_POINTS = 50
 SCALE_SAMPLE = 200
+#: ...and again every this many updates, on the newest SCALE_SAMPLE points.
+SCALE_CHECK_EVERY = 1000
 #: gamma times the median squared distance between stored points beyond which an RBF kernel
 #: is reported too narrow (a typical kernel value below exp(-10) = 4.5e-5: nearly every point
 #: a support vector of its own) or too wide (nearly constant: above exp(-0.001) = 0.999).
@@ -839,12 +841,19 @@ class _EngineModel(FixedParameters):
         if (len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK
                 or (limit is not None and len(self._features) > limit)):
             self._compact_features()
-        if not getattr(self, "_scale_checked", False) and self._engine.n >= SCALE_CHECK_POINTS:
-            self._scale_checked = True  # (once per model object: copies and restores again)
-            engine = self._engine
-            stored = engine._X[: min(engine.n, SCALE_SAMPLE), : engine.dim]
-            message = kernel_scale_warning(engine.kernel, stored)
-            if message is not None:
+        engine = self._engine
+        if (engine.n >= SCALE_CHECK_POINTS
+                and engine.updates_total >= getattr(self, "_next_scale_check", 0)):
+            # Again every SCALE_CHECK_EVERY updates, on the newest points: a feature whose
+            # scale jumped mid-stream (a unit changed upstream) made every later point a
+            # support vector of its own, and increments of a second and more, silently.
+            self._next_scale_check = engine.updates_total + SCALE_CHECK_EVERY
+            newest = np.argsort(engine.sequence, kind="stable")[-SCALE_SAMPLE:]
+            message = kernel_scale_warning(engine.kernel, engine._X[newest, : engine.dim])
+            warned = self.__dict__.setdefault("_scale_warned", set())
+            if message is not None and message.split(":")[0] not in warned:
+                # Once per model object and direction (a copy or a restore may say it again).
+                warned.add(message.split(":")[0])
                 warnings.warn(message, UserWarning, stacklevel=caller_level())
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:

@@ -76,3 +76,17 @@ def test_the_warning_changes_nothing():
     queries = [x for x, _ in _points(1.0, count=20, seed=1)]
     assert [reported.decision_function_one(x) for x in queries] == \
            [silent.decision_function_one(x) for x in queries]
+
+
+def test_a_scale_that_jumps_mid_stream_is_reported_from_the_newest_points(monkeypatch):
+    # A feature whose unit changed upstream (x 1000) made every later point a support vector
+    # of its own; the check at the 50th point had passed.
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "SCALE_CHECK_EVERY", 20)
+    points = _points(1.0, count=300)
+    jumped = [({**x, "f0": x["f0"] * 1000.0}, label) for x, label in points[150:]]
+    model = IncrementalSVC(gamma=0.05)
+    assert _learn(model, points[:150]) == []  # checked at 50, 70, ... on fitting points
+    (message,) = _learn(model, jumped)  # once, though every later check finds it too
+    assert message.startswith("RBF gamma=0.05 is large for these features")
