@@ -636,6 +636,9 @@ class Daemon:
         # (monotonic), and those reported stalled (_watch_progress).
         self._progress: dict[str, tuple[int, float, int]] = {}
         self._stalled: set[str] = set()
+        # Partitions sought back to read again (a model the state topic did not give back),
+        # and when: their position stays while their records come back every poll, no stall.
+        self._read_again_at: dict[str, float] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -2028,6 +2031,7 @@ class Daemon:
         for name, offset in offsets.items():
             self._consumer.seek(TopicPartition(name.rpartition(":")[0],
                                                int(name.rpartition(":")[2])), offset)
+            self._read_again_at[name] = time.monotonic()
         if offsets:
             self.metrics.broker_errors.inc()
             self.stop_event.wait(self.config.retry.initial_backoff_seconds)
@@ -2123,11 +2127,14 @@ class Daemon:
             self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
             # (Records held back after a reconnect, or for a missing topic, are read again
             # from the same position: no stall.)
-            held = bool(self._verify_until) or bool(self._missing_topics)
+            held = bool(self._verify_until) or bool(self._missing_topics) or (
+                now - self._read_again_at.get(f"{tp.topic}:{tp.partition}", -math.inf)
+                < self.STALL_SECONDS)
             self._watch_progress(tp, position, lag, tp in paused or held, now)
         for name in set(self._progress) - {f"{tp.topic}:{tp.partition}" for tp in assigned}:
             del self._progress[name]
             self._stalled.discard(name)
+            self._read_again_at.pop(name, None)
         self.metrics.stalled.set(len(self._stalled))
 
     #: A partition with messages to read whose position has not moved for this long, while
@@ -2163,9 +2170,10 @@ class Daemon:
             self._stalled.add(name)
             log.warning(
                 "partition %s has %d messages to read, but no fetch has returned any for %.0f s "
-                "(position %d): the broker answers the fetches empty. The embedded broker does "
-                "so once a partition holds many small batches: raise kafka.fetch_max_wait_ms "
-                "(%d ms now), e.g. to 500", name, lag, now - seen[1], position,
+                "(position %d): the broker answers the fetches for it empty. The embedded "
+                "broker does so once a partition holds many small batches: raise "
+                "kafka.fetch_max_wait_ms (%d ms now), e.g. to 500; on a cluster, look at the "
+                "partition's leader", name, lag, now - seen[1], position,
                 self.config.kafka.fetch_max_wait_ms)
 
     def _drained(self) -> bool:
