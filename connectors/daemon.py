@@ -261,10 +261,13 @@ def _bootstrap_hosts(servers: list[str]) -> list[tuple[str, int, int]]:
 
 
 #: The request the connection probe sends: ApiVersions (key 18), version 0, which every
-#: Kafka broker since 0.10 answers before any authentication; correlation id "SVM1", no client
-#: id. Its answer starts with a length and the same correlation id.
+#: Kafka broker since 0.10 answers before any authentication; correlation id "SVM1", client
+#: id "stream-svm" (a null one failed on brokers before KAFKA-13385). Its answer starts with
+#: a length and the same correlation id.
 _PROBE_CORRELATION = 0x53564D31
-_PROBE_REQUEST = struct.pack(">ihhih", 10, 18, 0, _PROBE_CORRELATION, -1)
+_PROBE_CLIENT = b"stream-svm"
+_PROBE_REQUEST = struct.pack(f">ihhih{len(_PROBE_CLIENT)}s", 10 + len(_PROBE_CLIENT), 18, 0,
+                             _PROBE_CORRELATION, len(_PROBE_CLIENT), _PROBE_CLIENT)
 _PROBE_ANSWER_MAX = 1 << 20  # an ApiVersions answer is a few hundred bytes
 
 
@@ -364,7 +367,7 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
                     causes[label] = causes[label] or (
                         f"no answer within {timeout:g} s" if answer is None else
                         f"accepted the connection, but did not answer a Kafka request within "
-                        f"{timeout:g} s: is it a Kafka broker's address? "
+                        f"{timeout:g} s: a broker still starting, or no Kafka broker's address? "
                         "(kafka.bootstrap_servers)")
                 break
             for key, _ in selector.select(min(0.2, remaining)):
@@ -373,7 +376,7 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
                     code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                     if code == 0 and kafka_request:
                         try:
-                            connection.send(_PROBE_REQUEST)  # (14 bytes: the buffer is empty)
+                            connection.send(_PROBE_REQUEST)  # (24 bytes: the buffer is empty)
                             selector.modify(connection, selectors.EVENT_READ, (label, b""))
                             continue
                         except OSError as exc:
