@@ -290,13 +290,17 @@ _COMPACTION_SLACK = 64
 #: them (about a millisecond)...
 SCALE_CHECK_POINTS = 50
 SCALE_SAMPLE = 200
-#: ...and again every this many updates, on the newest SCALE_SAMPLE points.
+#: ...and again every this many updates, on SCALE_SAMPLE points spread over the stored ones.
 SCALE_CHECK_EVERY = 1000
+#: (model type, what was said) of the kernel-scale warnings given in this process.
+_SCALE_WARNED: set[tuple[str, str]] = set()
 #: gamma times the median squared distance between stored points beyond which an RBF kernel
 #: is reported too narrow (a typical kernel value below exp(-10) = 4.5e-5: nearly every point
-#: a support vector of its own) or too wide (nearly constant: above exp(-0.001) = 0.999).
+#: a support vector of its own) or too wide (nearly constant: above exp(-1e-4)). (The first
+#: points of a smooth series are close together: the Fisher river's first 50 have a median
+#: squared distance a quarter of the whole series'.)
 NARROW_KERNEL = 10.0
-WIDE_KERNEL = 1e-3
+WIDE_KERNEL = 1e-4
 
 
 def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
@@ -322,8 +326,8 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
     width = kernel.gamma * median
     if WIDE_KERNEL <= width <= NARROW_KERNEL:
         return None
-    where = (f"the median squared distance between {len(X)} stored points is {median:.3g}, "
-             f"so a typical kernel value is exp(-{width:.3g})")
+    where = (f"the median squared distance between {len(X)} stored points (spread over those "
+             f"learned so far) is {median:.3g}, so a typical kernel value is exp(-{width:.3g})")
     if width > NARROW_KERNEL:
         what = (f"large for these features: {where} = {math.exp(-width):.1e}, and nearly every "
                 "point becomes a support vector of its own (slow, and predictions away from "
@@ -333,7 +337,8 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
                 "kernel is nearly constant and the model nearly linear with tiny weights")
     return (f"RBF gamma={kernel.gamma:g} is {what}; the median heuristic gives gamma = "
             f"{1 / median:.3g}. Standardize the features (River's "
-            "preprocessing.StandardScaler) and see 'Choosing C and gamma' in the README")
+            "preprocessing.StandardScaler; the daemon's [scaler]) and see 'Choosing C and "
+            "gamma' in the README")
 
 
 def _check_C(C: object) -> float:
@@ -733,6 +738,7 @@ class _EngineModel(FixedParameters):
         """Vectorize input to learn, within ``max_new_features`` and ``max_features``
         (ValueError naming the limit, model unchanged); unused names are dropped first when
         that makes room, and the input vectorized again on the new columns."""
+        self._check_kernel_scale()
         rows, new = vectorize()
         arriving = rows.shape[0] if rows.ndim == 2 else 1
         if self.max_new_features is not None and len(new) > self.max_new_features:
@@ -835,26 +841,36 @@ class _EngineModel(FixedParameters):
     def _after_learning(self) -> None:
         """After points were learned: an amortized :meth:`_compact_features` (when the names
         have doubled since the last, or exceed ``max_features``: a window's slide learns new
-        names before its oldest points and theirs leave), and the kernel's scale checked once
-        enough points are stored (:func:`kernel_scale_warning`)."""
+        names before its oldest points and theirs leave)."""
         limit = self.max_features
         if (len(self._features) >= 2 * self._compacted_at + _COMPACTION_SLACK
                 or (limit is not None and len(self._features) > limit)):
             self._compact_features()
+
+    def _check_kernel_scale(self) -> None:
+        """Before points are learned (so that a warning made an error changes nothing): the
+        kernel's scale against the stored points (:func:`kernel_scale_warning`), once
+        SCALE_CHECK_POINTS are stored and again every SCALE_CHECK_EVERY updates: a feature
+        whose scale jumped mid-stream (a unit changed upstream) made every later point a
+        support vector of its own, and increments of a second and more, silently."""
         engine = self._engine
-        if (engine.n >= SCALE_CHECK_POINTS
-                and engine.updates_total >= getattr(self, "_next_scale_check", 0)):
-            # Again every SCALE_CHECK_EVERY updates, on the newest points: a feature whose
-            # scale jumped mid-stream (a unit changed upstream) made every later point a
-            # support vector of its own, and increments of a second and more, silently.
-            self._next_scale_check = engine.updates_total + SCALE_CHECK_EVERY
-            newest = np.argsort(engine.sequence, kind="stable")[-SCALE_SAMPLE:]
-            message = kernel_scale_warning(engine.kernel, engine._X[newest, : engine.dim])
-            warned = self.__dict__.setdefault("_scale_warned", set())
-            if message is not None and message.split(":")[0] not in warned:
-                # Once per model object and direction (a copy or a restore may say it again).
-                warned.add(message.split(":")[0])
-                warnings.warn(message, UserWarning, stacklevel=caller_level())
+        if (engine.n < SCALE_CHECK_POINTS
+                or engine.updates_total < getattr(self, "_next_scale_check", 0)):
+            return
+        self._next_scale_check = engine.updates_total + SCALE_CHECK_EVERY
+        # Points spread over the stored ones in arrival order: the newest alone, consecutive
+        # in a time-ordered stream, can be far closer together than the stream's points.
+        order = np.argsort(engine.sequence, kind="stable")
+        spread = order[np.linspace(0, order.size - 1, min(order.size, SCALE_SAMPLE)).astype(int)]
+        message = kernel_scale_warning(engine.kernel, engine._X[spread, : engine.dim])
+        if message is None:
+            return
+        # Once per process, model type, gamma and direction: models restored from a state
+        # topic one key after another would each say it again.
+        said = (type(self).__name__, message.split(":")[0])
+        if said not in _SCALE_WARNED:
+            _SCALE_WARNED.add(said)
+            warnings.warn(message, UserWarning, stacklevel=caller_level())
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:
         """Query rows with the features no stored point has folded into one column of their

@@ -9,7 +9,14 @@ import warnings
 import numpy as np
 import pytest
 
+import stream_svm._engine_model as engine_model
 from stream_svm import AlphaISVC, IncrementalSVC, IncrementalSVR, SlidingWindowSVC
+
+
+@pytest.fixture(autouse=True)
+def _no_warning_given_yet(monkeypatch):
+    # (Each warning is given once per process, model type, gamma and direction.)
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
 
 
 def _points(scale: float, count: int = 120, dim: int = 10, seed: int = 0):
@@ -34,7 +41,8 @@ def test_a_narrow_kernel_is_reported_once_with_the_median_heuristic():
     assert len(messages) == 1  # once, at the 50th stored point, not at every update
     message = messages[0]
     assert message.startswith("RBF gamma=1 is large for these features: the median squared "
-                              "distance between 50 stored points is ")
+                              "distance between 50 stored points (spread over those learned "
+                              "so far) is ")
     X = np.array([list(x.values()) for x, _ in points[:50]])
     squared = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)[np.triu_indices(50, k=1)]
     assert f"the median heuristic gives gamma = {1 / np.median(squared):.3g}." in message
@@ -81,8 +89,6 @@ def test_the_warning_changes_nothing():
 def test_a_scale_that_jumps_mid_stream_is_reported_from_the_newest_points(monkeypatch):
     # A feature whose unit changed upstream (x 1000) made every later point a support vector
     # of its own; the check at the 50th point had passed.
-    import stream_svm._engine_model as engine_model
-
     monkeypatch.setattr(engine_model, "SCALE_CHECK_EVERY", 20)
     points = _points(1.0, count=300)
     jumped = [({**x, "f0": x["f0"] * 1000.0}, label) for x, label in points[150:]]
@@ -90,3 +96,38 @@ def test_a_scale_that_jumps_mid_stream_is_reported_from_the_newest_points(monkey
     assert _learn(model, points[:150]) == []  # checked at 50, 70, ... on fitting points
     (message,) = _learn(model, jumped)  # once, though every later check finds it too
     assert message.startswith("RBF gamma=0.05 is large for these features")
+
+
+def test_said_once_per_process_model_type_and_direction():
+    # Per-key models restored from the state topic one after another each said it again.
+    points = _points(1.0)
+    assert len(_learn(IncrementalSVC(), points)) == 1
+    assert _learn(IncrementalSVC(), points) == []  # another model of the same type and gamma
+    assert len(_learn(IncrementalSVC(gamma=2.0), points)) == 1
+
+
+def test_a_warning_made_an_error_refuses_the_point_and_changes_nothing():
+    # The check runs before the point is learned: with warnings as errors, the point that
+    # met it is refused like any bad input, the model as it was.
+    points = _points(1.0)
+    model = IncrementalSVC()
+    for x, label in points[:50]:
+        model.learn_one(x, label)
+    before = [model.decision_function_one(x) for x, _ in points[60:70]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="RBF gamma=1 is large"):
+            model.learn_one(*points[50])
+    assert model.n_stored == 50
+    assert [model.decision_function_one(x) for x, _ in points[60:70]] == before
+
+
+def test_the_first_points_of_a_smooth_series_do_not_call_a_fitting_gamma_wide():
+    # 50 consecutive points of slowly moving features are far closer together than the
+    # stream's: gamma = 0.1 fits the series (median squared distance about 26; the first 50
+    # points: 0.0014).
+    t = np.arange(30000) / 30000.0
+    series = np.stack([np.sin(2 * np.pi * (k + 1) * t + k) for k in range(5)], axis=1) * 2.2
+    points = [({f"f{j}": float(v) for j, v in enumerate(row)}, bool(row[0] > 0))
+              for row in series[:200]]
+    assert _learn(IncrementalSVC(gamma=0.1), points) == []
