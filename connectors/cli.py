@@ -664,7 +664,10 @@ def evaluate(
                 raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
                                   f"warm-up of {config.scaler.warmup_messages}")
         for identifier, x, y in itertools.chain(held, stream):
-            yield identifier, (x if scaler is None else scaler.transform(x)), y
+            # (A row refused for unknown features is not scaled: scaling would log them as
+            # passing unscaled.)
+            keep = scaler is None or (scaler.refuse_unknown and bool(scaler.unknown(x)))
+            yield identifier, (x if keep else scaler.transform(x)), y
 
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()

@@ -390,7 +390,8 @@ def dead_letter(
     error: str, raw: bytes | None, source: Source, max_bytes: int, reason: str = "malformed"
 ) -> dict[str, Any]:
     """The dead-letter record of a message: what is wrong (``error``, a sentence), the kind of
-    problem (``reason``: malformed, unknown_id, duplicate_id, non_finite, refused, internal),
+    problem (``reason``: malformed, unknown_id, duplicate_id, unsupported, unknown_feature,
+    non_finite, refused, internal),
     the original bytes and where it was read.
 
     The bytes are kept as text when they are UTF-8, otherwise in base64, and cut short

@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-
 class Record:
     """One consumed message (kafka-python's ConsumerRecord has the same attributes)."""
 

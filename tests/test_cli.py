@@ -1047,7 +1047,7 @@ def test_the_demo_refuses_a_predictor_configuration(tmp_path, capsys):
 
 
 def test_evaluate_skips_a_row_with_an_unknown_feature_as_the_daemon_dead_letters_it(
-        tmp_path, capsys):
+        tmp_path, capsys, caplog):
     data = tmp_path / "rows.jsonl"
     rows = [{"id": i, "x": {"amount": float(i % 7), "hour": float(i % 5)}, "y": i % 2 == 0}
             for i in range(30)]
@@ -1055,9 +1055,12 @@ def test_evaluate_skips_a_row_with_an_unknown_feature_as_the_daemon_dead_letters
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     settings = ["--set", "scaler.mode=fixed", "--set", "scaler.scales={ amount = 2.0, hour = 1.5 }",
                 "--set", "scaler.unknown_features=dead_letter"]
-    assert main(["evaluate", "--dataset", str(data), "--no-progress", *settings]) == 0
+    with caplog.at_level("INFO", logger="stream_svm.scaler"):
+        assert main(["evaluate", "--dataset", str(data), "--no-progress", *settings]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["points"], report["skipped"]) == (29, 1)
+    # Not also logged as a feature the model takes unscaled: it takes nothing of that row.
+    assert "'amout' has no statistics in the scaler (not in its settings" not in caplog.text
     assert "point 4: feature 'amout' has no statistics in the scaler" in report["skipped_first"][0]
 
 
