@@ -1,6 +1,7 @@
-"""A warning, once per model, when an RBF kernel's gamma does not fit the features' scale: the
-default gamma = 1 on 10 standardized features made nearly every point a support vector of its
-own (77 % accuracy in 137 s, where gamma = 0.01 gave 88 % in 1.2 s) without a word."""
+"""A warning (once per process, model type and direction) when an RBF kernel's gamma does not
+fit the features' scale: the default gamma = 1 on 10 standardized features made nearly every
+point a support vector of its own (77 % accuracy in 137 s, where gamma = 0.01 gave 88 % in
+1.2 s) without a word."""
 
 from __future__ import annotations
 
