@@ -228,7 +228,8 @@ def batch_size_experiment(name: str, X, y, params: dict, sizes: list[int]) -> No
 
     # Reference: the paper's Woodbury form on the same feature map, without intercept terms.
     design = start_model._design(
-        train_frame.to_numpy(), start_model._omega, start_model._phase
+        train_frame[start_model.feature_names_].to_numpy(), start_model._omega,
+        start_model._phase
     )
     targets = np.where(noisy, 1.0, -1.0)
 

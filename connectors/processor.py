@@ -534,8 +534,8 @@ class Processor:
                 try:
                     scores[i] = self._scores([entry.op.x])[0]  # type: ignore[union-attr]
                 except _REFUSALS as single:
-                    # The model refuses to score these features (an LS-SVM's Fourier map was
-                    # drawn without this name, or overflows on it): the producer's to fix.
+                    # The model refuses to score these features (an LS-SVM's Fourier map
+                    # overflows on them): the producer's to fix.
                     self._reject(
                         entry,
                         f"the model cannot score these features: {type(single).__name__}: "

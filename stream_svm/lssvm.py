@@ -37,6 +37,7 @@ residue stays in Phi Phi^T or Phi y. Each guard raises ValueError and leaves the
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from collections.abc import Hashable, Iterable, Mapping
@@ -69,7 +70,6 @@ from stream_svm._input import (
     FeatureSpace,
     check_classes,
     check_findable_keys,
-    check_new_name,
     check_paired,
     class_of,
     classes_of,
@@ -177,10 +177,31 @@ def _frame_to_rows(
     return rows, new
 
 
-def _sort_key(name: Hashable) -> tuple[str, str]:
-    # Feature names may mix types; a total, dict-order-free order keeps the random Fourier
-    # map independent of the order in which the first sample lists its features.
-    return type(name).__name__, repr(name)
+def _name_words(name: Hashable) -> list[int]:
+    """Two 64-bit words from a feature name, the same in every process for names that are
+    equal as dict keys (1, 1.0 and True; a str and its subclasses): they seed the name's row of
+    random Fourier frequencies, so that a name gets the same row whenever and in whatever order
+    it first comes."""
+    digest = hashlib.blake2b(_name_text(name).encode("utf-8", "surrogatepass"),
+                             digest_size=16).digest()
+    return [int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")]
+
+
+def _name_text(name: Hashable) -> str:
+    if isinstance(name, str):
+        return "str:" + str(name)
+    if isinstance(name, numbers.Integral):
+        return f"int:{int(name)}"
+    if isinstance(name, float) and name.is_integer():
+        return f"int:{int(name)}"
+    if isinstance(name, tuple):
+        return "tuple:(" + ",".join(_name_text(item) for item in name) + ")"
+    return f"{type(name).__qualname__}:{name!r}"
+
+
+# The streams of the random Fourier map, under its seed: one per feature name, one for phases.
+_FREQUENCY_STREAM = 0
+_PHASE_STREAM = 1
 
 
 class _IncrementalLSSVM(FixedParameters):
@@ -190,6 +211,7 @@ class _IncrementalLSSVM(FixedParameters):
     # (for a model pickled before they were kept: the state's own terms are the scale)
     _gram_terms = 0.0
     _rhs_terms = 0.0
+    _fourier_seed = None  # (a model pickled before it was kept: drawn from ``seed`` on use)
 
     def __init__(
         self,
@@ -232,9 +254,10 @@ class _IncrementalLSSVM(FixedParameters):
         # Samples learned under a key, kept so that they can be forgotten by it: (x, y).
         self._kept: dict[Hashable, tuple[dict[Hashable, float], object]] = {}
 
-        self._space: FeatureSpace | None = None  # fixed at first sight for "rff"
+        self._space: FeatureSpace | None = None  # the input features, once one is learned
         self._omega: np.ndarray | None = None  # rff frequencies, (n_inputs, n_components)
         self._phase: np.ndarray | None = None  # rff phases, (n_components,)
+        self._fourier_seed: int | None = None  # the map's seed (``_map_seed``)
         width = self._bias_width + (n_components if features == "rff" else 0)
         self._gram_hi = np.diag(self._regularization(width))  # A = D + Phi Phi^T
         self._gram_lo = np.zeros((width, width))
@@ -292,26 +315,39 @@ class _IncrementalLSSVM(FixedParameters):
             return _frame_to_rows(space, data)
         return space.vectorize_many(data)
 
-    @staticmethod
-    def _names_of(data: list[Mapping[Hashable, object]] | pd.DataFrame) -> list[Hashable]:
-        if isinstance(data, pd.DataFrame):
-            return _frame_columns(data)
-        names: dict[Hashable, None] = {}
-        for x in data:
-            if not isinstance(x, Mapping):
-                raise TypeError(
-                    f"x must be a dict of feature name -> number, got {type(x).__name__}"
-                )
-            names.update(dict.fromkeys(x))
-        return list(names)
+    def _map_seed(self) -> int:
+        """The seed of the random Fourier map: ``seed``, or the one drawn for the model at its
+        first update (kept in its checkpoints, so that a restored model draws a new feature's
+        row as the original would), or a new one before that (kept by the update that commits
+        it)."""
+        if self._fourier_seed is not None:
+            return self._fourier_seed
+        if self.seed is not None:
+            return int(self.seed)
+        return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
 
-    def _draw_fourier_map(self, n_inputs: int) -> tuple[np.ndarray, np.ndarray]:
-        # exp(-gamma ||x - x'||^2) is the characteristic function of N(0, 2 gamma I)
-        # (Rahimi & Recht), hence the frequency scale.
-        rng = np.random.default_rng(self.seed)
-        omega = rng.normal(scale=math.sqrt(2.0 * self.gamma), size=(n_inputs, self.n_components))
-        phase = rng.uniform(0.0, 2.0 * math.pi, size=self.n_components)
-        return omega, phase
+    def _fourier_map(self, seed: int, names: list[Hashable], omega: np.ndarray | None,
+                     phase: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The map's frequencies over ``names`` (``omega`` holds the first rows, for the names
+        already mapped) and its phases, drawing what is missing under ``seed``.
+
+        exp(-gamma ||x - x'||^2) is the characteristic function of N(0, 2 gamma I) (Rahimi &
+        Recht), hence the frequencies' scale. Each name's row comes from its own stream (the
+        seed and the name), so a feature that first appears later gets the row it would have
+        had from the start; the samples learned before it read 0 for it, so their image under
+        the grown map is the one they were learned with, and learning stays exact."""
+        if phase is None:
+            phase = np.random.default_rng([seed, _PHASE_STREAM]).uniform(
+                0.0, 2.0 * math.pi, size=self.n_components)
+        known = 0 if omega is None else omega.shape[0]
+        if known == len(names) and omega is not None:
+            return omega, phase
+        scale = math.sqrt(2.0 * self.gamma)
+        rows = np.empty((len(names) - known, self.n_components))
+        for i, name in enumerate(names[known:]):
+            stream = np.random.default_rng([seed, _FREQUENCY_STREAM, *_name_words(name)])
+            rows[i] = stream.normal(scale=scale, size=self.n_components)
+        return (rows if omega is None else np.vstack([omega, rows])), phase
 
     def _design(
         self, rows: np.ndarray, omega: np.ndarray | None, phase: np.ndarray | None
@@ -341,21 +377,11 @@ class _IncrementalLSSVM(FixedParameters):
             # Still validate, so that bad input is reported even before training.
             self._vectorize(FeatureSpace(), data)
             return None
-        rows, new = self._vectorize(self._space, data)
-        if new and self.features == "rff":
-            raise ValueError(self._rff_new_features_message(new))
-        # A linear weight of a never-learned feature is 0, so those columns are dropped.
+        rows, _ = self._vectorize(self._space, data)
+        # A feature never learned has a linear weight of 0, and no row of Fourier frequencies
+        # yet (it reads 0, as a missing one does): its columns are dropped.
         rows = rows[:, : len(self._space)]
         return self._design(rows, self._omega, self._phase)
-
-    def _rff_new_features_message(self, new: list[Hashable]) -> str:
-        assert self._space is not None
-        return (
-            f"features {new!r} were not present when the random Fourier map was drawn (it was "
-            f"fixed at the first sample, on the features {self._space.names!r}); the 'rff' map "
-            "cannot grow, so send every feature from the first sample on (missing ones read 0), "
-            "or use features='linear'"
-        )
 
     def _decisions(self, data: list[Mapping[Hashable, object]] | pd.DataFrame) -> np.ndarray:
         design = self._prediction_design(data)
@@ -399,30 +425,10 @@ class _IncrementalLSSVM(FixedParameters):
 
         space, omega, phase = self._space, self._omega, self._phase
         if space is None:
-            if self.features == "rff":
-                first_names = self._names_of(add) + self._names_of(remove)
-                if not first_names:
-                    # The map is drawn on the first samples' features and cannot grow: drawn
-                    # on none, it would refuse every later sample that has some.
-                    raise ValueError(
-                        "the first samples learned with features='rff' have no features: the "
-                        "random Fourier map is drawn on the first samples' features and cannot "
-                        "grow, so the model learns nothing until a sample with features comes "
-                        "(nothing was learned)"
-                    )
-                for name in first_names:  # (as vectorizing checks a new name)
-                    check_new_name(name)
-                space = FeatureSpace(sorted(dict.fromkeys(first_names), key=_sort_key))
-            else:
-                space = FeatureSpace()
+            space = FeatureSpace()
         staged = FeatureSpace(space.names)
         rows_add, new = self._vectorize(staged, add)
-        if new and self.features == "rff":
-            if self._space is None:  # cannot happen: the first batch defines the space
-                raise AssertionError(new)
-            raise ValueError(self._rff_new_features_message(new))
-        self._check_feature_bounds(len(staged) - (0 if self._space is None else len(self._space))
-                                   + len(new), len(staged) + len(new))
+        self._check_feature_bounds(len(new), len(staged) + len(new))
         staged.add(new)
         rows_remove, unknown = self._vectorize(staged, remove)
         if unknown:
@@ -430,8 +436,10 @@ class _IncrementalLSSVM(FixedParameters):
                 f"cannot forget a sample with the features {unknown!r}: the model never learned "
                 "them, so this sample was never added"
             )
-        if self.features == "rff" and omega is None:
-            omega, phase = self._draw_fourier_map(len(staged))
+        seed = None
+        if self.features == "rff":
+            seed = self._map_seed()
+            omega, phase = self._fourier_map(seed, staged.names, omega, phase)
 
         design = np.vstack(
             [
@@ -515,7 +523,7 @@ class _IncrementalLSSVM(FixedParameters):
 
         # Commit.
         self._space = staged
-        self._omega, self._phase = omega, phase
+        self._omega, self._phase, self._fourier_seed = omega, phase, seed
         self._gram_hi, self._gram_lo = new_gram_hi, new_gram_lo
         self._rhs_hi, self._rhs_lo = new_rhs_hi, new_rhs_lo
         self._gram_terms, self._rhs_terms = (0.0, 0.0) if n_after == 0 else (gram_terms,
@@ -806,6 +814,8 @@ class _IncrementalLSSVM(FixedParameters):
             "callables": callables,
             "features": plain_names,
             "has_space": self._space is not None,
+            # (the map's seed as text: JSON readers other than Python's lose digits past 2^53)
+            "fourier_seed": None if self._fourier_seed is None else str(self._fourier_seed),
             "n_samples": self.n_samples_,
             # (None past the largest float: JSON has no inf, and the restore then falls back)
             "roundoff_terms": [t if math.isfinite(t) else None
@@ -883,6 +893,13 @@ class _IncrementalLSSVM(FixedParameters):
             model._omega = np.array(arrays["omega"], dtype=float)
             model._phase = np.array(arrays["phase"], dtype=float)
         model._space = FeatureSpace(names) if has_space else None
+        fourier_seed = meta.get("fourier_seed")
+        if fourier_seed is not None:
+            if not (isinstance(fourier_seed, str) and fourier_seed.isdigit()
+                    and int(fourier_seed) < 2**64):
+                raise ValueError("checkpoint metadata 'fourier_seed' must be the text of an "
+                                 f"integer in [0, 2^64), got {fourier_seed!r}")
+            model._fourier_seed = int(fourier_seed)
         model.n_samples_ = int(meta["n_samples"])
         terms = meta.get("roundoff_terms")
         if (isinstance(terms, list) and len(terms) == 2
@@ -930,9 +947,12 @@ _PARAMETERS_DOC = """
     features
         ``"linear"``: phi is the identity over the input features, in first-seen order; a
         feature seen later extends w with a zero. ``"rff"``: random Fourier features
-        approximating the RBF kernel exp(-gamma ||x - x'||^2); the input features are fixed at
-        the first learned sample (sorted, so the dict order never matters) and a later new
-        feature is an error. Missing features read 0 under both maps.
+        approximating the RBF kernel exp(-gamma ||x - x'||^2), cos(omega' x + phase) over
+        n_components frequencies; each input feature's row of omega is drawn from ``seed`` and
+        the feature's name when the feature is first learned, so a feature may appear at any
+        time (the samples before it read 0 for it: the update stays exact) and the order the
+        features come in never matters. Missing features read 0 under both maps; a feature
+        never learned is ignored in predictions.
     n_components
         Number of random Fourier features (``"rff"`` only).
     gamma
@@ -940,7 +960,8 @@ _PARAMETERS_DOC = """
     fit_intercept
         Learn an unregularized bias b (it is not shrunk by rho, as in Suykens' LS-SVM).
     seed
-        Seed of the random Fourier map; the same seed gives the same map.
+        Seed of the random Fourier map; the same seed gives the same map (None: one drawn at
+        the first update, and kept in the model's checkpoints).
     max_features
         Bound on the input feature names (None: no bound). The state is a J x J matrix over
         them (two, with compensated sums: 16 J^2 bytes, 16 MB at the default 1000), so an
@@ -1012,9 +1033,6 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
         yield {}
         yield {"features": "rff", "n_components": 20, "gamma": 0.1, "rho": 0.5, "seed": 3}
 
-    def _unit_test_skips(self) -> set[str]:
-        return _rff_skips(self.features)
-
     @staticmethod
     def decision_to_proba(decisions: np.ndarray | float) -> np.ndarray:
         """The probability of the positive class for decision values f: clip((1 + f) / 2),
@@ -1069,9 +1087,6 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
         yield {}
         yield {"features": "rff", "n_components": 20, "gamma": 0.01, "rho": 0.5, "seed": 3}
 
-    def _unit_test_skips(self) -> set[str]:
-        return _rff_skips(self.features)
-
     def predict_one(self, x: dict, **kwargs: Any) -> float:
         return finite_score(self.decision_function_one(x))
 
@@ -1086,13 +1101,4 @@ IncrementalLSSVR.__doc__ = (IncrementalLSSVR.__doc__ or "").format(parameters=_P
 
 def _probability(decision: float) -> float:
     return min(1.0, max(0.0, (1.0 + decision) / 2.0))
-
-
-def _rff_skips(features: str) -> set[str]:
-    if features != "rff":
-        return set()
-    # Both checks learn a sample with features the first sample lacked; the random Fourier
-    # map is drawn once over the first sample's features and cannot grow, which is the
-    # documented error.
-    return {"check_emerging_features", "check_learn_many_matches_learn_one"}
 

@@ -380,16 +380,68 @@ def test_bad_feature_values_are_named_and_change_nothing():
     assert snapshot(model) == before
 
 
-def test_rff_new_feature_is_a_clear_error():
-    model = IncrementalLSSVC(features="rff", n_components=5, seed=0)
-    model.learn_one({"a": 1.0, "b": 2.0}, True)
+def test_rff_features_may_appear_at_any_time_and_learning_stays_exact():
+    # The map was fixed on the first sample's features: a later one stopped a River
+    # pipeline whose one-hot encoder met a new category (and dead-lettered it in the daemon).
+    rng = np.random.default_rng(4)
+    X, _ = make_data(rng, n=120)
+    X[:40, 3:] = 0.0  # f3 to f5 first come at sample 40, f5 at sample 80
+    X[:80, 5] = 0.0
+    targets = X[:, 0] - X[:, 4] + 0.1 * X[:, 5]
+    model = IncrementalLSSVR(features="rff", n_components=30, gamma=0.2, rho=0.5, seed=2)
+    for row, target in zip(X[:40], targets[:40], strict=True):
+        model.learn_one({k: v for k, v in as_dict(row).items() if v != 0.0}, target)
     before = snapshot(model)
-    with pytest.raises(ValueError, match=r"\['c'\] were not present when the random Fourier"):
-        model.learn_one({"a": 1.0, "c": 2.0}, False)
-    with pytest.raises(ValueError, match="cannot grow"):
-        model.predict_one({"c": 1.0})
+    query = as_dict(X[50])
+    known = {name: query[name] for name in ("f0", "f1", "f2")}
+    # A feature never learned has no frequencies yet: it is ignored, and nothing changes.
+    assert model.predict_one(query) == model.predict_one(known)
     assert snapshot(model) == before
-    model.learn_one({"a": 1.0}, False)  # missing features read 0
+    for row, target in zip(X[40:], targets[40:], strict=True):
+        model.learn_one({k: v for k, v in as_dict(row).items() if v != 0.0}, target)
+    assert sorted(model.feature_names_) == NAMES and model._omega.shape == (6, 30)
+    order = [NAMES.index(name) for name in model.feature_names_]
+    assert relative_error(model, X[:, order], targets) < 1e-10
+    assert model.predict_one(query) != model.predict_one(known)
+
+
+def test_a_features_fourier_row_does_not_depend_on_when_it_first_came():
+    late = IncrementalLSSVC(features="rff", n_components=8, seed=5)
+    late.learn_one({"a": 1.0}, True)
+    late.learn_one({"b": 2.0, "a": -1.0}, False)
+    early = IncrementalLSSVC(features="rff", n_components=8, seed=5)
+    early.learn_many(pd.DataFrame({"b": [0.0, 2.0], "a": [1.0, -1.0]}),
+                     pd.Series([True, False]))
+    assert late.feature_names_ == ["a", "b"] and early.feature_names_ == ["b", "a"]
+    np.testing.assert_array_equal(late._omega, early._omega[[1, 0]])
+    np.testing.assert_array_equal(late._phase, early._phase)
+    for x in ({"a": 0.3, "b": -0.7}, {"b": 1.5}):
+        assert late.decision_function_one(x) == pytest.approx(early.decision_function_one(x),
+                                                              rel=1e-12, abs=1e-12)
+    other = IncrementalLSSVC(features="rff", n_components=8, seed=6)
+    other.learn_one({"a": 1.0}, True)
+    assert not np.array_equal(other._omega, late._omega[:1])
+
+
+def test_a_restored_rff_model_draws_a_new_features_row_as_the_original_does():
+    # With no seed given, the map's seed is drawn at the first update and checkpointed: a
+    # daemon restarted from a checkpoint learns a new feature as it would have without the
+    # restart.
+    model = IncrementalLSSVR(features="rff", n_components=50, rho=0.5)
+    empty = snapshot(model)
+    with pytest.raises(ValueError, match="too large for the random Fourier map"):
+        model.learn_one({"a": 1.7e308}, 1.0)  # (a refused first update draws no seed)
+    assert snapshot(model) == empty
+    model.learn_one({"a": 1.0}, 1.0)
+    arrays, meta = model.to_checkpoint()
+    restored = IncrementalLSSVR.from_checkpoint(arrays, meta)
+    fresh = IncrementalLSSVR(features="rff", n_components=50, rho=0.5)
+    fresh.learn_one({"a": 1.0}, 1.0)
+    for each in (model, restored, fresh):
+        each.learn_one({"a": 0.5, "b": 2.0}, -1.0)
+    np.testing.assert_array_equal(restored._omega, model._omega)
+    assert restored.predict_one({"a": 0.2, "b": 1.0}) == model.predict_one({"a": 0.2, "b": 1.0})
+    assert not np.array_equal(fresh._omega, model._omega)  # (another model, another seed)
 
 
 @pytest.mark.parametrize(
@@ -441,7 +493,8 @@ def test_river_checks(model, check):
 
 @pytest.mark.parametrize("cls,label", [(IncrementalLSSVC, True), (IncrementalLSSVR, 1.0)])
 def test_features_too_large_for_the_fourier_map_are_refused_and_change_nothing(cls, label):
-    model = cls(features="rff", n_components=10, gamma=1.0, seed=1)
+    # (frequencies of 14 on average: 1e308 times any of them above 1.8 overflows)
+    model = cls(features="rff", n_components=10, gamma=100.0, seed=1)
     model.learn_one({"a": 0.5}, label)
     model.learn_one({"a": -0.5}, -label if isinstance(label, float) else not label)
     arrays, _ = model.to_checkpoint()
@@ -582,19 +635,16 @@ def test_the_rounding_left_in_a_column_no_sample_uses_does_not_refuse_later_forg
         model.forget_one({"e": 5.0}, labels[0])
 
 
-def test_an_rff_model_refuses_a_first_sample_without_features_and_stays_usable():
-    # The map was drawn on no features: every later sample with some was refused, for good
-    # (a daemon dead-lettered every message after one empty first one).
-    from stream_svm import IncrementalLSSVC
-
-    model = IncrementalLSSVC(features="rff", seed=0)
-    with pytest.raises(ValueError, match="have no features: the random Fourier map"):
-        model.learn_one({}, True)
-    assert model.n_samples_ == 0
-    model.learn_one({"a": 1.0}, False)
-    model.learn_one({"a": -1.0}, True)
-    model.learn_one({}, True)  # (once the map is drawn, missing features read 0)
+def test_an_rff_model_learns_a_first_sample_without_features_exactly():
+    # The map was drawn on the first sample's features: drawn on none, it refused every later
+    # sample with some. A sample without features maps to cos(phase), a sample like any other.
+    model = IncrementalLSSVR(features="rff", n_components=12, gamma=0.5, seed=0)
+    model.learn_one({}, 1.0)
+    model.learn_one({"a": 1.0}, -1.0)
+    model.learn_one({"a": -1.0, "b": 0.5}, 2.0)
     assert model.n_samples_ == 3
+    rows = np.array([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.5]])
+    assert relative_error(model, rows, np.array([1.0, -1.0, 2.0])) < 1e-12
 
 
 @pytest.mark.parametrize("round_trip", [False, True])

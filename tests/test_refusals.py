@@ -569,8 +569,10 @@ def test_a_checkpoint_of_the_first_versions_without_the_later_parameters_still_r
     (lambda A, M: A.pop("rhs_lo"), "lacks its 'rhs_lo' array"),
     # A kept row of NaN (read as 0) made forget_one remove another sample than the learned one.
     (lambda A, M: A["X"].__setitem__((0, 0), np.nan), "kept samples hold values that are not"),
+    (lambda A, M: M.__setitem__("fourier_seed", "-3"), "'fourier_seed' must be the text of"),
+    (lambda A, M: M.__setitem__("fourier_seed", 7), "'fourier_seed' must be the text of"),
 ], ids=["solution-huge", "phase-text", "omega-float32", "has-space-list", "n-samples-negative",
-        "fewer-learned-than-kept", "no-rhs-lo", "kept-row-nan"])
+        "fewer-learned-than-kept", "no-rhs-lo", "kept-row-nan", "seed-negative", "seed-number"])
 def test_a_damaged_ls_svm_checkpoint_is_refused_by_name(edit, named):
     model = IncrementalLSSVC(features="rff", n_components=20, seed=1)
     for i in range(5):
