@@ -832,6 +832,15 @@ class _EngineModel(FixedParameters):
         self._compacted_at = len(self._features)
         return kept
 
+    def _unknown_key(self, key: Hashable, noun: str = "point") -> KeyError:
+        """The error for a key to forget that no stored point has: reserve truncation
+        (``reserve_epsilon``) may have discarded the point, which the message then says (a
+        batch to forget is refused whole: filter it against ``stored_keys()``)."""
+        reason = (" (reserve truncation may have discarded it; forget only the keys in "
+                  "stored_keys())" if getattr(self, "reserve_epsilon", None) is not None
+                  else "")
+        return KeyError(f"no stored {noun} has key {key!r}{reason}")
+
     def _forgotten(self) -> None:
         """After a forget: the feature names only the forgotten points had go at once (a
         forgotten text's tokens are names: an erased e-mail address stayed in checkpoints

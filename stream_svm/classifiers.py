@@ -430,11 +430,7 @@ class IncrementalSVC(_EngineClassifier):
                 raise forget_without_key_error(x)
             key = self._find_by_value(x, y)
         elif key not in self._engine:
-            raise KeyError(
-                f"no stored point has key {key!r}"
-                + (" (reserve truncation may have discarded it)"
-                   if self.reserve_epsilon is not None else "")
-            )
+            raise self._unknown_key(key)
         self._engine.update(remove=[key])
         self._after_update()
         self._forgotten()
@@ -482,7 +478,7 @@ class IncrementalSVC(_EngineClassifier):
             labels, rows, new, add_keys = np.zeros(0), np.zeros((0, 0)), [], []
         for key in forget_keys:
             if key not in self._engine:
-                raise KeyError(f"no stored point has key {key!r}")
+                raise self._unknown_key(key)
         if rows.shape[0] == 0:
             rows = np.zeros((0, self._engine.dim))
         self._engine.update(rows, labels, add_keys, remove=forget_keys)

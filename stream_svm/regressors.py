@@ -496,7 +496,7 @@ class IncrementalSVR(_EngineRegressor):
         feature names ``new``) and removing ``forget_keys``."""
         for key in forget_keys:
             if key not in self:
-                raise KeyError(f"no stored sample has key {key!r}")
+                raise self._unknown_key(key, "sample")
         self._apply(rows, targets, add_keys, forget_keys)
         self._features.add(new)
         self._commit_keys(add_keys)

@@ -154,6 +154,35 @@ def test_reserve_truncation_shrinks_memory_and_reports_drift():
     assert agreement > 0.95
 
 
+@pytest.mark.parametrize("regression", [False, True])
+def test_forgetting_a_key_reserve_truncation_discarded_says_so_and_forgets_nothing(regression):
+    # forget_many refused a batch naming one discarded key with "no stored point has key 1"
+    # alone: the user could not tell the model had dropped it by design.
+    from stream_svm import IncrementalSVR
+
+    model = (IncrementalSVR(C=1.0, gamma=0.5, epsilon=0.1, reserve_epsilon=0.0) if regression
+             else IncrementalSVC(C=1.0, gamma=0.5, reserve_epsilon=0.0))
+    for i, (x, y) in enumerate(ring_stream(200, seed=4)):
+        model.learn_one(x, float(y) if regression else y, key=i)
+    stored = set(model.stored_keys())
+    gone = next(k for k in range(200) if k not in stored)
+    kept = next(iter(stored))
+    probe = {"u": 0.3, "v": -0.2}
+    before = model.predict_one(probe)
+    for forget in (lambda: model.forget_many(keys=[kept, gone]),
+                   lambda: model.forget_one(key=gone)):
+        with pytest.raises(KeyError, match=f"has key {gone} .reserve truncation may have "
+                                           "discarded it; forget only the keys in stored_keys"):
+            forget()
+        assert set(model.stored_keys()) == stored and model.predict_one(probe) == before
+    model.forget_many(keys=[k for k in (kept, gone) if k in stored])
+    assert kept not in model.stored_keys()  # (and the points the update then truncated)
+    plain = IncrementalSVC()  # (no truncation: nothing more to say)
+    plain.learn_one(probe, True, key="a")
+    with pytest.raises(KeyError, match=r"^.no stored point has key 'b'.$"):
+        plain.forget_many(keys=["b"])
+
+
 def test_pipeline_and_progressive_validation():
     model = preprocessing.StandardScaler() | IncrementalSVC(C=10.0, gamma=0.2)
     metric = evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
