@@ -543,10 +543,13 @@ class _IncrementalLSSVM(FixedParameters):
                 f"max_new_features={self.max_new_features}; the model is unchanged"
             )
         if self.max_features is not None and total > self.max_features:
+            held = ("the random Fourier map holds n_components frequencies per feature name, "
+                    "which it keeps for good" if self.features == "rff"
+                    else "the state is a J x J matrix over them")
             raise ValueError(
                 f"this update would make {total} feature names, more than "
-                f"max_features={self.max_features} (the state is a J x J matrix over them); "
-                "the model is unchanged"
+                f"max_features={self.max_features} ({held}); the model is unchanged (raise "
+                "max_features, or pass None for no bound, if the features keep coming)"
             )
 
     def _grown_state(
@@ -963,9 +966,13 @@ _PARAMETERS_DOC = """
         Seed of the random Fourier map; the same seed gives the same map (None: one drawn at
         the first update, and kept in the model's checkpoints).
     max_features
-        Bound on the input feature names (None: no bound). The state is a J x J matrix over
-        them (two, with compensated sums: 16 J^2 bytes, 16 MB at the default 1000), so an
-        update that would exceed the bound raises ValueError and changes nothing.
+        Bound on the input feature names (None: no bound); an update that would exceed it
+        raises ValueError and changes nothing. With ``"linear"`` the state is a J x J matrix
+        over them (two, with compensated sums: 16 J^2 bytes, 16 MB at the default 1000); with
+        ``"rff"`` it is n_components wide whatever J, and the map keeps n_components
+        frequencies per name (8 J n_components bytes: 0.8 MB per 1,000 names at 100
+        components), so features that keep coming (one-hot encoded ids) can take a larger
+        bound.
     max_new_features
         Bound on the feature names one update may add (None: no bound).
 

@@ -405,6 +405,22 @@ def test_rff_features_may_appear_at_any_time_and_learning_stays_exact():
     assert model.predict_one(query) != model.predict_one(known)
 
 
+@pytest.mark.parametrize(("features", "held"), [
+    ("rff", "the random Fourier map holds n_components frequencies per feature name, which "
+            "it keeps for good"),
+    ("linear", "the state is a J x J matrix over them")])
+def test_the_feature_bound_names_what_each_map_keeps_per_feature(features, held):
+    # The rff map was refused past max_features "because the state is a J x J matrix", which
+    # it is not (n_components wide whatever J): the message sent users to the wrong remedy.
+    model = IncrementalLSSVC(features=features, max_features=2, seed=0)
+    model.learn_one({"a": 1.0, "b": 1.0}, True)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=f"3 feature names, more than max_features=2 .{held}.; "
+                                         "the model is unchanged .raise max_features"):
+        model.learn_one({"c": 1.0}, False)
+    assert snapshot(model) == before
+
+
 def test_a_features_fourier_row_does_not_depend_on_when_it_first_came():
     late = IncrementalLSSVC(features="rff", n_components=8, seed=5)
     late.learn_one({"a": 1.0}, True)
