@@ -289,7 +289,7 @@ _COMPACTION_SLACK = 64
 #: The kernel's scale is checked once this many points are stored, on up to SCALE_SAMPLE of
 #: them (about a millisecond)...
 SCALE_CHECK_POINTS = 50
-SCALE_SAMPLE = 200
+SCALE_SAMPLE = 200  # (even: the LS-SVMs thin their sample of it by halves)
 #: ...and again every this many updates, on SCALE_SAMPLE points spread over the stored ones.
 SCALE_CHECK_EVERY = 1000
 #: (model type, what was said) of the kernel-scale warnings given in this process.
@@ -303,10 +303,17 @@ NARROW_KERNEL = 10.0
 WIDE_KERNEL = 1e-4
 
 
-def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
+#: What an RBF kernel too narrow for the points does to the engine's models.
+NARROW_SVM = ("nearly every point becomes a support vector of its own (slow, and predictions "
+              "away from the points fall back to the bias)")
+
+
+def kernel_scale_warning(kernel: Kernel, X: np.ndarray, points: str = "stored points",
+                         narrow_effect: str = NARROW_SVM) -> str | None:
     """What is wrong with an RBF kernel's ``gamma`` for the stored points ``X`` (None: nothing,
     or not an RBF kernel). gamma = 1 (the default) on 10 standardized features put 4,001 of
     5,000 points on the margin: 77 % accuracy in 137 s, against 88 % in 1.2 s at gamma = 0.01.
+    ``points`` names what X's rows are, ``narrow_effect`` what a kernel too narrow does.
 
     >>> import numpy as np
     >>> from stream_svm.kernels import make_kernel
@@ -326,12 +333,11 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
     width = kernel.gamma * median
     if WIDE_KERNEL <= width <= NARROW_KERNEL:
         return None
-    where = (f"the median squared distance between {len(X)} stored points (spread over those "
+    where = (f"the median squared distance between {len(X)} {points} (spread over those "
              f"learned so far) is {median:.3g}, so a typical kernel value is exp(-{width:.3g})")
     if width > NARROW_KERNEL:
-        what = (f"large for these features: {where} = {math.exp(-width):.1e}, and nearly every "
-                "point becomes a support vector of its own (slow, and predictions away from "
-                "the points fall back to the bias)")
+        what = (f"large for these features: {where} = {math.exp(-width):.1e}, and "
+                f"{narrow_effect}")
     else:
         what = (f"small for these features: {where} = 1 - {-math.expm1(-width):.1e}; the "
                 "kernel is nearly constant and the model nearly linear with tiny weights")
@@ -339,6 +345,18 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
             f"{1 / median:.3g}. Standardize the features (River's "
             "preprocessing.StandardScaler; the daemon's [scaler]) and see 'Choosing C and "
             "gamma' in the README")
+
+
+def warn_kernel_scale(model: object, message: str | None) -> None:
+    """Warn with ``message`` (:func:`kernel_scale_warning`; None: nothing to say), once per
+    process, model type, gamma and direction: models restored from a state topic one key
+    after another would each say it again."""
+    if message is None:
+        return
+    said = (type(model).__name__, message.split(":")[0])
+    if said not in _SCALE_WARNED:
+        _SCALE_WARNED.add(said)
+        warnings.warn(message, UserWarning, stacklevel=caller_level())
 
 
 def _check_C(C: object) -> float:
@@ -871,15 +889,8 @@ class _EngineModel(FixedParameters):
         # in a time-ordered stream, can be far closer together than the stream's points.
         order = np.argsort(engine.sequence, kind="stable")
         spread = order[np.linspace(0, order.size - 1, min(order.size, SCALE_SAMPLE)).astype(int)]
-        message = kernel_scale_warning(engine.kernel, engine._X[spread, : engine.dim])
-        if message is None:
-            return
-        # Once per process, model type, gamma and direction: models restored from a state
-        # topic one key after another would each say it again.
-        said = (type(self).__name__, message.split(":")[0])
-        if said not in _SCALE_WARNED:
-            _SCALE_WARNED.add(said)
-            warnings.warn(message, UserWarning, stacklevel=caller_level())
+        warn_kernel_scale(self, kernel_scale_warning(engine.kernel,
+                                                     engine._X[spread, : engine.dim]))
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:
         """Query rows with the features no stored point has folded into one column of their
