@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import functools
 import inspect
 import math
@@ -48,19 +49,88 @@ def plain_key(key: Hashable) -> Hashable:
     return key.item() if isinstance(key, np.generic) else key
 
 
+#: The kinds of keys a checkpoint keeps (``key_kind``).
+KEY_AUTO, KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP = range(5)
+
+
 def checkpoint_key_kind(key: Hashable) -> int:
-    """How a checkpoint keeps a point's key: 0 AutoKey, 1 int, 2 str; TypeError for any other
-    key (a checkpoint's metadata goes through JSON, which keeps nothing else as it was)."""
+    """How a checkpoint keeps a point's key: KEY_AUTO (an AutoKey), KEY_INT, KEY_STR,
+    KEY_FLOAT (a float index's labels) or KEY_TIMESTAMP (a DatetimeIndex's, or a datetime);
+    TypeError for any other key (a tuple: JSON and numpy keep no hashable sequence), or a time
+    zone that cannot be written and read back."""
     if isinstance(key, AutoKey):
-        return 0
+        return KEY_AUTO
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return 1
+        return KEY_INT
     if isinstance(key, str):
-        return 2
+        return KEY_STR
+    if isinstance(key, (float, np.floating)):
+        return KEY_FLOAT
+    if isinstance(key, (datetime.datetime, np.datetime64)):
+        _timestamp_parts(key)
+        return KEY_TIMESTAMP
     raise TypeError(f"key {key!r} (a {type(key).__name__}) cannot be checkpointed: a "
-                    "checkpoint keeps str and int keys only. Without keys=, learn_many takes "
-                    "the keys from X's index (a DatetimeIndex gives Timestamps, a float index "
-                    "floats): learn with keys of str or int, e.g. keys=X.index.astype(str)")
+                    "checkpoint keeps str, int, float and timestamp keys. Learn with keys of "
+                    "those (without keys=, learn_many takes them from X's index: pass e.g. "
+                    "keys=[str(key) for key in X.index])")
+
+
+def _timestamp_parts(key: Any) -> tuple[int, str]:
+    """A timestamp key as nanoseconds since the epoch (UTC) and its time zone's name ("" for
+    none), checked to read back as an equal key."""
+    try:
+        stamp = pd.Timestamp(key)
+        zone = "" if stamp.tz is None else str(stamp.tz)
+        nanoseconds = int(stamp.value)
+        back = _timestamp_key(nanoseconds, zone)
+        same = back == key and hash(back) == hash(key)
+    except (TypeError, ValueError, OverflowError):  # (pandas' errors derive from these)
+        same = False
+    if not same:
+        raise TypeError(f"key {key!r} cannot be checkpointed: as a time in nanoseconds and "
+                        "the name of its time zone it does not read back as the same key; use "
+                        "a time zone by name (e.g. 'UTC', 'Europe/Paris'), or str keys")
+    return nanoseconds, zone
+
+
+def _timestamp_key(nanoseconds: int, zone: str) -> pd.Timestamp:
+    return pd.Timestamp(nanoseconds, tz=zone or None)
+
+
+def key_to_json(key: Hashable) -> Any:
+    """A user key (not an AutoKey) as checkpoint metadata keeps it: an int or a str as it is,
+    a float or a timestamp as a tagged object (JSON has no infinity, and no time)."""
+    kind = checkpoint_key_kind(key)
+    if kind == KEY_INT:
+        return int(key)  # type: ignore[call-overload]
+    if kind == KEY_FLOAT:
+        return {"float_bits": int(np.float64(key).view(np.int64))}  # (every bit, inf too)
+    if kind == KEY_TIMESTAMP:
+        nanoseconds, zone = _timestamp_parts(key)
+        return {"timestamp_ns": nanoseconds, "zone": zone}
+    return key
+
+
+def key_from_json(value: Any) -> Hashable:
+    """The key :func:`key_to_json` wrote; ValueError for anything else."""
+    if isinstance(value, dict):
+        if set(value) == {"float_bits"} and _is_int64(value["float_bits"]):
+            key = float(np.int64(value["float_bits"]).view(np.float64))
+            if key == key:
+                return key
+        elif (set(value) == {"timestamp_ns", "zone"} and _is_int64(value["timestamp_ns"])
+              and isinstance(value["zone"], str)):
+            with contextlib.suppress(TypeError, ValueError, OverflowError):
+                return _timestamp_key(value["timestamp_ns"], value["zone"])
+        raise ValueError(f"{value!r} is not a key a checkpoint writes")
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"{value!r} is not a key a checkpoint writes")
+
+
+def _is_int64(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and -(2**63) <= value < 2**63)
 
 
 def texts_to_arrays(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
@@ -112,18 +182,28 @@ def texts_from_arrays(arrays: Mapping[str, Any], name: str) -> list[str]:
 
 
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
-    """Point keys as four checkpoint arrays (no object dtype): ``key_kind`` (0 AutoKey,
-    1 int, 2 str), ``key_int``, and the texts of str keys (empty for the others) in
-    ``key_str_utf8`` / ``key_str_ends``; TypeError for any other key type."""
+    """Point keys as four checkpoint arrays (no object dtype): ``key_kind`` (KEY_AUTO,
+    KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP), ``key_int`` (the number of an automatic key,
+    an int key, a float key's bits, a timestamp's nanoseconds since the epoch), and texts (a str
+    key, a timestamp's time zone, else empty) in ``key_str_utf8`` / ``key_str_ends``;
+    TypeError for any other key type."""
     kinds, ints, texts = [], [], []
     for key in keys:
         kind = checkpoint_key_kind(key)
         kinds.append(kind)
-        if kind == 0:
-            ints.append(key.number)
+        text = ""
+        if kind == KEY_AUTO:
+            number = key.number  # type: ignore[attr-defined]
+        elif kind == KEY_INT:
+            number = int(key)  # type: ignore[call-overload]
+        elif kind == KEY_FLOAT:
+            number = int(np.float64(key).view(np.int64))
+        elif kind == KEY_TIMESTAMP:
+            number, text = _timestamp_parts(key)
         else:
-            ints.append(int(key) if kind == 1 else 0)
-        texts.append(key if kind == 2 else "")
+            number, text = 0, key
+        ints.append(number)
+        texts.append(text)
     return {
         "key_kind": np.array(kinds, dtype=np.int8),
         "key_int": np.array(ints, dtype=np.int64),
@@ -140,18 +220,26 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
     if (kinds.ndim != 1 or numbers_.shape != kinds.shape or kinds.dtype.kind not in "iu"
             or numbers_.dtype.kind not in "iu"):
         raise ValueError("the checkpoint's key_kind and key_int are not one integer per key")
-    if not np.all((kinds >= 0) & (kinds <= 2)):
+    if not np.all((kinds >= KEY_AUTO) & (kinds <= KEY_TIMESTAMP)):
         raise ValueError("the checkpoint's key_kind holds a kind other than 0 (automatic), "
-                         "1 (int) and 2 (str)")
-    if np.any(numbers_[kinds == 0] < 1):
+                         "1 (int), 2 (str), 3 (float) and 4 (timestamp)")
+    if np.any(numbers_[kinds == KEY_AUTO] < 1):
         raise ValueError("the checkpoint holds an automatic key numbered below 1")
     texts = texts_from_arrays(arrays, "key_str")
     if len(texts) != kinds.size:
         raise ValueError(f"the checkpoint holds {len(texts)} key texts for {kinds.size} keys")
-    return [
-        AutoKey(int(number)) if kind == 0 else int(number) if kind == 1 else text
-        for kind, number, text in zip(kinds.tolist(), numbers_.tolist(), texts, strict=True)
-    ]
+    keys: list[Hashable] = []
+    for kind, number, text in zip(kinds.tolist(), numbers_.tolist(), texts, strict=True):
+        if kind == KEY_AUTO:
+            keys.append(AutoKey(int(number)))
+        elif kind == KEY_INT:
+            keys.append(int(number))
+        elif kind == KEY_STR:
+            keys.append(text)
+        else:
+            keys.append(key_from_json({"float_bits": int(number)} if kind == KEY_FLOAT
+                                      else {"timestamp_ns": int(number), "zone": text}))
+    return keys
 
 
 def stored_rows_frame(X: np.ndarray, rows: np.ndarray, keys: list[Hashable],

@@ -15,8 +15,9 @@ from stream_svm._engine_model import (
     JSON_LIST,
     AutoKey,
     check_checkpoint_meta,
-    checkpoint_key_kind,
     forget_without_key_error,
+    key_from_json,
+    key_to_json,
     plain_key,
     refused_unchanged,
 )
@@ -285,10 +286,9 @@ class _SlidingWindow:
     def _checkpoint_extra(self) -> dict[str, Any]:
         # Buffered keys obey the stored keys' rule (a tuple would come back from JSON as an
         # unhashable list, and break the restored model at its next slide).
-        kinds = [checkpoint_key_kind(key) for key in self._buffer_keys]
         return {"buffer_labels": list(self._buffer_values),
-                "buffer_keys": [k.number if kind == 0 else int(k) if kind == 1 else k
-                                for k, kind in zip(self._buffer_keys, kinds, strict=True)],
+                "buffer_keys": [k.number if isinstance(k, AutoKey) else key_to_json(k)
+                                for k in self._buffer_keys],
                 "buffer_auto": [isinstance(k, AutoKey) for k in self._buffer_keys],
                 "buffer_rows": [row.tolist() for row in self._buffer_rows]}
 
@@ -319,7 +319,11 @@ class _SlidingWindow:
         if any(flag and not (isinstance(k, int) and not isinstance(k, bool))
                for k, flag in zip(keys, auto, strict=True)):
             raise ValueError("an automatic buffered key of the checkpoint is not a number")
-        buffer_keys = [AutoKey(k) if flag else k for k, flag in zip(keys, auto, strict=True)]
+        try:
+            buffer_keys = [AutoKey(k) if flag else key_from_json(k)
+                           for k, flag in zip(keys, auto, strict=True)]
+        except ValueError as exc:
+            raise ValueError(f"the checkpoint's buffered keys: {exc}") from None
         try:
             check_findable_keys(buffer_keys)
         except KeyError as exc:  # (a KeyError's text is its repr)

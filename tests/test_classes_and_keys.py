@@ -236,18 +236,54 @@ def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
         model.to_checkpoint()
 
 
-def test_keys_from_a_datetime_index_are_named_with_their_type_when_checkpointed():
-    frame = pd.DataFrame({"a": [1.0, -1.0]},
-                         index=pd.date_range("2024-01-01", periods=2, freq="h"))
+@pytest.mark.parametrize("make", ["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR",
+                                  "IncrementalLSSVC"])
+def test_keys_from_a_datetime_or_float_index_survive_a_checkpoint(make):
+    # learn_many takes its keys from X's index: a DatetimeIndex's Timestamps (and a float
+    # index's floats) were learned, then refused by the first to_checkpoint, hours later.
+    import datetime
+    import json
+
+    import stream_svm
+
+    cls = getattr(stream_svm, make)
+    model = cls(window_size=6, step=4) if make.startswith("Sliding") else cls()
+    regression = make.endswith("SVR")
+    times = pd.date_range("2024-03-30 22:00", periods=5, freq="h", tz="Europe/Paris")
+    frame = pd.DataFrame({"a": [1.0, -1.0, 0.5, -0.5, 2.0]}, index=times)
+    values = [1.0, -1.0, 0.5, -0.5, 2.0] if regression else [True, False, True, False, True]
+    keyed = {"keys": list(times)} if make.endswith("LSSVC") else {}
+    model.learn_many(frame, pd.Series(values, index=frame.index), **keyed)
+    others = [2.5, float("inf"), pd.Timestamp("2024-01-01 00:00:00.000000001"),
+              datetime.datetime(2024, 5, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))]
+    for i, key in enumerate(others):
+        model.learn_one({"a": 0.1 * i}, values[i % 2], key=key)  # (a window buffers some)
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    probe = {"a": 0.3}
+    assert restored.predict_one(probe) == model.predict_one(probe)
+    for key in [*times[-2:], *others]:
+        assert (key in restored) == (key in model), key
+    forgettable = [key for key in [times[-1], 2.5, others[2]] if key in model]
+    assert forgettable
+    for each in (model, restored):
+        each.forget_many(keys=forgettable)
+    assert restored.predict_one(probe) == model.predict_one(probe)
+
+
+def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
+    frame = pd.DataFrame({"a": [1.0, -1.0]}, index=pd.MultiIndex.from_tuples([("p", 1),
+                                                                             ("q", 2)]))
     model = IncrementalSVC()
     model.learn_many(frame, pd.Series([True, False], index=frame.index))
-    with pytest.raises(TypeError, match=r"\(a Timestamp\).*keys=X\.index\.astype\(str\)"):
+    with pytest.raises(TypeError, match=r"\(a tuple\).*keeps str, int, float and timestamp "
+                                        r"keys.*keys=\[str\(key\) for key in X\.index\]"):
         model.to_checkpoint()
     fixed = IncrementalSVC()
-    fixed.learn_many(frame, pd.Series([True, False], index=frame.index),
-                     keys=frame.index.astype(str))
+    keys = [str(key) for key in frame.index]  # (the fix the message gives, as written)
+    fixed.learn_many(frame, pd.Series([True, False], index=frame.index), keys=keys)
     restored = IncrementalSVC.from_checkpoint(*fixed.to_checkpoint())
-    assert restored.stored_keys() == list(frame.index.astype(str))
+    assert restored.stored_keys() == ["('p', 1)", "('q', 2)"]
 
 
 @pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, IncrementalLSSVC])
