@@ -56,8 +56,8 @@ KEY_AUTO, KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP = range(5)
 def checkpoint_key_kind(key: Hashable) -> int:
     """How a checkpoint keeps a point's key: KEY_AUTO (an AutoKey), KEY_INT, KEY_STR,
     KEY_FLOAT (a float index's labels) or KEY_TIMESTAMP (a DatetimeIndex's, or a datetime);
-    TypeError for any other key (a tuple: JSON and numpy keep no hashable sequence), or a time
-    zone that cannot be written and read back."""
+    TypeError for any other key (a tuple: JSON and numpy keep no hashable sequence). (A
+    timestamp's time zone is checked as it is written: :func:`_timestamp_parts`.)"""
     if isinstance(key, AutoKey):
         return KEY_AUTO
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
@@ -67,7 +67,6 @@ def checkpoint_key_kind(key: Hashable) -> int:
     if isinstance(key, (float, np.floating)):
         return KEY_FLOAT
     if isinstance(key, (datetime.datetime, np.datetime64)):
-        _timestamp_parts(key)
         return KEY_TIMESTAMP
     raise TypeError(f"key {key!r} (a {type(key).__name__}) cannot be checkpointed: a "
                     "checkpoint keeps str, int, float and timestamp keys. Learn with keys of "
@@ -94,7 +93,18 @@ def _timestamp_parts(key: Any) -> tuple[int, str]:
 
 
 def _timestamp_key(nanoseconds: int, zone: str) -> pd.Timestamp:
+    """The timestamp key :func:`_timestamp_parts` took apart (a datetime comes back as the
+    pandas Timestamp equal to it, with the same hash)."""
     return pd.Timestamp(nanoseconds, tz=zone or None)
+
+
+def _float_key(bits: int) -> float:
+    """The float key whose bits a checkpoint keeps (as an int64); ValueError for a NaN, which
+    no lookup could find."""
+    key = float(np.int64(bits).view(np.float64))
+    if key != key:
+        raise ValueError("a checkpoint's float key is NaN")
+    return key
 
 
 def key_to_json(key: Hashable) -> Any:
@@ -115,9 +125,8 @@ def key_from_json(value: Any) -> Hashable:
     """The key :func:`key_to_json` wrote; ValueError for anything else."""
     if isinstance(value, dict):
         if set(value) == {"float_bits"} and _is_int64(value["float_bits"]):
-            key = float(np.int64(value["float_bits"]).view(np.float64))
-            if key == key:
-                return key
+            with contextlib.suppress(ValueError):
+                return _float_key(value["float_bits"])
         elif (set(value) == {"timestamp_ns", "zone"} and _is_int64(value["timestamp_ns"])
               and isinstance(value["zone"], str)):
             with contextlib.suppress(TypeError, ValueError, OverflowError):
@@ -236,9 +245,14 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
             keys.append(int(number))
         elif kind == KEY_STR:
             keys.append(text)
+        elif kind == KEY_FLOAT:
+            keys.append(_float_key(number))
         else:
-            keys.append(key_from_json({"float_bits": int(number)} if kind == KEY_FLOAT
-                                      else {"timestamp_ns": int(number), "zone": text}))
+            try:
+                keys.append(_timestamp_key(number, text))
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"the checkpoint's timestamp key {number} has a time zone "
+                                 f"{text!r} pandas does not know") from None
     return keys
 
 
@@ -377,7 +391,7 @@ _COMPACTION_SLACK = 64
 #: The kernel's scale is checked once this many points are stored, on up to SCALE_SAMPLE of
 #: them (about a millisecond)...
 SCALE_CHECK_POINTS = 50
-SCALE_SAMPLE = 200  # (even: the LS-SVMs thin their sample of it by halves)
+SCALE_SAMPLE = 200
 #: ...and again every this many updates, on SCALE_SAMPLE points spread over the stored ones.
 SCALE_CHECK_EVERY = 1000
 #: (model type, what was said) of the kernel-scale warnings given in this process.
@@ -391,17 +405,10 @@ NARROW_KERNEL = 10.0
 WIDE_KERNEL = 1e-4
 
 
-#: What an RBF kernel too narrow for the points does to the engine's models.
-NARROW_SVM = ("nearly every point becomes a support vector of its own (slow, and predictions "
-              "away from the points fall back to the bias)")
-
-
-def kernel_scale_warning(kernel: Kernel, X: np.ndarray, points: str = "stored points",
-                         narrow_effect: str = NARROW_SVM) -> str | None:
+def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
     """What is wrong with an RBF kernel's ``gamma`` for the stored points ``X`` (None: nothing,
     or not an RBF kernel). gamma = 1 (the default) on 10 standardized features put 4,001 of
     5,000 points on the margin: 77 % accuracy in 137 s, against 88 % in 1.2 s at gamma = 0.01.
-    ``points`` names what X's rows are, ``narrow_effect`` what a kernel too narrow does.
 
     >>> import numpy as np
     >>> from stream_svm.kernels import make_kernel
@@ -417,20 +424,33 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray, points: str = "stored po
     squared = squared[squared > 0]  # (repeated points say nothing of the scale)
     if squared.size == 0:
         return None
-    median = float(np.median(squared))
-    width = kernel.gamma * median
+    return gamma_scale_message(
+        kernel.gamma, float(np.median(squared)),
+        f"the median squared distance between {len(X)} stored points (spread over those "
+        "learned so far)", "median",
+        "nearly every point becomes a support vector of its own (slow, and predictions away "
+        "from the points fall back to the bias)")
+
+
+def gamma_scale_message(gamma: float, squared_distance: float, measured: str, heuristic: str,
+                        narrow_effect: str) -> str | None:
+    """What is wrong with an RBF ``gamma`` for points a typical ``squared_distance`` apart (as
+    ``measured``: the text of the measurement; ``heuristic``: "median" or "mean"), and what a
+    kernel too narrow does (``narrow_effect``); None when gamma fits (gamma times the
+    distance between WIDE_KERNEL and NARROW_KERNEL) or the points are all one."""
+    if not squared_distance > 0:
+        return None
+    width = gamma * squared_distance
     if WIDE_KERNEL <= width <= NARROW_KERNEL:
         return None
-    where = (f"the median squared distance between {len(X)} {points} (spread over those "
-             f"learned so far) is {median:.3g}, so a typical kernel value is exp(-{width:.3g})")
+    where = f"{measured} is {squared_distance:.3g}, so a typical kernel value is exp(-{width:.3g})"
     if width > NARROW_KERNEL:
-        what = (f"large for these features: {where} = {math.exp(-width):.1e}, and "
-                f"{narrow_effect}")
+        what = f"large for these features: {where} = {math.exp(-width):.1e}, and {narrow_effect}"
     else:
         what = (f"small for these features: {where} = 1 - {-math.expm1(-width):.1e}; the "
                 "kernel is nearly constant and the model nearly linear with tiny weights")
-    return (f"RBF gamma={kernel.gamma:g} is {what}; the median heuristic gives gamma = "
-            f"{1 / median:.3g}. Standardize the features (River's "
+    return (f"RBF gamma={gamma:g} is {what}; the {heuristic} heuristic gives gamma = "
+            f"{1 / squared_distance:.3g}. Standardize the features (River's "
             "preprocessing.StandardScaler; the daemon's [scaler]) and see 'Choosing C and "
             "gamma' in the README")
 

@@ -37,6 +37,8 @@ residue stays in Phi Phi^T or Phi y. Each guard raises ValueError and leaves the
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import hashlib
 import math
 import numbers
@@ -56,7 +58,6 @@ from stream_svm._engine_model import (
     JSON_TEXT,
     SCALE_CHECK_EVERY,
     SCALE_CHECK_POINTS,
-    SCALE_SAMPLE,
     FixedParameters,
     _check_feature_limit,
     check_checkpoint_members,
@@ -65,7 +66,7 @@ from stream_svm._engine_model import (
     checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
-    kernel_scale_warning,
+    gamma_scale_message,
     keys_from_arrays,
     keys_to_arrays,
     restored_params,
@@ -86,7 +87,6 @@ from stream_svm._input import (
 from stream_svm._input import (
     key_list as keys_as_list,
 )
-from stream_svm.kernels import make_kernel
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -184,10 +184,11 @@ def _frame_to_rows(
 
 
 def _name_words(name: Hashable) -> list[int]:
-    """Two 64-bit words from a feature name, the same in every process for names that are
-    equal as dict keys (1, 1.0 and True; a str and its subclasses): they seed the name's row of
-    random Fourier frequencies, so that a name gets the same row whenever and in whatever order
-    it first comes."""
+    """Two 64-bit words from a feature name that seed the name's row of random Fourier
+    frequencies, so that a name gets the same row whenever and in whatever order it first
+    comes: the same for names equal as dict keys (1, 1.0, True, numpy's 1.0; a str and its
+    subclasses), and in every process for str, bytes, numbers and tuples of them (for a name
+    of another type they come from its repr)."""
     digest = hashlib.blake2b(_name_text(name).encode("utf-8", "surrogatepass"),
                              digest_size=16).digest()
     return [int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")]
@@ -196,18 +197,28 @@ def _name_words(name: Hashable) -> list[int]:
 def _name_text(name: Hashable) -> str:
     if isinstance(name, str):
         return "str:" + str(name)
-    if isinstance(name, numbers.Integral):
-        return f"int:{int(name)}"
-    if isinstance(name, float) and name.is_integer():
-        return f"int:{int(name)}"
+    if isinstance(name, bytes):
+        return "bytes:" + bytes(name).hex()
     if isinstance(name, tuple):
         return "tuple:(" + ",".join(_name_text(item) for item in name) + ")"
+    if isinstance(name, (numbers.Number, decimal.Decimal)):
+        # Numbers equal as dict keys hash equally whatever their type: one text for them all.
+        with contextlib.suppress(TypeError, ValueError, ArithmeticError):
+            if name == int(name):  # type: ignore[call-overload]
+                return f"int:{int(name)}"  # type: ignore[call-overload]
+        with contextlib.suppress(TypeError, ValueError, ArithmeticError):
+            as_float = float(name)  # type: ignore[arg-type]
+            if as_float == name:
+                return f"float:{as_float!r}"
     return f"{type(name).__qualname__}:{name!r}"
 
 
 # The streams of the random Fourier map, under its seed: one per feature name, one for phases.
 _FREQUENCY_STREAM = 0
 _PHASE_STREAM = 1
+
+#: After the first check, one added sample in this many feeds the kernel-scale check.
+SCALE_CHECK_STRIDE = 10
 
 
 class _IncrementalLSSVM(FixedParameters):
@@ -218,9 +229,10 @@ class _IncrementalLSSVM(FixedParameters):
     _gram_terms = 0.0
     _rhs_terms = 0.0
     _fourier_seed = None  # (a model pickled before it was kept: drawn from ``seed`` on use)
-    # The samples the kernel-scale check looks at ("rff"), for a model pickled before it.
-    _scale_sample: tuple[dict[Hashable, float], ...] = ()
-    _scale_stride = 1
+    # The kernel-scale check's statistics ("rff"), for a model pickled before they were kept.
+    _scale_mean: np.ndarray | None = None
+    _scale_m2: np.ndarray | None = None
+    _scale_count = 0
     _samples_added = 0
     _next_scale_check = SCALE_CHECK_POINTS
 
@@ -269,11 +281,13 @@ class _IncrementalLSSVM(FixedParameters):
         self._omega: np.ndarray | None = None  # rff frequencies, (n_inputs, n_components)
         self._phase: np.ndarray | None = None  # rff phases, (n_components,)
         self._fourier_seed: int | None = None  # the map's seed (``_map_seed``)
-        # Up to SCALE_SAMPLE added samples, every _scale_stride-th of the _samples_added so
-        # far (spread over the stream), for the check of gamma against the features' scale
-        # ("rff"; nothing else keeps a sample), and when the check is next due.
-        self._scale_sample: tuple[dict[Hashable, float], ...] = ()
-        self._scale_stride = 1
+        # For the check of gamma against the features' scale ("rff"): each feature's mean and
+        # sum of squared deviations over _scale_count of the samples added since the last
+        # check (aggregates only: the model keeps no sample), the samples added in all, and
+        # when the check is next due.
+        self._scale_mean: np.ndarray | None = None
+        self._scale_m2: np.ndarray | None = None
+        self._scale_count = 0
         self._samples_added = 0
         self._next_scale_check = SCALE_CHECK_POINTS
         width = self._bias_width + (n_components if features == "rff" else 0)
@@ -344,39 +358,47 @@ class _IncrementalLSSVM(FixedParameters):
             return int(self.seed)
         return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
 
-    def _check_kernel_scale(self, rows: np.ndarray, names: list[Hashable]
-                            ) -> tuple[tuple[dict[Hashable, float], ...], int, int, int]:
-        """Before ``rows`` (over ``names``) are learned: gamma against the scale of the samples
-        added (:func:`kernel_scale_warning`), once SCALE_CHECK_POINTS were added and again every
-        SCALE_CHECK_EVERY samples, as the engine's models check it. At 10 standardized
-        features (Phishing, degree-2 features) the default gamma = 1 left an "rff" classifier at
-        59 % accuracy, silently. Returns the sample and schedule the update commits."""
-        sample = list(self._scale_sample)
-        stride, added = self._scale_stride, self._samples_added
-        start = (-added) % stride  # (the first row whose number is a multiple of stride)
-        while start < len(rows):
-            row = rows[start]
-            sample.append({names[i]: float(row[i]) for i in np.flatnonzero(row)})
-            if len(sample) > SCALE_SAMPLE:
-                # Every other one (SCALE_SAMPLE is even: this row stays): the sample stays
-                # spread evenly over the stream, every (2 stride)-th sample from now on.
-                sample, stride = sample[::2], 2 * stride
-            start += stride
-        added += len(rows)
+    def _check_kernel_scale(self, rows: np.ndarray) -> tuple[Any, ...]:
+        """Before ``rows`` are learned (once nothing else can refuse them): gamma against the
+        features' scale, as the engine's models check it against their stored points, once
+        SCALE_CHECK_POINTS samples were added and again every SCALE_CHECK_EVERY. At 10
+        standardized features (Phishing's, to degree 2) the default gamma = 1 left an "rff"
+        classifier at 59 % accuracy, silently.
+
+        The scale is the mean squared distance between samples, twice the features' summed
+        variance, over the samples added since the last check: every one up to the first
+        check, then one in SCALE_CHECK_STRIDE (its cost amortized); each feature's mean and
+        sum of squared deviations are merged batch by batch (Chan et al.), so no sample is
+        kept. Returns the statistics and schedule the update commits."""
+        mean, m2, count = self._scale_mean, self._scale_m2, self._scale_count
+        added = self._samples_added
+        step = 1 if added < SCALE_CHECK_POINTS else SCALE_CHECK_STRIDE
+        taken = rows[(-added) % step :: step]
+        if taken.shape[0]:
+            width = rows.shape[1]
+            mean = _padded(mean, width)
+            m2 = _padded(m2, width)
+            batch_mean = taken.mean(axis=0)
+            batch_m2 = ((taken - batch_mean) ** 2).sum(axis=0)
+            total = count + taken.shape[0]
+            delta = batch_mean - mean
+            mean = mean + delta * (taken.shape[0] / total)
+            m2 = m2 + batch_m2 + delta * delta * (count * taken.shape[0] / total)
+            count = total
+        added += rows.shape[0]
         due = self._next_scale_check
-        if added >= due and len(sample) >= 2:
-            due = added + SCALE_CHECK_EVERY
-            columns = {name: j for j, name in enumerate(dict.fromkeys(
-                name for x in sample for name in x))}
-            X = np.zeros((len(sample), len(columns)))
-            for i, x in enumerate(sample):
-                for name, value in x.items():
-                    X[i, columns[name]] = value
-            warn_kernel_scale(self, kernel_scale_warning(
-                make_kernel("rbf", gamma=self.gamma), X, "samples learned",
-                "the random features of samples even close together are unrelated: the model "
-                "learns next to nothing that carries to new samples"))
-        return tuple(sample), stride, added, due
+        if added >= due:
+            if count >= 2:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    distance = 2.0 * float(m2.sum()) / (count - 1)
+                warn_kernel_scale(self, gamma_scale_message(
+                    self.gamma, distance,
+                    f"the mean squared distance between samples learned (over {count} of them)",
+                    "mean", "the random features of samples even close together are unrelated: "
+                    "the model learns next to nothing that carries to new samples"))
+            mean = m2 = None
+            count, due = 0, added + SCALE_CHECK_EVERY
+        return mean, m2, count, added, due
 
     def _fourier_map(self, seed: int, names: list[Hashable], omega: np.ndarray | None,
                      phase: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -492,7 +514,6 @@ class _IncrementalLSSVM(FixedParameters):
         if self.features == "rff":
             seed = self._map_seed()
             omega, phase = self._fourier_map(seed, staged.names, omega, phase)
-            scale_check = self._check_kernel_scale(rows_add, staged.names)
 
         design = np.vstack(
             [
@@ -574,12 +595,16 @@ class _IncrementalLSSVM(FixedParameters):
                 raise ValueError(f"the updated system is numerically singular: {cause}; the "
                                  "model is unchanged")
 
+        if self.features == "rff" and len(add):
+            (scale_mean, scale_m2, scale_count, samples_added,
+             next_scale_check) = self._check_kernel_scale(rows_add)
         # Commit.
         self._space = staged
         self._omega, self._phase, self._fourier_seed = omega, phase, seed
-        if seed is not None:
-            (self._scale_sample, self._scale_stride, self._samples_added,
-             self._next_scale_check) = scale_check
+        if self.features == "rff" and len(add):
+            self._scale_mean, self._scale_m2, self._scale_count = (scale_mean, scale_m2,
+                                                                   scale_count)
+            self._samples_added, self._next_scale_check = samples_added, next_scale_check
         self._gram_hi, self._gram_lo = new_gram_hi, new_gram_lo
         self._rhs_hi, self._rhs_lo = new_rhs_hi, new_rhs_lo
         self._gram_terms, self._rhs_terms = (0.0, 0.0) if n_after == 0 else (gram_terms,
@@ -592,7 +617,8 @@ class _IncrementalLSSVM(FixedParameters):
                 for row, target in zip(rows_add, y_add, strict=True)]
 
     def _check_feature_bounds(self, added: int, total: int) -> None:
-        # A (J + 1) x (J + 1) state over J feature names: bounded before anything is built.
+        # A state over J feature names (J x J, or J x n_components frequencies for "rff"):
+        # bounded before anything is built.
         if self.max_new_features is not None and added > self.max_new_features:
             raise ValueError(
                 f"this update brings {added} new feature names, more than "
@@ -954,8 +980,8 @@ class _IncrementalLSSVM(FixedParameters):
         model._space = FeatureSpace(names) if has_space else None
         fourier_seed = meta.get("fourier_seed")
         if fourier_seed is not None:
-            if not (isinstance(fourier_seed, str) and fourier_seed.isdigit()
-                    and int(fourier_seed) < 2**64):
+            if not (isinstance(fourier_seed, str) and fourier_seed.isascii()
+                    and fourier_seed.isdigit() and int(fourier_seed) < 2**64):
                 raise ValueError("checkpoint metadata 'fourier_seed' must be the text of an "
                                  f"integer in [0, 2^64), got {fourier_seed!r}")
             model._fourier_seed = int(fourier_seed)
@@ -1045,10 +1071,11 @@ class IncrementalLSSVC(_IncrementalLSSVM, base.MiniBatchClassifier):
     (target -1); with ``classes=[negative, positive]`` (e.g. ``["ham", "spam"]``) exactly those
     two labels, which predictions then return. The model is always the closed-form LS-SVM of
     the multiset of samples learned and not forgotten (Lee et al., Theorem 1), whatever the
-    order and batching of the updates. It keeps a (J + 1) x (J + 1) matrix and no sample
-    learned without a key: to forget such a sample the caller supplies it again. A sample
-    that was never learned cannot always be recognized; see the module documentation for what
-    is guarded.
+    order and batching of the updates. It keeps a (J + 1) x (J + 1) matrix (over the
+    n_components random features with ``"rff"``, which also keeps their frequencies per input
+    feature) and no sample learned without a key: to forget such a sample the caller supplies
+    it again. A sample that was never learned cannot always be recognized; see the module
+    documentation for what is guarded.
 
     ``predict_proba_one`` reads the decision value f as an estimate of E[y | x] = 2 p - 1,
     which is what least squares on +-1 targets estimates: p = clip((1 + f) / 2, 0, 1). It is
@@ -1160,6 +1187,16 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
 
 IncrementalLSSVC.__doc__ = (IncrementalLSSVC.__doc__ or "").format(parameters=_PARAMETERS_DOC)
 IncrementalLSSVR.__doc__ = (IncrementalLSSVR.__doc__ or "").format(parameters=_PARAMETERS_DOC)
+
+
+def _padded(values: np.ndarray | None, width: int) -> np.ndarray:
+    """Per-feature statistics over ``width`` features, zeros for those not seen yet (a
+    feature absent from the samples so far read 0 in each)."""
+    if values is None:
+        return np.zeros(width)
+    if values.size == width:
+        return values
+    return np.concatenate([values, np.zeros(width - values.size)])
 
 
 def _probability(decision: float) -> float:

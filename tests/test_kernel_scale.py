@@ -5,6 +5,7 @@ point a support vector of its own (77 % accuracy in 137 s, where gamma = 0.01 ga
 
 from __future__ import annotations
 
+import pickle
 import warnings
 
 import numpy as np
@@ -136,44 +137,57 @@ def test_the_first_points_of_a_smooth_series_do_not_call_a_fitting_gamma_wide():
 
 def test_an_rff_ls_svm_checks_gamma_against_the_samples_it_learns():
     # The LS-SVMs keep no sample, so they never checked: Phishing's degree-2 features at the
-    # default gamma = 1 left an "rff" classifier at 59 % accuracy without a word.
-    from stream_svm import IncrementalLSSVC, IncrementalLSSVR
+    # default gamma = 1 left an "rff" classifier at 59 % accuracy without a word. They check
+    # the mean squared distance between samples (twice the features' summed variance).
+    from stream_svm import IncrementalLSSVC
 
     points = _points(1.0)
     messages = _learn(IncrementalLSSVC(features="rff", seed=0), points)
     assert len(messages) == 1
-    assert messages[0].startswith("RBF gamma=1 is large for these features: the median squared "
-                                  "distance between 50 samples learned (spread over those "
-                                  "learned so far) is ")
+    X = np.array([list(x.values()) for x, _ in points[:50]])
+    distance = 2.0 * X.var(axis=0, ddof=1).sum()
+    assert messages[0].startswith(
+        "RBF gamma=1 is large for these features: the mean squared distance between samples "
+        f"learned (over 50 of them) is {distance:.3g}, so a typical kernel value is "
+        f"exp(-{distance:.3g})")
+    assert f"the mean heuristic gives gamma = {1 / distance:.3g}." in messages[0]
     assert "the random features of samples even close together are unrelated" in messages[0]
     assert _learn(IncrementalLSSVC(features="rff", gamma=0.05, seed=0), points) == []
     assert _learn(IncrementalLSSVC(features="linear"), points) == []  # (no kernel width)
-    # A warning made an error refuses the sample that made the check due: nothing changes.
-    model = IncrementalLSSVR(features="rff", seed=0)
+
+
+def test_an_rff_ls_svms_check_changes_nothing_when_refused_nor_when_the_update_is():
+    from stream_svm import IncrementalLSSVR
+
+    points = _points(1.0)
+    model = IncrementalLSSVR(features="rff", n_components=50, seed=0)
     for x, label in points[:49]:
         model.learn_one(x, float(label))
-    engine_model._SCALE_WARNED.clear()
-    before = (model.n_samples_, model._solution.copy(), len(model._scale_sample))
+    before = pickle.dumps(model)
+    # A sample the model refuses (its features overflow the map) is not counted, and does
+    # not use up the warning given once per process.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="too large for the random Fourier map"):
+            model.learn_one({"f0": 1.7e308}, 1.0)
+        assert pickle.dumps(model) == before
+        # A warning made an error refuses the sample that made the check due.
         with pytest.raises(UserWarning, match="RBF gamma=1 is large"):
             model.learn_one(points[49][0], float(points[49][1]))
-    assert model.n_samples_ == before[0] and len(model._scale_sample) == before[2] == 49
-    np.testing.assert_array_equal(model._solution, before[1])
+    assert pickle.dumps(model) == before
+    assert len(_learn(model, points[49:50], target=lambda x: 1.0)) == 0  # (said once)
+    assert model._samples_added == 50 and model._scale_count == 0
 
 
 def test_an_rff_ls_svm_sees_a_scale_that_jumps_mid_stream():
-    # Its sample of the samples learned stays spread over the whole stream (at most 200, every
-    # other one dropped when full), and the check comes again every 1,000 samples.
+    # After the first check, one sample in ten of each 1,000 feeds the next one: a feature's
+    # unit changed upstream is seen at the next check.
     from stream_svm import IncrementalLSSVC
 
     model = IncrementalLSSVC(features="rff", gamma=0.05, seed=0)
-    steady = _points(1.0, count=1500)
-    assert _learn(model, steady) == []
-    assert len(model._scale_sample) <= 200 and model._scale_stride == 8
+    assert _learn(model, _points(1.0, count=1500)) == []
     assert model._samples_added == 1500 and model._next_scale_check == 2050
-    assert model._scale_sample[0] == steady[0][0]  # (spread from the stream's start)
-    assert model._scale_sample[-1] == steady[1496][0]  # (every 8th: 0, 8, ..., 1496)
-    jumped = _points(30.0, count=3000, seed=1)  # a unit changed upstream
-    messages = _learn(model, jumped)
+    assert model._scale_count == 45  # (samples 1050, 1060, ..., 1490)
+    messages = _learn(model, _points(30.0, count=600, seed=1))
     assert len(messages) == 1 and "RBF gamma=0.05 is large" in messages[0]
+    assert "(over 100 of them)" in messages[0]
