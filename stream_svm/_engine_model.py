@@ -9,6 +9,7 @@ import copy
 import datetime
 import functools
 import inspect
+import json
 import math
 import numbers
 import warnings
@@ -50,14 +51,15 @@ def plain_key(key: Hashable) -> Hashable:
 
 
 #: The kinds of keys a checkpoint keeps (``key_kind``).
-KEY_AUTO, KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP = range(5)
+KEY_AUTO, KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP, KEY_TUPLE = range(6)
 
 
 def checkpoint_key_kind(key: Hashable) -> int:
     """How a checkpoint keeps a point's key: KEY_AUTO (an AutoKey), KEY_INT, KEY_STR,
-    KEY_FLOAT (a float index's labels) or KEY_TIMESTAMP (a DatetimeIndex's, or a datetime);
-    TypeError for any other key (a tuple: JSON and numpy keep no hashable sequence). (A
-    timestamp's time zone is checked as it is written: :func:`_timestamp_parts`.)"""
+    KEY_FLOAT (a float index's labels), KEY_TIMESTAMP (a DatetimeIndex's, or a datetime) or
+    KEY_TUPLE (a MultiIndex's labels: a tuple of such keys, checked as it is written);
+    TypeError for any other key. (A timestamp's time zone is checked as it is written:
+    :func:`_timestamp_parts`.)"""
     if isinstance(key, AutoKey):
         return KEY_AUTO
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
@@ -68,10 +70,12 @@ def checkpoint_key_kind(key: Hashable) -> int:
         return KEY_FLOAT
     if isinstance(key, (datetime.datetime, np.datetime64)):
         return KEY_TIMESTAMP
+    if type(key) is tuple:  # (not a named tuple: it would come back as a plain one)
+        return KEY_TUPLE
     raise TypeError(f"key {key!r} (a {type(key).__name__}) cannot be checkpointed: a "
-                    "checkpoint keeps str, int, float and timestamp keys. Learn with keys of "
-                    "those (without keys=, learn_many takes them from X's index: pass e.g. "
-                    "keys=[str(key) for key in X.index])")
+                    "checkpoint keeps str, int, float and timestamp keys, and tuples of them. "
+                    "Learn with keys of those (without keys=, learn_many takes them from X's "
+                    "index: pass e.g. keys=[str(key) for key in X.index])")
 
 
 def _timestamp_parts(key: Any) -> tuple[int, str]:
@@ -109,7 +113,14 @@ def _float_key(bits: int) -> float:
 
 def key_to_json(key: Hashable) -> Any:
     """A user key (not an AutoKey) as checkpoint metadata keeps it: an int or a str as it is,
-    a float or a timestamp as a tagged object (JSON has no infinity, and no time)."""
+    a float or a timestamp as a tagged object (JSON has no infinity, and no time), a tuple as
+    the list of its elements' (TypeError naming the key if an element is none of these).
+
+    >>> key_to_json(("gauge-3", 2.5, 7))
+    ['gauge-3', {'float_bits': 4612811918334230528}, 7]
+    >>> key_from_json(key_to_json(("gauge-3", 2.5, 7)))
+    ('gauge-3', 2.5, 7)
+    """
     kind = checkpoint_key_kind(key)
     if kind == KEY_INT:
         return int(key)  # type: ignore[call-overload]
@@ -118,11 +129,29 @@ def key_to_json(key: Hashable) -> Any:
     if kind == KEY_TIMESTAMP:
         nanoseconds, zone = _timestamp_parts(key)
         return {"timestamp_ns": nanoseconds, "zone": zone}
+    if kind == KEY_TUPLE:
+        try:
+            elements = [key_to_json(element) for element in key]  # type: ignore[attr-defined]
+        except TypeError as exc:
+            raise TypeError(f"key {key!r} cannot be checkpointed: {exc}") from None
+        try:
+            back = key_from_json(elements)
+            same = back == key and hash(back) == hash(key)
+        except ValueError:  # (a NaN, which no lookup could find)
+            same = False
+        if not same:
+            raise TypeError(f"key {key!r} cannot be checkpointed: it does not read back as "
+                            "the same key")
+        return elements
+    if kind == KEY_AUTO:
+        raise TypeError(f"{key!r} is a key of the model's own, not one a user gave")
     return key
 
 
 def key_from_json(value: Any) -> Hashable:
     """The key :func:`key_to_json` wrote; ValueError for anything else."""
+    if isinstance(value, list):
+        return tuple(key_from_json(element) for element in value)
     if isinstance(value, dict):
         if set(value) == {"float_bits"} and _is_int64(value["float_bits"]):
             with contextlib.suppress(ValueError):
@@ -192,9 +221,10 @@ def texts_from_arrays(arrays: Mapping[str, Any], name: str) -> list[str]:
 
 def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
     """Point keys as four checkpoint arrays (no object dtype): ``key_kind`` (KEY_AUTO,
-    KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP), ``key_int`` (the number of an automatic key,
-    an int key, a float key's bits, a timestamp's nanoseconds since the epoch), and texts (a str
-    key, a timestamp's time zone, else empty) in ``key_str_utf8`` / ``key_str_ends``;
+    KEY_INT, KEY_STR, KEY_FLOAT, KEY_TIMESTAMP, KEY_TUPLE), ``key_int`` (the number of an
+    automatic key, an int key, a float key's bits, a timestamp's nanoseconds since the epoch),
+    and texts (a str key, a timestamp's time zone, a tuple's elements in JSON as
+    :func:`key_to_json` writes them, else empty) in ``key_str_utf8`` / ``key_str_ends``;
     TypeError for any other key type."""
     kinds, ints, texts = [], [], []
     for key in keys:
@@ -209,6 +239,8 @@ def keys_to_arrays(keys: Iterable[Hashable]) -> dict[str, np.ndarray]:
             number = int(np.float64(key).view(np.int64))
         elif kind == KEY_TIMESTAMP:
             number, text = _timestamp_parts(key)
+        elif kind == KEY_TUPLE:
+            number, text = 0, json.dumps(key_to_json(key), allow_nan=False)
         else:
             number, text = 0, key
         ints.append(number)
@@ -229,9 +261,9 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
     if (kinds.ndim != 1 or numbers_.shape != kinds.shape or kinds.dtype.kind not in "iu"
             or numbers_.dtype.kind not in "iu"):
         raise ValueError("the checkpoint's key_kind and key_int are not one integer per key")
-    if not np.all((kinds >= KEY_AUTO) & (kinds <= KEY_TIMESTAMP)):
+    if not np.all((kinds >= KEY_AUTO) & (kinds <= KEY_TUPLE)):
         raise ValueError("the checkpoint's key_kind holds a kind other than 0 (automatic), "
-                         "1 (int), 2 (str), 3 (float) and 4 (timestamp)")
+                         "1 (int), 2 (str), 3 (float), 4 (timestamp) and 5 (tuple)")
     if np.any(numbers_[kinds == KEY_AUTO] < 1):
         raise ValueError("the checkpoint holds an automatic key numbered below 1")
     texts = texts_from_arrays(arrays, "key_str")
@@ -247,6 +279,15 @@ def keys_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[Hashable]:
             keys.append(text)
         elif kind == KEY_FLOAT:
             keys.append(_float_key(number))
+        elif kind == KEY_TUPLE:
+            try:
+                key = key_from_json(json.loads(text))
+            except ValueError:  # (json's own errors derive from it)
+                key = None
+            if not isinstance(key, tuple):
+                raise ValueError(f"the checkpoint's tuple key {text!r} is not one a "
+                                 "checkpoint writes")
+            keys.append(key)
         else:
             try:
                 keys.append(_timestamp_key(number, text))

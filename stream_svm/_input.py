@@ -47,9 +47,9 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
         try:
             hash(key)
         except TypeError:
-            raise TypeError(f"key {shown(key)} is not hashable ({kind.__name__}): use a str "
-                            "or an int (a tuple of them works too, but a checkpoint keeps "
-                            "only str, int, float and timestamp keys)") from None
+            raise TypeError(f"key {shown(key)} is not hashable ({kind.__name__}): use a str, "
+                            "an int, a float, a timestamp or a tuple of them (what a "
+                            "checkpoint keeps)") from None
         if (kind is str or (kind not in always and isinstance(key, str))) and "\x00" in key:
             # Checkpoints keep str keys in numpy text arrays, which drop trailing NULs: the
             # point came back under another key ("k\x00" as "k"), or not at all.

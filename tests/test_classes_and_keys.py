@@ -212,9 +212,10 @@ def test_lssvm_feature_bounds():
 @pytest.mark.parametrize("window", ["SlidingWindowSVC", "SlidingWindowSVR"])
 def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     """A key waiting in a window's buffer is checkpointed as a stored one is: an int of numpy's
-    comes back as an int through JSON, and a key JSON cannot keep (a tuple would come back as
-    an unhashable list) is refused when checkpointing, naming it, as it is once stored. A
-    tuple key arriving while a numpy int waits in the buffer is compared with it safely."""
+    comes back as an int through JSON, a tuple as a tuple (JSON would give an unhashable list),
+    and a key a checkpoint cannot keep is refused when checkpointing, naming it, as it is once
+    stored. A tuple key arriving while a numpy int waits in the buffer is compared with it
+    safely."""
     import json
 
     import stream_svm
@@ -232,7 +233,16 @@ def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     assert 7 in restored and np.int64(7) in restored
     model.learn_one({"a": 2.5}, label, key=("r", 1))  # waits in the buffer (step 4)
     assert ("r", 1) in model and model.stored_keys() == []
-    with pytest.raises(TypeError, match=r"key \('r', 1\) \(a tuple\) cannot be checkpointed"):
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    assert ("r", 1) in restored and ["r", 1] not in restored.stored_keys()
+    restored.learn_one({"a": 3.5}, label, key="s")  # slides the buffer in
+    assert ("r", 1) in restored.stored_keys()
+    restored.forget_one(key=("r", 1))
+    assert ("r", 1) not in restored
+    model.learn_one({"a": 2.7}, label, key=frozenset({"t"}))  # waits in the buffer too
+    with pytest.raises(TypeError, match=r"key frozenset\(\{'t'\}\) \(a frozenset\) cannot be "
+                                        r"checkpointed"):
         model.to_checkpoint()
 
 
@@ -271,19 +281,53 @@ def test_keys_from_a_datetime_or_float_index_survive_a_checkpoint(make):
     assert restored.predict_one(probe) == model.predict_one(probe)
 
 
+@pytest.mark.parametrize("make", ["IncrementalSVC", "SlidingWindowSVR"])
+def test_keys_from_a_multiindex_survive_a_checkpoint(make):
+    # learn_many takes its keys from X's index: a MultiIndex's tuples (a gauge and a time,
+    # say) were learned, then refused by the first to_checkpoint.
+    import json
+
+    import stream_svm
+
+    cls = getattr(stream_svm, make)
+    model = cls(window_size=5, step=2) if make.startswith("Sliding") else cls()
+    stamps = pd.date_range("2024-03-31 01:00", periods=3, freq="h", tz="Europe/Paris")
+    index = pd.MultiIndex.from_tuples([("g1", stamps[0]), ("g2", stamps[1]), ("g1", stamps[2])])
+    frame = pd.DataFrame({"a": [1.0, -1.0, 0.5]}, index=index)
+    labels = [1.0, -1.0, 0.5] if make.endswith("SVR") else [True, False, True]
+    model.learn_many(frame, pd.Series(labels, index=index))
+    nested = ("g3", (2, 2.5), float("inf"))
+    model.learn_one({"a": 0.1}, labels[0], key=nested)
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    assert set(restored.stored_keys()) == set(model.stored_keys())
+    assert all(type(key) is tuple for key in restored.stored_keys())
+    for key in [*index, nested]:
+        assert (key in restored) == (key in model), key
+    for each in (model, restored):
+        each.forget_one(key=index[1])
+    probe = {"a": 0.3}
+    assert restored.predict_one(probe) == model.predict_one(probe)
+
+
 def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
-    frame = pd.DataFrame({"a": [1.0, -1.0]}, index=pd.MultiIndex.from_tuples([("p", 1),
-                                                                             ("q", 2)]))
     model = IncrementalSVC()
-    model.learn_many(frame, pd.Series([True, False], index=frame.index))
-    with pytest.raises(TypeError, match=r"\(a tuple\).*keeps str, int, float and timestamp "
-                                        r"keys.*keys=\[str\(key\) for key in X\.index\]"):
+    model.learn_one({"a": 1.0}, True, key=frozenset({"p"}))
+    model.learn_one({"a": -1.0}, False, key=("q", True))
+    with pytest.raises(TypeError, match=r"\(a frozenset\).*keeps str, int, float and timestamp "
+                                        r"keys, and tuples of them.*keys=\[str\(key\) for key in "
+                                        r"X\.index\]"):
+        model.to_checkpoint()
+    model.forget_one(key=frozenset({"p"}))
+    with pytest.raises(TypeError, match=r"key \('q', True\) cannot be checkpointed: key True "
+                                        r"\(a bool\)"):
         model.to_checkpoint()
     fixed = IncrementalSVC()
+    frame = pd.DataFrame({"a": [1.0, -1.0]}, index=[frozenset({"p"}), ("q", True)])
     keys = [str(key) for key in frame.index]  # (the fix the message gives, as written)
     fixed.learn_many(frame, pd.Series([True, False], index=frame.index), keys=keys)
     restored = IncrementalSVC.from_checkpoint(*fixed.to_checkpoint())
-    assert restored.stored_keys() == ["('p', 1)", "('q', 2)"]
+    assert restored.stored_keys() == ["frozenset({'p'})", "('q', True)"]
 
 
 @pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, IncrementalLSSVC])

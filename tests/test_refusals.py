@@ -313,7 +313,8 @@ def _edit(path: str, value):
     (_window_checkpoint, _edit("extra.buffer_labels", [float("nan"), 1.0]), "buffered labels"),
     (_window_checkpoint, _edit("extra.buffer_rows", [[1.0, 2.0], [1.0]]), "buffered row"),
     (_window_checkpoint, _edit("extra.buffer_keys", [0, 99]), "buffered keys repeat"),
-    (_window_checkpoint, _edit("extra.buffer_keys", [[1], 99]), "cannot|unhashable|key"),
+    (_window_checkpoint, _edit("extra.buffer_keys", [[{"zone": "UTC"}], 99]),
+     "is not a key a checkpoint writes"),
     (_window_checkpoint, _edit("extra.buffer_auto", [False]), "differ in length"),
     (_svr_checkpoint, _edit("auto_keys", 0), "auto_keys 0 is below its automatic key 6"),
     (_svr_checkpoint, _edit("features", ["a", "a"]), "feature names repeat"),
@@ -486,6 +487,7 @@ def _reserve_point(arrays):
     (_svc_with_margin, _drop("X"), "lacks its 'X' array"),
     (_svc_with_margin, _drop("key_str_ends"), "lacks its 'key_str_ends' array"),
     (_svc_with_margin, _set("key_kind", 0, 7), "key_kind holds a kind other than"),
+    (_svc_with_margin, _set("key_kind", 0, 5), "tuple key 'k.*' is not one a checkpoint"),
     (_svc_with_margin, _edit("breakpoints_total", -3), "'breakpoints_total' .* not a count"),
     (_svc_with_margin, lambda arrays, meta: meta.pop("auto_keys"), "lacks 'auto_keys'"),
     (_svc_with_margin, lambda arrays, meta: meta["params"].pop("gamma"),
@@ -520,11 +522,11 @@ def _reserve_point(arrays):
 ], ids=["status-3", "status-negative", "margin-negative", "margin-beyond", "margin-twice",
         "sequence-repeats", "sequence-above-next", "X-float32", "alpha-text", "status-float",
         "sequence-scalar", "b-vector", "X-infinite", "no-X", "no-key-ends", "key-kind",
-        "breakpoints-negative", "no-auto-keys", "no-gamma", "svr-no-gap", "svr-no-target",
-        "window-no-extra", "window-no-rows", "window-no-size", "alpha-in-T", "alpha-clock",
-        "alpha-labels-bool", "alpha-psi-scalar", "alpha-no-increment", "auto-keys-huge",
-        "key-ends-short", "window-key-huge", "alpha-psi-nan", "alpha-used-negative",
-        "alpha-not-initialized"])
+        "key-not-a-tuple", "breakpoints-negative", "no-auto-keys", "no-gamma", "svr-no-gap",
+        "svr-no-target", "window-no-extra", "window-no-rows", "window-no-size", "alpha-in-T",
+        "alpha-clock", "alpha-labels-bool", "alpha-psi-scalar", "alpha-no-increment",
+        "auto-keys-huge", "key-ends-short", "window-key-huge", "alpha-psi-nan",
+        "alpha-used-negative", "alpha-not-initialized"])
 def test_a_checkpoint_whose_layout_is_damaged_is_refused_by_name(make, edit, named):
     # Each was restored (a model answering as nobody trained it, a buffer or window size
     # silently replaced by a default), or refused by a bare KeyError or IndexError, or
