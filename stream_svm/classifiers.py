@@ -299,10 +299,12 @@ class IncrementalSVC(_EngineClassifier):
         Kernel parameters.
     reserve_epsilon
         ``None`` keeps every point (exact). A number eps discards reserve points (alpha = 0)
-        whose margin value g = y f(x) - 1 is >= eps after each update (C&P sec 2.6). Only the
-        reserve vectors in the band 0 <= g < eps are kept, which cuts memory by a large factor
-        (it does not cap it: the band holds a fixed fraction of a stationary stream), at the
-        price of exactness for discarded points that would later have re-entered the solution.
+        whose margin value g = y f(x) - 1 is >= eps after each update (C&P sec 2.6), but
+        never one on the margin to the KKT check's tolerance (at eps = 0, a point that has just
+        left it). Only the reserve vectors in the band 0 <= g < eps are kept, which cuts
+        memory by a large factor (it does not cap it: the band holds a fixed fraction of a
+        stationary stream), at the price of exactness for discarded points that would later
+        have re-entered the solution.
         For a hard bound use :class:`SlidingWindowSVC`.
     ridge
         Added to the kernel's diagonal on training points (default 0: the plain SVM).

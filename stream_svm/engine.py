@@ -1932,23 +1932,40 @@ class PathEngine:
 
     # ------------------------------------------------------------------ maintenance
     def discard_reserve(self, epsilon: float) -> int:
-        """Forget reserve points with g >= epsilon (C&P sec 2.6); returns how many.
+        """Forget reserve points with g >= epsilon (C&P sec 2.6), none on the margin by the KKT
+        check's tolerance; returns how many (:meth:`far_reserve` says which).
 
         They have alpha = 0, so the current solution does not change; a discarded point can no
         longer re-enter the solution later, which is the price of the bounded memory.
         """
-        n = self.n
-        if not self.b_is_fixed():
-            # b is then centered between the points: discarding some would move it.
-            return 0
-        g = self._g[:n]
-        # Inside by epsilon on both sides (the other side's g is gap - g).
-        far = np.flatnonzero((self._status[:n] == RESERVE) & (g >= epsilon)
-                             & (self._gap[:n] - g >= epsilon))
+        far = self.far_reserve(epsilon)
         self._delete_positions(far.tolist())
         if far.size:
             self._sv_cache = None
         return int(far.size)
+
+    def far_reserve(self, epsilon: float) -> np.ndarray:
+        """Positions of the reserve points inside by ``epsilon`` on both sides (g >= epsilon
+        and gap - g >= epsilon), leaving out those on the margin by the KKT check's tolerance
+        (g or gap - g below ``kkt_tol`` times the point's terms, ``g_terms``); none while b is
+        not fixed (b is then centered between the points: discarding some would move it).
+
+        A point that has just left the margin lies at g = 0 up to the round-off of the path:
+        at epsilon = 0 the sign of that round-off discarded or kept it, and a model restored
+        from a checkpoint (its factor computed afresh, so its g differs in the last bits) kept
+        a point the original discarded; the two learned different models from then on
+        (decision values 0.9 apart a few updates later).
+        """
+        n = self.n
+        if not n or not self.b_is_fixed():
+            return _NO_POSITIONS
+        g = self._g[:n]
+        terms = self._terms_cache
+        if terms is None or terms.size != n:
+            terms = self.g_terms()
+        least = np.maximum(epsilon, self.kkt_tol * terms)  # (the other side's g: gap - g)
+        return np.flatnonzero((self._status[:n] == RESERVE) & (g >= least)
+                              & (self._gap[:n] - g >= least))
 
     def discard(self, keys: Sequence[Hashable]) -> None:
         """Forget stored reserve points (alpha = 0) without a path: the coefficients do not

@@ -47,7 +47,6 @@ from stream_svm._input import (
     real_target,
 )
 from stream_svm._window import _SlidingWindow
-from stream_svm.engine import RESERVE
 
 __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 
@@ -332,7 +331,9 @@ class IncrementalSVR(_EngineRegressor):
         or a callable ``f(A, B) -> Gram block`` (must be PSD), and its parameters.
     reserve_epsilon
         ``None`` keeps every sample (exact). A number eps forgets samples inside the tube by
-        at least eps (both coefficients 0, |t - f(x)| <= epsilon - eps) after each update:
+        at least eps (both coefficients 0, |t - f(x)| <= epsilon - eps) after each update,
+        never one on the tube's edge to the KKT check's tolerance (at eps = 0, a sample that
+        has just left it):
         the current solution does not change, but such a sample can no longer come back into
         it later, the price of the smaller memory.
     ridge, max_breakpoints, max_features, max_new_features
@@ -414,10 +415,7 @@ class IncrementalSVR(_EngineRegressor):
         """Forget samples inside the tube by at least ``margin`` on both edges (theta = 0, a
         reserve point with margin <= g <= gap - margin); returns how many."""
         engine = self._engine
-        if not engine.b_is_fixed():
-            return 0  # b is centered between the samples: discarding some would move it
-        g, gap = engine.g, engine.gap
-        far = np.flatnonzero((engine.status == RESERVE) & (g >= margin) & (gap - g >= margin))
+        far = engine.far_reserve(margin)
         keys = engine.keys
         samples = [keys[i] for i in far]
         if samples:

@@ -183,6 +183,44 @@ def test_discard_reserve_forgets_exactly_the_points_at_or_beyond_epsilon():
     assert relative_kkt_violation(engine) < 1e-8
 
 
+@pytest.mark.parametrize("regression", [False, True])
+def test_a_point_that_just_left_the_margin_is_not_discarded_at_epsilon_0(regression):
+    # A point leaving S for the reserve lies at g = 0 (or, for a regression sample, at
+    # gap - g = 0) up to the path's round-off: discard_reserve(0) discarded it when that
+    # round-off was >= 0 and kept it otherwise, so a model restored from a checkpoint (g
+    # differing in the last bits) kept points the original had discarded, and the two learned
+    # apart (decision values 0.9 apart a few updates later).
+    rng = np.random.default_rng(1)
+    X, y = stream(300, 2, seed=10, overlap=0.3)
+    targets = X[:, 0] + 0.3 * rng.normal(size=len(X)) if regression else y
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=10.0)
+    gaps = np.full(1, 0.2) if regression else None
+    linear = np.array([-0.1]) if regression else None
+    found = False
+    for i in range(200):
+        j = int(rng.integers(len(X)))
+        if rng.random() < 0.2 and engine.n > 4:
+            engine.update(remove=[engine.keys[int(rng.integers(engine.n))]])
+        elif regression:  # (a sample of the tube's engine: linear term, gap 2 epsilon)
+            engine.update(X[j : j + 1], np.ones(1), [f"{i}"], linear=linear - targets[j],
+                          gap=gaps)
+        else:
+            engine.update(X[j : j + 1], y[j : j + 1], [f"{i}"])
+        reserve = engine.status == RESERVE
+        distance = np.minimum(engine.g, engine.gap - engine.g)
+        on_margin = reserve & (distance >= 0) & (distance <= 1e-12 * engine.g_terms())
+        if engine.b_is_fixed() and np.any(on_margin):
+            found = True
+            break
+    assert found, "no reserve point at g = 0 came up: the test needs another stream"
+    kept = set(np.asarray(engine.keys, dtype=object)[on_margin])
+    far = {key for key, r, d in zip(engine.keys, reserve, distance, strict=True)
+           if r and d > 1e-6}
+    engine.discard_reserve(0.0)
+    assert kept <= set(engine.keys)
+    assert not far & set(engine.keys)
+
+
 def test_model_discards_reserve_points_beyond_its_epsilon_only():
     X, y = stream(150, 2, seed=9, overlap=0.1)
     epsilon = 0.5
