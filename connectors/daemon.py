@@ -1009,8 +1009,6 @@ class Daemon:
                     raise OSError(cause)
                 if config.kafka.create_topics:
                     self._create_topics(client)
-                if self._publishes and self._epoch is None:
-                    self._claim()
                 consumer = KafkaConsumer(
                     **client,
                     **self._group_settings(),
@@ -1039,6 +1037,11 @@ class Daemon:
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
+                    if self._publishes and self._epoch is None:
+                        # Only once every check that may refuse the start has passed: a
+                        # claim fences the learner that runs, and a refused second learner
+                        # (an empty checkpoint directory, by mistake) stopped it.
+                        self._claim()
                 # (A scoped daemon too: a topic recreated under it stops it, see
                 # _check_scoped_topic_ids, and a reconnect is verified as for one model.)
                 _on_metadata(consumer, self._note_metadata)

@@ -19,7 +19,7 @@ import pytest
 from connectors.cli import _config as config_of_flags
 from connectors.cli import build_parser, main
 from connectors.config import ConfigError, load_config
-from connectors.daemon import Daemon, DaemonError, ensure_topics
+from connectors.daemon import Daemon, DaemonError, StartRefused, ensure_topics
 from connectors.metrics import Metrics
 from connectors.models import build_model, restore_model
 from connectors.processor import Processor, Record
@@ -420,6 +420,31 @@ def test_a_learner_stops_when_another_learner_takes_the_model_over(
 
     saved = CheckpointStore(config.checkpoint.dir).load_latest()
     assert saved.state["processor"]["offsets"] == {f"{topics['input']}:0": 40}
+
+
+@pytest.mark.broker
+def test_a_second_learner_refused_at_start_leaves_the_running_one_serving(
+        broker, tmp_path):  # noqa: F811
+    # A second learner of the model, started by mistake on the group with an empty checkpoint
+    # directory, was refused (committed offsets and no checkpoint) after it had claimed the
+    # next epoch: the learner that ran saw it and stopped (exit 1), and the stream with it.
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    config = _learner(broker, tmp_path, topics, **{"checkpoint.every_messages": 20})
+    running = _Running(config)
+    with running as learner:
+        produce(servers, topics["input"], _labelled(0, 20))
+        assert wait_for(lambda: learner._sequence == 1, 30)
+        epoch = learner._epoch
+        second = _learner(broker, tmp_path / "second", topics, **{
+            "kafka.group_id": config.kafka.group_id, "model.C": 2.0})
+        with pytest.raises(StartRefused, match=r"holds no checkpoint.*Nothing was changed"):
+            Daemon(second).run()
+        with StateStore(servers, topics["state"], timeout=10) as store:
+            assert store.next_epoch(GLOBAL_MODEL_ID) == epoch + 1  # nothing claimed
+        produce(servers, topics["input"], _labelled(20, 20))
+        assert wait_for(lambda: learner._sequence == 2, 30)
+        assert running.thread.is_alive() and not learner._fenced
 
 
 @pytest.mark.broker
