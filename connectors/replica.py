@@ -202,7 +202,9 @@ class StateFollower:
         _, _, seconds, outcomes = self.metrics.replica
         started = time.perf_counter()
         try:
-            states = store.restore([GLOBAL_MODEL_ID], log_level=logging.DEBUG)
+            # Only what was written since the last refresh is read, and no state is decoded
+            # again unless it is newer than the one built.
+            state = store.follow(GLOBAL_MODEL_ID, newer_than=self.newest)
         except StateStoreError as exc:
             self._problem(f"{exc} (a learner with kafka.publish_state = true creates and writes "
                           f"it); retried every {self.config.predictor.refresh_seconds:g} s")
@@ -210,7 +212,6 @@ class StateFollower:
             return "failed"
         finally:
             seconds.observe(time.perf_counter() - started)
-        state = states.get(GLOBAL_MODEL_ID)
         topic_id = getattr(store, "topic_id", None)
         if (state is not None and self.newest is not None and topic_id is not None
                 and self._newest_topic is not None and topic_id != self._newest_topic):
@@ -223,7 +224,7 @@ class StateFollower:
             with self._lock:
                 self.newest = None
         if state is None:
-            outcome = "none"
+            outcome = "none" if self.newest is None else "unchanged"
         elif self.newest is not None and (state.epoch, state.sequence) <= self.newest:
             outcome = "unchanged"
         elif (state.epoch, state.sequence) == self._refused:

@@ -440,6 +440,12 @@ class StateStore:
         #: had started again at offset 0: once the whole topic took longer to read than the
         #: timeout, no attempt ever finished, and a group could never take its partitions.
         self._partial_read: _PartialRead | None = None
+        #: what :meth:`follow` read last: the model, where the read ended, its records
+        self._followed: _Followed | None = None
+        #: whether the last full read went on from ``start_at`` instead of offset 0
+        self._read_went_on = False
+        #: per partition, where the last read ended
+        self._last_positions: dict[int, int] = {}
         #: models whose state was looked for in the whole topic in vain: when to look again
         self._reindex_after: dict[Hashable, float] = {}
         self._partition_count: int | None = None
@@ -929,18 +935,23 @@ class StateStore:
     # ----------------------------------------------------------------- reading
 
     def _read(self, deadline: float, ranges: dict[int, tuple[int, int]] | None = None,
-              *, track: bool = True) -> list[_Record]:
+              *, track: bool = True, start_at: _Followed | None = None) -> list[_Record]:
         """Records of the topic in offset order per partition, and the views updated.
 
         Without ``ranges``: every partition from its beginning to its end offset as taken now,
-        and the views rebuilt from what was read. With ``ranges`` (partition -> (start, end)):
-        those records only, applied on top of the views. ``track=False`` reads without
-        updating the views or the offsets read so far (a range in the middle of the topic:
-        records before it are still unread).
+        and the views rebuilt from what was read; with ``start_at`` too, from where that read
+        ended, the records applied on top of the views, unless the topic is another one now
+        (another id, or other partitions: recreated), which is read whole (``_read_went_on``
+        says which). With ``ranges``
+        (partition -> (start, end)): those records only, applied on top of the views.
+        ``track=False`` reads without updating the views or the offsets read so far (a range
+        in the middle of the topic: records before it are still unread). ``_last_positions``
+        receives where each partition's read ended.
         """
         from kafka import TopicPartition
         from kafka.errors import KafkaError
 
+        self._read_went_on = False
         consumer = self._consumer_for(deadline)
         resumed = None
         try:
@@ -956,12 +967,19 @@ class StateStore:
                     tps, timeout_ms=max(1, int(self._remaining(deadline) * 1000))
                 )
                 bounds = {tp.partition: (None, ends[tp]) for tp in tps}
+                # (Where a read ended may lie past the end offset: Tansu's is the last record
+                # batch's base offset + 1.)
+                self._read_went_on = (start_at is not None and start_at.topic_id == self.topic_id
+                                      and set(start_at.positions) == set(bounds))
+                if self._read_went_on:
+                    assert start_at is not None
+                    bounds = {p: (start_at.positions[p], end) for p, (_, end) in bounds.items()}
             else:
                 bounds = {p: (start, end) for p, (start, end) in ranges.items()}
                 tps = [TopicPartition(self.topic, p) for p in sorted(bounds)]
-            if ranges is None:
+            if ranges is None and not self._read_went_on:
                 # (Only a full read takes it over: the reads of ranges in between, a publish's
-                # read-back, a fetch, leave it for the next full read.)
+                # read-back, a fetch, a read that goes on, leave it for the next full read.)
                 resumed, self._partial_read = self._partial_read, None
                 if resumed is not None and (resumed.topic_id != self.topic_id
                                             or set(resumed.positions) != set(bounds)):
@@ -982,7 +1000,7 @@ class StateStore:
                 records = self._poll_until(consumer, tps, bounds, deadline, positions,
                                            read_before)
             except _OutOfTime as late:
-                if ranges is None:
+                if ranges is None and not self._read_went_on:
                     self._partial_read = _PartialRead(self.topic_id, late.positions,
                                                       late.records)
                 raise late.error from None
@@ -992,9 +1010,10 @@ class StateStore:
             raise self._fail("reading the topic", exc) from exc
         finally:
             _close_consumer(consumer, self.topic)
+        self._last_positions = positions
         if not track:
             return records
-        self._apply(records, rebuild=ranges is None)
+        self._apply(records, rebuild=ranges is None and not self._read_went_on)
         for partition, position in positions.items():
             self._read_until[partition] = max(self._read_until.get(partition, 0), position)
         return records
@@ -1095,10 +1114,46 @@ class StateStore:
         """
         started = time.monotonic()
         wanted = None if model_ids is None else {normalize_model_id(m) for m in model_ids}
-        deadline = self._deadline()
-        records = self._read(deadline)
+        records = self._read(self._deadline())
+        return self._newest_states(records, {}, wanted, select, decode, log_level, started)
+
+    def follow(self, model_id: Any, newer_than: tuple[int, int] | None = None, *,
+               log_level: int = logging.DEBUG) -> StoredState | None:
+        """The newest complete state of one model, as :meth:`restore` finds it, or None when
+        there is none, or none newer (epoch, sequence) than ``newer_than``; for a reader that
+        polls (a predictor). The first call reads the whole topic; each later one reads only
+        the records written since the call before, and keeps the newest record of each of the
+        model's keys in memory in between (its latest states and claims: a state written
+        across two calls is whole at the second). A recreated topic (another id, or other
+        partitions) is read whole again, and then ``newer_than`` is not applied: its states
+        start again at epoch 0.
+
+        Without it a predictor read every state ever published at every refresh: the topic is
+        compacted only in closed segments (an hour of states), and a broker that never compacts
+        keeps them all.
+        """
+        started = time.monotonic()
+        model = normalize_model_id(model_id)
+        followed = self._followed if (self._followed is not None
+                                      and self._followed.model == model) else None
+        records = self._read(self._deadline(), start_at=followed)
+        went_on = self._read_went_on
+        latest = followed.latest if followed is not None and went_on else {}
+        if followed is not None and not went_on:
+            newer_than = None
+        states = self._newest_states(records, latest, {model}, None, True, log_level, started,
+                                     newer_than)
+        self._followed = _Followed(model, self.topic_id, dict(self._last_positions), latest)
+        return states.get(model)
+
+    def _newest_states(self, records: list[_Record], latest: dict[bytes, _Record],
+                       wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
+                       decode: bool, log_level: int, started: float,
+                       newer_than: tuple[int, int] | None = None) -> dict[Hashable, StoredState]:
+        """:meth:`restore` once the records are read: ``latest`` (the newest record of each
+        key read before, updated in place) gets them, and the newest complete state of each
+        model in it is taken, if newer than ``newer_than``."""
         report = RestoreReport(records=len(records))
-        latest: dict[bytes, _Record] = {}
         for record in records:
             if record.value is None:
                 report.tombstones += 1
@@ -1137,6 +1192,9 @@ class StateStore:
         candidates: dict[Hashable, list[tuple[int, int, dict[str, Any], bytes,
                                               tuple[int, int, int]]]] = {}
         for (model, epoch, slot), chunks in groups.items():
+            if (newer_than is not None and 0 in chunks
+                    and (epoch, chunks[0][0]["sequence"]) <= newer_than):
+                continue  # (not newer than the state the caller has: not assembled again)
             where = f"model {_jsonable_id(model)} epoch {epoch} slot {slot}"
             problem, payload, first = _assemble(chunks)
             if problem is not None:
@@ -1165,6 +1223,8 @@ class StateStore:
         for model, found in candidates.items():
             for epoch, sequence, first, payload, location in sorted(
                     found, key=lambda c: c[:2], reverse=True):
+                if newer_than is not None and (epoch, sequence) <= newer_than:
+                    break  # (no newer state: nothing decoded)
                 if not decode:
                     try:
                         metadata = _decode_payload(payload, arrays=False)[1]
@@ -1368,6 +1428,17 @@ class _PartialRead:
     topic_id: str | None
     positions: dict[int, int | None]
     records: dict[int, list[_Record]]
+
+
+@dataclass
+class _Followed:
+    """Where :meth:`StateStore.follow` stands: its model, the topic's id and where each
+    partition's read ended, and the newest record of each of the model's keys."""
+
+    model: Hashable
+    topic_id: str | None
+    positions: dict[int, int]
+    latest: dict[bytes, _Record]
 
 
 class _OutOfTime(Exception):

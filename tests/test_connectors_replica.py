@@ -517,6 +517,10 @@ def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
         # then at its stop (2): how many states epoch 2 has depends on the fetch's timing.
         assert follower.refresh(store) == "newer" and follower.newest[0] == 2
         assert follower.take().model_updates == 30
+        # A refresh reads only what was written since the one before (all of it, each
+        # second, before: a topic that is not compacted grew without bound).
+        assert store.last_report.records > 0
+        assert follower.refresh(store) == "unchanged" and store.last_report.records == 0
         admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
         try:
             admin.delete_topics([topics["state"]])

@@ -296,6 +296,53 @@ def test_the_newest_state_wins_and_models_are_kept_apart(broker, store_of):  # n
 
 
 @pytest.mark.broker
+def test_follow_reads_only_what_was_written_since_and_decodes_only_newer_states(
+        broker, store_of, monkeypatch):  # noqa: F811
+    # A predictor read every state ever published at every refresh (each second): a topic
+    # compacts only its closed segments (an hour of states), and Tansu never compacts.
+    servers = broker.bootstrap_servers
+    topic = unique("state-follow")
+    writer = store_of(topic, max_record_bytes=8192)
+    writer.ensure_topic()
+    for sequence in range(1, 4):
+        writer.publish("m", arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                       epoch=0, sequence=sequence)
+        writer.publish("other", arrays_of(50 + sequence), {}, next_offset=0, epoch=0,
+                       sequence=sequence)
+    everything = len(raw_records(servers, topic))
+    reader = store_of(topic)
+    state = reader.follow("m")
+    assert (state.sequence, state.metadata) == (3, {"s": 3})
+    assert_same_arrays(state.arrays, arrays_of(3))
+    assert reader.last_report.records == everything
+    assert reader.follow("m", newer_than=(0, 3)) is None
+    assert reader.last_report.records == 0
+    # A state whose chunks are written across two reads is whole at the second.
+    real_send_all = writer._send_all
+    held = []
+
+    def first_two_chunks(records, partition, deadline, doing):
+        records = list(records)
+        held.append((records[2:], partition))
+        return real_send_all(records[:2], partition, deadline, doing)
+
+    monkeypatch.setattr(writer, "_send_all", first_two_chunks)
+    writer.publish("m", arrays_of(4), {"s": 4}, next_offset=4, epoch=0, sequence=4)
+    monkeypatch.undo()
+    assert reader.follow("m", newer_than=(0, 3)) is None
+    assert reader.last_report.records == 2 and reader.last_report.incomplete == 1
+    rest, partition = held[0]
+    assert len(rest) >= 2
+    real_send_all(rest, partition, time.monotonic() + TIMEOUT, "the rest")
+    state = reader.follow("m", newer_than=(0, 3))
+    assert (state.sequence, state.metadata) == (4, {"s": 4})
+    assert_same_arrays(state.arrays, arrays_of(4))
+    assert reader.last_report.records == len(rest)
+    # Without newer_than, the newest state again, from what the reader keeps.
+    assert reader.follow("m").sequence == 4 and reader.last_report.records == 0
+
+
+@pytest.mark.broker
 def test_a_publish_that_dies_half_way_leaves_the_previous_state(
     broker, store_of, monkeypatch, caplog  # noqa: F811
 ):
