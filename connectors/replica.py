@@ -162,6 +162,9 @@ class StateFollower:
         self._last_problem: str | None = None
         #: (epoch, sequence) of the newest state refused: not rebuilt at every refresh
         self._refused: tuple[int, int] | None = None
+        #: (epoch, sequence) of the newest state of a model that has learned nothing (an idle
+        #: learner's checkpoint): not served, not read again
+        self._empty: tuple[int, int] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="state-follower", daemon=True)
@@ -204,7 +207,8 @@ class StateFollower:
         try:
             # Only what was written since the last refresh is read, and no state is decoded
             # again unless it is newer than the one built.
-            state = store.follow(GLOBAL_MODEL_ID, newer_than=self.newest)
+            known = [seen for seen in (self.newest, self._empty) if seen is not None]
+            state = store.follow(GLOBAL_MODEL_ID, newer_than=max(known, default=None))
         except StateStoreError as exc:
             self._problem(f"{exc} (a learner with kafka.publish_state = true creates and writes "
                           f"it); retried every {self.config.predictor.refresh_seconds:g} s")
@@ -223,6 +227,17 @@ class StateFollower:
                         self.config.kafka.state_topic, topic_id, self._newest_topic)
             with self._lock:
                 self.newest = None
+            self._empty = None
+        if state is not None and state.metadata.get("updates") == 0:
+            # A learner that has learned nothing yet publishes at its checkpoints too: its
+            # empty model answered every input with score 0, where a predictor waits for a
+            # model (or keeps serving the one it has).
+            if self._empty is None or (state.epoch, state.sequence) > self._empty:
+                log.info("state %s on %s holds a model that has learned nothing yet: not "
+                         "served", generation(state.epoch, state.sequence),
+                         self.config.kafka.state_topic)
+            self._empty = (state.epoch, state.sequence)
+            state = None
         if state is None:
             outcome = "none" if self.newest is None else "unchanged"
         elif self.newest is not None and (state.epoch, state.sequence) <= self.newest:

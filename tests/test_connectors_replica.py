@@ -423,6 +423,34 @@ def test_a_learner_stops_when_another_learner_takes_the_model_over(
 
 
 @pytest.mark.broker
+def test_a_predictor_does_not_serve_a_model_that_has_learned_nothing(broker, tmp_path):  # noqa: F811
+    # A learner that had learned nothing yet published its empty model at its checkpoints
+    # (an idle one every 30 s by default): the predictor served it, and answered every input
+    # with score 0 and model_updates 0.
+    from connectors.replica import StateFollower
+
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    produce(servers, topics["input"], [{"id": "p0", "x": BANANAS[0][0]}])  # unlabelled
+    learner = _learner(broker, tmp_path, topics)
+    assert Daemon(learner, until_drained=True).run() == 0
+    empty, _ = _published(servers, learner)
+    assert empty.metadata["updates"] == 0
+    follower = StateFollower(_predictor(broker, topics), lambda model: Processor(model),
+                             Metrics(), threading.Event())
+    store = StateStore(servers, topics["state"], timeout=10)
+    try:
+        assert follower.refresh(store) == "none" and follower.take() is None
+        assert follower.refresh(store) == "none" and store.last_report.records == 0
+        produce(servers, topics["input"], _labelled(0, 10))
+        assert Daemon(learner, until_drained=True).run() == 0
+        assert follower.refresh(store) == "newer"
+        assert follower.take().model_updates == 10
+    finally:
+        store.close()
+
+
+@pytest.mark.broker
 def test_a_second_learner_refused_at_start_leaves_the_running_one_serving(
         broker, tmp_path):  # noqa: F811
     # A second learner of the model, started by mistake on the group with an empty checkpoint
