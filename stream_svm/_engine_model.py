@@ -358,21 +358,38 @@ ENGINE_META = {"class": JSON_TEXT, "params": JSON_TABLE, "features": JSON_LIST,
                "updates_total": JSON_COUNT}
 
 
-def checkpoint_names(names: Iterable[Hashable]) -> list[str | int]:
-    """Feature names as a checkpoint writes them: numpy's integers and strings (a frame's
-    columns from ``np.arange``) as Python's, which they equal; TypeError for any other name
-    that is no str or int (JSON keeps nothing else)."""
-    plain = [int(name) if isinstance(name, np.integer) else
-             str(name) if isinstance(name, np.str_) else name for name in names]
-    check_checkpoint_names(plain)
-    return plain  # type: ignore[return-value]
+def checkpoint_names(names: Iterable[Hashable]) -> list[Any]:
+    """Feature names as a checkpoint writes them (:func:`key_to_json`: a str or an int as it
+    is, numpy's as Python's, which they equal; a float, a timestamp or a tuple of such names
+    tagged); TypeError for any other name (:func:`check_feature_names`)."""
+    check_feature_names(names)
+    return [key_to_json(plain_key(name)) for name in names]
 
 
-def check_checkpoint_names(names: Iterable[Hashable]) -> None:
-    """TypeError unless every feature name is a str or an int (JSON keeps nothing else)."""
+def check_feature_names(names: Iterable[Hashable]) -> None:
+    """TypeError unless every feature name is one a checkpoint keeps: a str, an int, a float,
+    a timestamp, or a tuple of those (a pandas MultiIndex's column labels). Checked as the names
+    are learned: a name a checkpoint refuses was learned, and every checkpoint of the model
+    failed from then on, until the points using it were forgotten."""
     for name in names:
-        if not isinstance(name, (str, int)) or isinstance(name, bool):
-            raise TypeError(f"feature name {name!r} cannot be checkpointed: use str or int")
+        try:
+            key_to_json(plain_key(name))
+        except TypeError:
+            raise TypeError(f"feature name {name!r} (a {type(name).__name__}) cannot be kept "
+                            "in a checkpoint: use str, int, float or timestamp names, or tuples "
+                            "of them") from None
+
+
+def restored_names(values: Iterable[Any]) -> list[Hashable]:
+    """The feature names :func:`checkpoint_names` wrote; ValueError for anything else."""
+    names = []
+    for value in values:
+        try:
+            names.append(key_from_json(value))
+        except ValueError:
+            raise ValueError(f"the checkpoint's feature name {value!r} is not one a checkpoint "
+                             "writes") from None
+    return names
 
 
 def refused_unchanged(method: Callable) -> Callable:
@@ -392,9 +409,8 @@ def refused_unchanged(method: Callable) -> Callable:
 
 
 def check_restored_names(names: list[Hashable], dim: int) -> None:
-    """ValueError unless a checkpoint's feature names are unique and cover its stored
-    features' ``dim`` columns (TypeError for names JSON does not keep)."""
-    check_checkpoint_names(names)
+    """ValueError unless a checkpoint's feature names (as :func:`restored_names` gives them)
+    are unique and cover its stored features' ``dim`` columns."""
     if len(set(names)) != len(names):
         raise ValueError("the checkpoint's feature names repeat: each names one column")
     if dim > len(names):
@@ -907,6 +923,7 @@ class _EngineModel(FixedParameters):
         that makes room, and the input vectorized again on the new columns."""
         self._check_kernel_scale()
         rows, new = vectorize()
+        check_feature_names(new)
         arriving = rows.shape[0] if rows.ndim == 2 else 1
         if self.max_new_features is not None and len(new) > self.max_new_features:
             raise ValueError(

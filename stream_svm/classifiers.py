@@ -30,6 +30,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
     refused_unchanged,
+    restored_names,
     restored_params,
     stored_rows_frame,
 )
@@ -266,7 +267,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         check_checkpoint_meta(meta, ENGINE_META)
         model = cls(**restored_params(cls, meta, callables))
         model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
-        names = list(meta["features"])
+        names = restored_names(meta["features"])
         check_restored_names(names, model._engine.dim)
         model._features = FeatureSpace(names)
         model._compacted_at = len(model._features)

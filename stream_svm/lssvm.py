@@ -62,13 +62,14 @@ from stream_svm._engine_model import (
     _check_feature_limit,
     check_checkpoint_members,
     check_checkpoint_meta,
-    check_checkpoint_names,
+    check_feature_names,
     checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
     gamma_scale_message,
     keys_from_arrays,
     keys_to_arrays,
+    restored_names,
     restored_params,
     warn_kernel_scale,
 )
@@ -173,14 +174,16 @@ def _frame_to_rows(
         raise ValueError(f"feature {name!r} is infinite in X; only finite values are allowed")
     values = np.nan_to_num(values, nan=0.0)
     # Like FeatureSpace, a feature that is zero everywhere is not new: it changes nothing.
-    new = [c for i, c in enumerate(columns) if c not in space.index and values[:, i].any()]
-    rows = np.zeros((len(X), len(space) + len(new)))
+    # (By position: list.index compared a numpy scalar label with a tuple label, which gives
+    # an array, not False.)
+    fresh = [i for i, c in enumerate(columns) if c not in space.index and values[:, i].any()]
+    rows = np.zeros((len(X), len(space) + len(fresh)))
     for i, column in enumerate(columns):
         if column in space.index:
             rows[:, space.index[column]] = values[:, i]
-    for j, column in enumerate(new):
-        rows[:, len(space) + j] = values[:, columns.index(column)]
-    return rows, new
+    for j, i in enumerate(fresh):
+        rows[:, len(space) + j] = values[:, i]
+    return rows, [columns[i] for i in fresh]
 
 
 def _name_words(name: Hashable) -> list[int]:
@@ -502,6 +505,7 @@ class _IncrementalLSSVM(FixedParameters):
             space = FeatureSpace()
         staged = FeatureSpace(space.names)
         rows_add, new = self._vectorize(staged, add)
+        check_feature_names(new)
         self._check_feature_bounds(len(new), len(staged) + len(new))
         staged.add(new)
         rows_remove, unknown = self._vectorize(staged, remove)
@@ -920,7 +924,7 @@ class _IncrementalLSSVM(FixedParameters):
         check_checkpoint_meta(meta, {"params": JSON_TABLE, "features": JSON_LIST,
                                      "has_space": JSON_FLAG, "n_samples": JSON_COUNT})
         model = cls(**restored_params(cls, meta, callables))
-        names = list(meta["features"])
+        names = restored_names(meta["features"])
         has_space = meta["has_space"]
         width = model._bias_width + (model.n_components if model.features == "rff"
                                      else len(names))
@@ -944,7 +948,6 @@ class _IncrementalLSSVM(FixedParameters):
         if not (np.isfinite(rows).all() and np.isfinite(targets).all()):
             # (A NaN read as 0 made forget_one remove another sample than the one learned.)
             raise ValueError("the checkpoint's kept samples hold values that are not finite")
-        check_checkpoint_names(names)
         if len(set(names)) != len(names) or len(set(keys)) != len(keys):
             raise ValueError("the checkpoint's feature names or kept samples' keys repeat")
         if len(keys) > meta["n_samples"]:

@@ -35,6 +35,7 @@ from stream_svm._engine_model import (
     keys_from_arrays,
     keys_to_arrays,
     refused_unchanged,
+    restored_names,
     restored_params,
     stored_rows_frame,
 )
@@ -298,7 +299,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         model._engine.set_state(dict(arrays), keys)
         _check_tube(model.epsilon, targets, arrays)
         model._targets = dict(zip(keys, targets.tolist(), strict=True))
-        names = list(meta["features"])
+        names = restored_names(meta["features"])
         check_restored_names(names, model._engine.dim)
         model._features = FeatureSpace(names)
         model._compacted_at = len(model._features)

@@ -478,3 +478,33 @@ def test_update_many_names_keys_it_would_forget_and_learn_again(regression):
                                              r"'id1', 'id2' in one path"):
             model.update_many(X.iloc[:3], changed, forget_keys=list(X.index[:3]), keys=keys)
     pd.testing.assert_series_equal(model.decision_function_many(X), before)
+
+
+@pytest.mark.parametrize("make", ["IncrementalSVC", "SlidingWindowSVR", "AlphaISVC",
+                                  "IncrementalLSSVC"])
+def test_feature_names_a_checkpoint_keeps_are_learned_and_others_refused_at_learn(make):
+    # A frame's float column labels, a MultiIndex's tuples or a time were learned, then
+    # refused by every to_checkpoint ("use str or int"), hours later; other names (a bool)
+    # were learned too, and are now refused when learned, the model unchanged.
+    import json
+
+    import stream_svm
+
+    cls = getattr(stream_svm, make)
+    model = (cls(window_size=8) if make.startswith("Sliding") else
+             cls(batch_size=4) if make == "AlphaISVC" else cls())
+    regression = make.endswith("SVR")
+    names = [0.5, ("price", "mean"), pd.Timestamp("2024-01-01", tz="UTC"), np.float64(2.5)]
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(8, 4)), columns=names)
+    labels = frame[0.5] > 0
+    model.learn_many(frame, labels.astype(float) if regression else labels)
+    arrays, meta = model.to_checkpoint()
+    restored = cls.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    probe = {0.5: 0.3, ("price", "mean"): -0.2, 2.5: 1.0}
+    assert restored.predict_one(probe) == model.predict_one(probe)
+    with pytest.raises(TypeError, match=r"feature name True \(a bool\) cannot be kept in a "
+                                        r"checkpoint"):
+        model.learn_one({True: 1.0, 0.5: 1.0}, 1.0 if regression else True)
+    assert model.predict_one(probe) == restored.predict_one(probe)
+    assert json.dumps(model.to_checkpoint()[1]) == json.dumps(meta)
