@@ -381,12 +381,15 @@ class _IncrementalLSSVM(FixedParameters):
             width = rows.shape[1]
             mean = _padded(mean, width)
             m2 = _padded(m2, width)
-            batch_mean = taken.mean(axis=0)
-            batch_m2 = ((taken - batch_mean) ** 2).sum(axis=0)
-            total = count + taken.shape[0]
-            delta = batch_mean - mean
-            mean = mean + delta * (taken.shape[0] / total)
-            m2 = m2 + batch_m2 + delta * delta * (count * taken.shape[0] / total)
+            # (A value past 1e154, finite, overflows the squares: the sums are then inf or
+            # NaN until the next check starts them afresh, and that check says nothing.)
+            with np.errstate(over="ignore", invalid="ignore"):
+                batch_mean = taken.mean(axis=0)
+                batch_m2 = ((taken - batch_mean) ** 2).sum(axis=0)
+                total = count + taken.shape[0]
+                delta = batch_mean - mean
+                mean = mean + delta * (taken.shape[0] / total)
+                m2 = m2 + batch_m2 + delta * delta * (count * taken.shape[0] / total)
             count = total
         added += rows.shape[0]
         due = self._next_scale_check
@@ -394,6 +397,7 @@ class _IncrementalLSSVM(FixedParameters):
             if count >= 2:
                 with np.errstate(over="ignore", invalid="ignore"):
                     distance = 2.0 * float(m2.sum()) / (count - 1)
+            if count >= 2 and math.isfinite(distance):
                 warn_kernel_scale(self, gamma_scale_message(
                     self.gamma, distance,
                     f"the mean squared distance between samples learned (over {count} of them)",

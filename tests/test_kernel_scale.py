@@ -191,3 +191,23 @@ def test_an_rff_ls_svm_sees_a_scale_that_jumps_mid_stream():
     messages = _learn(model, _points(30.0, count=600, seed=1))
     assert len(messages) == 1 and "RBF gamma=0.05 is large" in messages[0]
     assert "(over 100 of them)" in messages[0]
+
+
+def test_one_huge_value_learned_and_forgotten_does_not_derail_the_rff_check():
+    # A glitch of 1e300 (finite, so learned) overflowed the running sums of squares: every
+    # later learn until the next check warned "overflow encountered in multiply" (93 times in
+    # 2,900), and the check then advised "the mean heuristic gives gamma = 0".
+    from stream_svm import IncrementalLSSVC
+
+    points = _points(1.0, count=1300, seed=2)
+    model = IncrementalLSSVC(features="rff", gamma=0.05, seed=0)
+    assert _learn(model, points[:100]) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.learn_one({"f0": 1e300, "f1": 0.0}, True, key="glitch")
+        model.forget_one(key="glitch")
+        for x, label in points[100:1200]:  # past the next check (at 1,050 samples)
+            model.learn_one(x, label)
+    assert model._samples_added == 1201 and model._next_scale_check == 2050
+    # The check after it measures the samples learned since, and says what it would have.
+    assert _learn(model, _points(30.0, count=1000, seed=3)) != []
