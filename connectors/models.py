@@ -19,7 +19,7 @@ import numpy as np
 
 from connectors.checkpoint import CheckpointError, CheckpointStore, MemberCheck
 from connectors.config import DAEMON_MODEL_SETTINGS, SCHEMA, Config, ConfigError
-from connectors.messages import MAX_ID_LENGTH
+from connectors.messages import MAX_ID_LENGTH, Malformed, features_of
 from connectors.scaling import FeatureScaler
 
 __all__ = [
@@ -272,8 +272,24 @@ class ServedModel:
     path: Path
 
     def features(self, x: Mapping[str, float]) -> dict[str, float]:
-        """x as the model sees it: scaled as the daemon scales its messages."""
-        return dict(x) if self.scaler is None else self.scaler.transform(x)
+        """x as the model sees it: checked and scaled as the daemon checks and scales a
+        message's ``x`` (:class:`connectors.messages.Malformed`, a ValueError, for what the
+        daemon dead-letters: a value that is no finite number, a bool, None; numpy's numbers
+        count as the numbers they hold).
+
+        >>> ServedModel(None, None, Path(".")).features({"a": float("nan")})
+        Traceback (most recent call last):
+        ...
+        connectors.messages.Malformed: feature 'a' must be a finite number, got nan (float)
+        """
+        if not isinstance(x, Mapping):
+            raise Malformed(f"x must be a mapping of feature: number, got {type(x).__name__}")
+        for name in x:
+            if not isinstance(name, str):  # (a message's names are JSON's: text)
+                raise Malformed(f"feature name {name!r} is not a str, as the daemon's are")
+        checked = features_of({"x": {name: value.item() if isinstance(value, np.generic)
+                                     else value for name, value in x.items()}})
+        return checked if self.scaler is None else self.scaler.transform(checked)
 
     def predict_one(self, x: Mapping[str, float]) -> Any:
         return self.model.predict_one(self.features(x))

@@ -815,6 +815,16 @@ def test_a_daemon_checkpoint_loads_offline_and_predicts_as_the_daemon(tmp_path):
     assert served.predict_one(probe) == answered["prediction"]
     assert served.predict_proba_one(probe)["fraud"] == pytest.approx(answered["proba"], abs=1e-12)
     assert served.features(probe) == {"amount": (95.0 - 50.0) / 40.0, "hour": 3.0}
+    assert served.predict_one({"amount": np.float64(95.0), "hour": np.int64(3)}) == \
+        served.predict_one(probe)
+    # What the daemon dead-letters as malformed is refused here too: it answered NaN, true and
+    # null (the daemon refuses a producer's encoding slips rather than read them as numbers).
+    for offset, value in enumerate((float("nan"), True, None, "95"), start=41):
+        with pytest.raises(ValueError, match="feature 'amount' must be a finite number"):
+            served.predict_one({"amount": value, "hour": 3.0})
+        error = daemon.processor.process([Record("in", 0, offset, json.dumps(
+            {"id": "r", "x": {"amount": value, "hour": 3.0}}).encode(), 0)]).dead_letters
+        assert error and error[0].record["reason"] == "malformed", value
     with pytest.raises(CheckpointError, match="is not a directory"):
         load_served_model(tmp_path / "nowhere")
     assert not (tmp_path / "nowhere").exists()
