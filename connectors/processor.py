@@ -775,12 +775,12 @@ class Processor:
                 entry.error = f"{entry.error}; its features waiting for a label were erased"
             return
         if op.id not in self.model:
-            self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")
+            self._reject(entry, self._unknown("forget", op.id), "unknown_id")
             return
         try:
             self._timed(lambda: self.model.forget_one(key=op.id))
         except KeyError:
-            self._reject(entry, f"forget of unknown id {op.id!r} (not in the model)", "unknown_id")
+            self._reject(entry, self._unknown("forget", op.id), "unknown_id")
             return
         except Exception as exc:
             self._refused(entry, f"to forget id {op.id!r}", exc)
@@ -791,11 +791,21 @@ class Processor:
                         "source": entry.source.as_dict()}
         self._count("forgotten")
 
+    def _unknown(self, what: str, identifier: Any) -> str:
+        """The error of a forget or relabel of an id the model does not hold."""
+        text = f"{what} of unknown id {identifier!r} (not in the model"
+        if getattr(self.model, "reserve_epsilon", None) is not None:
+            # An erasure request must tell "never learned" from "learned and no longer held":
+            # both leave nothing to forget, and the model cannot say which it was.
+            return (f"{text}: never learned, or learned and discarded since by reserve "
+                    "truncation, model.reserve_epsilon, which keeps nothing of it)")
+        return f"{text})"
+
     def _relabel(self, entry: _Entry, op: Relabel) -> None:
         if self._unsupported(entry, "relabel"):
             return
         if op.id not in self.model:
-            self._reject(entry, f"relabel of unknown id {op.id!r} (not in the model)", "unknown_id")
+            self._reject(entry, self._unknown("relabel", op.id), "unknown_id")
             return
         # The model keeps the point's features: relabel is its exact forget + learn, all or
         # nothing (a refused learn puts the point back as it was).

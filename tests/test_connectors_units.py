@@ -901,3 +901,31 @@ def test_the_stop_event_can_be_set_by_a_signal_handler_that_interrupted_its_wait
     threading.Thread(target=handler_inside_wait, daemon=True).start()
     assert done.wait(5) and event.is_set()
     assert event.wait(0)
+
+
+def test_a_forget_of_an_id_reserve_truncation_discarded_says_it_may_have_been_learned():
+    # An erasure flow read "forget of unknown id 8 (not in the model)" for ids the model had
+    # learned and discarded since (model.reserve_epsilon): as if it had never held them.
+    from stream_svm import IncrementalSVC
+
+    rng = np.random.default_rng(3)
+    processor = Processor(IncrementalSVC(C=1.0, gamma=0.5, reserve_epsilon=0.0))
+    records = []
+    for i in range(80):
+        a, b = rng.normal(size=2)
+        records.append(Record("in", 0, i, json.dumps(
+            {"id": i, "x": {"a": a, "b": b}, "y": bool(a + 0.2 * b > 0)}).encode(), 0))
+    processor.process(records)
+    discarded = [i for i in range(80) if i not in processor.model]
+    assert discarded and processor.model.reserve_discarded == len(discarded)
+    outcome = processor.process([
+        Record("in", 0, 80, json.dumps({"op": "forget", "id": discarded[0]}).encode(), 0),
+        Record("in", 0, 81, json.dumps({"op": "forget", "id": 999}).encode(), 0)])
+    errors = [letter.record for letter in outcome.dead_letters]
+    assert [error["reason"] for error in errors] == ["unknown_id", "unknown_id"]
+    for error in errors:
+        assert "never learned, or learned and discarded since by reserve truncation" in \
+            error["error"]
+    plain = Processor(IncrementalSVC())
+    letters = plain.process([Record("in", 0, 0, b'{"op": "forget", "id": 5}', 0)]).dead_letters
+    assert letters[0].record["error"] == "forget of unknown id 5 (not in the model)"
