@@ -1605,7 +1605,8 @@ class Daemon:
                 # Metadata fetched after the lost connection, checked: what the partitions
                 # return from now on is the topic the model read (or a reset was decided).
                 self._verify_until = 0.0
-                log.info("topics checked after the reconnect: reading on")
+                if not self._stopped_on_reset:  # (said after "stopping" it read as a resume)
+                    log.info("topics checked after the reconnect: reading on")
 
     def _note_metadata(self, _cluster: Any) -> None:
         self._metadata_updates += 1  # on the client's IO thread, its only writer

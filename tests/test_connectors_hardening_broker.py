@@ -606,6 +606,30 @@ def test_a_reset_whose_new_position_is_not_known_yet_does_not_end_the_daemon(tmp
     assert 'cause="beyond_end"' in daemon.metrics.render().decode()
 
 
+def test_a_daemon_stopping_on_a_reset_does_not_say_it_reads_on(tmp_path, caplog):
+    # After a reconnect to a broker that had lost its data, "partition ... no longer holds the
+    # offsets ...: stopping" was followed by "topics checked after the reconnect: reading on".
+    config = _config("127.0.0.1:9", tmp_path)
+
+    class NoPartitions:
+        def assignment(self):
+            return set()
+
+    for stopping in (True, False):
+        daemon = Daemon(config)
+        daemon._consumer = NoPartitions()
+        daemon._check_topic_ids = lambda consumer: None
+        daemon._check_new_partitions = lambda consumer: None
+        daemon._stopped_on_reset = stopping
+        daemon._verify_until, daemon._updates_at_close = time.monotonic() + 60, 0
+        daemon._metadata_updates = 1  # metadata fetched since the lost connection
+        caplog.clear()
+        with caplog.at_level("INFO", logger="connectors.daemon"):
+            daemon._check_positions()
+        assert daemon._verify_until == 0.0
+        assert ("reading on" in caplog.text) is not stopping
+
+
 @pytest.mark.broker
 def test_the_broker_removes_its_temporary_log_after_a_clean_stop_and_keeps_a_given_one(
         tmp_path):
