@@ -465,7 +465,9 @@ class ScopedModels:
         states = self.store.restore(
             select=lambda m: m == GROUP_RECORD_ID or (isinstance(m, tuple) and len(m) == 2
                                                      and m[0] in pending),
-            decode=False)
+            # (The "partitions ... ready: N models" line below says it: the store's own line
+            # counted the group's record as a model, "restored 1 models", then "0 models".)
+            decode=False, log_level=logging.DEBUG)
         seconds = time.perf_counter() - started
         record = states.pop(GROUP_RECORD_ID, None)
         if record is None and self.partitions is not None:

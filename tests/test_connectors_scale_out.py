@@ -1266,6 +1266,25 @@ def test_a_new_group_says_that_its_models_start_empty(caplog):
         assert caplog.text == ""
 
 
+def test_settling_partitions_reads_their_states_without_a_line_of_its_own():
+    # The store's own summary line ("restored 1 models from 1 records", the group's record
+    # counted as a model) came at INFO just before "partitions [0] ready: 0 models".
+    store = _MemoryStore()
+    levels = []
+    real = store.restore
+
+    def restore(*args, **kwargs):
+        levels.append(kwargs.get("log_level"))
+        return real(*args, **kwargs)
+
+    store.restore = restore
+    models, _ = _scoped(max_models=4, store=store)
+    models.check_group(6)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    assert levels and all(level == logging.DEBUG for level in levels)
+
+
 def _served_group(store: _MemoryStore) -> ScopedModels:
     """A group that started on ``store`` and published the state of one model."""
     first, _ = _scoped(max_models=4, store=store)
