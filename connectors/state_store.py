@@ -446,6 +446,8 @@ class StateStore:
         self._read_went_on = False
         #: per partition, where the last read ended
         self._last_positions: dict[int, int] = {}
+        #: what a read of :meth:`follow` that ran out of time had read, and where it stood
+        self._late_follow: _OutOfTime | None = None
         #: models whose state was looked for in the whole topic in vain: when to look again
         self._reindex_after: dict[Hashable, float] = {}
         self._partition_count: int | None = None
@@ -1003,6 +1005,8 @@ class StateStore:
                 if ranges is None and not self._read_went_on:
                     self._partial_read = _PartialRead(self.topic_id, late.positions,
                                                       late.records)
+                elif self._read_went_on:
+                    self._late_follow = late  # (for follow() to keep)
                 raise late.error from None
         except KafkaError as exc:
             if resumed is not None and self._partial_read is None:
@@ -1136,7 +1140,21 @@ class StateStore:
         model = normalize_model_id(model_id)
         followed = self._followed if (self._followed is not None
                                       and self._followed.model == model) else None
-        records = self._read(self._deadline(), start_at=followed)
+        self._late_follow = None
+        try:
+            records = self._read(self._deadline(), start_at=followed)
+        except StateStoreError:
+            late, self._late_follow = self._late_follow, None
+            if late is not None and followed is not None:
+                # What was read is kept and the next call goes on from there: read again
+                # from the start at every call, a state that takes longer than one timeout
+                # to read would never be read (a whole-topic read goes on likewise).
+                read = [record for partition, position in late.positions.items()
+                        if position is not None for record in late.records[partition]]
+                self._take_newest(read, followed.latest, {model}, None, RestoreReport())
+                followed.positions.update({partition: position for partition, position
+                                           in late.positions.items() if position is not None})
+            raise
         went_on = self._read_went_on
         latest = followed.latest if followed is not None and went_on else {}
         if followed is not None and not went_on:
@@ -1146,14 +1164,11 @@ class StateStore:
         self._followed = _Followed(model, self.topic_id, dict(self._last_positions), latest)
         return states.get(model)
 
-    def _newest_states(self, records: list[_Record], latest: dict[bytes, _Record],
-                       wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
-                       decode: bool, log_level: int, started: float,
-                       newer_than: tuple[int, int] | None = None) -> dict[Hashable, StoredState]:
-        """:meth:`restore` once the records are read: ``latest`` (the newest record of each
-        key read before, updated in place) gets them, and the newest complete state of each
-        model in it is taken, if newer than ``newer_than``."""
-        report = RestoreReport(records=len(records))
+    def _take_newest(self, records: list[_Record], latest: dict[bytes, _Record],
+                     wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
+                     report: RestoreReport) -> None:
+        """Records read in offset order into ``latest`` (the newest record of each key of the
+        wanted models; a tombstone removes its key), counted in ``report``."""
         for record in records:
             if record.value is None:
                 report.tombstones += 1
@@ -1169,6 +1184,16 @@ class StateStore:
             if ((wanted is None or parsed.model in wanted)
                     and (select is None or select(parsed.model))):
                 latest[bytes(record.key)] = record
+
+    def _newest_states(self, records: list[_Record], latest: dict[bytes, _Record],
+                       wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
+                       decode: bool, log_level: int, started: float,
+                       newer_than: tuple[int, int] | None = None) -> dict[Hashable, StoredState]:
+        """:meth:`restore` once the records are read: ``latest`` (the newest record of each
+        key read before, updated in place) gets them, and the newest complete state of each
+        model in it is taken, if newer than ``newer_than``."""
+        report = RestoreReport(records=len(records))
+        self._take_newest(records, latest, wanted, select, report)
         groups: dict[tuple[Hashable, int, int], dict[int, tuple[dict[str, Any], bytes]]] = {}
         # (model, epoch, slot) -> chunk -> (partition, offset) of its record
         places: dict[tuple[Hashable, int, int], dict[int, tuple[int, int]]] = {}

@@ -909,6 +909,46 @@ def test_a_topic_too_long_to_read_in_one_timeout_is_read_over_several_attempts(
         assert_same_arrays(restored[model].arrays, arrays)
 
 
+@pytest.mark.broker
+def test_a_state_too_long_to_follow_in_one_timeout_is_read_over_several_calls(
+    broker, store_of, monkeypatch  # noqa: F811
+):
+    # Each call of follow() read from where the last one that succeeded ended: a state that
+    # took longer than the timeout to read was never read, and a predictor served its old
+    # model for good.
+    from kafka import KafkaConsumer
+
+    topic = unique("state-follow-long")
+    writer = store_of(topic, max_record_bytes=4096)
+    writer.ensure_topic()
+    writer.publish("m", arrays_of(1, size=100), {}, next_offset=1, epoch=0, sequence=1)
+    reader = store_of(topic, timeout=1.0)
+    assert reader.follow("m").sequence == 1
+    writer.publish("m", arrays_of(2, size=12000), {}, next_offset=2, epoch=0, sequence=2)
+    # (Another model's state last: Tansu's end offset is its last record batch's first offset
+    # + 1, and three records a poll would leave the rest of m's last batch unread.)
+    writer.publish("n", arrays_of(3, size=10), {}, next_offset=0, epoch=0, sequence=1)
+    real_poll = KafkaConsumer.poll
+
+    def slow_poll(self, *args, **kwargs):  # a slow broker: three records a poll, 0.1 s each
+        time.sleep(0.1)
+        kwargs["max_records"] = 3
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaConsumer, "poll", slow_poll)
+    failures = 0
+    while True:
+        try:
+            state = reader.follow("m", newer_than=(0, 1))
+            break
+        except StateStoreError:
+            failures += 1
+            assert failures < 12, "the reads make no progress"
+    assert failures >= 1  # the state does not fit in one attempt
+    assert state.sequence == 2
+    assert_same_arrays(state.arrays, arrays_of(2, size=12000))
+
+
 def test_an_unreachable_broker_is_a_clear_error_within_the_timeout():
     port = free_loopback_port()  # nothing listens there
     topic = unique("state-unreachable")
