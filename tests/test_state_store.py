@@ -866,14 +866,26 @@ def test_a_restore_that_cannot_reach_the_end_times_out_clearly(
     assert time.monotonic() - started < 6
 
 
+def _slow_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow broker: three records a poll, 0.1 s each."""
+    from kafka import KafkaConsumer
+
+    real_poll = KafkaConsumer.poll
+
+    def slow_poll(self, *args, **kwargs):
+        time.sleep(0.1)
+        kwargs["max_records"] = 3
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaConsumer, "poll", slow_poll)
+
+
 @pytest.mark.broker
 def test_a_topic_too_long_to_read_in_one_timeout_is_read_over_several_attempts(
     broker, store_of, monkeypatch  # noqa: F811
 ):
     # Each attempt read from offset 0 again: once the whole topic took longer than the
     # timeout, no attempt ever finished, and a daemon could never take its partitions.
-    from kafka import KafkaConsumer
-
     topic = unique("state-long")
     writer = store_of(topic, max_record_bytes=4096)
     writer.ensure_topic(partitions=2)
@@ -882,14 +894,7 @@ def test_a_topic_too_long_to_read_in_one_timeout_is_read_over_several_attempts(
         published[f"m{number}"] = arrays_of(number, size=600)  # a few records each
         writer.publish(f"m{number}", published[f"m{number}"], {}, next_offset=number, epoch=0,
                        sequence=1)
-    real_poll = KafkaConsumer.poll
-
-    def slow_poll(self, *args, **kwargs):  # a slow broker: three records a poll, 0.1 s each
-        time.sleep(0.1)
-        kwargs["max_records"] = 3
-        return real_poll(self, *args, **kwargs)
-
-    monkeypatch.setattr(KafkaConsumer, "poll", slow_poll)
+    _slow_polls(monkeypatch)
     reader = store_of(topic, timeout=1.0)
     failures = 0
     while True:
@@ -916,8 +921,6 @@ def test_a_state_too_long_to_follow_in_one_timeout_is_read_over_several_calls(
     # Each call of follow() read from where the last one that succeeded ended: a state that
     # took longer than the timeout to read was never read, and a predictor served its old
     # model for good.
-    from kafka import KafkaConsumer
-
     topic = unique("state-follow-long")
     writer = store_of(topic, max_record_bytes=4096)
     writer.ensure_topic()
@@ -928,14 +931,7 @@ def test_a_state_too_long_to_follow_in_one_timeout_is_read_over_several_calls(
     # (Another model's state last: Tansu's end offset is its last record batch's first offset
     # + 1, and three records a poll would leave the rest of m's last batch unread.)
     writer.publish("n", arrays_of(3, size=10), {}, next_offset=0, epoch=0, sequence=1)
-    real_poll = KafkaConsumer.poll
-
-    def slow_poll(self, *args, **kwargs):  # a slow broker: three records a poll, 0.1 s each
-        time.sleep(0.1)
-        kwargs["max_records"] = 3
-        return real_poll(self, *args, **kwargs)
-
-    monkeypatch.setattr(KafkaConsumer, "poll", slow_poll)
+    _slow_polls(monkeypatch)
     failures = 0
     while True:
         try:
