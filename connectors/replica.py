@@ -207,8 +207,7 @@ class StateFollower:
         try:
             # Only what was written since the last refresh is read, and no state is decoded
             # again unless it is newer than the one built.
-            known = [seen for seen in (self.newest, self._empty) if seen is not None]
-            state = store.follow(GLOBAL_MODEL_ID, newer_than=max(known, default=None))
+            state = store.follow(GLOBAL_MODEL_ID, newer_than=self._seen())
         except StateStoreError as exc:
             self._problem(f"{exc} (a learner with kafka.publish_state = true creates and writes "
                           f"it); retried every {self.config.predictor.refresh_seconds:g} s")
@@ -227,7 +226,7 @@ class StateFollower:
                         self.config.kafka.state_topic, topic_id, self._newest_topic)
             with self._lock:
                 self.newest = None
-            self._empty = None
+            self._empty = self._refused = None
         if state is not None and state.metadata.get("updates") == 0:
             # A learner that has learned nothing yet publishes at its checkpoints too: its
             # empty model answered every input with score 0, where a predictor waits for a
@@ -238,6 +237,10 @@ class StateFollower:
                          self.config.kafka.state_topic)
             self._empty = (state.epoch, state.sequence)
             state = None
+        if state is None and self._refused is not None and self._refused == self._seen():
+            # (The newest state is one refused: not read again, still not served.)
+            outcomes.labels(outcome="refused").inc()
+            return "refused"
         if state is None:
             outcome = "none" if self.newest is None else "unchanged"
         elif self.newest is not None and (state.epoch, state.sequence) <= self.newest:
@@ -262,6 +265,12 @@ class StateFollower:
             self._last_problem = None
         outcomes.labels(outcome=outcome).inc()
         return outcome
+
+    def _seen(self) -> tuple[int, int] | None:
+        """(epoch, sequence) of the newest state read: served, refused, or of a model that
+        had learned nothing; None before the first."""
+        seen = [state for state in (self.newest, self._refused, self._empty) if state is not None]
+        return max(seen, default=None)
 
     def _problem(self, text: str) -> None:
         """Log a problem once while it lasts (it is retried every refresh)."""

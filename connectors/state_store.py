@@ -1129,8 +1129,8 @@ class StateStore:
         the records written since the call before, and keeps the newest record of each of the
         model's keys in memory in between (its latest states and claims: a state written
         across two calls is whole at the second). A recreated topic (another id, or other
-        partitions) is read whole again, and then ``newer_than`` is not applied: its states
-        start again at epoch 0.
+        partitions) is read whole again, and ``newer_than`` is not applied until a state of it
+        is returned: its states start again at epoch 0.
 
         Without it a predictor read every state ever published at every refresh: the topic is
         compacted only in closed segments (an hour of states), and a broker that never compacts
@@ -1157,12 +1157,15 @@ class StateStore:
             raise
         went_on = self._read_went_on
         latest = followed.latest if followed is not None and went_on else {}
-        if followed is not None and not went_on:
-            newer_than = None
+        # Recreated: newer_than is not applied until a state of the new topic is returned
+        # (the first reads may find it empty, or a state half-written).
+        recreated = followed is not None and (not went_on or followed.recreated)
         states = self._newest_states(records, latest, {model}, None, True, log_level, started,
-                                     newer_than)
-        self._followed = _Followed(model, self.topic_id, dict(self._last_positions), latest)
-        return states.get(model)
+                                     None if recreated else newer_than)
+        state = states.get(model)
+        self._followed = _Followed(model, self.topic_id, dict(self._last_positions), latest,
+                                   recreated and state is None)
+        return state
 
     def _take_newest(self, records: list[_Record], latest: dict[bytes, _Record],
                      wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
@@ -1458,12 +1461,15 @@ class _PartialRead:
 @dataclass
 class _Followed:
     """Where :meth:`StateStore.follow` stands: its model, the topic's id and where each
-    partition's read ended, and the newest record of each of the model's keys."""
+    partition's read ended, the newest record of each of the model's keys, and whether the
+    topic was found recreated since the last state returned."""
 
     model: Hashable
     topic_id: str | None
     positions: dict[int, int]
     latest: dict[bytes, _Record]
+    #: the topic was found recreated and no state of it was returned yet
+    recreated: bool = False
 
 
 class _OutOfTime(Exception):

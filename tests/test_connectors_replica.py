@@ -451,6 +451,29 @@ def test_a_predictor_does_not_serve_a_model_that_has_learned_nothing(broker, tmp
 
 
 @pytest.mark.broker
+def test_a_refused_state_is_not_read_again_at_every_refresh(broker, tmp_path):  # noqa: F811
+    # A state a predictor refuses (another format, other settings) was assembled and decoded
+    # again at every refresh (each second) while it stayed the newest.
+    from connectors.replica import StateFollower
+
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    with StateStore(servers, topics["state"], timeout=10) as writer:
+        writer.ensure_topic(partitions=1)
+        writer.publish(GLOBAL_MODEL_ID, {"a": np.ones(1000)}, {"format": 99, "updates": 5},
+                       next_offset=1, epoch=0, sequence=1)
+    follower = StateFollower(_predictor(broker, topics), lambda model: Processor(model),
+                             Metrics(), threading.Event())
+    store = StateStore(servers, topics["state"], timeout=10)
+    try:
+        assert follower.refresh(store) == "refused" and store.last_report.complete == 1
+        assert follower.refresh(store) == "refused" and store.last_report.complete == 0
+        assert follower.take() is None
+    finally:
+        store.close()
+
+
+@pytest.mark.broker
 def test_a_second_learner_refused_at_start_leaves_the_running_one_serving(
         broker, tmp_path):  # noqa: F811
     # A second learner of the model, started by mistake on the group with an empty checkpoint
@@ -556,6 +579,9 @@ def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
             admin.create_topics([NewTopic(topics["state"], 1, 1)])
         finally:
             admin.close()
+        # A refresh before the new learner's first state (it took the recreated topic's
+        # states for older ones from then on, following the records written since).
+        assert follower.refresh(store) == "unchanged" and follower.newest[0] == 2
         new = _learner(broker, tmp_path / "new", {**topics, "input": unique("replica-in")})
         produce(servers, new.kafka.input_topic, _labelled(100, 10))
         assert Daemon(new, until_drained=True).run() == 0
