@@ -2328,30 +2328,40 @@ class Daemon:
         arrays, metadata, next_offset = state_of(processor, self.config)
         epoch, sequence = self._epoch, self._sequence + 1
         try:
-            last = store.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset, epoch, sequence)
-            # Reading on to that offset shows a newer learner's claim, if any.
-            newest = store.newest_epoch(GLOBAL_MODEL_ID, last)
-            if newest > epoch:
-                raise StaleEpochError(
-                    f"state topic {store.topic}: model {list(GLOBAL_MODEL_ID)} has epoch "
-                    f"{newest}, claimed by another learner; this one has epoch {epoch}"
-                )
+            last: int | None = store.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset,
+                                             epoch, sequence)
         except StaleEpochError as exc:
-            outcomes.labels(outcome="stale").inc()
-            self._fenced = True
-            self.summary.exit_code = 1
-            self.stop_event.set()
-            log.error("%s. Another learner took this model over (predictors follow its newer "
-                      "epoch): stopping, since two learners of one model must not both "
-                      "publish. The local checkpoint is kept.", exc)
+            self._fence(exc)
             return
         except (StateStoreError, ValueError) as exc:
-            self._state_behind = True
-            outcomes.labels(outcome="failed").inc()
-            log.error("publishing the model's state failed (%s); the stream goes on and the "
-                      "next checkpoint publishes again", exc)
-            self._recreate_state_topic()
-            return
+            if store.last_sequence(GLOBAL_MODEL_ID, epoch) < sequence:
+                self._state_behind = True
+                outcomes.labels(outcome="failed").inc()
+                log.error("publishing the model's state failed (%s); the stream goes on and "
+                          "the next checkpoint publishes again", exc)
+                self._recreate_state_topic()
+                return
+            # The state was written whole: what failed came after it (tombstoning older
+            # states' records). It is published, and the next publish takes the next sequence
+            # (reusing this one, every later publish was refused and predictors served this
+            # state for good).
+            log.warning("model generation %s is published, but tidying the state topic after "
+                        "it failed: %s", generation(epoch, sequence), exc)
+            last = None
+        if last is not None:
+            try:
+                # Reading on to that offset shows a newer learner's claim, if any.
+                newest = store.newest_epoch(GLOBAL_MODEL_ID, last)
+            except StateStoreError as exc:
+                newest = epoch  # (the next publish reads on over this one's records too)
+                log.warning("model generation %s is published, but reading the state topic on "
+                            "to it, which shows another learner's newer claim, failed (%s): "
+                            "read at the next publish", generation(epoch, sequence), exc)
+            if newest > epoch:
+                self._fence(StaleEpochError(
+                    f"state topic {store.topic}: model {list(GLOBAL_MODEL_ID)} has epoch "
+                    f"{newest}, claimed by another learner; this one has epoch {epoch}"))
+                return
         self._state_behind = False
         outcomes.labels(outcome="published").inc()
         self._sequence = sequence
@@ -2359,6 +2369,16 @@ class Daemon:
         processor.generation = generation(epoch, sequence)
         self.metrics.replica[0].set(sequence)
         log.debug("published model generation %s", processor.generation)
+
+    def _fence(self, exc: StaleEpochError) -> None:
+        """Another learner's newer epoch: this one stops (exit 1), publishing nothing more."""
+        self.metrics.replica[1].labels(outcome="stale").inc()
+        self._fenced = True
+        self.summary.exit_code = 1
+        self.stop_event.set()
+        log.error("%s. Another learner took this model over (predictors follow its newer "
+                  "epoch): stopping, since two learners of one model must not both publish. "
+                  "The local checkpoint is kept.", exc)
 
     def _recreate_state_topic(self) -> None:
         """After a failed publish: a state topic that no longer exists (a broker that lost its

@@ -790,6 +790,13 @@ class StateStore:
             self._tombstone(model, stale, partition, deadline)
         return max(offsets)
 
+    def last_sequence(self, model_id: Any, epoch: int) -> int:
+        """The highest sequence of the model's ``epoch`` this store published whole or read
+        whole (-1 for none): a publish that raised after its state was written whole (while
+        tombstoning older records) has it."""
+        view = self._views.get(normalize_model_id(model_id))
+        return -1 if view is None else view.complete.get(epoch, -1)
+
     def newest_epoch(self, model_id: Any, through_offset: int) -> int:
         """The highest epoch of a model in its partition up to ``through_offset`` (inclusive;
         -1: none), reading on from where this store has read: how an owner learns after a

@@ -149,11 +149,62 @@ class _FailingStore:
     def publish(self, *args: Any, **kwargs: Any) -> int:
         raise self.error
 
+    def last_sequence(self, model_id: Any, epoch: int) -> int:
+        return -1  # nothing was written whole
+
     def close(self) -> None:
         pass
 
     def ensure_topic(self, partitions: int = 1) -> bool:
         return False  # the topic is there: the failure is the broker's
+
+
+class _AfterwardsFailingStore(_FailingStore):
+    """Writes every state whole; then its first publish fails while tombstoning older records
+    (``where="tidy"``) or its first read-back fails (``where="read"``)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(StateStoreError("reading to the end did not finish within 5 s"))
+        self.where, self.sequences, self.complete = where, [], -1
+
+    def publish(self, model_id: Any, arrays: Any, metadata: Any, next_offset: int, epoch: int,
+                sequence: int) -> int:
+        if sequence <= self.complete:
+            raise ValueError(f"epoch {epoch} already has sequence {self.complete}; sequences "
+                             "must grow within an epoch")
+        self.sequences.append(sequence)
+        self.complete = sequence
+        if self.where == "tidy" and len(self.sequences) == 1:
+            raise self.error
+        return 10 * sequence
+
+    def last_sequence(self, model_id: Any, epoch: int) -> int:
+        return self.complete
+
+    def newest_epoch(self, model_id: Any, through_offset: int) -> int:
+        if self.where == "read" and len(self.sequences) == 1:
+            raise self.error
+        return 2
+
+
+@pytest.mark.parametrize("where", ["tidy", "read"])
+def test_a_publish_whose_state_was_written_whole_counts_even_if_what_follows_fails(where):
+    # The store had the sequence written whole, the learner took the publish for failed and
+    # reused its sequence: every later publish was refused ("sequences must grow within an
+    # epoch") and the predictors served that state for the rest of the run.
+    config = load_config(None, {"kafka.publish_state": "true", "metrics.enabled": "false"}, {})
+    daemon = Daemon(config)
+    daemon.processor = Processor(build_model(config), metrics=daemon.metrics)
+    store = _AfterwardsFailingStore(where)
+    daemon._state_store, daemon._epoch, daemon._sequence = store, 2, 0  # type: ignore[assignment]
+    publish = daemon.metrics.replica[1]
+    for offset in (5, 9, 14):
+        daemon.processor.offsets = {"in:0": offset}
+        daemon._publish()
+    assert store.sequences == [1, 2, 3] and daemon._sequence == 3
+    assert publish.labels(outcome="published")._value.get() == 3
+    assert publish.labels(outcome="failed")._value.get() == 0
+    assert daemon.processor.generation == "2.3" and not daemon.stop_event.is_set()
 
 
 @pytest.mark.parametrize(
