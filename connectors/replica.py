@@ -152,8 +152,8 @@ class StateFollower:
         self.stop_event = stop
         #: (epoch, sequence) of the newest state built (served or waiting to be taken)
         self.newest: tuple[int, int] | None = None
-        #: the state topic's id when that state was read
-        self._newest_topic: str | None = None
+        #: the state topic's id when the newest state seen (served, refused or empty) was read
+        self._seen_topic: str | None = None
         #: (epoch, sequence) of the state last taken (served)
         self.taken: tuple[int, int] | None = None
         self._ready: Processor | None = None
@@ -216,17 +216,21 @@ class StateFollower:
         finally:
             seconds.observe(time.perf_counter() - started)
         topic_id = getattr(store, "topic_id", None)
-        if (state is not None and self.newest is not None and topic_id is not None
-                and self._newest_topic is not None and topic_id != self._newest_topic):
+        if (state is not None and topic_id is not None and self._seen_topic is not None
+                and topic_id != self._seen_topic):
             # The state topic was recreated (a broker that lost its data, or deleted): a new
-            # learner's epochs start again at 0 there, below the state served, whose states
-            # were all taken for older ones, silently, until its sequence caught up.
-            log.warning("state topic %s has the id %s, the model served was read when it had "
-                        "%s: it was recreated; following the states written there since",
-                        self.config.kafka.state_topic, topic_id, self._newest_topic)
+            # learner's epochs start again at 0 there, below the states seen before (served,
+            # refused, or of a model that had learned nothing), whose states were all taken
+            # for older ones, silently, until its sequence caught up.
+            if self.newest is not None:
+                log.warning("state topic %s has the id %s, the model served was read when it "
+                            "had %s: it was recreated; following the states written there "
+                            "since", self.config.kafka.state_topic, topic_id, self._seen_topic)
             with self._lock:
                 self.newest = None
             self._empty = self._refused = None
+        if state is not None:
+            self._seen_topic = topic_id
         if state is not None and state.metadata.get("updates") == 0:
             # A learner that has learned nothing yet publishes at its checkpoints too: its
             # empty model answered every input with score 0, where a predictor waits for a
@@ -259,7 +263,6 @@ class StateFollower:
             with self._lock:  # together: take() must never see the one without the other
                 self._ready = processor
                 self.newest = (state.epoch, state.sequence)
-                self._newest_topic = topic_id
             outcome = "newer"
         if outcome != "refused":
             self._last_problem = None

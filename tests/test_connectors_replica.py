@@ -23,7 +23,7 @@ from connectors.daemon import Daemon, DaemonError, StartRefused, ensure_topics
 from connectors.metrics import Metrics
 from connectors.models import build_model, restore_model
 from connectors.processor import Processor, Record
-from connectors.replica import GLOBAL_MODEL_ID, generation
+from connectors.replica import GLOBAL_MODEL_ID, generation, state_of
 from connectors.sources import iter_source
 from connectors.state_store import StaleEpochError, StateStore, StateStoreError
 from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
@@ -520,6 +520,59 @@ def test_a_refused_state_is_not_read_again_at_every_refresh(broker, tmp_path):  
         assert follower.refresh(store) == "refused" and store.last_report.complete == 1
         assert follower.refresh(store) == "refused" and store.last_report.complete == 0
         assert follower.take() is None
+    finally:
+        store.close()
+
+
+def _state_with(config, updates: int):
+    """A state as a learner publishes it, of a model that has made ``updates`` updates."""
+    processor = Processor(build_model(config))
+    for i in range(updates):
+        processor.model.learn_one({"a": float(i), "b": float(-i)}, bool(i % 2))
+    processor.updates = updates
+    processor.offsets = {"in:0": updates}
+    return state_of(processor, config)
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("first", ["refused", "empty"])
+def test_a_predictor_that_served_nothing_yet_follows_a_recreated_state_topic(
+        broker, first):  # noqa: F811
+    # Only a predictor serving a model forgot the old topic's states: one whose newest state
+    # seen was refused or of a model that had learned nothing (at epoch 2) took the new
+    # topic's first state, then skipped every later one as older, until epoch 3.
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from connectors.replica import StateFollower
+
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    config = _predictor(broker, topics)
+    follower = StateFollower(config, lambda model: Processor(model), Metrics(),
+                             threading.Event())
+    store = StateStore(servers, topics["state"], timeout=10)
+    try:
+        with StateStore(servers, topics["state"], timeout=10) as writer:
+            writer.ensure_topic(partitions=1)
+            arrays, metadata, next_offset = _state_with(config, 0)
+            if first == "refused":
+                metadata = {**metadata, "format": 99, "updates": 5}
+            writer.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset, 2, 1)
+        assert follower.refresh(store) == ("refused" if first == "refused" else "none")
+        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
+        try:
+            admin.delete_topics([topics["state"]])
+            wait_for(lambda: topics["state"] not in admin.list_topics(), 20)
+            admin.create_topics([NewTopic(topics["state"], 1, 1)])
+        finally:
+            admin.close()
+        with StateStore(servers, topics["state"], timeout=10) as writer:
+            for sequence in (1, 2):
+                writer.publish(GLOBAL_MODEL_ID, *_state_with(config, 10 * sequence), 0,
+                               sequence)
+                assert follower.refresh(store) == "newer"
+                assert follower.newest == (0, sequence)
+                assert follower.take().model_updates == 10 * sequence
     finally:
         store.close()
 
