@@ -2334,17 +2334,20 @@ class Daemon:
             self._fence(exc)
             return
         except (StateStoreError, ValueError) as exc:
-            if store.last_sequence(GLOBAL_MODEL_ID, epoch) < sequence:
+            written = store.last_sequence(GLOBAL_MODEL_ID, epoch)
+            if isinstance(exc, ValueError) or written < sequence:
+                # (A ValueError comes before anything is sent: a sequence the topic has
+                # already is not taken again by the next publish.)
+                self._sequence = max(self._sequence, written)
                 self._state_behind = True
                 outcomes.labels(outcome="failed").inc()
                 log.error("publishing the model's state failed (%s); the stream goes on and "
                           "the next checkpoint publishes again", exc)
                 self._recreate_state_topic()
                 return
-            # The state was written whole: what failed came after it (tombstoning older
-            # states' records). It is published, and the next publish takes the next sequence
-            # (reusing this one, every later publish was refused and predictors served this
-            # state for good).
+            # The state was written whole: what failed came after it. It is published, and
+            # the next publish takes the next sequence (reusing this one, every later publish
+            # was refused and predictors served this state for good).
             log.warning("model generation %s is published, but tidying the state topic after "
                         "it failed: %s", generation(epoch, sequence), exc)
             last = None

@@ -205,6 +205,13 @@ def test_a_publish_whose_state_was_written_whole_counts_even_if_what_follows_fai
     assert publish.labels(outcome="published")._value.get() == 3
     assert publish.labels(outcome="failed")._value.get() == 0
     assert daemon.processor.generation == "2.3" and not daemon.stop_event.is_set()
+    # A sequence the topic has already (refused before anything is sent) is not taken again.
+    store.complete = 7
+    for offset in (20, 25):
+        daemon.processor.offsets = {"in:0": offset}
+        daemon._publish()
+    assert publish.labels(outcome="failed")._value.get() == 1
+    assert store.sequences == [1, 2, 3, 8] and daemon.processor.generation == "2.8"
 
 
 @pytest.mark.parametrize(
