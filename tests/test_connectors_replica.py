@@ -531,6 +531,19 @@ def test_a_refused_state_is_not_read_again_at_every_refresh(broker, tmp_path):  
         store.close()
 
 
+def _recreate(servers: str, topic: str) -> None:
+    """Delete the topic and create it again, empty (as a broker that lost its data has it)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
+    try:
+        admin.delete_topics([topic])
+        wait_for(lambda: topic not in admin.list_topics(), 20)
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+
+
 def _state_with(config, updates: int):
     """A state as a learner publishes it, of a model that has made ``updates`` updates."""
     processor = Processor(build_model(config))
@@ -548,8 +561,6 @@ def test_a_predictor_that_served_nothing_yet_follows_a_recreated_state_topic(
     # Only a predictor serving a model forgot the old topic's states: one whose newest state
     # seen was refused or of a model that had learned nothing (at epoch 2) took the new
     # topic's first state, then skipped every later one as older, until epoch 3.
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     from connectors.replica import StateFollower
 
     servers = broker.bootstrap_servers
@@ -566,13 +577,7 @@ def test_a_predictor_that_served_nothing_yet_follows_a_recreated_state_topic(
                 metadata = {**metadata, "format": 99, "updates": 5}
             writer.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset, 2, 1)
         assert follower.refresh(store) == ("refused" if first == "refused" else "none")
-        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
-        try:
-            admin.delete_topics([topics["state"]])
-            wait_for(lambda: topics["state"] not in admin.list_topics(), 20)
-            admin.create_topics([NewTopic(topics["state"], 1, 1)])
-        finally:
-            admin.close()
+        _recreate(servers, topics["state"])
         with StateStore(servers, topics["state"], timeout=10) as writer:
             for sequence in (1, 2):
                 writer.publish(GLOBAL_MODEL_ID, *_state_with(config, 10 * sequence), 0,
@@ -660,8 +665,6 @@ def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
     # After the state topic was recreated (a broker that lost its data), a new learner's
     # epochs start again at 0: the predictor took its states for older than the one it
     # served, silently, and answered with the lost model until the new sequence caught up.
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     from connectors.replica import StateFollower
 
     servers = broker.bootstrap_servers
@@ -683,13 +686,7 @@ def test_a_predictor_follows_a_new_learner_on_a_recreated_state_topic(
         # second, before: a topic that is not compacted grew without bound).
         assert store.last_report.records > 0
         assert follower.refresh(store) == "unchanged" and store.last_report.records == 0
-        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
-        try:
-            admin.delete_topics([topics["state"]])
-            wait_for(lambda: topics["state"] not in admin.list_topics(), 20)
-            admin.create_topics([NewTopic(topics["state"], 1, 1)])
-        finally:
-            admin.close()
+        _recreate(servers, topics["state"])
         # A refresh before the new learner's first state (it took the recreated topic's
         # states for older ones from then on, following the records written since).
         assert follower.refresh(store) == "unchanged" and follower.newest[0] == 2
