@@ -452,17 +452,22 @@ def replay(
     def records(bad_rows: list[str] | None) -> Iterator[tuple[Any, dict[str, float], Any]]:
         # A file's rows keep their numbers as ids when rows before them are skipped. Ids are
         # checked as the daemon will check them, after the prefix.
+        locations: list[str] = []
         rows = iter_records(source, target, limit, raw_label, id_column, bad_rows,
-                            unlabelled=True, number_rows=True)
+                            unlabelled=True, number_rows=True, locations=locations)
         for index, (own_id, x, y) in enumerate(rows):
+            location = locations.pop() if locations else None
             base = index if own_id is None else own_id
             identifier = f"{id_prefix}{base}" if id_prefix else base
             try:
                 message_id(identifier)
                 encode({"id": identifier, "x": x, "y": y})  # (what is sent must encode)
             except (Malformed, ValueError) as exc:
-                problem = (f"{source}, the row of id {shown(base)}: {exc}" if id_column
-                           else f"{source}, row {base}: {exc}")
+                # A file's row by its line, as the file's own errors name it.
+                row = f"the row of id {shown(base)}" if id_column else f"row {base}"
+                problem = (f"{source}, {row}: {exc}" if location is None
+                           else f"{location} ({row}): {exc}" if id_column
+                           else f"{location}: {exc}")
                 if bad_rows is None:
                     raise SourceError(problem) from None
                 bad_rows.append(problem)
@@ -636,25 +641,27 @@ def evaluate(
 
     bad_rows: list[str] = []
 
-    def rows() -> Iterator[tuple[Any, dict[str, float], Any]]:
+    locations: list[str] = []
+
+    def rows() -> Iterator[tuple[Any, dict[str, float], Any, str | None]]:
         # A file's rows are numbered as replay numbers them (a skipped row keeps its number):
-        # the keys a keyed model learns under, and the points the summary names, are the
-        # daemon's ids.
+        # the keys a keyed model learns under are the daemon's ids. A file's row is named by
+        # its line, as the rows the file itself refuses are.
         for identifier, x, y in iter_records(dataset, target, limit, raw_label, id_column,
-                                             bad_rows, number_rows=True):
+                                             bad_rows, number_rows=True, locations=locations):
             while bad_rows:
                 skip(bad_rows.pop(0))
-            yield identifier, x, y
+            yield identifier, x, y, (locations.pop() if locations else None)
         while bad_rows:
             skip(bad_rows.pop(0))
 
-    def points() -> Iterator[tuple[Any, dict[str, float], Any]]:
+    def points() -> Iterator[tuple[Any, dict[str, float], Any, str | None]]:
         stream = rows()
-        held: list[tuple[Any, dict[str, float], Any]] = []
+        held: list[tuple[Any, dict[str, float], Any, str | None]] = []
         if scaler is not None and not scaler.frozen:
             # As the daemon: the warm-up's points wait until the statistics are known.
-            for identifier, x, y in stream:
-                held.append((identifier, x, y))
+            for identifier, x, y, location in stream:
+                held.append((identifier, x, y, location))
                 try:
                     if scaler.observe(x):
                         break
@@ -663,52 +670,55 @@ def evaluate(
             if not scaler.frozen:
                 raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
                                   f"warm-up of {config.scaler.warmup_messages}")
-        for identifier, x, y in itertools.chain(held, stream):
+        for identifier, x, y, location in itertools.chain(held, stream):
             # (A row refused for unknown features is not scaled: scaling would log them as
             # passing unscaled.)
             keep = scaler is None or (scaler.refuse_unknown and bool(scaler.unknown(x)))
-            yield identifier, (x if keep else scaler.transform(x)), y
+            yield identifier, (x if keep else scaler.transform(x)), y, location
 
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
     started = time.perf_counter()
     try:
-        for index, (identifier, x, label) in enumerate(points()):
+        for index, (identifier, x, label, location) in enumerate(points()):
             # The file's id (else the row number) is the key a keyed model learns under, and a
             # repeated one is skipped before it is scored, as the daemon dead-letters it
             # (duplicate_id).
             key = index if identifier is None else identifier
             point = f"id {key!r}" if id_column else f"point {key}"
+            # A file's row by its line ("file.csv:41", as the file's own errors name it).
+            where = (f"{dataset}, {point}" if location is None
+                     else f"{location} ({point})" if id_column else location)
             if identifier is not None:
                 try:
                     message_id(identifier)
                 except Malformed as exc:  # (dead-lettered malformed by the daemon)
-                    skip(f"{dataset}, {point}: {exc}")
+                    skip(f"{where}: {exc}")
                     continue
             if scaler is not None and scaler.refuse_unknown and (unknown := scaler.unknown(x)):
                 # (Their names pass the transform unchanged; dead-lettered unknown_feature by
                 # the daemon.)
-                skip(f"{dataset}, {point}: {unknown_features_error(unknown)}")
+                skip(f"{where}: {unknown_features_error(unknown)}")
                 continue
             if scaler is not None:
                 overflow = next((name for name, value in x.items()
                                  if not math.isfinite(value)), None)
                 if overflow is not None:  # (dead-lettered non_finite by the daemon)
-                    skip(f"{dataset}, {point}: feature {overflow!r} is {x[overflow]} once "
+                    skip(f"{where}: feature {overflow!r} is {x[overflow]} once "
                          "scaled ((x - mean) / scale overflows)")
                     continue
             if keyed and identifier is not None and key in model:
-                skip(f"{dataset}, {point}: id {key!r} is learned already (the daemon "
+                skip(f"{where}: id {key!r} is learned already (the daemon "
                      "dead-letters it duplicate_id)")
                 continue
             try:
                 y = targets.model_label(targets.parse(label))
             except Malformed as exc:
-                skip(f"{dataset}, {point}: {exc}")
+                skip(f"{where}: {exc}")
                 continue
             try:
                 prediction = model.predict_one(x)
             except refusals as exc:  # features too large for the kernel (not finite)
-                skip(f"{dataset}, {point}: {exc}")
+                skip(f"{where}: {exc}")
                 continue
             # Scored before it is learned, as the daemon scores a message whose learning the
             # model then refuses (dead-lettered there): the accuracies agree.
@@ -727,7 +737,7 @@ def evaluate(
                 else:
                     model.learn_one(x, y)
             except refusals as exc:  # refused, the model unchanged: say which point
-                skip(f"{dataset}, {point}: not learned: {exc}")
+                skip(f"{where}: not learned: {exc}")
                 breakpoints_per_point.append(0)
                 continue
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)

@@ -101,7 +101,8 @@ def _utf8_text(reader: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[A
 @_utf8_text
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
          bad_rows: list[str] | None = None, unlabelled: bool = False,
-         number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
+         number_rows: bool = False, locations: list[str] | None = None
+         ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     # utf-8-sig: a byte-order mark (spreadsheets' "CSV UTF-8") is not part of the first name.
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
@@ -115,8 +116,10 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
         if id_column is None and "id" in reader.fieldnames:
             _warn_id_is_a_feature(path)
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}:{line}"
+        for record, row in enumerate(reader):
+            # The line the row ends on: DictReader skips blank lines, and a quoted cell may
+            # hold line breaks, so the row's own count would name another line.
+            where = f"{path}:{reader.line_num}"
             try:
                 label = row.pop(target)
                 if label in ("", None) and unlabelled:  # an empty cell: a message without y
@@ -134,14 +137,17 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
                 bad_rows.append(str(exc))
                 continue
             if identifier is None and number_rows:
-                identifier = line - 2  # the row's own number: skipped rows keep theirs
+                identifier = record  # the row's own number: skipped rows keep theirs
+            if locations is not None:
+                locations.append(where)
             yield identifier, x, y
 
 
 @_utf8_text
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
            bad_rows: list[str] | None = None, unlabelled: bool = False,
-           number_rows: bool = False) -> Iterator[tuple[Any, dict[str, float], Any]]:
+           number_rows: bool = False, locations: list[str] | None = None
+           ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
         for line, text in enumerate(handle, start=1):
@@ -158,6 +164,8 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
                 continue
             if identifier is None and number_rows:
                 identifier = row  # the row's own number: skipped rows keep theirs
+            if locations is not None:
+                locations.append(f"{path}:{line}")
             yield identifier, x, y
 
 
@@ -278,6 +286,7 @@ def iter_records(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
     bad_rows: list[str] | None = None, unlabelled: bool = False, number_rows: bool = False,
+    locations: list[str] | None = None,
 ) -> Iterator[tuple[Any, dict[str, float], Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
     file's rows (not a feature then), or None. A file's row that cannot be read raises
@@ -285,7 +294,9 @@ def iter_records(
     With ``unlabelled``, a file's row without a label (an empty CSV cell, a JSON null, a
     message of the daemon's form without ``y``) gives y None instead of an error. With
     ``number_rows``, a file's row without an id gets its number (from 0, over the rows that
-    are not blank, those skipped included) instead of None."""
+    are not blank, those skipped included) instead of None. With ``locations``, a file's
+    ``path:line`` of every row is appended there before the row is yielded (the line the row
+    ends on, as its errors name it); a bundled source appends nothing."""
     stream: Iterator[tuple[Any, dict[str, Any], Any]]
     if id_column is not None and id_column == target:
         raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
@@ -322,10 +333,11 @@ def iter_records(
                 f"({', '.join(BUNDLED)}), river-flow:DIR, nor an existing file"
             )
         if path.suffix.lower() == ".csv":
-            stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled, number_rows)
+            stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled, number_rows,
+                          locations)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
             stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled,
-                            number_rows)
+                            number_rows, locations)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

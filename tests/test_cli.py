@@ -487,7 +487,7 @@ def test_evaluate_skips_and_names_the_point_the_model_refuses(tmp_path, capsys, 
                  "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["points"] == 3 and summary["skipped"] == 1
-    named = f"{source}, point 2: the model's decision value for these features is inf"
+    named = f"{source}:3: the model's decision value for these features is inf"
     assert summary["skipped_first"][0].startswith(named) and named in caplog.text
 
 
@@ -953,15 +953,28 @@ def test_a_jsonl_label_is_taken_as_written_and_a_non_finite_one_refuses_the_file
     assert "cannot reach Kafka" in capsys.readouterr().err
 
 
-def test_evaluate_names_a_point_by_its_row_number_after_a_skipped_row(tmp_path, capsys):
-    # After a row dropped while reading, every later point was named one number too low
-    # ("point 89" for row 90), while replay sends it as id 90.
+def test_evaluate_and_replay_name_a_row_by_its_line_as_the_file_does(tmp_path, capsys):
+    # The rows the file refused were named by line ("rows.csv:3") and those the model refused
+    # by point number ("point 3" for line 5), and a blank line or a quoted cell holding a line
+    # break shifted every later line named by one.
     source = tmp_path / "rows.csv"
-    source.write_text("a,y\n0.5,1\n0.1,\n-0.5,0\n0.7,maybe\n")
+    source.write_text('a,y\n0.5,1\n0.1,\n\n-0.5,0\n"0.3\n",1\n0.7,maybe\n0.2,x\n')
     assert main(["evaluate", "--dataset", str(source), "--no-progress"]) == 0
     skipped = json.loads(capsys.readouterr().out)["skipped_first"]
-    assert len(skipped) == 2 and "rows.csv:3: no label" in skipped[0]
-    assert skipped[1].startswith(f"{source}, point 3: label 'maybe'"), skipped
+    assert [problem.split(": ")[0] for problem in skipped] == [
+        f"{source}:3", f"{source}:8", f"{source}:9"], skipped
+    assert "no label" in skipped[0] and "label 'maybe'" in skipped[1]
+    with_ids = tmp_path / "ids.jsonl"
+    with_ids.write_text('{"k": "a", "x": {"a": 1.0}, "y": true}\n\n'
+                        '{"k": "a", "x": {"a": 2.0}, "y": false}\n')
+    assert main(["evaluate", "--dataset", str(with_ids), "--id-column", "k",
+                 "--set", "model.type=SlidingWindowSVC", "--no-progress"]) == 0
+    skipped = json.loads(capsys.readouterr().out)["skipped_first"]
+    assert skipped[0].startswith(f"{with_ids}:3 (id 'a'): id 'a' is learned already"), skipped
+    # replay names a row its ids refuse by line too (the row's number is its id there).
+    assert main(["replay", str(source), "--topic", "t", "--id-prefix", "x" * 1024,
+                 "--bootstrap-servers", "127.0.0.1:1", "--no-progress"]) == 2
+    assert f"{source}:2: string 'id' must have 1 to 1024 characters" in capsys.readouterr().err
 
 
 def test_evaluate_says_a_feature_overflows_once_scaled(tmp_path, capsys):
@@ -975,7 +988,7 @@ def test_evaluate_says_a_feature_overflows_once_scaled(tmp_path, capsys):
                  "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["skipped"] == 1
-    assert "point 0: feature 'a' is -inf once scaled ((x - mean) / scale overflows)" in \
+    assert "rows.csv:2: feature 'a' is -inf once scaled ((x - mean) / scale overflows)" in \
         summary["skipped_first"][0]
 
 
@@ -1061,7 +1074,8 @@ def test_evaluate_skips_a_row_with_an_unknown_feature_as_the_daemon_dead_letters
     assert (report["points"], report["skipped"]) == (29, 1)
     # Not also logged as a feature the model takes unscaled: it takes nothing of that row.
     assert "'amout' has no statistics in the scaler (not in its settings" not in caplog.text
-    assert "point 4: feature 'amout' has no statistics in the scaler" in report["skipped_first"][0]
+    assert "rows.jsonl:5: feature 'amout' has no statistics in the scaler" in \
+        report["skipped_first"][0]
 
 
 def test_settings_prints_the_reference_a_configuration_can_start_from(tmp_path, capsys):
