@@ -111,10 +111,10 @@ def key_list(keys: Any, what: str = "keys") -> list:
 
 def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: str = "X"
                  ) -> None:
-    """ValueError unless ``y`` holds one value per row of ``X`` and, when both are indexed by
-    labels of their own (not pandas' default numbering 0, 1, ...), by the same labels in the
-    same order. Values pair with rows by position: a y indexed in another order would teach
-    every row another row's label, silently.
+    """ValueError unless ``y`` holds one value per row of ``X``, and unless its index, where
+    both are pandas', says it pairs with X's rows by position. Values pair with rows by
+    position: a y indexed in another order would teach every row another row's label,
+    silently.
 
     >>> import pandas as pd
     >>> X = pd.DataFrame({"a": [1.0, 2.0]}, index=["p", "q"])
@@ -125,9 +125,13 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     ...
     ValueError: y's index is not X's ...
 
-    Only two indexes with labels of their own are compared: where either is a RangeIndex
-    (pandas' default numbering, also what ``iloc`` slices of it keep), y's values pair with X's
-    rows by position, as a Series built from a list or an array must.
+    Two indexes with labels of their own must be equal. pandas' numbering (a RangeIndex)
+    pairs by position, as a Series built from a list must, with these exceptions, where the
+    numbers are rows' labels that would pair wrongly:
+
+    * the other index holds the same numbers in another order (a shuffled frame against the
+      column it was shuffled from);
+    * both are numberings that start elsewhere than at 0 (``iloc`` slices of two ranges).
     """
     if isinstance(y, pd.DataFrame):
         # len() and iteration of a frame are its columns: its column labels would be learned.
@@ -139,19 +143,33 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     if len(y) != len(X):
         raise ValueError(f"{what} has {len(y)} {noun} for {len(X)} rows of {rows}")
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)
-    if y_index is None or x_index is None or _numbered(y_index) or _numbered(x_index):
+    if not isinstance(y_index, pd.Index) or not isinstance(x_index, pd.Index):
         return
-    if not y_index.equals(x_index):
-        raise ValueError(
-            f"{what}'s index is not {rows}'s (values pair with rows by position, so these would "
-            f"pair wrongly): pass {what}.loc[{rows}.index] to pair them by label, or "
-            f"{what}.to_numpy() to pair them by position"
-        )
+    if _pair_by_position(y_index, x_index):
+        return
+    raise ValueError(
+        f"{what}'s index is not {rows}'s (values pair with rows by position, so these would "
+        f"pair wrongly): pass {what}.loc[{rows}.index] to pair them by label, or "
+        f"{what}.to_numpy() to pair them by position"
+    )
 
 
-def _numbered(index: Any) -> bool:
-    """Whether an index is a plain numbering (pandas' default RangeIndex) or not pandas'."""
-    return isinstance(index, pd.RangeIndex) or not isinstance(index, pd.Index)
+def _pair_by_position(first: pd.Index, second: pd.Index) -> bool:
+    """Whether values indexed by ``first`` may pair with rows indexed by ``second`` (as long)
+    by position: see :func:`check_paired`."""
+    if first.equals(second):
+        return True
+    first_numbered, second_numbered = (isinstance(index, pd.RangeIndex)
+                                       for index in (first, second))
+    if first_numbered and second_numbered:
+        # A fresh numbering (a Series of computed values) beside a slice of another: by
+        # position. Two slices of numberings: rows' labels that differ.
+        return first.start == 0 or second.start == 0
+    if first_numbered or second_numbered:
+        numbering, other = (first, second) if first_numbered else (second, first)
+        # The same numbers in another order: the rows of a shuffled frame, their labels.
+        return not (other.is_unique and bool(other.isin(numbering).all()))
+    return False
 
 
 def real_to_float(value: Any) -> float:

@@ -123,7 +123,41 @@ def test_learn_many_pairs_by_position_where_one_side_is_numbered(model, regressi
         model.learn_many(X.iloc[start : start + 25], y.iloc[start : start + 25])
     shuffled = X.reset_index(drop=True).sample(frac=1, random_state=0)
     labels = shuffled["a"] * 2.0 if regression else shuffled["a"] > 0
-    model.clone().learn_many(shuffled, pd.Series(labels.to_numpy()))
+    model.clone().learn_many(shuffled, labels)
+    model.clone().learn_many(shuffled, labels.to_numpy())
+    # A fresh numbering beside a slice of another (a Series built from a list of values
+    # computed for the slice): by position.
+    model.clone().learn_many(X.reset_index(drop=True).iloc[10:20], pd.Series(list(values[10:20])))
+
+
+@pytest.mark.parametrize("model,regression", _paired_models(),
+                         ids=lambda v: type(v).__name__ if not isinstance(v, bool) else "")
+def test_learn_many_refuses_numbered_rows_that_would_pair_wrongly(model, regression):
+    """pandas' numbering pairs by position except where its numbers are rows' labels that
+    disagree: a shuffled frame against the column it was shuffled from (paired by position,
+    54 of 100 rows learned another row's label), a slice against the same slice sorted, two
+    slices of different ranges. Each is refused, naming the index, and learns nothing."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame(rng.normal(size=(300, 2)), columns=["a", "b"])
+    frame["y"] = frame["a"] * 2.0 if regression else frame["a"] * frame["b"] > 0
+    X, y = frame[["a", "b"]], frame["y"]
+    probe = {"a": 0.3, "b": -0.2}
+
+    def answer() -> object:
+        return model.predict_one(probe) if regression else model.predict_proba_one(probe)
+
+    before = answer()
+    shuffled = X.sample(frac=1, random_state=1)
+    wrong = [(shuffled, y), (X.iloc[100:200], y.iloc[100:200].sort_values()),
+             (X.iloc[100:200], y.iloc[200:300]), (X, y.sample(frac=1, random_state=2))]
+    for rows, labels in wrong:
+        with pytest.raises(ValueError, match="index is not X's"):
+            model.learn_many(rows, labels)
+        assert answer() == before
+    model.learn_many(shuffled, y.loc[shuffled.index])
+    assert answer() != before
 
 
 @pytest.mark.parametrize("window", [False, True])
