@@ -322,10 +322,13 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
             _warn_minus_one()
         return sign
     # Equality, so that numpy scalars and 1 == 1.0 match; a string never equals a number.
+    # A boolean matches only a boolean class (True == 1 would learn True as the class 1,
+    # which the daemon's labels, JSON's true and 1, keep apart).
+    boolean = isinstance(y, (bool, np.bool_))
     try:
-        if y == classes[1]:
+        if y == classes[1] and boolean == isinstance(classes[1], (bool, np.bool_)):
             return 1.0
-        if y == classes[0]:
+        if y == classes[0] and boolean == isinstance(classes[0], (bool, np.bool_)):
             return -1.0
     except (TypeError, ValueError):  # e.g. an array, whose == is elementwise
         pass

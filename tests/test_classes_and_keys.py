@@ -67,6 +67,26 @@ def test_a_label_outside_the_classes_is_refused_and_changes_nothing(make):
     assert model.decision_function_one(xs[0]) == before
 
 
+@pytest.mark.parametrize("make", CLASSIFIERS, ids=NAMES)
+def test_a_boolean_label_is_not_a_numeric_class(make):
+    # With classes [1, 2], True (== 1) was learned as the negative class, which the daemon
+    # refuses (JSON's true is not 1); and with classes [False, True], 0 as False.
+    xs, ys = _points(12)
+    for classes, labels, wrong in (([1, 2], (2, 1), (True, np.True_)),
+                                   ([False, True], (True, False), (0, 1, 1.0))):
+        model = make(classes=classes)
+        for x, y in zip(xs, ys, strict=True):
+            model.learn_one(x, labels[0] if y else labels[1])
+        before = model.decision_function_one(xs[0])
+        for bad in wrong:
+            with pytest.raises(ValueError, match="not one of the classes"):
+                model.learn_one(xs[0], bad)
+        assert model.decision_function_one(xs[0]) == before
+    model = make(classes=[0, 1])
+    model.learn_many(pd.DataFrame(xs), pd.Series([int(y) for y in ys], dtype="int64"))
+    assert model.predict_one(xs[0]) in (0, 1)
+
+
 def test_classes_are_checked():
     assert check_classes(None) is None
     assert check_classes((0, 1)) == (0, 1)
