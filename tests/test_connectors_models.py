@@ -283,7 +283,7 @@ def test_evaluate_reads_labels_by_the_daemons_rules(tmp_path):
     # As the daemon dead-letters it and goes on, evaluate skips it and says so.
     summary = evaluate(config, str(data))
     assert summary["points"] == 19 and summary["skipped"] == 1
-    assert re.search(r"point 5.*not one of the classes", summary["skipped_first"][0])
+    assert re.search(r"binary.jsonl:6: .*not one of the classes", summary["skipped_first"][0])
     data.write_text("".join(json.dumps(line) + "\n" for line in lines[:3])
                     + '{"a": "x", "b": 1.0, "y": 0}\nnot json\n'
                     + "".join(json.dumps(line) + "\n" for line in lines[3:5]))
