@@ -366,6 +366,30 @@ def checkpoint_names(names: Iterable[Hashable]) -> list[Any]:
     return [key_to_json(plain_key(name)) for name in names]
 
 
+def check_keys(keys: Iterable[Hashable]) -> None:
+    """:func:`check_findable_keys`, and TypeError for a key a checkpoint cannot keep (not a
+    str, an int, a float, a timestamp or a tuple of those). Checked as the keys are learned:
+    a key a checkpoint refuses was learned, and every checkpoint of the model failed from
+    then on, until its point was forgotten.
+
+    >>> check_keys(["a", 7, ("gauge", 2.5)])
+    >>> check_keys([b"a"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: key b'a' (a bytes) cannot be checkpointed: ...
+    """
+    keys = keys if isinstance(keys, list) else list(keys)
+    check_findable_keys(keys)
+    for key in keys:
+        if type(key) in _PLAIN_KEYS or isinstance(key, AutoKey):
+            continue  # (most keys: checked above, kept as they are)
+        key_to_json(key)
+
+
+# Keys a checkpoint keeps as they are (a float by its bits), once check_findable_keys passed.
+_PLAIN_KEYS = frozenset({int, str, float})
+
+
 def check_feature_names(names: Iterable[Hashable]) -> None:
     """TypeError unless every feature name is one a checkpoint keeps: a str, an int, a float,
     a timestamp, or a tuple of those (a pandas MultiIndex's column labels). Checked as the names
@@ -820,12 +844,13 @@ class _EngineModel(FixedParameters):
             keys = key_list(keys)
             if len(keys) != len(X):
                 raise ValueError(f"{len(keys)} keys for {len(X)} rows")
+            check_keys([plain_key(key) for key in keys])
             return keys
         if isinstance(X.index, pd.RangeIndex):
             # pandas' default index carries no identity: such rows get automatic keys.
             return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
         index_keys = [plain_key(key) for key in X.index]
-        check_findable_keys(index_keys)
+        check_keys(index_keys)
         problem = None
         if len(set(index_keys)) != len(index_keys):
             seen: set = set()
@@ -916,7 +941,7 @@ class _EngineModel(FixedParameters):
         """KeyError for a key the model holds, before anything is done (dropping unused
         feature names to make room included)."""
         if key is not None:
-            check_findable_keys([key])
+            check_keys([key])
             if key in self._engine:
                 raise KeyError(f"key {key!r} is already stored; keys must be unique")
 

@@ -37,11 +37,15 @@ def check_findable_keys(keys: Iterable[Hashable]) -> None:
     KeyError: 'key nan is not equal to itself (NaN) ...'
 
     Also KeyError for a str key holding a NUL character, or an int key beyond 64 bits, which
-    a checkpoint would lose.
+    a checkpoint would lose, and for a boolean key, which is the same key as 0 or 1.
     """
     always = _ALWAYS_EQUAL_TO_ITSELF
     for key in keys:
         kind = type(key)
+        if kind is bool or kind is np.bool_:
+            # True == 1 and False == 0, with the same hashes: as keys they are the same point.
+            raise KeyError(f"key {key!r} is a boolean, which as a key is the same as "
+                           f"{int(key)}: use str or int keys")
         if isinstance(key, np.integer):
             key, kind = int(key), int  # as the checkpoint will keep it
         try:

@@ -15,6 +15,7 @@ from stream_svm._engine_model import (
     JSON_LIST,
     AutoKey,
     check_checkpoint_meta,
+    check_keys,
     forget_without_key_error,
     key_from_json,
     key_to_json,
@@ -109,7 +110,7 @@ class _SlidingWindow:
         value = self._value(y)
         key = None if key is None else plain_key(key)
         if key is not None:
-            check_findable_keys([key])
+            check_keys([key])
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
         row, new = self._admitted(lambda: self._row(x))
@@ -129,7 +130,7 @@ class _SlidingWindow:
         values = self._values(y)
         rows, new = self._admitted(lambda: self._frame(X), slides=True)
         batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]
-        check_findable_keys(batch_keys)
+        check_keys(batch_keys)
         if len(set(batch_keys)) != len(batch_keys):
             raise KeyError("keys repeat within the batch")
         if (self._engine.first_stored(batch_keys) is not None

@@ -473,6 +473,8 @@ class PathEngine:
         return self._pos[key]
 
     def __contains__(self, key: object) -> bool:
+        if isinstance(key, (bool, np.bool_)):
+            return False  # (True == 1: the point stored under 1 is not True's, which is none)
         try:
             return key in self._pos
         except TypeError:
@@ -1448,10 +1450,11 @@ class PathEngine:
                 if key in seen:
                     raise KeyError(f"key {key!r} repeats among the points to add")
                 seen.add(key)
-        if remove and (len(set(remove)) != len(remove) or not self._pos.keys() >= set(remove)):
+        if remove and (len(set(remove)) != len(remove) or not self._pos.keys() >= set(remove)
+                       or any(isinstance(key, (bool, np.bool_)) for key in remove)):
             removing: set = set()
             for key in remove:
-                if key not in self._pos:
+                if key not in self:
                     raise KeyError(f"no stored point has key {key!r}")
                 if key in removing:
                     raise KeyError(f"key {key!r} is listed twice for removal")
@@ -1974,7 +1977,7 @@ class PathEngine:
         a point not in the reserve set; nothing is changed then."""
         positions = []
         for key in keys:
-            if key not in self._pos:
+            if key not in self:
                 raise KeyError(f"no stored point has key {key!r}")
             positions.append(self._pos[key])
         if len(set(positions)) != len(positions):

@@ -63,6 +63,7 @@ from stream_svm._engine_model import (
     check_checkpoint_members,
     check_checkpoint_meta,
     check_feature_names,
+    check_keys,
     checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
@@ -76,7 +77,6 @@ from stream_svm._engine_model import (
 from stream_svm._input import (
     FeatureSpace,
     check_classes,
-    check_findable_keys,
     check_paired,
     class_of,
     classes_of,
@@ -806,7 +806,7 @@ class _IncrementalLSSVM(FixedParameters):
     # --------------------------------------------------------------------------- kept samples
 
     def _check_new_keys(self, keys: list[Hashable]) -> None:
-        check_findable_keys(keys)
+        check_keys(keys)
         seen: set[Hashable] = set()
         for key in keys:
             if key in self._kept:
@@ -837,6 +837,8 @@ class _IncrementalLSSVM(FixedParameters):
         return found
 
     def __contains__(self, key: object) -> bool:
+        if isinstance(key, (bool, np.bool_)):
+            return False  # (True == 1: the sample kept under 1 is not True's, which is none)
         try:
             return key in self._kept
         except TypeError:  # unhashable
@@ -861,7 +863,7 @@ class _IncrementalLSSVM(FixedParameters):
         >>> model.stored_point("p")
         ({'a': 2.0}, True)
         """
-        if key not in self._kept:
+        if key not in self:
             raise KeyError(f"no sample is learned under key {key!r}")
         x, y = self._kept[key]
         return dict(x), y

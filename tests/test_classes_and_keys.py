@@ -233,9 +233,8 @@ def test_lssvm_feature_bounds():
 def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     """A key waiting in a window's buffer is checkpointed as a stored one is: an int of numpy's
     comes back as an int through JSON, a tuple as a tuple (JSON would give an unhashable list),
-    and a key a checkpoint cannot keep is refused when checkpointing, naming it, as it is once
-    stored. A tuple key arriving while a numpy int waits in the buffer is compared with it
-    safely."""
+    and a key a checkpoint cannot keep is refused before it is buffered, naming it. A tuple key
+    arriving while a numpy int waits in the buffer is compared with it safely."""
     import json
 
     import stream_svm
@@ -260,10 +259,10 @@ def test_a_windows_buffered_keys_obey_the_checkpoint_rule_for_keys(window):
     assert ("r", 1) in restored.stored_keys()
     restored.forget_one(key=("r", 1))
     assert ("r", 1) not in restored
-    model.learn_one({"a": 2.7}, label, key=frozenset({"t"}))  # waits in the buffer too
     with pytest.raises(TypeError, match=r"key frozenset\(\{'t'\}\) \(a frozenset\) cannot be "
-                                        r"checkpointed"):
-        model.to_checkpoint()
+                                        r"checkpointed"):  # (refused before it is buffered)
+        model.learn_one({"a": 2.7}, label, key=frozenset({"t"}))
+    assert json.loads(json.dumps(model.to_checkpoint()[1]))
 
 
 @pytest.mark.parametrize("make", ["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR",
@@ -332,18 +331,18 @@ def test_keys_from_a_multiindex_survive_a_checkpoint(make):
 
 def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
     model = IncrementalSVC()
-    model.learn_one({"a": 1.0}, True, key=frozenset({"p"}))
-    model.learn_one({"a": -1.0}, False, key=("q", True))
     with pytest.raises(TypeError, match=r"\(a frozenset\).*keeps str, int, float and timestamp "
                                         r"keys, and tuples of them.*keys=\[str\(key\) for key in "
                                         r"X\.index\]"):
-        model.to_checkpoint()
-    model.forget_one(key=frozenset({"p"}))
+        model.learn_one({"a": 1.0}, True, key=frozenset({"p"}))
     with pytest.raises(TypeError, match=r"key \('q', True\) cannot be checkpointed: key True "
                                         r"\(a bool\)"):
-        model.to_checkpoint()
+        model.learn_one({"a": -1.0}, False, key=("q", True))
+    assert model.n_stored == 0
     fixed = IncrementalSVC()
     frame = pd.DataFrame({"a": [1.0, -1.0]}, index=[frozenset({"p"}), ("q", True)])
+    with pytest.raises(TypeError, match=r"\(a frozenset\)"):
+        fixed.learn_many(frame, pd.Series([True, False], index=frame.index))
     keys = [str(key) for key in frame.index]  # (the fix the message gives, as written)
     fixed.learn_many(frame, pd.Series([True, False], index=frame.index), keys=keys)
     restored = IncrementalSVC.from_checkpoint(*fixed.to_checkpoint())
@@ -532,3 +531,45 @@ def test_feature_names_a_checkpoint_keeps_are_learned_and_others_refused_at_lear
                         1.0 if regression else True)
     assert model.predict_one(probe) == restored.predict_one(probe)
     assert json.dumps(model.to_checkpoint()[1]) == json.dumps(meta)
+
+
+KEYED = [
+    lambda: IncrementalSVC(C=1.0, gamma=0.5),
+    lambda: SlidingWindowSVC(window_size=25, step=1, C=1.0, gamma=0.5),
+    lambda: IncrementalSVR(C=1.0, gamma=0.5),
+    lambda: IncrementalLSSVR(rho=0.5),
+]
+
+
+@pytest.mark.parametrize("make", KEYED, ids=["IncrementalSVC", "SlidingWindowSVC",
+                                            "IncrementalSVR", "IncrementalLSSVR"])
+def test_keys_a_checkpoint_cannot_keep_are_refused_as_they_are_learned(make):
+    # A key True was learned as 1's twin ("key True is already stored" beside 1, and
+    # forget_one(key=True) forgot the point of 1), and a key of bytes or a frozenset was
+    # learned, after which every checkpoint of the model failed.
+    xs, ys = _points(6)
+    model = make()
+    label = (lambda y: y) if "SVC" in type(model).__name__ else float
+    for i, (x, y) in enumerate(zip(xs[:4], ys[:4], strict=True)):
+        model.learn_one(x, label(y), key=i)
+    before = (model.to_checkpoint()[1], model.stored_keys())
+    for bad, error in ((True, KeyError), (np.False_, KeyError), (b"k", TypeError),
+                       (frozenset({7}), TypeError), (("p", b"k"), TypeError)):
+        with pytest.raises(error, match=r"boolean|cannot be checkpointed"):
+            model.learn_one(xs[4], label(ys[4]), key=bad)
+        with pytest.raises(error, match=r"boolean|cannot be checkpointed"):
+            model.learn_many(pd.DataFrame(xs[4:6]), pd.Series([label(y) for y in ys[4:6]]),
+                             keys=[bad, "fine"])
+    for forget in (lambda: model.forget_one(key=True), lambda: model.forget_many(keys=[False]),
+                   lambda: model.relabel_one(True, label(ys[0])),
+                   lambda: model.stored_point(True)):
+        with pytest.raises(KeyError, match=r"True|False"):
+            forget()
+    assert True not in model and 1 in model
+    assert (model.to_checkpoint()[1], model.stored_keys()) == before
+    if isinstance(model, IncrementalLSSVR):
+        return  # (its learn_many takes no keys from X's index)
+    frame = pd.DataFrame(xs[4:6], index=pd.Index([b"a", b"b"], dtype=object))
+    with pytest.raises(TypeError, match="cannot be checkpointed"):
+        model.learn_many(frame, pd.Series([label(y) for y in ys[4:6]], index=frame.index))
+    assert (model.to_checkpoint()[1], model.stored_keys()) == before
