@@ -222,7 +222,8 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
     def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The model as numpy arrays (no object dtype) and JSON-ready metadata.
 
-        Keys must be str or int (AutoKeys are kept as such); feature names likewise.
+        Keys and feature names are str, int, float, timestamps or tuples of those (the only
+        ones learned: others are refused as they are learned); AutoKeys are kept as such.
 
         >>> model = IncrementalSVC(C=1.0)
         >>> model.learn_one({"a": 1.0}, True, key="p1")
