@@ -936,7 +936,15 @@ def _missing_kafka_module(command: str) -> str | None:
     needed = [*_KAFKA_COMMANDS[command], *(("tomli",) if sys.version_info < (3, 11) else ())]
     return next((name for name in needed if importlib.util.find_spec(name) is None), None)
 
-_DEMO_MODEL = {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.gamma": 1.0}
+# configs/bananas.toml, for an installed package that has no configs/ beside it (a test keeps
+# the two the same).
+_DEMO_MODEL = {
+    "kafka.input_topic": "bananas.input", "kafka.output_topic": "bananas.predictions",
+    "kafka.dead_letter_topic": "bananas.dead-letters", "kafka.group_id": "stream-svm-bananas",
+    "model.type": "SlidingWindowSVC", "model.window_size": 1000, "model.step": 10,
+    "model.C": 1.0, "model.kernel": "rbf", "model.gamma": 1.0,
+    "checkpoint.dir": "checkpoints/bananas", "checkpoint.every_messages": 2000,
+}
 
 
 class _ConnectionRefusals(logging.Filter):
