@@ -12,6 +12,7 @@ invalid setting fails at start with a message naming it and where it came from.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
@@ -386,6 +387,8 @@ class Config(SimpleNamespace):
 
 def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     where = f"setting {name} (from {source})"
+    if isinstance(raw, str) and (source == "flag" or source.startswith("env ")):
+        raw = _unquoted(raw)
     if setting.optional and (raw is None or raw == ""):
         return None
     kind = setting.type
@@ -424,6 +427,19 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     if kind is float and not math.isfinite(raw):
         raise ConfigError(f"{where}: {raw!r} is not finite")
     return _checked(where, setting, raw)
+
+
+def _unquoted(text: str) -> str:
+    """A flag's or a variable's value written as a TOML string, as in the file
+    (``kafka.group_id="g4"``), as the string it holds; any other text as it is. (The quotes
+    were kept: the consumer group was literally "g4", quotes included.)"""
+    stripped = text.strip()
+    if len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "\"'":
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            value = tomllib.loads(f"value = {stripped}")["value"]
+            if isinstance(value, str):
+                return value
+    return text
 
 
 def _checked(where: str, setting: Setting, value: Any) -> Any:

@@ -83,6 +83,19 @@ def test_a_comma_separated_list_of_numbers_must_say_what_it_means():
         "ham", "spam"]
 
 
+def test_a_flag_or_a_variable_written_as_a_toml_string_is_the_string_it_holds():
+    # --set 'kafka.group_id="g4"' joined the consumer group '"g4"', quotes included, and
+    # --set 'scaler.mode="fixed"' was refused as not one of none, warmup, fixed.
+    config = load_config(None, {"kafka.group_id": '"g4"', "model.kernel": "'linear'",
+                                "model.C": ' "2.5" ', "checkpoint.dir": 'dir"1'},
+                         {"STREAM_SVM_KAFKA_OUTPUT_TOPIC": '"out"'})
+    assert (config.kafka.group_id, config.model.kernel, config.model.C) == ("g4", "linear", 2.5)
+    assert (config.checkpoint.dir, config.kafka.output_topic) == ('dir"1', "out")
+    assert load_config(None, {"kafka.label_topic": '""'}, {}).kafka.label_topic is None
+    with pytest.raises(ConfigError, match=r"scaler.mode.*fixed"):  # (read as fixed: not refused
+        load_config(None, {"scaler.mode": '"fixed"'}, {})             # as a mode, but lacks scales)
+
+
 def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
     # STREAM_SVM_MODLE_C=5 left C at its default without a word.
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODLE_C: unknown section 'modle'; did "
