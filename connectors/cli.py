@@ -137,8 +137,9 @@ def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None =
         type=_setting,
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="sets any setting (repeatable; lists and tables as JSON or TOML, e.g. "
-             "'scaler.means={ amount = 50.0 }'; an empty VALUE unsets an optional setting); "
+        help="sets any setting (repeatable; strings with or without TOML's quotes, lists and "
+             "tables as JSON or TOML, e.g. 'scaler.means={ amount = 50.0 }'; an empty VALUE "
+             "unsets an optional setting); "
              "STREAM_SVM_SECTION_KEY variables override flags",
     )
 
@@ -264,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
         "settings", parents=[common],
         help="print every setting with its default and what it does (a TOML file to start "
              "a configuration from: stream-svm settings > my-settings.toml)")
+    # A prefix of a flag is not that flag: "serve --bootstrap k:9092" started a daemon, and a
+    # later flag sharing the prefix would silently change what it meant.
+    for command in (parser, *commands.choices.values()):
+        command.allow_abbrev = False
     return parser
 
 

@@ -1103,3 +1103,15 @@ def test_the_demo_without_configs_beside_it_runs_configs_bananas_toml():
     bundled = Path(__file__).resolve().parents[1] / "configs" / "bananas.toml"
     assert load_config(None, _DEMO_MODEL, environ={}).as_dict() == \
         load_config(str(bundled), environ={}).as_dict()
+
+
+@pytest.mark.parametrize("argv", [["serve", "--bootstrap", "127.0.0.1:1"],
+                                  ["evaluate", "--dataset", "bananas", "--lim", "5"],
+                                  ["--log", "DEBUG", "settings"]])
+def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(argv, capsys):
+    # "serve --bootstrap k:9092" started a daemon (argparse takes unambiguous prefixes).
+    with pytest.raises(SystemExit) as exited:  # (parsed only: no daemon if it is taken)
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "unrecognized arguments" in error or "invalid choice: 'DEBUG'" in error
