@@ -121,6 +121,9 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             # hold line breaks, so the row's own count would name another line.
             where = f"{path}:{reader.line_num}"
             try:
+                if None in row:  # (DictReader keeps the cells beyond the header under None)
+                    raise SourceError(f"{where}: {len(reader.fieldnames) + len(row[None])} cells, "
+                                      f"but the header names {len(reader.fieldnames)} columns")
                 label = row.pop(target)
                 if label in ("", None) and unlabelled:  # an empty cell: a message without y
                     y = None

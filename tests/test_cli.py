@@ -1115,3 +1115,14 @@ def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(argv, capsys):
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "unrecognized arguments" in error or "invalid choice: 'DEBUG'" in error
+
+
+def test_a_csv_row_with_more_cells_than_the_header_is_named_so(tmp_path):
+    # It was refused as "feature None is not a number: ['9']".
+    from connectors.sources import SourceError, iter_records
+
+    source = tmp_path / "rows.csv"
+    source.write_text("a,b,y\n1,2,1\n1,2,0,9\n")
+    with pytest.raises(SourceError, match=r"rows\.csv:3: 4 cells, but the header names 3 "
+                                          r"columns"):
+        list(iter_records(str(source)))
