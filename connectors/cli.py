@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -615,7 +616,13 @@ def evaluate(
     # What the daemon dead-letters as a model's refusal (connectors.processor, which needs the
     # kafka extra: evaluate does not).
     refusals = (ValueError, KeyError, TypeError, ConvergenceError)
-    from connectors.sources import SourceError, count_source, iter_records, raw_label
+    from connectors.sources import (
+        SourceError,
+        count_source,
+        is_file_source,
+        iter_records,
+        raw_label,
+    )
 
     if plot is not None:
         _check_matplotlib()
@@ -751,8 +758,13 @@ def evaluate(
         bar.close()
     if skipped and not seen:
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
+        hint = ""
+        text = re.search(r": feature '([^']+)' is not a number", skipped[0])
+        if text is not None and is_file_source(dataset) and id_column is None:
+            hint = (f" (a column of ids, such as {text.group(1)!r}: pass --id-column "
+                    f"{text.group(1)})")
         raise SourceError(f"{dataset}: none of its {len(skipped)} rows could be used; the "
-                          f"first: {skipped[0]}")
+                          f"first: {skipped[0]}{hint}")
     seconds = time.perf_counter() - started
     from connectors.models import model_settings
 

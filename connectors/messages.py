@@ -233,6 +233,9 @@ class Targets:
         hint = ""
         if isinstance(value, str):  # named classes ("ham"/"spam") need the setting
             hint = "; for labels such as this one set model.classes = [negative, positive]"
+        elif isinstance(value, (int, float)):  # a quantity, to predict with a regressor
+            hint = ("; to predict a number, use a regressor (model.type = \"IncrementalSVR\"), "
+                    "or for two numbered classes set model.classes = [negative, positive]")
         raise Malformed(
             f"label {shown(value)} is not one of the two classes (true/1 positive, "
             f"false/0/-1 negative){hint}"

@@ -1126,3 +1126,18 @@ def test_a_csv_row_with_more_cells_than_the_header_is_named_so(tmp_path):
     with pytest.raises(SourceError, match=r"rows\.csv:3: 4 cells, but the header names 3 "
                                           r"columns"):
         list(iter_records(str(source)))
+
+
+def test_evaluate_that_can_use_no_row_says_what_would_fix_it(tmp_path, capsys):
+    # Every row refused, and the message named neither --id-column nor a regressor.
+    ids = tmp_path / "ids.csv"
+    ids.write_text("key,a,y\nr0,0.5,1\nr1,-0.5,0\n")
+    assert main(["evaluate", "--dataset", str(ids), "--no-progress"]) == 2
+    assert "pass --id-column key" in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", str(ids), "--id-column", "key", "--no-progress"]) == 0
+    amounts = tmp_path / "amounts.csv"
+    amounts.write_text("a,y\n0.5,3.25\n-0.5,7.5\n")
+    assert main(["evaluate", "--dataset", str(amounts), "--no-progress"]) == 2
+    assert 'use a regressor (model.type = "IncrementalSVR")' in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", str(amounts), "--set", "model.type=IncrementalSVR",
+                 "--no-progress"]) == 0

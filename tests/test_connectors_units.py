@@ -734,9 +734,10 @@ def test_a_named_label_without_classes_points_to_the_classes_setting():
     with pytest.raises(Malformed, match=r"label 'ham' is not one of the two classes .*"
                                         r"set model\.classes = \[negative, positive\]"):
         Targets().parse("ham")
-    with pytest.raises(Malformed, match=r"label 2 is not one of the two classes \(true/1 "
-                                        r"positive, false/0/-1 negative\)$"):
-        Targets().parse(2)  # a number: no such hint
+    with pytest.raises(Malformed, match=r"label 2\.5 is not one of the two classes \(true/1 "
+                                        r"positive, false/0/-1 negative\); to predict a number, "
+                                        r"use a regressor \(model\.type = \"IncrementalSVR\"\)"):
+        Targets().parse(2.5)  # a number: a quantity, most likely
     assert Targets(classes=("ham", "spam")).parse("ham") is False
 
 
