@@ -995,6 +995,7 @@ class _EngineModel(FixedParameters):
         # The engine's arrays are those of its own rollback by now: widened in place.
         self._engine.widen_columns(kept, dim)
         self._features.names, self._features.index = names, index
+        self._features._texts = None
         self._compacted_at = compacted_at
         for name, value in extra.items():
             setattr(self, name, value)
@@ -1113,7 +1114,8 @@ class _EngineModel(FixedParameters):
     def decision_function_one(self, x: Mapping) -> float:
         """f(x) = sum_i alpha_i y_i K(x_i, x) + b (for a classifier, positive means the
         positive class)."""
-        row, _ = self._row(x)
+        row, unknown = self._row(x)
+        self._features.warn_misnamed(unknown)
         return float(self._engine.decision_function(self._fold(row[None, :]))[0])
 
     def decision_function_many(self, X: pd.DataFrame) -> pd.Series:
@@ -1135,6 +1137,7 @@ class _EngineModel(FixedParameters):
     def _decisions(self, X: pd.DataFrame) -> np.ndarray:
         if len(X) == 0:
             return np.zeros(0)
-        rows, _ = self._frame(X)
+        rows, unknown = self._frame(X)
+        self._features.warn_misnamed(unknown)
         return self._engine.decision_function(self._fold(rows))
 

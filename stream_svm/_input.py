@@ -459,10 +459,15 @@ class FeatureSpace:
     def __init__(self, names: Iterable[Hashable] = ()) -> None:
         self.names: list[Hashable] = []
         self.index: dict[Hashable, int] = {}
+        self._texts: dict[str, Hashable] | None = None  # warn_misnamed's, until names change
         self.add(names)
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Without warn_misnamed's cache: a prediction changes nothing of a model's pickle.
+        return {**self.__dict__, "_texts": None}
 
     def add(self, names: Iterable[Hashable]) -> None:
         """Append feature names (already-known names are ignored)."""
@@ -470,17 +475,45 @@ class FeatureSpace:
             if name not in self.index:
                 self.index[name] = len(self.names)
                 self.names.append(name)
+                self._texts = None
 
     def keep(self, columns: Iterable[int]) -> None:
         """Keep only the names at the given (increasing) positions, in that order."""
         self.names = [self.names[i] for i in columns]
         self.index = {name: i for i, name in enumerate(self.names)}
+        self._texts = None
 
     def truncate(self, count: int) -> None:
         """Forget the names added after the first ``count`` (undoes :meth:`add`)."""
         for name in self.names[count:]:
             del self.index[name]
         del self.names[count:]
+        self._texts = None
+
+    def warn_misnamed(self, unknown: Iterable[Hashable]) -> None:
+        """Warn of the features a prediction ignores (``unknown``: names the model never
+        learned) that are written as one it learned (the text 0 beside the int 0, as a frame
+        built from an array names its columns): predictions ignore names they do not know,
+        so every such feature read as missing, and the predictions came out about equal,
+        silently. (Shown once per message, where the prediction was asked for.)"""
+        unknown = list(unknown)
+        if not unknown or not self.names:
+            return
+        if getattr(self, "_texts", None) is None:  # (a space pickled before it had them)
+            self._texts = {str(name): name for name in self.names}
+        texts = self._texts
+        for name in unknown:
+            learned = texts.get(str(name), name)
+            if learned is name or learned == name:
+                continue
+            warnings.warn(
+                f"feature {name!r} ({type(name).__name__}) is not one the model learned, but "
+                f"{learned!r} ({type(learned).__name__}) is: the prediction took {name!r} for "
+                f"a feature no learned point has, not for {learned!r}. Name the features as "
+                "they were learned",
+                UserWarning, stacklevel=caller_level(),
+            )
+            return
 
     def vectorize(self, x: Mapping[Hashable, object]) -> tuple[np.ndarray, list[Hashable]]:
         """Validate ``x`` and return its row over known + new features, and the new names.

@@ -458,7 +458,8 @@ class _IncrementalLSSVM(FixedParameters):
             # Still validate, so that bad input is reported even before training.
             self._vectorize(FeatureSpace(), data)
             return None
-        rows, _ = self._vectorize(self._space, data)
+        rows, unknown = self._vectorize(self._space, data)
+        self._space.warn_misnamed(unknown)
         # A feature never learned has a linear weight of 0, and no row of Fourier frequencies
         # yet (it reads 0, as a missing one does): its columns are dropped.
         rows = rows[:, : len(self._space)]

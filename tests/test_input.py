@@ -310,3 +310,33 @@ def test_features_whose_kernel_underflows_leave_no_numpy_warning():
                 model.learn_one({"a": value}, label)
             except ValueError:
                 pass  # a refusal names its cause; what matters is no stray warning
+
+
+@pytest.mark.parametrize("model,regression", _paired_models(),
+                         ids=lambda v: type(v).__name__ if not isinstance(v, bool) else "")
+def test_a_prediction_warns_of_a_feature_written_as_a_learned_one_but_another_key(model,
+                                                                                  regression):
+    """A frame built from an array names its columns 0, 1: predicting with "0", "1" read
+    every feature as missing and gave one answer for every input, silently. It warns, naming
+    both; a feature the model never learned under any spelling does not warn."""
+    import warnings
+
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(60, 2))
+    labels = values[:, 0] * 2.0 if regression else values[:, 0] > 0
+    model.learn_many(pd.DataFrame(values), pd.Series(labels))
+
+    def answer(x):
+        return model.predict_one(x) if regression else model.predict_proba_one(x)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        unseen = answer({"unseen": 1.5, 1: 0.5})
+        model.predict_many(pd.DataFrame({0: [1.5], 1: [0.5]}))
+    with pytest.warns(UserWarning, match=r"feature '0' \(str\) is not one the model learned, "
+                                         r"but 0 \(int\) is"):
+        assert answer({"0": 1.5, 1: 0.5}) == unseen != answer({0: 1.5, 1: 0.5})
+    with pytest.warns(UserWarning, match=r"feature '1' \(str\)"):
+        model.predict_many(pd.DataFrame({"1": [0.5]}))
