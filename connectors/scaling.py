@@ -21,6 +21,7 @@ model (they are checkpointed with it).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 from collections.abc import Mapping
@@ -172,10 +173,18 @@ class FeatureScaler:
         if len(self._unscaled) >= self.MAX_UNSCALED_WARNINGS:
             return
         self._unscaled.add(name)
-        # Given statistics may leave a feature out on purpose: said, not warned about.
-        log.log(logging.INFO if self.target == 0 else logging.WARNING,
-                "feature %r has no statistics in the scaler (not in its settings, or not "
-                "seen during its warm-up): the model takes it unscaled", name)
+        given = [str(other) for other in (*self.scales, *self.means)]
+        close = difflib.get_close_matches(name, given, n=1) if self.target == 0 else []
+        if close:
+            # A setting's typo ("bb" for "b") scaled nothing of the feature, and said so only
+            # at INFO, as a feature left out on purpose.
+            log.warning("feature %r has no statistics in the scaler, whose settings name %r "
+                        "(misspelt?): the model takes it unscaled", name, close[0])
+        else:
+            # Given statistics may leave a feature out on purpose: said, not warned about.
+            log.log(logging.INFO if self.target == 0 else logging.WARNING,
+                    "feature %r has no statistics in the scaler (not in its settings, or not "
+                    "seen during its warm-up): the model takes it unscaled", name)
         if len(self._unscaled) == self.MAX_UNSCALED_WARNINGS:
             log.warning("%d features without statistics: further ones are not named",
                         self.MAX_UNSCALED_WARNINGS)

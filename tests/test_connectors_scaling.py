@@ -242,6 +242,18 @@ def test_fixed_statistics_that_match_no_feature_of_a_message_are_warned_of(caplo
     assert caplog.records == []
 
 
+def test_a_feature_named_like_a_setting_without_its_statistics_is_warned_of(caplog):
+    # scaler.scales naming "bb" while messages carry "b": only an INFO line about "b", as
+    # for a feature left out on purpose, and "bb" named nowhere.
+    scaler = FeatureScaler.fixed({"a": 0.0, "bb": 0.0}, {"a": 2.0, "bb": 3.0})
+    with caplog.at_level("INFO", logger="stream_svm.scaler"):
+        scaler.transform({"a": 1.0, "b": 4.0, "country": 2.0})
+    levels = {record.getMessage().split(" has ")[0]: record.levelname
+              for record in caplog.records}
+    assert levels == {"feature 'b'": "WARNING", "feature 'country'": "INFO"}
+    assert "whose settings name 'bb' (misspelt?)" in caplog.text
+
+
 def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):
     # Given statistics may leave a feature out on purpose: said at INFO; a warm-up that never
     # saw it, at WARNING.
