@@ -21,7 +21,6 @@ model (they are checkpointed with it).
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 from collections.abc import Mapping
@@ -57,6 +56,9 @@ class FeatureScaler:
         self.frozen = False
         self._unscaled: set[str] = set()  # names warned about (see transform)
         self._matched = False  # a message had a feature with statistics (or was warned of)
+        # Names of the given statistics that no message has had yet: a feature one typo from
+        # one of them is likely its misspelling (see _warn_unscaled).
+        self._unused: set[str] = set()
         #: scaler.unknown_features = "dead_letter": a message with a feature the statistics
         #: do not name is refused (:meth:`unknown`), not passed unscaled. A setting, not state.
         self.refuse_unknown = False
@@ -76,6 +78,7 @@ class FeatureScaler:
         scaler.means = {str(k): float(v) for k, v in means.items()}
         scaler.scales = {str(k): float(v) for k, v in scales.items()}
         scaler.frozen = True
+        scaler._unused = set(scaler.means) | set(scaler.scales)
         return scaler
 
     @classmethod
@@ -143,14 +146,18 @@ class FeatureScaler:
         if not self.frozen:
             raise RuntimeError("the scaler is still warming up")
         means, scales = self.means, self.scales
+        if self._unused:
+            self._unused.difference_update(x)
         unscaled = [name for name in x if name not in scales and name not in means]
-        if unscaled and len(unscaled) == len(x) and self.target == 0 and not self._matched:
+        no_match = (bool(unscaled) and len(unscaled) == len(x) and self.target == 0
+                    and not self._matched)
+        if no_match:
             self._warn_no_match(unscaled)
         elif len(unscaled) < len(x):
             self._matched = True
         for name in unscaled:
             if name not in self._unscaled:
-                self._warn_unscaled(name)
+                self._warn_unscaled(name, typos=not no_match)
         return {name: (value - means.get(name, 0.0)) / scales.get(name, 1.0)
                 for name, value in x.items()}
 
@@ -167,19 +174,19 @@ class FeatureScaler:
     #: Feature names warned about as unscaled (beyond them: one last warning, then silence).
     MAX_UNSCALED_WARNINGS = 100
 
-    def _warn_unscaled(self, name: str) -> None:
+    def _warn_unscaled(self, name: str, typos: bool = True) -> None:
         # Beside standardized features, a raw one (an amount in the thousands) dominates an
         # RBF kernel's distances: worth a line, once per name.
         if len(self._unscaled) >= self.MAX_UNSCALED_WARNINGS:
             return
         self._unscaled.add(name)
-        given = [str(other) for other in (*self.scales, *self.means)]
-        close = difflib.get_close_matches(name, given, n=1) if self.target == 0 else []
-        if close:
+        close = next((other for other in sorted(self._unused) if _one_typo_apart(name, other)),
+                     None) if typos else None
+        if close is not None:
             # A setting's typo ("bb" for "b") scaled nothing of the feature, and said so only
             # at INFO, as a feature left out on purpose.
             log.warning("feature %r has no statistics in the scaler, whose settings name %r "
-                        "(misspelt?): the model takes it unscaled", name, close[0])
+                        "(misspelt?): the model takes it unscaled", name, close)
         else:
             # Given statistics may leave a feature out on purpose: said, not warned about.
             log.log(logging.INFO if self.target == 0 else logging.WARNING,
@@ -206,6 +213,7 @@ class FeatureScaler:
                     {str(k): float(v) for k, v in state["means"].items()},
                     {str(k): float(v) for k, v in state["scales"].items()})
                 self.means, self.scales, self.frozen = restored.means, restored.scales, True
+                self._unused = restored._unused if self.target == 0 else set()
                 return
             self.seen = int(state["seen"])
             self._count = {str(k): int(v) for k, v in state["count"].items()}
@@ -215,6 +223,29 @@ class FeatureScaler:
             raise ValueError(f"malformed scaler state: {exc!r}") from None
         if set(self._count) != set(self._mean) or set(self._mean) != set(self._m2):
             raise ValueError("malformed scaler state: its sums name different features")
+
+
+def _one_typo_apart(first: str, second: str) -> bool:
+    """Whether two names differ by one typo: case alone, or one character added, dropped,
+    replaced, or two neighbours swapped.
+
+    >>> _one_typo_apart("amout", "amount"), _one_typo_apart("country", "amount")
+    (True, False)
+    """
+    if first.lower() == second.lower():
+        return True
+    if abs(len(first) - len(second)) > 1:
+        return False
+    if len(first) > len(second):
+        first, second = second, first
+    start = 0
+    while start < len(first) and first[start] == second[start]:
+        start += 1
+    if len(first) < len(second):  # one added
+        return first[start:] == second[start + 1:]
+    return (first[start + 1:] == second[start + 1:]  # one replaced
+            or (first[start + 2:] == second[start + 2:]  # two neighbours swapped
+                and first[start:start + 2] == second[start:start + 2][::-1]))
 
 
 def unknown_features_error(names: list[str]) -> str:

@@ -252,6 +252,12 @@ def test_a_feature_named_like_a_setting_without_its_statistics_is_warned_of(capl
               for record in caplog.records}
     assert levels == {"feature 'b'": "WARNING", "feature 'country'": "INFO"}
     assert "whose settings name 'bb' (misspelt?)" in caplog.text
+    # One typo from a setting that messages do carry: another feature, left out on purpose.
+    caplog.clear()
+    scaler = FeatureScaler.fixed({"x1": 0.0, "x2": 0.0}, {"x1": 2.0, "x2": 3.0})
+    with caplog.at_level("INFO", logger="stream_svm.scaler"):
+        scaler.transform({"x1": 1.0, "x2": 4.0, "x3": 2.0})
+    assert [record.levelname for record in caplog.records] == ["INFO"]
 
 
 def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):
