@@ -23,6 +23,7 @@ from stream_svm._engine_model import (
     ENGINE_META,
     JSON_COUNT,
     JSON_TEXT,
+    SCALE_CHECK_POINTS,
     AutoKey,
     _EngineModel,
     check_checkpoint_members,
@@ -38,6 +39,7 @@ from stream_svm._engine_model import (
     restored_names,
     restored_params,
     stored_rows_frame,
+    warn_kernel_scale,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -50,6 +52,37 @@ from stream_svm._input import (
 from stream_svm._window import _SlidingWindow
 
 __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
+
+#: C * K(x, x) beyond this many times the targets' spread draws a warning: float64's round-off
+#: of terms that large (eps = 2.2e-16 of them, and more on an ill-conditioned margin set) is
+#: then 2e-8 of the targets' spread or more, the precision the exactness claims hold to.
+TARGET_SCALE_RATIO = 1e8
+
+
+def target_scale_warning(C: float, kernel_scale: float, targets: np.ndarray) -> str | None:
+    """What round-off does to an SVR whose C times the kernel's scale (the largest K(x, x))
+    dwarfs its ``targets``' spread (their standard deviation, or their size when they are
+    all equal); None when C * K(x, x) is within TARGET_SCALE_RATIO of it.
+
+    >>> import numpy as np
+    >>> target_scale_warning(1.0, 1.0, np.array([0.5, 1.5, -1.0])) is None
+    True
+    >>> print(target_scale_warning(40.0, 1e6, np.array([1e-6, -2e-6])))  # doctest: +ELLIPSIS
+    C is large for the targets' scale: C * K(x, x) = 4e+07 is 2.7e+13 times ...
+    """
+    spread = float(np.std(targets)) if targets.size else 0.0
+    if not spread > 0.0:
+        spread = float(np.max(np.abs(targets))) if targets.size else 0.0
+    size = C * kernel_scale
+    if not (spread > 0.0 and math.isfinite(size)) or size <= TARGET_SCALE_RATIO * spread:
+        return None
+    ratio = size / spread
+    return (f"C is large for the targets' scale: C * K(x, x) = {size:.3g} is {ratio:.2g} "
+            f"times the targets' spread ({spread:.3g}), and round-off of terms that large "
+            f"({np.finfo(float).eps * ratio:.1g} of that spread, more on a badly conditioned "
+            "margin set) makes the model's answers inexact at the targets' scale. Standardize "
+            "the targets (River's preprocessing.TargetStandardScaler) and the features, or "
+            "lower C")
 
 
 
@@ -100,6 +133,20 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         # Each stored sample's target, as learned (the engine keeps epsilon -+ t, whose
         # difference does not give t back to the last bit).
         self._targets: dict[Hashable, float] = {}
+
+    def _check_kernel_scale(self) -> None:
+        """The kernel's scale (as every engine model), and C * K(x, x) against the targets'
+        spread, at the same times: at C * K 1e8 times the targets (features left unscaled
+        under a linear kernel, targets of scale 1e-6) round-off outgrew the targets, and
+        updates were accepted whose answers were off by 2,000 times the targets' scale."""
+        engine = self._engine
+        due = (engine.n >= SCALE_CHECK_POINTS
+               and engine.updates_total >= getattr(self, "_next_scale_check", 0))
+        super()._check_kernel_scale()
+        if due:
+            warn_kernel_scale(self, target_scale_warning(self.C, engine._diag_scale,
+                                                         np.fromiter(self._targets.values(),
+                                                                     float)))
 
     def _unit_test_skips(self) -> set[str]:
         # An exact SVR keeps its training samples (forget_one and the exact path need them),

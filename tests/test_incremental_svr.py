@@ -323,3 +323,31 @@ def test_a_target_at_the_edge_of_the_float_range_is_learned():
     model = IncrementalSVR(C=1.0, epsilon=0.0)
     model.learn_one({"a": 1.0}, 1e308)
     assert model.predict_one({"a": 1.0}) == 1e308
+
+
+def test_c_far_above_the_targets_scale_is_warned_of_once(recwarn):
+    # Unscaled features under a linear kernel and targets of scale 1e-6 at C = 40: updates
+    # were accepted whose answers were 2,000 times the targets' scale off, without a word.
+    import warnings
+
+    from stream_svm import _engine_model
+
+    _engine_model._SCALE_WARNED.clear()
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((120, 4))
+    X = pd.DataFrame(Z * [1e-3, 1.0, 1e3, 10.0], columns=list("abcd"))
+    targets = pd.Series(np.sin(Z @ [1.0, -2.0, 0.5, 1.0]) * 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # standardized: nothing to say
+        fine = IncrementalSVR(C=40.0, epsilon=0.0, kernel="linear")
+        fine.learn_many(pd.DataFrame(Z[:60], columns=list("abcd")), targets[:60] * 1e6)
+        fine.learn_many(pd.DataFrame(Z[60:], columns=list("abcd")), targets[60:] * 1e6)
+    model = IncrementalSVR(C=40.0, epsilon=0.0, kernel="linear")
+    model.learn_many(X.iloc[:60], targets[:60])
+    assert not recwarn.list  # (fewer than SCALE_CHECK_POINTS stored before this update)
+    with pytest.warns(UserWarning, match=r"C is large for the targets' scale: C \* K\(x, x\) = "
+                                         r".* times the targets' spread .*TargetStandardScaler"):
+        model.learn_many(X.iloc[60:90], targets[60:90])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        model.learn_many(X.iloc[90:], targets[90:])
