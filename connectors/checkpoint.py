@@ -492,6 +492,20 @@ class CheckpointStore:
         log.error("%s; set aside as %s", problem, aside.name)
         return aside
 
+    def _say_killed_writes(self) -> None:
+        """Warn of the temporary files that writes killed midway left (removed at the next
+        write): a restart after such a stop logged as one after a clean stop, though the
+        messages after the last checkpoint are processed again and their outputs repeat."""
+        try:
+            left = sorted(path.name for path in self.directory.glob(".checkpoint-*.tmp"))
+        except OSError:
+            return
+        if left:
+            log.warning("the checkpoint directory %s holds %s left by a checkpoint write that "
+                        "was killed midway (the process stopped uncleanly; removed at the "
+                        "next write): the messages after the last checkpoint are processed "
+                        "again and their outputs repeat", self.directory, ", ".join(left))
+
     def load_latest(self, restore: Callable[[Checkpoint], Any] | None = None,
                     read: Callable[[Path], Checkpoint] | None = None) -> Checkpoint | None:
         """The newest usable checkpoint; None when there is none at all.
@@ -505,6 +519,7 @@ class CheckpointStore:
         ``read`` or ``restore`` (a checkpoint of another configuration) is raised at once, with
         nothing touched either."""
         read = read or self.read
+        self._say_killed_writes()
         problems: list[tuple[Path, str]] = []
         for _, path in self.paths():
             try:

@@ -421,6 +421,23 @@ def test_a_checkpoint_on_a_read_only_file_system_is_a_checkpoint_error(tmp_path,
     assert not list(tmp_path.glob(".checkpoint-*.tmp"))
 
 
+def test_a_restart_after_a_write_killed_midway_says_so(tmp_path, caplog):
+    # A restart after a SIGKILL during a checkpoint write logged exactly as one after a clean
+    # stop, though the temporary file it left showed the process had died.
+    store = CheckpointStore(tmp_path)
+    store.save({"w": np.zeros(2)}, {}, {})
+    with caplog.at_level("WARNING"):
+        assert store.load_latest() is not None
+    assert "killed midway" not in caplog.text
+    (tmp_path / ".checkpoint-000000000002.npz.4242.tmp").write_bytes(b"PK\x03")
+    with caplog.at_level("WARNING"):
+        assert store.load_latest() is not None
+    assert (".checkpoint-000000000002.npz.4242.tmp left by a checkpoint write that was killed "
+            "midway") in caplog.text
+    store.save({"w": np.ones(2)}, {}, {})
+    assert not list(tmp_path.glob(".checkpoint-*.tmp"))
+
+
 def test_a_large_cache_is_many_times_smaller_in_a_checkpoint_than_json(tmp_path):
     """The cache no longer goes through JSON: its arrays are a small, fixed cost per feature
     (no wall-clock assertion: the size of what a checkpoint writes)."""
