@@ -351,3 +351,56 @@ def test_c_far_above_the_targets_scale_is_warned_of_once(recwarn):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         model.learn_many(X.iloc[90:], targets[90:])
+
+
+# Eleven samples of 4 features, one repeated (rows 3 and 6), targets of scale 1e-6: at
+# epsilon 0 and C = 3455.6 the copies end on either side of the tube at C.
+_COPIES_X = [
+    [1.7767222797750437, 0.5885946965609655, 0.16138677515680916, -0.08635466379689741],
+    [-0.213910367544398, 2.3287784575038026, 0.13167965940983073, -0.7048009284137461],
+    [-0.1871640895603303, 0.24533483739241388, -0.43602573778106474, 1.5524515535834256],
+    [-0.4478292173035343, 1.1345870753364415, 1.159723060592865, 0.5992721916366337],
+    [-0.17890737566891354, -0.5599340977603349, 0.6490746436362437, -0.24112029251061326],
+    [-0.8372412738215639, 0.19230573984621888, -1.4442545780287543, 0.9548340229722726],
+    [-0.4478292173035343, 1.1345870753364415, 1.159723060592865, 0.5992721916366337],
+    [-0.1880080396724079, -1.7947877366248584, -0.07553096158456295, -1.75260250886374],
+    [-0.6083672108844985, 0.30463291854624824, -1.2268019818185996, 1.717485167343623],
+    [-0.7591561777947465, 1.0150074064803132, -0.5284146786629956, 0.1894689814882675],
+    [0.7105589077925101, -0.10293201876435402, -0.4487874575857295, -0.8905158629822192]]
+_COPIES_T = [-1.506667200386408e-07, -1.070758429216339e-06, 4.4776304391371277e-07,
+             3.4864041204389207e-07, -4.3575205931818287e-07, 5.653439099291227e-07,
+             3.4864041204389207e-07, -7.901238578409973e-07, -2.619823277482404e-07,
+             1.7828034809127518e-07, -7.57877771757913e-07]
+
+
+@pytest.mark.parametrize("how", ["learn_one", "learn_many", "window"])
+def test_copies_at_c_on_either_side_of_the_tube_do_not_block_learning(how):
+    # Every way of learning these was refused ("the kernel matrix is numerically singular",
+    # of a kernel of condition number 3.4), and a window stayed blocked slide after slide:
+    # the round-off the copies' cancelling coefficients leave in b reaches every sample,
+    # and a sample far from them was held to its own far smaller terms.
+    gamma, C = 1.2138853178309579, 3455.625470917336
+    xs = [dict(zip("abcd", row, strict=True)) for row in _COPIES_X]
+    if how == "window":
+        model = SlidingWindowSVR(window_size=100, step=1, C=C, epsilon=0.0, gamma=gamma)
+    else:
+        model = IncrementalSVR(C=C, epsilon=0.0, gamma=gamma)
+    if how == "learn_many":
+        model.learn_many(pd.DataFrame(xs), pd.Series(_COPIES_T))
+    else:
+        for x, t in zip(xs, _COPIES_T, strict=True):
+            model.learn_one(x, t)
+    keys = model.stored_keys()
+    assert len(keys) == 11 and model._engine.last_update.relaxed
+    # The KKT conditions in float64, from the kernel computed here: to the round-off of
+    # coefficients of size C (eps C, absolute), whatever the targets' scale.
+    theta = model.dual_coef().reindex(keys).fillna(0.0).to_numpy()
+    X = np.array([[model.stored_point(k)[0].get(c, 0.0) for c in "abcd"] for k in keys])
+    t = np.array([model.stored_point(k)[1] for k in keys])
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    residual = t - (K @ theta + model.intercept)
+    at_bound = np.abs(theta) >= C * (1 - 1e-12)
+    violation = np.where(at_bound, np.maximum(0.0, -np.sign(theta) * residual),
+                         np.abs(residual))
+    assert violation.max() <= 100 * np.finfo(float).eps * C
+    assert abs(theta.sum()) <= 100 * np.finfo(float).eps * np.abs(theta).sum()
