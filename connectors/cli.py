@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors._signals import stop_signals
 from connectors.config import (
     KAFKA_INT32_MAX,
     MAX_SECONDS,
@@ -1000,9 +1001,7 @@ def _exit_quietly_once_stopped(daemon: Any) -> None:
         if not daemon.stop_event.is_set() and not daemon.stopped:
             raise SystemExit(128 + signum)
 
-    from connectors.daemon import _stop_signals
-
-    for signum in _stop_signals():
+    for signum in stop_signals():
         signal.signal(signum, handle)
 
 
@@ -1035,13 +1034,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            from connectors.daemon import Daemon, DaemonError
+            # A stop signal while the daemon's modules load (half a second) killed the process
+            # without a line: held until the daemon can take it, as its first stop request.
+            early: list[int] = []
+            held = {number: signal.signal(number, lambda number, _: early.append(number))
+                    for number in stop_signals()} if argv is None else {}
+            try:
+                from connectors.daemon import Daemon, DaemonError
 
-            config = _config(args)
-            daemon = Daemon(config, until_drained=args.until_drained,
-                            install_signal_handlers=True)
+                config = _config(args)
+                daemon = Daemon(config, until_drained=args.until_drained,
+                                install_signal_handlers=True)
+            finally:
+                for number, handler in held.items():
+                    signal.signal(number, handler)
             if argv is None:  # the program itself (not a caller in its own process)
                 _exit_quietly_once_stopped(daemon)
+            for number in early[:1]:
+                daemon.stop(number)
             try:
                 return daemon.run()
             except DaemonError as exc:

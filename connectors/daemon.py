@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connectors._signals import stop_signals
 from connectors.broker import EmbeddedBroker
 from connectors.checkpoint import (
     Checkpoint,
@@ -168,14 +169,6 @@ def _oversized_as_dead_letters(sends: list[tuple[str, bytes | None, bytes]], lim
             value, source, max(256, limit // 2), reason="internal")
         fitting.append((dead_letter_topic, key, encode(letter)))
     return fitting
-
-
-def _stop_signals() -> tuple[int, ...]:
-    """The signals that stop the daemon: SIGTERM, SIGINT and SIGHUP, unless SIGHUP is ignored
-    (``nohup``: the daemon must outlive the terminal it was started from)."""
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
-        return (signal.SIGTERM, signal.SIGINT)
-    return (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 #: How often a global daemon reads its group's committed offsets for another consumer's
@@ -736,7 +729,7 @@ class Daemon:
         started = self._started = time.monotonic()
         previous_handlers = {}
         if self.install_signal_handlers:
-            for signum in _stop_signals():
+            for signum in stop_signals():
                 previous_handlers[signum] = signal.signal(signum, self.stop)
         try:
             config = self.config

@@ -1141,3 +1141,25 @@ def test_evaluate_that_can_use_no_row_says_what_would_fix_it(tmp_path, capsys):
     assert 'use a regressor (model.type = "IncrementalSVR")' in capsys.readouterr().err
     assert main(["evaluate", "--dataset", str(amounts), "--set", "model.type=IncrementalSVR",
                  "--no-progress"]) == 0
+
+
+def test_a_stop_signal_while_the_daemon_loads_stops_it_cleanly(tmp_path):
+    # A SIGTERM in the half second the daemon's modules take to load killed the process
+    # (exit 143) without a line: it is held, and the daemon stops as at any other time.
+    script = (
+        "import os, signal, sys\n"
+        "from connectors import cli\n"
+        "real = cli._config\n"
+        "def config(args):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(args)\n"
+        "cli._config = config\n"
+        "sys.argv = ['stream-svm', 'serve', '--bootstrap-servers', '127.0.0.1:9',\n"
+        f"            '--checkpoint-dir', {str(tmp_path / 'ck')!r},\n"
+        "            '--set', 'metrics.enabled=false']\n"
+        "sys.exit(cli.main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "stopping: finishing the batch" in done.stderr and '"exit_code": 0' in done.stderr
