@@ -129,13 +129,14 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     ...
     ValueError: y's index is not X's ...
 
-    Two indexes with labels of their own must be equal. pandas' numbering (a RangeIndex)
-    pairs by position, as a Series built from a list must, with these exceptions, where the
-    numbers are rows' labels that would pair wrongly:
-
-    * the other index holds the same numbers in another order (a shuffled frame against the
-      column it was shuffled from);
-    * both are numberings that start elsewhere than at 0 (``iloc`` slices of two ranges).
+    Two indexes with labels of their own must be equal. pandas' numbering 0, 1, ... (a
+    RangeIndex from 0 by 1, as a Series built from a list has) pairs by position, unless the
+    other index holds the same numbers in another order: a shuffled or sorted frame against
+    the column it came from (its rows would learn other rows' labels), or a frame rebuilt
+    from an array against a shuffled column (which pairs right): which one is meant cannot be
+    told, and either is one call away. Other numberings (``iloc`` slices, reversed or
+    strided) are rows' labels, compared as such, except beside labels of another kind (a
+    date index against a slice of a numbered y: by position).
     """
     if isinstance(y, pd.DataFrame):
         # len() and iteration of a frame are its columns: its column labels would be learned.
@@ -149,31 +150,60 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     y_index, x_index = getattr(y, "index", None), getattr(X, "index", None)
     if not isinstance(y_index, pd.Index) or not isinstance(x_index, pd.Index):
         return
-    if _pair_by_position(y_index, x_index):
-        return
-    raise ValueError(
-        f"{what}'s index is not {rows}'s (values pair with rows by position, so these would "
-        f"pair wrongly): pass {what}.loc[{rows}.index] to pair them by label, or "
-        f"{what}.to_numpy() to pair them by position"
-    )
+    problem = _pairing_problem(y_index, x_index)
+    if problem == "reordered":
+        raise ValueError(
+            f"{what}'s index holds the same numbers as {rows}'s in another order: paired by "
+            f"position, as learn_many pairs them, a row could learn another row's value. If "
+            f"{rows}'s rows are in {what}'s order ({rows} built from an array, say), pass "
+            f"{what}.to_numpy(); if {what}'s numbers name {rows}'s rows (a shuffled or sorted "
+            f"frame against the column it came from), pass {what}.loc[{rows}.index]"
+        )
+    if problem is not None:
+        raise ValueError(
+            f"{what}'s index is not {rows}'s (values pair with rows by position, so these would "
+            f"pair wrongly): pass {what}.loc[{rows}.index] to pair them by label, or "
+            f"{what}.to_numpy() to pair them by position"
+        )
 
 
-def _pair_by_position(first: pd.Index, second: pd.Index) -> bool:
-    """Whether values indexed by ``first`` may pair with rows indexed by ``second`` (as long)
-    by position: see :func:`check_paired`."""
+def _fresh_numbering(index: pd.Index) -> bool:
+    """pandas' numbering 0, 1, 2, ... (a RangeIndex from 0 by 1): no labels of its own."""
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+
+def _same_numbers(index: pd.Index, numbering: pd.Index) -> bool:
+    """Whether ``index`` holds exactly the numbers of ``numbering`` (as long)."""
+    if isinstance(index, pd.MultiIndex) or not index.is_unique:
+        return False
+    try:
+        return bool(index.isin(numbering).all())
+    except (TypeError, ValueError):  # (labels isin cannot compare)
+        return False
+
+
+def _pairing_problem(first: pd.Index, second: pd.Index) -> str | None:
+    """None when values indexed by ``first`` may pair with rows indexed by ``second`` (as
+    long) by position; "reordered" or "other labels" when not: see :func:`check_paired`."""
     if first.equals(second):
-        return True
-    first_numbered, second_numbered = (isinstance(index, pd.RangeIndex)
-                                       for index in (first, second))
-    if first_numbered and second_numbered:
-        # A fresh numbering (a Series of computed values) beside a slice of another: by
-        # position. Two slices of numberings: rows' labels that differ.
-        return first.start == 0 or second.start == 0
-    if first_numbered or second_numbered:
-        numbering, other = (first, second) if first_numbered else (second, first)
-        # The same numbers in another order: the rows of a shuffled frame, their labels.
-        return not (other.is_unique and bool(other.isin(numbering).all()))
-    return False
+        return None
+    fresh = [index for index in (first, second) if _fresh_numbering(index)]
+    if fresh:
+        other = second if fresh[0] is first else first
+        return "reordered" if _same_numbers(other, fresh[0]) else None
+    numbered = [isinstance(index, pd.RangeIndex) for index in (first, second)]
+    if any(numbered) and not all(numbered):
+        # A slice of a numbering beside labels of another kind (dates): by position, unless
+        # they share labels, which disagree.
+        numbering, other = (first, second) if numbered[0] else (second, first)
+        shares = False
+        if not isinstance(other, pd.MultiIndex):
+            try:
+                shares = bool(other.isin(numbering).any())
+            except (TypeError, ValueError):
+                shares = False
+        return "other labels" if shares else None
+    return "other labels"
 
 
 def real_to_float(value: Any) -> float:

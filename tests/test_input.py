@@ -128,6 +128,10 @@ def test_learn_many_pairs_by_position_where_one_side_is_numbered(model, regressi
     # A fresh numbering beside a slice of another (a Series built from a list of values
     # computed for the slice): by position.
     model.clone().learn_many(X.reset_index(drop=True).iloc[10:20], pd.Series(list(values[10:20])))
+    # A MultiIndex beside a numbering: by position.
+    multi = X.reset_index(drop=True).iloc[:4]
+    multi.index = pd.MultiIndex.from_tuples([("s", i) for i in range(4)])
+    model.clone().learn_many(multi, pd.Series(list(values[:4])))
 
 
 @pytest.mark.parametrize("model,regression", _paired_models(),
@@ -150,12 +154,26 @@ def test_learn_many_refuses_numbered_rows_that_would_pair_wrongly(model, regress
 
     before = answer()
     shuffled = X.sample(frac=1, random_state=1)
+    reversed_ = frame.sort_values("a", ascending=False).reset_index(drop=True)
+    reversed_ = reversed_.sort_values("a")  # (a RangeIndex 299, 298, ..., 0)
     wrong = [(shuffled, y), (X.iloc[100:200], y.iloc[100:200].sort_values()),
-             (X.iloc[100:200], y.iloc[200:300]), (X, y.sample(frac=1, random_state=2))]
+             (X.iloc[100:200], y.iloc[200:300]), (X.iloc[1::2], y.iloc[::2]),
+             (reversed_[["a", "b"]], reversed_["y"].reset_index(drop=True)),
+             (X, y.sample(frac=1, random_state=2))]
+    assert isinstance(reversed_.index, pd.RangeIndex) and reversed_.index.step == -1
     for rows, labels in wrong:
-        with pytest.raises(ValueError, match="index is not X's"):
+        with pytest.raises(ValueError, match=r"y's index (is not X's|holds the same numbers as "
+                                             r"X's in another order)"):
             model.learn_many(rows, labels)
         assert answer() == before
+    # A frame rebuilt from an array (numbered afresh) against a shuffled column pairs right
+    # by position, a shuffled frame against its original column does not: which one is meant
+    # cannot be told, and the message gives both.
+    with pytest.raises(ValueError, match=r"If X's rows are in y's order \(X built from an "
+                                         r"array, say\), pass y\.to_numpy\(\)"):
+        model.learn_many(pd.DataFrame(shuffled.to_numpy(), columns=["a", "b"]),
+                         y.loc[shuffled.index])
+    assert answer() == before
     model.learn_many(shuffled, y.loc[shuffled.index])
     assert answer() != before
 
