@@ -366,8 +366,15 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
             return -1.0
     except (TypeError, ValueError):  # e.g. an array, whose == is elementwise
         pass
+    hint = ""
+    if any(y == label and boolean != isinstance(label, (bool, np.bool_))
+           for label in classes if isinstance(label, (bool, np.bool_, numbers.Number))
+           and isinstance(y, (bool, np.bool_, numbers.Number))):
+        hint = ("; a boolean label matches only a boolean class, and a number only a number "
+                "(JSON's true is not 1): give the classes as the labels are")
     raise ValueError(
         f"label {shown(y)} is not one of the classes {list(classes)!r} (negative, positive)"
+        f"{hint}"
     )
 
 

@@ -70,9 +70,13 @@ def target_scale_warning(C: float, kernel_scale: float, targets: np.ndarray) -> 
     >>> print(target_scale_warning(40.0, 1e6, np.array([1e-6, -2e-6])))  # doctest: +ELLIPSIS
     C is large for the targets' scale: C * K(x, x) = 4e+07 is 2.7e+13 times ...
     """
-    spread = float(np.std(targets)) if targets.size else 0.0
-    if not spread > 0.0:
-        spread = float(np.max(np.abs(targets))) if targets.size else 0.0
+    if not targets.size:
+        return None
+    size_of_targets = float(np.max(np.abs(targets)))
+    if not (size_of_targets > 0.0 and math.isfinite(size_of_targets)):
+        return None
+    # (scaled first: the squares of targets beyond 1e154 overflow)
+    spread = size_of_targets * float(np.std(targets / size_of_targets)) or size_of_targets
     size = C * kernel_scale
     if not (spread > 0.0 and math.isfinite(size)) or size <= TARGET_SCALE_RATIO * spread:
         return None

@@ -79,7 +79,8 @@ def test_a_boolean_label_is_not_a_numeric_class(make):
             model.learn_one(x, labels[0] if y else labels[1])
         before = model.decision_function_one(xs[0])
         for bad in wrong:
-            with pytest.raises(ValueError, match="not one of the classes"):
+            with pytest.raises(ValueError, match=r"not one of the classes .*; a boolean label "
+                                                 r"matches only a boolean class"):
                 model.learn_one(xs[0], bad)
         assert model.decision_function_one(xs[0]) == before
     model = make(classes=[0, 1])

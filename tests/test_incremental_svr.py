@@ -404,3 +404,23 @@ def test_copies_at_c_on_either_side_of_the_tube_do_not_block_learning(how):
                          np.abs(residual))
     assert violation.max() <= 100 * np.finfo(float).eps * C
     assert abs(theta.sum()) <= 100 * np.finfo(float).eps * np.abs(theta).sum()
+
+
+def test_the_target_scale_check_takes_targets_near_the_float_range():
+    # Targets of 1e160 made the check's variance overflow: a RuntimeWarning, and under
+    # warnings-as-errors the 50th point refused.
+    import warnings
+
+    from stream_svm.regressors import target_scale_warning
+
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = IncrementalSVR(C=1.0, epsilon=0.0)
+        for value, target in zip(rng.normal(size=60), rng.normal(size=60) * 1e160,
+                                 strict=True):
+            model.learn_one({"a": float(value)}, float(target))
+        assert model.n_stored == 60
+        assert target_scale_warning(1.0, 1.0, np.array([1e300, -1e300])) is None
+        assert target_scale_warning(1.0, 1.0, np.array([0.0, 0.0])) is None
+        assert "C * K(x, x) = 1e+10" in target_scale_warning(1e10, 1.0, np.array([0.5, 0.5]))
