@@ -760,10 +760,11 @@ def evaluate(
     if skipped and not seen:
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
         hint = ""
-        text = re.search(r": feature '([^']+)' is not a number", skipped[0])
+        text = re.search(r": feature (['\"])(.+?)\1 is not a number", skipped[0])
         if text is not None and is_file_source(dataset) and id_column is None:
-            hint = (f" (a column of ids, such as {text.group(1)!r}: pass --id-column "
-                    f"{text.group(1)})")
+            name = text.group(2)
+            hint = (f" (if {name!r} holds the rows' ids, pass --id-column {name}; a column "
+                    "of categories needs a number per category, e.g. one column each)")
         raise SourceError(f"{dataset}: none of its {len(skipped)} rows could be used; the "
                           f"first: {skipped[0]}{hint}")
     seconds = time.perf_counter() - started

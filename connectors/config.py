@@ -503,6 +503,7 @@ def _convert_list(where: str, setting: Setting, raw: Any) -> list:
                     raise ConfigError(
                         f"{where}: {text!r} is ambiguous: write it as JSON, {literals} for "
                         f"those numbers or booleans, or {strings} for strings")
+            raw = [_unquoted(part) for part in raw]  # ("ham","spam" as in the file)
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: {raw!r} is not a list")
     return _checked(where, setting, raw)

@@ -227,13 +227,20 @@ class FeatureScaler:
 
 def _one_typo_apart(first: str, second: str) -> bool:
     """Whether two names differ by one typo: case alone, or one character added, dropped,
-    replaced, or two neighbours swapped.
+    replaced, or two neighbours swapped. Not names of a numbered family (x2 and x3, f10 and
+    f1), nor names of one character and another (a and c): other features, most likely.
 
     >>> _one_typo_apart("amout", "amount"), _one_typo_apart("country", "amount")
     (True, False)
+    >>> _one_typo_apart("x3", "x2"), _one_typo_apart("c", "b"), _one_typo_apart("b", "bb")
+    (False, False, True)
     """
     if first.lower() == second.lower():
         return True
+    if first.rstrip("0123456789") == second.rstrip("0123456789"):
+        return False  # (one family, other numbers)
+    if len(first) == len(second) and len(first) < 3:
+        return False  # (a replaced character leaves too little of a short name)
     if abs(len(first) - len(second)) > 1:
         return False
     if len(first) > len(second):

@@ -1133,7 +1133,8 @@ def test_evaluate_that_can_use_no_row_says_what_would_fix_it(tmp_path, capsys):
     ids = tmp_path / "ids.csv"
     ids.write_text("key,a,y\nr0,0.5,1\nr1,-0.5,0\n")
     assert main(["evaluate", "--dataset", str(ids), "--no-progress"]) == 2
-    assert "pass --id-column key" in capsys.readouterr().err
+    assert "(if 'key' holds the rows' ids, pass --id-column key; a column of categories" in \
+        capsys.readouterr().err
     assert main(["evaluate", "--dataset", str(ids), "--id-column", "key", "--no-progress"]) == 0
     amounts = tmp_path / "amounts.csv"
     amounts.write_text("a,y\n0.5,3.25\n-0.5,7.5\n")

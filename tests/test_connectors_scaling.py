@@ -258,6 +258,15 @@ def test_a_feature_named_like_a_setting_without_its_statistics_is_warned_of(capl
     with caplog.at_level("INFO", logger="stream_svm.scaler"):
         scaler.transform({"x1": 1.0, "x2": 4.0, "x3": 2.0})
     assert [record.levelname for record in caplog.records] == ["INFO"]
+    # Other features of a numbered family, or of one letter: not typos, even before the
+    # settings' own names have come.
+    for settings, message in ((["x1", "x2"], {"x1": 1.0, "x3": 2.0}),
+                              (["a", "b"], {"a": 1.0, "c": 2.0})):
+        caplog.clear()
+        scaler = FeatureScaler.fixed(dict.fromkeys(settings, 0.0), dict.fromkeys(settings, 1.0))
+        with caplog.at_level("INFO", logger="stream_svm.scaler"):
+            scaler.transform(message)
+        assert [record.levelname for record in caplog.records] == ["INFO"], caplog.text
 
 
 def test_a_feature_without_statistics_is_named_once(caplog, monkeypatch):

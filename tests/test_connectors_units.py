@@ -92,6 +92,9 @@ def test_a_flag_or_a_variable_written_as_a_toml_string_is_the_string_it_holds():
     assert (config.kafka.group_id, config.model.kernel, config.model.C) == ("g4", "linear", 2.5)
     assert (config.checkpoint.dir, config.kafka.output_topic) == ('dir"1', "out")
     assert load_config(None, {"kafka.label_topic": '""'}, {}).kafka.label_topic is None
+    for classes in ('"ham","spam"', "'ham', 'spam'", 'ham, "spam"'):  # (kept their quotes)
+        assert load_config(None, {"model.classes": classes}, {}).model.classes == ["ham",
+                                                                                   "spam"]
     with pytest.raises(ConfigError, match=r"scaler.mode.*fixed"):  # (read as fixed: not refused
         load_config(None, {"scaler.mode": '"fixed"'}, {})             # as a mode, but lacks scales)
 
