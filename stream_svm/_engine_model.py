@@ -994,8 +994,7 @@ class _EngineModel(FixedParameters):
         kept, dim, names, index, compacted_at, extra = undo
         # The engine's arrays are those of its own rollback by now: widened in place.
         self._engine.widen_columns(kept, dim)
-        self._features.names, self._features.index = names, index
-        self._features._texts = None
+        self._features.restore(names, index)
         self._compacted_at = compacted_at
         for name, value in extra.items():
             setattr(self, name, value)

@@ -172,14 +172,20 @@ def _fresh_numbering(index: pd.Index) -> bool:
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
+def _in_numbering(index: pd.Index, numbering: pd.Index) -> np.ndarray:
+    """Which labels of ``index`` are numbers of ``numbering`` (none, for labels that cannot
+    be compared with numbers: a MultiIndex's tuples)."""
+    if not isinstance(index, pd.MultiIndex):
+        try:
+            return np.asarray(index.isin(numbering), dtype=bool)
+        except (TypeError, ValueError):
+            pass
+    return np.zeros(len(index), dtype=bool)
+
+
 def _same_numbers(index: pd.Index, numbering: pd.Index) -> bool:
     """Whether ``index`` holds exactly the numbers of ``numbering`` (as long)."""
-    if isinstance(index, pd.MultiIndex) or not index.is_unique:
-        return False
-    try:
-        return bool(index.isin(numbering).all())
-    except (TypeError, ValueError):  # (labels isin cannot compare)
-        return False
+    return index.is_unique and bool(_in_numbering(index, numbering).all())
 
 
 def _pairing_problem(first: pd.Index, second: pd.Index) -> str | None:
@@ -196,13 +202,7 @@ def _pairing_problem(first: pd.Index, second: pd.Index) -> str | None:
         # A slice of a numbering beside labels of another kind (dates): by position, unless
         # they share labels, which disagree.
         numbering, other = (first, second) if numbered[0] else (second, first)
-        shares = False
-        if not isinstance(other, pd.MultiIndex):
-            try:
-                shares = bool(other.isin(numbering).any())
-            except (TypeError, ValueError):
-                shares = False
-        return "other labels" if shares else None
+        return "other labels" if _in_numbering(other, numbering).any() else None
     return "other labels"
 
 
@@ -358,24 +358,28 @@ def label_sign(y: object, classes: tuple[object, object] | None) -> float:
     # Equality, so that numpy scalars and 1 == 1.0 match; a string never equals a number.
     # A boolean matches only a boolean class (True == 1 would learn True as the class 1,
     # which the daemon's labels, JSON's true and 1, keep apart).
-    boolean = isinstance(y, (bool, np.bool_))
+    boolean = _is_boolean(y)
     try:
-        if y == classes[1] and boolean == isinstance(classes[1], (bool, np.bool_)):
+        if y == classes[1] and boolean == _is_boolean(classes[1]):
             return 1.0
-        if y == classes[0] and boolean == isinstance(classes[0], (bool, np.bool_)):
+        if y == classes[0] and boolean == _is_boolean(classes[0]):
             return -1.0
     except (TypeError, ValueError):  # e.g. an array, whose == is elementwise
         pass
     hint = ""
-    if any(y == label and boolean != isinstance(label, (bool, np.bool_))
-           for label in classes if isinstance(label, (bool, np.bool_, numbers.Number))
-           and isinstance(y, (bool, np.bool_, numbers.Number))):
+    numeric = (bool, np.bool_, numbers.Number)
+    if isinstance(y, numeric) and any(isinstance(label, numeric) and y == label
+                                      and boolean != _is_boolean(label) for label in classes):
         hint = ("; a boolean label matches only a boolean class, and a number only a number "
                 "(JSON's true is not 1): give the classes as the labels are")
     raise ValueError(
         f"label {shown(y)} is not one of the classes {list(classes)!r} (negative, positive)"
         f"{hint}"
     )
+
+
+def _is_boolean(value: object) -> bool:
+    return isinstance(value, (bool, np.bool_))
 
 
 _minus_one_warned = False
@@ -519,6 +523,10 @@ class FeatureSpace:
         self.names = [self.names[i] for i in columns]
         self.index = {name: i for i, name in enumerate(self.names)}
         self._texts = None
+
+    def restore(self, names: list[Hashable], index: dict[Hashable, int]) -> None:
+        """Put back names and their positions saved before a change (an undone compaction)."""
+        self.names, self.index, self._texts = names, index, None
 
     def truncate(self, count: int) -> None:
         """Forget the names added after the first ``count`` (undoes :meth:`add`)."""
