@@ -224,12 +224,16 @@ def real_target(y: object) -> float:
     """A regression target as a float: TypeError for anything but a real number (a str, a
     bool), ValueError when it is not finite.
 
-    >>> real_target(3), real_target(2.5)
-    (3.0, 2.5)
+    >>> real_target(3), real_target(2.5), real_target(decimal.Decimal("0.25"))
+    (3.0, 2.5, 0.25)
     """
-    if isinstance(y, bool) or not isinstance(y, numbers.Real):
+    if isinstance(y, decimal.Decimal):
+        # A database's NUMERIC column (as for features); a NaN, signaling or not, is not finite.
+        value = math.nan if y.is_nan() else real_to_float(y)
+    elif isinstance(y, bool) or not isinstance(y, numbers.Real):
         raise TypeError(f"the target must be a real number, got {shown(y)}")
-    value = real_to_float(y)
+    else:
+        value = real_to_float(y)
     if not math.isfinite(value):
         raise ValueError(f"the target must be finite, got {shown(y)}")
     return value

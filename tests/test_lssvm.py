@@ -622,6 +622,28 @@ def test_a_target_that_is_not_a_number_is_a_type_error_as_for_the_svr(target):
     assert snapshot(model) == before
 
 
+def test_a_decimal_target_is_learned_as_its_float_as_decimal_features_are():
+    """A database's NUMERIC column comes as Decimals: refused as targets while accepted as
+    features, it made a regression stream from SQL fail on its first label."""
+    from decimal import Decimal
+
+    from stream_svm import IncrementalSVR
+
+    for cls in (IncrementalLSSVR, IncrementalSVR):
+        as_decimals, as_floats = cls(), cls()
+        as_decimals.learn_one({"a": Decimal("1.5")}, Decimal("2.25"))
+        as_decimals.learn_many(pd.DataFrame({"a": [0.5, -1.0]}),
+                               pd.Series([Decimal("-1"), Decimal("0.5")], dtype=object))
+        as_floats.learn_one({"a": 1.5}, 2.25)
+        as_floats.learn_many(pd.DataFrame({"a": [0.5, -1.0]}), pd.Series([-1.0, 0.5]))
+        assert as_decimals.predict_one({"a": 0.2}) == as_floats.predict_one({"a": 0.2})
+        before = snapshot(as_decimals)
+        for not_finite in (Decimal("NaN"), Decimal("sNaN"), Decimal("Infinity")):
+            with pytest.raises(ValueError, match="the target must be finite"):
+                as_decimals.learn_one({"a": 2.0}, not_finite)
+        assert snapshot(as_decimals) == before
+
+
 @pytest.mark.parametrize("cls,targets", [(IncrementalLSSVC, [1, 0, np.int64(1)]),
                                          (IncrementalLSSVR, [3, np.float32(1.5), -2])])
 def test_stored_points_are_the_same_before_and_after_a_checkpoint(cls, targets):
