@@ -296,7 +296,8 @@ class IncrementalSVC(_EngineClassifier):
         Soft-margin penalty (> 0).
     kernel
         ``"rbf"`` (exp(-gamma ||a-b||^2)), ``"linear"``, ``"poly"`` ((gamma <a,b> + coef0)^degree)
-        or a callable ``f(A, B) -> Gram block`` on dense row matrices (must be PSD).
+        or a callable ``f(A, B) -> Gram block`` on dense row matrices (must be PSD; a point
+        at which it gives K(x, x) < 0 is refused with a ValueError).
     gamma, degree, coef0
         Kernel parameters.
     reserve_epsilon

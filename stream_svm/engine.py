@@ -43,7 +43,7 @@ from scipy.linalg.lapack import dpotrs
 
 from stream_svm import _pathcore
 from stream_svm._input import check_findable_keys, key_list
-from stream_svm.kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel
+from stream_svm.kernels import CallableKernel, Kernel, LinearKernel, PolynomialKernel, RBFKernel
 
 __all__ = ["ConvergenceError", "PathEngine", "UpdateStats"]
 
@@ -67,6 +67,25 @@ _EPS = float(np.finfo(float).eps)  # (np.finfo costs microseconds per call)
 _ONE_LINEAR = np.full(1, -1.0)
 _ONE_GAP = np.full(1, np.inf)
 _ONE_LINEAR.flags.writeable = _ONE_GAP.flags.writeable = False
+
+
+def _check_self_similarity(block: np.ndarray, rows: np.ndarray, ridge: float) -> None:
+    """Refuse new points whose K(x, x) a user's kernel gives below 0 (beyond its values'
+    round-off): such a kernel is not positive semi-definite, the path's factor would meet
+    negative pivots, and the model would learn noise or fail later with a less telling error.
+    ``block``: the new points' columns as rows, with ``ridge`` added at ``rows``."""
+    own = block[np.arange(rows.size), rows] - ridge
+    scale = np.abs(block).max(axis=1)
+    below = np.flatnonzero(own < -8.0 * _EPS * scale)
+    if below.size:
+        first = int(below[0])
+        which = ("the new point" if rows.size == 1 else
+                 f"{below.size} of the {rows.size} new points (the first is number "
+                 f"{first + 1} in the order given)")
+        raise ValueError(
+            f"the kernel gives K(x, x) = {own[first]:.6g} < 0 for {which}: a kernel must be "
+            "positive semi-definite (K(x, x) >= 0 for every x); the model is unchanged"
+        )
 
 
 def _check_kernel_finite(block: np.ndarray) -> None:
@@ -1596,6 +1615,8 @@ class PathEngine:
                 recent_slots = (_ALL_SLOTS[slots] if slots <= RECENT_COLUMNS_MAX
                                 else np.arange(slots))
                 recent_rows = self._recent_of
+            if isinstance(self.kernel, CallableKernel):
+                _check_self_similarity(block, new_rows, self.ridge)
             new_terms = np.empty(new.size)  # the size of the terms of the new points' g
             diagonal, reserved = _pathcore.admit_points(
                 np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,

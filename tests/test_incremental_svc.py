@@ -461,6 +461,34 @@ def test_user_callable_kernel_matches_builtin():
         IncrementalSVC(kernel=lambda A, B: np.ones(3)).learn_one({"a": 1.0}, True)
 
 
+def _shifted_linear(A, B):
+    """Not positive semi-definite: K(x, x) = |x|^2 - 2 is negative near the origin."""
+    return A @ B.T - 2.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: IncrementalSVC(C=10.0, kernel=_shifted_linear),
+    lambda: SlidingWindowSVC(window_size=10, step=1, C=10.0, kernel=_shifted_linear),
+])
+def test_a_callable_kernel_negative_at_a_new_point_is_refused_and_changes_nothing(make):
+    """A user's kernel with K(x, x) < 0 is no kernel: it was learned without a word (the
+    factor's pivots then go negative and the model learns noise)."""
+    model = make()
+    model.learn_one({"a": 3.0, "b": 0.0}, True)
+    model.learn_one({"a": 0.0, "b": -3.0}, False)
+    before = (model.stored_keys(), model.decision_function_one({"a": 1.0, "b": 1.0}))
+    with pytest.raises(ValueError, match=r"K\(x, x\) = -1\.75 < 0 for the new point: a kernel "
+                                         "must be positive semi-definite"):
+        model.learn_one({"a": 0.5, "b": 0.0}, True)
+    frame = pd.DataFrame({"a": [4.0, 0.0, 1.0], "b": [1.0, 0.1, 0.0]})
+    with pytest.raises(ValueError, match=r"-1\.99 < 0 for 2 of the 3 new points \(the first is "
+                                         r"number 2 in the order given\)"):
+        model.learn_many(frame, pd.Series([True, False, True]))
+    assert (model.stored_keys(), model.decision_function_one({"a": 1.0, "b": 1.0})) == before
+    model.learn_one({"a": 2.0, "b": 2.0}, True)  # K(x, x) = 6: learned
+    assert len(model.stored_keys()) == 3
+
+
 @pytest.mark.parametrize("make", [
     lambda: IncrementalSVC(C=10.0, gamma=0.5),
     lambda: IncrementalSVC(C=10.0, gamma=0.5, reserve_epsilon=0.5),
