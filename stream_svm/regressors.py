@@ -380,7 +380,8 @@ class IncrementalSVR(_EngineRegressor):
         Half-width of the tube (>= 0): residuals |t - f(x)| up to epsilon cost nothing.
     kernel, gamma, degree, coef0
         ``"rbf"`` (exp(-gamma ||a-b||^2)), ``"linear"``, ``"poly"`` ((gamma <a,b> + coef0)^degree)
-        or a callable ``f(A, B) -> Gram block`` (must be PSD), and its parameters.
+        or a callable ``f(A, B) -> Gram block`` (must be PSD; a point at which it gives
+        K(x, x) < 0 is refused with a ValueError), and its parameters.
     reserve_epsilon
         ``None`` keeps every sample (exact). A number eps forgets samples inside the tube by
         at least eps (both coefficients 0, |t - f(x)| <= epsilon - eps) after each update,
