@@ -388,7 +388,8 @@ class IncrementalSVR(_EngineRegressor):
         never one on the tube's edge to the KKT check's tolerance (at eps = 0, a sample that
         has just left it):
         the current solution does not change, but such a sample can no longer come back into
-        it later, the price of the smaller memory.
+        it later, the price of the smaller memory: the model is then the exact SVR of the
+        samples it keeps, not of every sample seen (see :class:`stream_svm.IncrementalSVC`).
     ridge, max_breakpoints, max_features, max_new_features
         As for :class:`stream_svm.IncrementalSVC`.
 
