@@ -1769,6 +1769,17 @@ class PathEngine:
         # b_is_fixed): the nearer one.
         at_upper = alpha[margin] > 0.5 * self.C
         status[margin] = np.where(at_upper, ERROR, RESERVE)
+        if not np.any(status == ERROR):
+            # Without error points h is exactly 0: what it holds is the round-off of
+            # contributions since removed (5.6e-9 after points with C K = 1e6 were forgotten).
+            self._h[:n] = 0.0
+            self._h_abs[:n] = 0.0
+            self._h_drift[:n] = 0.0
+        # b's interval from g computed afresh: the path's g carries the round-off of its
+        # steps (1e-8 where C K = 1e6), and an interval computed from it put b that far from a
+        # fresh model's (1 - 8.5e-9 for one point of class +1, whose g then fell below 0 in
+        # the refresh after the update).
+        self._refresh_g()
         c = g - y * self.b  # g = y (f - b) + p + y b
         reserve, error = status == RESERVE, status == ERROR
         up, down = y > 0, y < 0
@@ -1779,9 +1790,10 @@ class PathEngine:
                                 -c[error & up]])
         low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
         if not (low <= high) or not (np.isfinite(low) or np.isfinite(high)):
-            return False  # nothing changed
+            return True  # (g was refreshed: the check's cached terms no longer apply)
         if not (np.isfinite(low) and np.isfinite(high)):
-            return self._b_to_finite_end(low if np.isfinite(low) else high)
+            self._b_to_finite_end(low if np.isfinite(low) else high)
+            return True
         # Exactly at their bound, as members of E and R are.
         self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         middle = 0.5 * low + 0.5 * high  # (the same bits as (low + high) / 2, which overflows)

@@ -13,6 +13,7 @@ import os
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stream_svm.engine import ConvergenceError, PathEngine
@@ -396,6 +397,30 @@ def test_b_of_a_model_forgotten_down_to_one_class_is_the_fresh_models(C):
         assert model.intercept == pytest.approx(fresh.intercept, rel=1e-14, abs=1e-14)
         assert model.decision_function_one(other) == pytest.approx(
             fresh.decision_function_one(other), rel=1e-14, abs=1e-14)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_b_forgotten_down_to_one_point_after_large_C_K_terms_is_the_fresh_models(seed):
+    # 60 points on 4 distinct values, mixed labels, C K up to 1e6, forgotten in batches down to
+    # one: b was computed from the path's g and h, which held the round-off of the large
+    # terms since removed, and ended up to 1e-7 from the fresh model's +-1 (in 158 of 400
+    # such streams on the wrong side of it, the kept point's g below 0).
+    from stream_svm import IncrementalSVC
+
+    rng = np.random.default_rng(seed)
+    C, kernel = float(10.0 ** rng.integers(3, 7)), ("rbf", "linear", "poly")[seed % 3]
+    model = IncrementalSVC(C=C, kernel=kernel, gamma=0.7, degree=2, coef0=1.0)
+    values = rng.normal(size=4)[rng.integers(0, 4, 60)]
+    labels = rng.random(60) < 0.5
+    model.learn_many(pd.DataFrame({"a": values}), pd.Series(labels), keys=list(range(60)))
+    kept = int(rng.integers(0, 60))
+    others = np.array([key for key in range(60) if key != kept])[rng.permutation(59)]
+    for batch in np.array_split(others, int(rng.integers(1, 4))):
+        model.forget_many([int(key) for key in batch])
+    fresh = IncrementalSVC(C=C, kernel=kernel, gamma=0.7, degree=2, coef0=1.0)
+    fresh.learn_one({"a": values[kept]}, bool(labels[kept]))
+    assert fresh.intercept == (1.0 if labels[kept] else -1.0)
+    assert model.intercept == fresh.intercept
 
 
 def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
