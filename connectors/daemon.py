@@ -2292,7 +2292,8 @@ class Daemon:
             return  # not into topics unchecked since a lost connection (_revoked)
         started = time.perf_counter()
         with self.models.lock:
-            published = self.models.publish()
+            # (A second stop request ends the publishing: see ScopedModels.publish.)
+            published = self.models.publish(give_up=self._second_stop.is_set)
         self._commit()
         if not published:
             self.metrics.checkpoint_failures.inc()

@@ -213,6 +213,10 @@ class ScopedModels:
         #: models published but not read back yet (the state topic could not be read): the
         #: offset to read to; their partitions are not committed until it is
         self._unverified: dict[ModelId, int] = {}
+        #: models whose last publish found the state topic unreachable: tried last next time,
+        #: so that a partition of the state topic whose leader is down does not hold up the
+        #: models of the others round after round
+        self._unreached: set[ModelId] = set()
         #: models whose state could not be fetched: when that was last logged as a warning
         self._fetch_warned: dict[ModelId, float] = {}
         self._settings = checkpointed_settings(config)
@@ -424,6 +428,7 @@ class ScopedModels:
             del self.known_epochs[model_id]
         for model_id in [m for m in self._unverified if m[0] in partitions]:
             del self._unverified[model_id]
+        self._unreached = {m for m in self._unreached if m[0] not in partitions}
         for model_id in [m for m in self.epochs if m[0] in partitions]:
             self.epochs.pop(model_id)
             self.sequences.pop(model_id, None)
@@ -723,17 +728,45 @@ class ScopedModels:
 
     # -- publishing and committing ---------------------------------------------------------
 
-    def publish(self, partitions: set[int] | None = None) -> bool:
-        """Publish every changed model (of ``partitions``); True when all succeeded."""
+    def publish(self, partitions: set[int] | None = None,
+                give_up: Callable[[], bool] | None = None) -> bool:
+        """Publish every changed model (of ``partitions``); True when all succeeded.
+
+        Once the state topic does not answer (a publish that timed out or failed in the
+        client), the other changed models wait for the next publish instead of each waiting
+        for a timeout of its own: with the broker stalled, a stop with 24 changed models took
+        140 s, one request timeout per model. ``give_up`` (a second stop request) ends the
+        round between two models. Models not published stay changed: their partitions' offsets
+        are not committed, so nothing they learned is lost."""
         done = True
         # Read-backs that failed before are tried again with this publish's.
         written: dict[ModelId, int] = {model_id: offset for model_id, offset
                                        in self._unverified.items()
                                        if partitions is None or model_id[0] in partitions}
-        for model_id, live in list(self.live.items()):
-            if (model_id in self.live and live.dirty
-                    and (partitions is None or model_id[0] in partitions)):
-                done = self._publish_one(model_id, live, written) and done
+        changed = [model_id for model_id, live in self.live.items()
+                   if live.dirty and (partitions is None or model_id[0] in partitions)]
+        changed.sort(key=lambda model_id: model_id in self._unreached)  # (stable)
+        for index, model_id in enumerate(changed):
+            live = self.live.get(model_id)
+            if live is None or not live.dirty:
+                continue  # dropped or published meanwhile (a fence drops its partition's)
+            if give_up is not None and give_up():
+                log.warning("publishing given up with %d changed models left unpublished "
+                            "(their partitions' offsets are not committed)",
+                            len(changed) - index)
+                return False
+            reached = self._publish_one(model_id, live, written)
+            done = reached and done
+            if reached is None:  # the state topic did not answer
+                self._unreached.add(model_id)
+                left = len(changed) - index - 1
+                if left:
+                    log.error("the state topic is not answering: %d more changed models are "
+                              "not published now, but at the next publish (their partitions' "
+                              "offsets are not committed until then)", left)
+                done = False
+                break
+            self._unreached.discard(model_id)
         # One read of the state topic for the lot, not one per model.
         return self._still_newest(written) and done
 
@@ -746,11 +779,16 @@ class ScopedModels:
         messages between the two were never learned."""
         _, outcomes, _, _ = self.metrics.replica
         done = True
+        unreadable = False
         for model_id, offset in written.items():
             if model_id[0] not in self.owned or model_id[0] in self.fenced:
                 done = False  # fenced meanwhile by another model of its partition
                 continue
             epoch = self.epochs.get(model_id, -1)
+            if unreadable:  # (not one read timing out per model: see publish)
+                self._unverified[model_id] = max(offset, self._unverified.get(model_id, offset))
+                done = False
+                continue
             try:
                 newest = self.store.newest_epoch(model_id, offset)
             except StateStoreError as exc:
@@ -759,6 +797,7 @@ class ScopedModels:
                           "(%s); its partition's offsets are not committed until it is",
                           model_label(model_id), exc)
                 done = False
+                unreadable = True
                 continue
             self._unverified.pop(model_id, None)
             if newest > epoch:
@@ -770,9 +809,11 @@ class ScopedModels:
         return done
 
     def _publish_one(self, model_id: ModelId, live: _Live,
-                     written: dict[ModelId, int] | None = None) -> bool:
+                     written: dict[ModelId, int] | None = None) -> bool | None:
         """Publish one model's state; with ``written``, its offset is recorded there for the
-        caller to read back (:meth:`_still_newest`), otherwise it is read back here."""
+        caller to read back (:meth:`_still_newest`), otherwise it is read back here. False
+        when it is not published, None when that is because the state topic did not answer
+        (both falsy)."""
         _, outcomes, _, _ = self.metrics.replica
         processor = live.processor
         if live.undelivered:
@@ -796,7 +837,7 @@ class ScopedModels:
             outcomes.labels(outcome="failed").inc()
             log.error("publishing the state of model %s failed (%s); its partition's offsets "
                       "are not committed until it succeeds", model_label(model_id), exc)
-            return False
+            return None if isinstance(exc, StateStoreError) else False
         outcomes.labels(outcome="published").inc()
         self.sequences[model_id] = sequence
         processor.generation = f"{epoch}.{sequence}"

@@ -422,6 +422,40 @@ def test_a_publish_that_cannot_be_read_back_holds_its_partitions_commit_until_it
     assert owner.publish() and owner.committable() == {"stream-svm.input:0": len(rows)}
 
 
+def test_a_state_topic_that_does_not_answer_costs_one_publish_not_one_per_model(caplog):
+    # With the broker stalled, every model's publish waited for a request timeout of its own:
+    # a stop with 24 changed models took 140 s, and a second stop request did not end it.
+    from connectors.state_store import StateStoreError
+
+    rows = [row for row in _keyed_stream(keys=6, per_key=3, partitions=1)
+            if "y" in row[2] and "x" in row[2]]
+    store = _MemoryStore()
+    owner = _owner_of_partition_0(store, rows)
+    publish, attempts = store.publish, []
+
+    def stalled(model_id, *args):
+        attempts.append(model_id)
+        if model_id in unreachable:
+            raise StateStoreError("publishing was not acknowledged within 10 s")
+        return publish(model_id, *args)
+
+    store.publish = stalled
+    unreachable = {(0, f"k{k}") for k in range(6)}
+    assert not owner.publish()
+    assert len(attempts) == 1 and owner.dirty() == 6 and owner.committable() == {}
+    assert "5 more changed models are not published now, but at the next publish" in caplog.text
+    # One model's partition of the state topic stays unreachable: it goes last, and the others
+    # are published meanwhile (not held up behind it round after round).
+    unreachable, attempts[:] = {attempts[0]}, []
+    assert not owner.publish()
+    assert attempts[-1] in unreachable and len(attempts) == 6 and owner.dirty() == 1
+    assert not owner.publish(give_up=lambda: True)  # a second stop request: nothing tried
+    assert len(attempts) == 6 and "publishing given up with 1 changed models" in caplog.text
+    unreachable = set()
+    assert owner.publish() and owner.dirty() == 0
+    assert owner.committable() == {"stream-svm.input:0": len(rows)}
+
+
 def test_a_partition_model_resumes_where_its_newest_state_ends_not_past_it(caplog):
     # The newest state (the highest epoch: a woken zombie's) ends at 6 while the real owner,
     # under its lower epoch, had the group commit 12 before it learned of that state: the
