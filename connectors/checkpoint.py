@@ -120,12 +120,17 @@ class DirectoryLock:
             raise _LockBusy(
                 f"checkpoint directory {self.directory} is in use by another daemon") from None
         try:
-            handle.truncate(0)
-            handle.write(str(os.getpid()))
-            handle.flush()
-        except OSError as exc:  # (a full disk): not held, and not left open
-            handle.close()
-            raise CheckpointError(f"cannot write the lock file {path}: {exc}") from None
+            # Unbuffered, on the descriptor: nothing is left for the handle to flush later.
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, str(os.getpid()).encode())
+        except OSError as exc:
+            # (A full disk.) The lock is held all the same (flock needs no data; the pid only
+            # tells an operator who holds it): the daemon starts, and its checkpoints fail,
+            # logged, until the disk has room, as when it fills while the daemon runs. The
+            # start was refused with a bare "[Errno 28] No space left on device".
+            log.warning("cannot write this daemon's pid into the lock file %s (%s): the "
+                        "checkpoint directory is locked all the same", path,
+                        exc.strerror or exc)
         self._handle = handle
 
     def held(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import socket
 import urllib.request
 
@@ -487,6 +488,34 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_named_as_the_setting()
     with pytest.raises(CheckpointError, match=r"cannot create the checkpoint directory "
                                               r"/proc/nope \(checkpoint.dir, --checkpoint-dir\)"):
         DirectoryLock(Path("/proc/nope")).acquire()
+
+
+def test_a_full_disk_at_start_still_locks_the_checkpoint_directory(tmp_path, monkeypatch,
+                                                                   caplog):
+    # The pid written into the lock file failed, and closing the file failed again: the start
+    # was refused with a bare "[Errno 28] No space left on device". The lock needs no data:
+    # the daemon starts, and its checkpoints fail, logged, until the disk has room.
+    import errno
+
+    import connectors.checkpoint
+    from connectors.checkpoint import DirectoryLock
+
+    def full(descriptor, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(connectors.checkpoint.os, "write", full)
+    lock = DirectoryLock(tmp_path / "checkpoints")
+    lock.acquire()
+    assert lock.held()
+    assert "cannot write this daemon's pid into the lock file" in caplog.text
+    with pytest.raises(CheckpointError, match="in use by another daemon"):
+        DirectoryLock(tmp_path / "checkpoints").acquire()
+    lock.release()
+    monkeypatch.undo()
+    again = DirectoryLock(tmp_path / "checkpoints")
+    again.acquire()  # released: free again, and the pid written this time
+    assert (tmp_path / "checkpoints" / ".lock").read_text() == str(os.getpid())
+    again.release()
 
 
 def test_a_sequence_past_twelve_digits_stays_the_newest_checkpoint(tmp_path):
