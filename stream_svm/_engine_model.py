@@ -28,8 +28,8 @@ from stream_svm._input import (
     check_paired,
     key_list,
 )
-from stream_svm.engine import PathEngine, UpdateStats
-from stream_svm.kernels import Kernel, RBFKernel, make_kernel
+from stream_svm.engine import PathEngine, UpdateStats, check_self_similarity
+from stream_svm.kernels import CallableKernel, Kernel, RBFKernel, make_kernel
 
 
 @dataclass(frozen=True, order=True)
@@ -1098,8 +1098,9 @@ class _EngineModel(FixedParameters):
         return np.hstack([rows[:, :known], absent[:, None]])
 
     def _check_kernel_values(self, rows: np.ndarray) -> None:
-        """ValueError (nothing changed) when K(x, x) is not finite for a row to be buffered: such
-        a point could never be learned, and would block every later slide."""
+        """ValueError (nothing changed) when K(x, x) is not finite for a row to be buffered, or
+        below 0 (a user's kernel): such a point could never be learned, and would block every
+        later slide."""
         if self._engine.kernel.finite_values:
             return  # rows are finite here (vectorizing refuses anything else)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -1109,6 +1110,9 @@ class _EngineModel(FixedParameters):
                 "the kernel value K(x, x) of the input is not finite (features too large for "
                 "this kernel); the model is unchanged"
             )
+        if isinstance(self._engine.kernel, CallableKernel):
+            # Refused here, as the engine refuses it: buffered, it blocked every later slide.
+            check_self_similarity(diagonal, np.atleast_2d(rows))
 
     def decision_function_one(self, x: Mapping) -> float:
         """f(x) = sum_i alpha_i y_i K(x_i, x) + b (for a classifier, positive means the

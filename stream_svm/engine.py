@@ -69,18 +69,30 @@ _ONE_GAP = np.full(1, np.inf)
 _ONE_LINEAR.flags.writeable = _ONE_GAP.flags.writeable = False
 
 
-def _check_self_similarity(block: np.ndarray, rows: np.ndarray, ridge: float) -> None:
-    """Refuse new points whose K(x, x) a user's kernel gives below 0 (beyond its values'
-    round-off): such a kernel is not positive semi-definite, the path's factor would meet
-    negative pivots, and the model would learn noise or fail later with a less telling error.
-    ``block``: the new points' columns as rows, with ``ridge`` added at ``rows``."""
-    own = block[np.arange(rows.size), rows] - ridge
-    scale = np.abs(block).max(axis=1)
-    below = np.flatnonzero(own < -8.0 * _EPS * scale)
+def check_self_similarity(own: np.ndarray, features: np.ndarray,
+                          values_scale: np.ndarray | None = None) -> None:
+    """Refuse points at which a user's kernel gives K(x, x) < 0 (``own``, without any ridge;
+    ``features``: the points as rows): such a kernel is not positive semi-definite, the
+    path's factor would meet negative pivots, and the model would learn noise or fail later
+    with a less telling error. Only a value below 0 beyond round-off counts: of the kernel's
+    values (``values_scale``, by default |K(x, x)|) or of x's squared norm, which a kernel
+    computed by expanding squares cancels (-8.9e-16 for a value of 1.8e-18).
+
+    >>> check_self_similarity(np.array([-1e-17, 2.0]), np.ones((2, 1)))
+    >>> try:
+    ...     check_self_similarity(np.array([-0.5]), np.ones((1, 1)))
+    ... except ValueError as refused:
+    ...     print(str(refused)[:53])
+    the kernel gives K(x, x) = -0.5 < 0 for the new point
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = np.einsum("ij,ij->i", features, features)
+        scale = np.fmax(scale, np.abs(own) if values_scale is None else values_scale)
+        below = np.flatnonzero(own < -8.0 * _EPS * scale)
     if below.size:
         first = int(below[0])
-        which = ("the new point" if rows.size == 1 else
-                 f"{below.size} of the {rows.size} new points (the first is number "
+        which = ("the new point" if own.size == 1 else
+                 f"{below.size} of the {own.size} new points (the first is number "
                  f"{first + 1} in the order given)")
         raise ValueError(
             f"the kernel gives K(x, x) = {own[first]:.6g} < 0 for {which}: a kernel must be "
@@ -1616,7 +1628,8 @@ class PathEngine:
                                 else np.arange(slots))
                 recent_rows = self._recent_of
             if isinstance(self.kernel, CallableKernel):
-                _check_self_similarity(block, new_rows, self.ridge)
+                check_self_similarity(block[np.arange(new.size), new_rows] - self.ridge,
+                                      self._X[new], np.abs(block).max(axis=1))
             new_terms = np.empty(new.size)  # the size of the terms of the new points' g
             diagonal, reserved = _pathcore.admit_points(
                 np.ascontiguousarray(block), new, new_rows, margin, margin_rows, self._store,
@@ -1676,7 +1689,9 @@ class PathEngine:
             stats.count("removed", len(remove))
             unlearned = driven_positions[self._status[driven_positions] == REMOVING]
             self._delete_positions(settled_removals + unlearned.tolist())
-        centered = self._center_b()
+        # (g is refreshed for it only where a path moved it: removals of points at 0 move
+        # nothing.)
+        centered = self._center_b(refresh=bool(driven))
         if keys and not driven and not remove and not centered and checked_terms is not None:
             # Every new point went to the reserve set (alpha = 0) and nothing else moved: the
             # stored points' g and sum(y alpha), already checked, are unchanged, and the new
@@ -1741,7 +1756,7 @@ class PathEngine:
         can be legitimately tiny (1e-15 with kernel values of 1e14)."""
         return self.C * (1.0 - 64.0 * _EPS)
 
-    def _center_b(self) -> bool:
+    def _center_b(self, refresh: bool = True) -> bool:
         """When no coefficient is strictly between 0 and C (S empty, or its members all at a
         bound), b is not unique: every b in an interval keeps the KKT conditions. Take its
         middle, as libsvm does, so that the model does not depend on the order in which the
@@ -1769,17 +1784,22 @@ class PathEngine:
         # b_is_fixed): the nearer one.
         at_upper = alpha[margin] > 0.5 * self.C
         status[margin] = np.where(at_upper, ERROR, RESERVE)
-        if not np.any(status == ERROR):
-            # Without error points h is exactly 0: what it holds is the round-off of
-            # contributions since removed (5.6e-9 after points with C K = 1e6 were forgotten).
-            self._h[:n] = 0.0
-            self._h_abs[:n] = 0.0
-            self._h_drift[:n] = 0.0
-        # b's interval from g computed afresh: the path's g carries the round-off of its
-        # steps (1e-8 where C K = 1e6), and an interval computed from it put b that far from a
-        # fresh model's (1 - 8.5e-9 for one point of class +1, whose g then fell below 0 in
-        # the refresh after the update).
-        self._refresh_g()
+        if refresh:
+            # b's interval from g computed afresh: a path's g carries the round-off of its
+            # steps (1e-8 where C K = 1e6), and so do h and a member's coefficient left at
+            # 1e-8 instead of 0; an interval computed with them put b that far from a fresh
+            # model's (1 - 8.5e-9 for one point of class +1, whose g then fell below 0 in the
+            # refresh after the update).
+            self._alpha[margin] = np.where(at_upper, self.C, 0.0)
+            if not np.any(status == ERROR):
+                # Without error points h is exactly 0: what it holds is the round-off of
+                # contributions since removed.
+                self._h[:n] = 0.0
+                self._h_abs[:n] = 0.0
+                self._h_drift[:n] = 0.0
+            if self._refresh_g()[3]:  # h's drift may matter next to the KKT tolerance
+                self.recompute_error_contributions()
+                self._refresh_g()
         c = g - y * self.b  # g = y (f - b) + p + y b
         reserve, error = status == RESERVE, status == ERROR
         up, down = y > 0, y < 0
@@ -1790,10 +1810,9 @@ class PathEngine:
                                 -c[error & up]])
         low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
         if not (low <= high) or not (np.isfinite(low) or np.isfinite(high)):
-            return True  # (g was refreshed: the check's cached terms no longer apply)
+            return refresh  # nothing else changed
         if not (np.isfinite(low) and np.isfinite(high)):
-            self._b_to_finite_end(low if np.isfinite(low) else high)
-            return True
+            return self._b_to_finite_end(low if np.isfinite(low) else high) or refresh
         # Exactly at their bound, as members of E and R are.
         self._alpha[margin] = np.where(at_upper, self.C, 0.0)
         middle = 0.5 * low + 0.5 * high  # (the same bits as (low + high) / 2, which overflows)
@@ -2064,7 +2083,8 @@ class PathEngine:
         self._delete_positions(positions)
         if positions:
             self._sv_cache = None
-            self._center_b()  # the discarded points may have bounded b's interval
+            # The discarded points may have bounded b's interval (g did not move).
+            self._center_b(refresh=False)
 
     def leave_one_out_decisions(self) -> np.ndarray:
         """f_{-i}(x_i) for every stored point: the decision at x_i of the exact solution

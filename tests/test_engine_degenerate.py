@@ -423,6 +423,32 @@ def test_b_forgotten_down_to_one_point_after_large_C_K_terms_is_the_fresh_models
     assert model.intercept == fresh.intercept
 
 
+def test_b_left_unfixed_by_removals_is_centered_on_members_exactly_at_their_bounds():
+    # 60 points (4 distinct values), C = 1e5, forgotten down to two copies at C and one point
+    # of class +1: a member of S left at alpha = 1.1e-8 instead of 0 and the path's g put b at
+    # 1 - 1.07e-8 (a fresh model: 1), the +1 point's g below 0.
+    from stream_svm import IncrementalSVC
+
+    rng = np.random.default_rng(1141)
+    C = float(10.0 ** rng.integers(3, 7))
+    settings = dict(C=C, kernel="rbf", gamma=0.7)
+    values = rng.normal(size=4)[rng.integers(0, 4, 60)]
+    labels = rng.random(60) < 0.5
+    model = IncrementalSVC(**settings)
+    model.learn_many(pd.DataFrame({"a": values}), pd.Series(labels), keys=list(range(60)))
+    kept = int(rng.integers(0, 60))
+    others = np.array([key for key in range(60) if key != kept])[rng.permutation(59)]
+    kept, others = [kept, *others[:2].tolist()], others[2:]
+    for batch in np.array_split(others, int(rng.integers(1, 4))):
+        model.forget_many([int(key) for key in batch])
+    fresh = IncrementalSVC(**settings)
+    for key in kept:
+        fresh.learn_one({"a": values[key]}, bool(labels[key]))
+    assert C == 1e5 and not model._engine.b_is_fixed()
+    assert abs(model.intercept - fresh.intercept) <= 1e-14 * C
+    assert kkt_violation(model._engine) <= 1e-14 * C
+
+
 def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
     # A linear kernel has no gamma: the error names the ridge only (and the model is kept).
     from stream_svm import IncrementalSVC

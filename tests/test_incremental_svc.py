@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from river import datasets, evaluate, metrics, multiclass, preprocessing
 from sklearn.svm import SVC
 
-from stream_svm import ConvergenceError, IncrementalSVC, SlidingWindowSVC
+from stream_svm import AlphaISVC, ConvergenceError, IncrementalSVC, SlidingWindowSVC
 from tests.oracle import assert_matches_batch, kkt_violation
 from tests.river_checks import run_river_checks
 
@@ -487,6 +487,43 @@ def test_a_callable_kernel_negative_at_a_new_point_is_refused_and_changes_nothin
     assert (model.stored_keys(), model.decision_function_one({"a": 1.0, "b": 1.0})) == before
     model.learn_one({"a": 2.0, "b": 2.0}, True)  # K(x, x) = 6: learned
     assert len(model.stored_keys()) == 3
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SlidingWindowSVC(window_size=4, step=2, C=10.0, kernel=_shifted_linear),
+    lambda: AlphaISVC(batch_size=2, C=10.0, kernel=_shifted_linear),
+])
+def test_a_point_negative_under_the_kernel_is_refused_before_it_is_buffered(make):
+    """A window sliding by 2 buffered the point and then refused every later slide for it
+    (the stream stopped learning); alpha-ISVM kept it without a word."""
+    model = make()
+    model.learn_many(pd.DataFrame({"a": [3.0, -3.0], "b": [1.0, -1.0]}),
+                     pd.Series([True, False]))
+    with pytest.raises(ValueError, match=r"K\(x, x\) = -1\.74 < 0 for the new point"):
+        model.learn_one({"a": 0.5, "b": 0.1}, True)
+    with pytest.raises(ValueError, match=r"for 1 of the 2 new points \(the first is number 1"):
+        model.learn_many(pd.DataFrame({"a": [0.5, 4.0], "b": [0.1, 1.0]}),
+                         pd.Series([True, True]))
+    for x, label in [({"a": 4.0, "b": 1.0}, True), ({"a": -4.0, "b": 0.0}, False)] * 2:
+        model.learn_one(x, label)  # the stream goes on
+    assert model.predict_one({"a": 5.0, "b": 0.0}) is True
+
+
+def test_a_positive_semi_definite_kernel_with_round_off_below_0_is_not_refused():
+    """<a - m, b - m> by expansion gives -8.9e-16 at a point 1e-9 from m (exactly 1.8e-18): a
+    round-off of the squared norms it cancels, not a kernel below 0."""
+    m = np.array([1.072, 1.906])
+
+    def centered(A, B):
+        return A @ B.T - (A @ m)[:, None] - (B @ m)[None, :] + m @ m
+
+    x = {"a": 1.072000000330437, "b": 1.9059999986968428}
+    assert centered(np.array([[x["a"], x["b"]]]), np.array([[x["a"], x["b"]]]))[0, 0] < 0
+    for model in (IncrementalSVC(C=1.0, kernel=centered),
+                  SlidingWindowSVC(window_size=4, step=2, C=1.0, kernel=centered)):
+        model.learn_one(x, True)  # the first point: no other value gives a scale
+        model.learn_one({"a": 3.0, "b": 1.5}, False)
+    assert model.n_stored == 2
 
 
 @pytest.mark.parametrize("make", [
