@@ -6,8 +6,8 @@ out, and the exact value be computed for the rest. This measures whether such a 
 enough on the Fisher river windows where S is large.
 
 For each (C, gamma), the engine learns the first window (n = 1423); then the first direction of
-the next window step (30 points driven from 0 to C) is solved in float64 from the engine's
-margin set:
+30 arrivals driven from 0 to C (a window step's, up to its removals and to arrivals already
+satisfied, which the engine does not drive) is solved in float64 from the engine's margin set:
 
     [K_SS 1; 1' 0] [beta_S; db] = [-K_SD beta_D; -sum(beta_D)],  beta_D = C y_D
 

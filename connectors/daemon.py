@@ -147,8 +147,8 @@ def _oversized_as_dead_letters(sends: list[tuple[str, bytes | None, bytes]], lim
 
     >>> sends = [("out", b"k", b'{"id":1}'), ("out", b"k", b'{"source":{}, "x":"' + b"a" * 90)]
     >>> sent = _oversized_as_dead_letters(sends, 1100, "dead")
-    >>> [topic for topic, _, _ in sent], json.loads(sent[1][2])["error"][:54]
-    (['out', 'dead'], 'an output of 109 bytes for topic out (1134 as a record')
+    >>> [topic for topic, _, _ in sent], json.loads(sent[1][2])["error"][:60]
+    (['out', 'dead'], 'an output of 109 bytes for topic out (about 1134 as a record')
     """
     from connectors.messages import Source, dead_letter, encode
 
@@ -162,12 +162,12 @@ def _oversized_as_dead_letters(sends: list[tuple[str, bytes | None, bytes]], lim
         with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
             where = json.loads(value)["source"]
             source = Source(where["topic"], where["partition"], where["offset"])
-        log.error("an output of %d bytes for %s (%d as a record, with its key and framing) is "
-                  "over the producer's limit of %d bytes: sent as an internal dead letter "
-                  "instead", len(value), topic, size, limit)
+        log.error("an output of %d bytes for %s (about %d as a record, with its key and "
+                  "framing) is over the producer's limit of %d bytes: sent as an internal dead "
+                  "letter instead", len(value), topic, size, limit)
         letter = dead_letter(
-            f"an output of {len(value)} bytes for topic {topic} ({size} as a record, with its "
-            f"key and framing) was over the producer's limit of {limit} bytes (a bug of "
+            f"an output of {len(value)} bytes for topic {topic} (about {size} as a record, with "
+            f"its key and framing) was over the producer's limit of {limit} bytes (a bug of "
             "stream-svm: please report it); raw holds its start",
             value, source, max(256, limit // 2), reason="internal")
         fitting.append((dead_letter_topic, key, encode(letter)))
