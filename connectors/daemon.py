@@ -1238,8 +1238,10 @@ class Daemon:
         with models.lock:
             dropped = sum(m[0] in partitions and v.dirty for m, v in models.live.items())
             models.lose(partitions)
-        log.warning("partitions %s were lost (this process missed its session, %d ms): their "
-                    "models are dropped (%d with changes, which their new owner makes again)",
+        log.warning("partitions %s were lost (the group heard nothing from this process within "
+                    "kafka.session_timeout_ms, %d ms: it paused, or the broker or the network "
+                    "stalled): their models are dropped (%d with changes, which their new owner "
+                    "makes again)",
                     sorted(partitions), self.config.kafka.session_timeout_ms, dropped)
 
     def _assigned(self, assigned: Any) -> None:

@@ -394,7 +394,9 @@ class Processor:
             self._emit(entry, result)
         self.offsets.update(advanced)
         if result.skipped:
-            log.warning(
+            # (INFO: a consumer resumes from the last commit, which a model's state may be
+            # past after a restart or a rebalance; counted in stream_svm_messages_total.)
+            log.info(
                 "skipped %d messages below the next offsets %s (already in the model)",
                 result.skipped,
                 self.offsets,
