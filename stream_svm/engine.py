@@ -733,6 +733,9 @@ class PathEngine:
         self.__dict__.setdefault("_weights_cache", None)
         self.__dict__.setdefault("_row_counts", None)  # (states of older versions)
         self.__dict__.setdefault("_copies", 0)
+        # Counters added after the first release: an older pickle counts from its loading on.
+        self.__dict__.setdefault("retries_total", 0)
+        self.__dict__.setdefault("relearns_total", 0)
         if self.__dict__.get("_recent") is None:
             self._recent, self._recent_of = _empty_recent(self._X.shape[0])
             self._recent_next = 0
