@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointLockLost", "CheckpointMismatch",
-           "CheckpointStore", "DirectoryLock"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointFromNewerVersion", "CheckpointLockLost",
+           "CheckpointMismatch", "CheckpointStore", "DirectoryLock"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,13 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """A readable checkpoint that belongs to another configuration: nothing was touched."""
+
+
+class CheckpointFromNewerVersion(CheckpointMismatch):
+    """A checkpoint whose format version is newer than this stream-svm reads (written after an
+    upgrade that was then rolled back): refused with nothing touched, as a checkpoint of
+    another configuration is. Set aside, an older checkpoint would have been restored in its
+    place, and the model would have gone back in time without anyone asking."""
 
 
 class CheckpointLockLost(CheckpointError):
@@ -395,6 +402,14 @@ class CheckpointStore:
                 version = document.get("version") if isinstance(document, dict) else None
                 if not isinstance(document, dict) or document.get("format") != FORMAT:
                     raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
+                if (isinstance(version, int) and not isinstance(version, bool)
+                        and version > VERSION):
+                    raise CheckpointFromNewerVersion(
+                        f"checkpoint {path} was written by a newer stream-svm (format version "
+                        f"{version}; this one reads versions "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}): run the stream-svm that "
+                        "wrote it, or move the checkpoint directory aside to start a new model"
+                    )
                 if version not in READABLE_VERSIONS:
                     raise CheckpointError(
                         f"checkpoint {path} has format version {version!r}; this stream-svm "
@@ -406,6 +421,13 @@ class CheckpointStore:
                     raise CheckpointError(f"checkpoint {path} has malformed metadata")
                 if accept is not None:
                     accept(document.get("model", {}), document.get("state", {}))
+                if version == 1 and any(name.startswith(CACHE_PREFIX) for name in stored):
+                    # (version 1 kept the cache in the metadata: read as version 1, these
+                    # members would be dropped and the cached features lost)
+                    raise CheckpointError(
+                        f"checkpoint {path} says format version 1 but holds {CACHE_PREFIX}* "
+                        "members, which only version 2 writes: its metadata is damaged"
+                    )
                 manifest = document.get("arrays", {}) if version >= 2 else {
                     name: None for name in stored - {_META}
                 }
@@ -521,8 +543,9 @@ class CheckpointStore:
         the newer unusable ones are set aside (and logged). When checkpoint files exist but none
         is usable, raises :class:`CheckpointError` naming every problem and touches nothing,
         rather than let a new model start silently. A :class:`CheckpointMismatch` raised by
-        ``read`` or ``restore`` (a checkpoint of another configuration) is raised at once, with
-        nothing touched either."""
+        ``read`` or ``restore`` (a checkpoint of another configuration, or of a newer
+        stream-svm: :class:`CheckpointFromNewerVersion`) is raised at once, with nothing
+        touched either."""
         read = read or self.read
         self._say_killed_writes()
         problems: list[tuple[Path, str]] = []

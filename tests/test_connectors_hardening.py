@@ -14,6 +14,7 @@ import math
 import os
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.cache import UnlabelledCache
-from connectors.checkpoint import CheckpointError, CheckpointStore
+from connectors.checkpoint import (
+    VERSION,
+    CheckpointError,
+    CheckpointFromNewerVersion,
+    CheckpointStore,
+)
 from connectors.config import load_config
 from connectors.daemon import Daemon, DaemonError, StartRefused, _locked
 from connectors.messages import (
@@ -688,6 +694,50 @@ def test_a_checkpoint_of_another_input_topic_stops_and_touches_nothing(tmp_path)
     with pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path, **{"kafka.label_topic": "labels"})).run()
     assert _files(directory) == before
+
+
+def _with_metadata(source: Path, target: Path, change: Callable[[dict], None]) -> None:
+    """``source`` copied to ``target`` with its JSON metadata passed through ``change``."""
+    with zipfile.ZipFile(source) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    document = json.loads(np.load(io.BytesIO(members["__meta__.npy"])).tobytes())
+    change(document)
+    buffer = io.BytesIO()
+    np.save(buffer, np.frombuffer(json.dumps(document).encode(), dtype=np.uint8))
+    members["__meta__.npy"] = buffer.getvalue()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def test_a_checkpoint_of_a_newer_stream_svm_stops_and_touches_nothing(tmp_path):
+    # After an upgrade rolled back: the newer version's checkpoint was set aside as damaged
+    # and the one before it restored, the model quietly back where it was before the upgrade.
+    directory = _checkpoint_a_model(_settings(tmp_path))
+    (path,) = directory.glob("checkpoint-*.npz")
+    newer = directory / "checkpoint-000000000099.npz"
+    _with_metadata(path, newer, lambda document: document.update(version=VERSION + 1))
+    before = _files(directory)
+    with pytest.raises(StartRefused, match=rf"newer stream-svm \(format version {VERSION + 1}"):
+        Daemon(_settings(tmp_path)).run()
+    with pytest.raises(StartRefused, match="newer stream-svm"):
+        Daemon(_settings(tmp_path, **{"checkpoint.start_fresh": True})).run()
+    with pytest.raises(CheckpointFromNewerVersion):
+        CheckpointStore(directory).load_latest()
+    assert _files(directory) == before
+
+
+def test_a_version_1_label_on_a_checkpoint_with_a_cache_is_not_read_without_it(tmp_path):
+    # Read as version 1 (whose cache lay in the metadata), its cache members were skipped:
+    # restored without the cached features, later labels for them were dead-lettered.
+    config = _settings(tmp_path)
+    _keyed_model_and_cache(config).checkpoint()
+    directory = Path(config.checkpoint.dir)
+    (path,) = directory.glob("checkpoint-*.npz")
+    damaged = tmp_path / "checkpoint-000000000099.npz"
+    _with_metadata(path, damaged, lambda document: document.update(version=1))
+    with pytest.raises(CheckpointError, match="says format version 1 but holds cache"):
+        CheckpointStore(tmp_path).read(damaged)
 
 
 def test_unusable_checkpoints_stop_the_daemon_until_the_operator_starts_fresh(tmp_path):
