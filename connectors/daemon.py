@@ -87,7 +87,12 @@ from connectors.replica import (
     state_store_for,
 )
 from connectors.scoped import ScopedModels, ScopedStateRefused
-from connectors.state_store import StaleEpochError, StateStore, StateStoreError
+from connectors.state_store import (
+    StaleEpochError,
+    StateFromNewerVersion,
+    StateStore,
+    StateStoreError,
+)
 from connectors.state_store import topic_id_of as _topic_id
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
@@ -1065,6 +1070,10 @@ class Daemon:
                 with contextlib.suppress(Exception):
                     consumer.close()  # type: ignore[possibly-undefined]
                 raise
+            except StateFromNewerVersion as exc:  # (no retry reads it)
+                with contextlib.suppress(Exception):
+                    consumer.close()  # type: ignore[possibly-undefined]
+                raise StartRefused(f"{exc}. Nothing was changed.") from None
             except KafkaConfigurationError as exc:
                 # Settings the client refuses are refused again at every attempt: retrying
                 # them as an unreachable broker went on for ever.
@@ -1278,6 +1287,8 @@ class Daemon:
                 resume = models.settle(committed, self.config.checkpoint.start_fresh)
         except ScopedStateRefused as exc:
             raise StartRefused(str(exc)) from None
+        except StateFromNewerVersion as exc:  # (no retry reads it)
+            raise StartRefused(f"{exc}. Nothing was changed.") from None
         except (StateStoreError, KafkaError) as exc:
             self.metrics.broker_errors.inc()
             log.warning("partitions %s wait: %s", sorted(models.pending), exc)

@@ -113,6 +113,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RestoreReport",
     "StaleEpochError",
+    "StateFromNewerVersion",
     "StateStore",
     "StateStoreError",
     "StoredState",
@@ -143,6 +144,12 @@ _STATE_FIELDS = ("sequence", "chunks", "size", "sha256", "next_offset")
 
 class StateStoreError(RuntimeError):
     """The state topic could not be read or written (the message names the topic)."""
+
+
+class StateFromNewerVersion(StateStoreError):
+    """The state topic holds a model's record in a format newer than this stream-svm reads
+    (written after an upgrade that was then rolled back). Nothing of the model is read rather
+    than the record skipped: its older state, or none, would have taken its place."""
 
 
 class _NotWhole(StateStoreError):
@@ -298,6 +305,10 @@ def _decode_value(raw: bytes) -> tuple[dict[str, Any], bytes]:
     magic, version, length = _PREFIX.unpack_from(raw)
     if magic != _MAGIC:
         raise ValueError("no state-store magic")
+    if version > FORMAT_VERSION:
+        raise StateFromNewerVersion(
+            f"format version {version}, written by a newer stream-svm; this one reads "
+            f"{FORMAT_VERSION}: run the stream-svm that wrote it")
     if version != FORMAT_VERSION:
         raise ValueError(f"format version {version}; this stream-svm reads {FORMAT_VERSION}")
     end = _PREFIX.size + length
@@ -1215,6 +1226,11 @@ class StateStore:
             try:
                 header, data = _decode_value(record.value)  # type: ignore[arg-type]
                 _check_header(header, parsed)
+            except StateFromNewerVersion as exc:
+                raise StateFromNewerVersion(
+                    f"state topic {self.topic}: partition {record.partition} offset "
+                    f"{record.offset} (model {_jsonable_id(parsed.model)} epoch "
+                    f"{parsed.epoch}) has {exc}") from None
             except (ValueError, TypeError, KeyError) as exc:
                 report.corrupt += 1
                 log.warning("state topic %s: partition %d offset %d (model %s epoch %d) is not "
@@ -1365,6 +1381,10 @@ class StateStore:
             try:
                 header, data = _decode_value(record.value)
                 _check_header(header, parsed)
+            except StateFromNewerVersion as exc:
+                raise StateFromNewerVersion(
+                    f"state topic {self.topic}: partition {record.partition} offset "
+                    f"{record.offset} (model {_jsonable_id(model)}) has {exc}") from None
             except (ValueError, TypeError, KeyError):
                 continue
             if header["sequence"] == known.sequence:
@@ -1389,7 +1409,8 @@ def _claim_owner(record: _Record) -> str | None:
         return None
     try:
         header, _ = _decode_value(record.value)
-    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
+    # (UnicodeDecodeError is a ValueError; a newer format's claim is another owner's too)
+    except (ValueError, RecursionError, StateFromNewerVersion):
         return None
     owner = header.get("owner")
     return owner if isinstance(owner, str) else None

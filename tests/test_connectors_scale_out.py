@@ -1181,6 +1181,38 @@ def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_pat
     assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
 
 
+@pytest.mark.broker
+def test_a_state_topic_of_a_newer_stream_svm_refuses_the_start(broker, tmp_path):  # noqa: F811
+    # Retried as a broker that did not answer, it went on for ever (no retry reads it).
+    from connectors.daemon import Daemon, StartRefused
+    from connectors.scoped import GROUP_RECORD_ID
+    from connectors.state_store import _PREFIX, FORMAT_VERSION
+    from tests.test_state_store import raw_records, send_raw
+
+    servers = broker.bootstrap_servers
+    group = unique("newer-group")
+    topics = {k: unique(f"newer-{k}") for k in ("input", "output", "dead")}
+    ensure_topics({"bootstrap_servers": servers}, list(topics.values()))
+    with StateStore(servers, f"{group}.state", timeout=20) as store:
+        store.ensure_topic()
+        store.publish(GROUP_RECORD_ID, {}, {"format": 1, "scope": "key", "partitions": 1},
+                      0, 0, 1)
+    [record] = [r for r in raw_records(servers, f"{group}.state") if r.value is not None]
+    magic, _, length = _PREFIX.unpack_from(record.value)
+    send_raw(servers, f"{group}.state", [(record.key, _PREFIX.pack(
+        magic, FORMAT_VERSION + 1, length) + record.value[_PREFIX.size:])],
+        partition=record.partition)
+    config = load_config(None, overrides={
+        "kafka.bootstrap_servers": servers, "kafka.input_topic": topics["input"],
+        "kafka.output_topic": topics["output"], "kafka.dead_letter_topic": topics["dead"],
+        "kafka.group_id": group, "checkpoint.dir": str(tmp_path / "ck"),
+        "metrics.enabled": "false", "kafka.request_timeout_ms": "10000"}, environ={})
+    daemon = Daemon(config, until_drained=True)
+    with pytest.raises(StartRefused, match=r"written by a newer stream-svm.*Nothing was changed"):
+        daemon.run()
+    assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
+
+
 def test_a_model_that_cannot_be_fetched_holds_its_messages_and_warns_once_a_while(
         caplog, monkeypatch):
     """A model indexed on the state topic whose state cannot be read (the broker times out,

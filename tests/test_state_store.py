@@ -14,7 +14,10 @@ import pytest
 
 from connectors.broker import free_loopback_port
 from connectors.state_store import (
+    _PREFIX,
+    FORMAT_VERSION,
     StaleEpochError,
+    StateFromNewerVersion,
     StateStore,
     StateStoreError,
     _decode_value,
@@ -443,6 +446,28 @@ def test_a_corrupt_chunk_is_skipped(broker, store_of):  # noqa: F811
     assert restored["p"].sequence == 1
     assert_same_arrays(restored["p"].arrays, {"w": np.ones(3)})
     assert reader.last_report.corrupt == 3 and reader.last_report.incomplete == 0
+
+
+@pytest.mark.broker
+def test_a_newer_formats_state_stops_the_restore_instead_of_an_older_one_standing_in(
+        broker, store_of):  # noqa: F811
+    # Skipped as corrupt, the newer stream-svm's state left the one before the upgrade (or
+    # none: a new model) to be served and learned on, after an upgrade was rolled back.
+    servers = broker.bootstrap_servers
+    topic = unique("state-newer")
+    store = store_of(topic)
+    store.ensure_topic()
+    for sequence in (1, 2):
+        store.publish("m", arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                      epoch=0, sequence=sequence)
+    record = next(r for r in raw_records(servers, topic) if r.key == chunk_key("m", 0, 2, 0))
+    magic, _, length = _PREFIX.unpack_from(record.value)
+    newer = _PREFIX.pack(magic, FORMAT_VERSION + 1, length) + record.value[_PREFIX.size:]
+    send_raw(servers, topic, [(record.key, newer)], partition=record.partition)
+    with pytest.raises(StateFromNewerVersion,
+                       match=rf"model m epoch 0\) has format version {FORMAT_VERSION + 1}, "
+                             "written by a newer stream-svm"):
+        store_of(topic).restore()
 
 
 @pytest.mark.broker
