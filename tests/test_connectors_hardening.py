@@ -740,6 +740,61 @@ def test_a_version_1_label_on_a_checkpoint_with_a_cache_is_not_read_without_it(t
         CheckpointStore(tmp_path).read(damaged)
 
 
+_ENGINE_MODEL = ("X:f", "alpha:f", "b:f", "key_int:i", "key_kind:i", "key_str_ends:i",
+                 "key_str_utf8:u", "margin:i", "next_sequence:i", "sequence:i", "status:i", "y:f")
+_ENGINE_META = ("auto_keys", "breakpoints_total", "callables", "class", "extra", "features",
+                "params", "updates_total")
+_LSSVM = ("X:f", "gram_hi:f", "gram_lo:f", "key_int:i", "key_kind:i", "key_str_ends:i",
+          "key_str_utf8:u", "omega:f", "phase:f", "rhs_hi:f", "rhs_lo:f", "solution:f", "y:f")
+_LSSVM_META = ("callables", "class", "features", "fourier_seed", "has_space", "n_samples",
+               "params", "roundoff_terms")
+_SVR = ("gap:f", "linear:f", "target:f")
+#: What a checkpoint of format VERSION holds, per estimator: its arrays (name:dtype kind) and
+#: the keys of its model metadata. A stream-svm that reads this version expects exactly these:
+#: a layout changed under the same version was read by an older stream-svm as damaged (it
+#: set the newer checkpoints aside and restored one from before the upgrade).
+CHECKPOINT_LAYOUT = {
+    2: {
+        "IncrementalSVC": (_ENGINE_MODEL, _ENGINE_META),
+        "SlidingWindowSVC": (_ENGINE_MODEL, _ENGINE_META),
+        "IncrementalSVR": (tuple(sorted(_ENGINE_MODEL + _SVR)), _ENGINE_META),
+        "SlidingWindowSVR": (tuple(sorted(_ENGINE_MODEL + _SVR)), _ENGINE_META),
+        "AlphaISVC": (tuple(sorted((
+            *_ENGINE_MODEL, "aisvc_ids:i", "aisvc_in_T:b", "aisvc_labels:f", "aisvc_psi:f",
+            "aisvc_rows:f", "aisvc_set:i", "aisvc_used:i"))), _ENGINE_META),
+        "IncrementalLSSVC": (_LSSVM, _LSSVM_META),
+        "IncrementalLSSVR": (_LSSVM, _LSSVM_META),
+        "cache": (("cached_at:f", "feature:i", "id_int:i", "id_is_int:b", "id_str_ends:i",
+                   "id_str_utf8:u", "indptr:i", "names_ends:i", "names_utf8:u", "prediction:f",
+                   "value:f"), ()),
+    },
+}
+
+
+def test_a_checkpoint_layout_changes_only_with_its_format_version():
+    """Fails when what a checkpoint holds changes without connectors.checkpoint.VERSION: raise
+    VERSION (and keep reading the older layout), then add the new layout here."""
+    import stream_svm
+
+    layouts = CHECKPOINT_LAYOUT.get(VERSION)
+    assert layouts is not None, f"no layout recorded for checkpoint format {VERSION}"
+    points = [({"a": math.sin(i), "b": math.cos(3 * i)}, i % 3 == 0) for i in range(40)]
+    for name, (arrays_expected, meta_expected) in layouts.items():
+        if name == "cache":
+            cache = UnlabelledCache(10, 1 << 20, 3600)
+            cache.put("u", {"f": 1.0}, True, 0.0)
+            arrays, meta = cache.to_arrays(), {}
+        else:
+            model = getattr(stream_svm, name)()
+            regression = name.endswith("SVR")
+            for x, y in points:
+                model.learn_one(x, x["a"] if regression else y)
+            arrays, meta = model.to_checkpoint()
+        layout = tuple(sorted(f"{member}:{array.dtype.kind}" for member, array in arrays.items()))
+        assert (layout, tuple(sorted(meta))) == (arrays_expected, meta_expected), (
+            f"the checkpoint layout of {name} changed under format version {VERSION}")
+
+
 def test_unusable_checkpoints_stop_the_daemon_until_the_operator_starts_fresh(tmp_path):
     directory = _checkpoint_a_model(_settings(tmp_path))
     (path,) = directory.glob("checkpoint-*.npz")
