@@ -30,7 +30,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 __all__ = ["SCHEMA", "Config", "ConfigError", "Setting", "bootstrap_servers_problem",
-           "kafka_client_settings", "load_config", "topic_name_problem"]
+           "kafka_client_settings", "load_config", "tls_context", "topic_name_problem"]
 
 ENV_PREFIX = "STREAM_SVM_"
 
@@ -799,6 +799,40 @@ def _check_role(config: Config) -> None:
             )
 
 
+def tls_context(config: Config) -> Any:
+    """The TLS context kafka-python builds from the ``kafka.ssl_*`` settings (TLS 1.2 or newer,
+    the host name checked, the certificate authorities of ``kafka.ssl_cafile`` or the
+    system's), or None when ``kafka.security_protocol`` uses no TLS. ConfigError naming the
+    setting when a file holds no usable certificate or key: the client logged it at every
+    connection attempt and retried for ever, the daemon saying only that the broker was
+    unreachable."""
+    import ssl
+
+    kafka = config.kafka
+    if kafka.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = True
+    if kafka.ssl_cafile:
+        try:
+            context.load_verify_locations(kafka.ssl_cafile)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(f"setting kafka.ssl_cafile: {kafka.ssl_cafile!r} holds no "
+                              f"certificate that can be read ({exc})") from None
+    else:
+        context.load_default_certs()
+    if kafka.ssl_certfile:
+        try:
+            context.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile or None)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(
+                f"settings kafka.ssl_certfile ({kafka.ssl_certfile!r}) and kafka.ssl_keyfile "
+                f"({kafka.ssl_keyfile!r}): no certificate and matching private key can be read "
+                f"({exc})") from None
+    return context
+
+
 def kafka_client_settings(
     config: Config, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -820,6 +854,7 @@ def kafka_client_settings(
             if not os.path.isfile(path) or not os.access(path, os.R_OK):
                 raise ConfigError(f"setting kafka.{key}: {path!r} is not a readable file")
             settings[key] = path
+    tls_context(config)  # (refuses a file the client could not use)
     if kafka.sasl_mechanism:
         username = environ.get(SASL_USERNAME_ENV)
         password = environ.get(SASL_PASSWORD_ENV)

@@ -67,7 +67,7 @@ from connectors.checkpoint import (
     CheckpointStore,
     DirectoryLock,
 )
-from connectors.config import Config, kafka_client_settings
+from connectors.config import Config, kafka_client_settings, tls_context
 from connectors.metrics import Metrics
 from connectors.models import (
     build_model,
@@ -270,6 +270,8 @@ _PROBE_CLIENT = b"stream-svm"
 _PROBE_REQUEST = struct.pack(f">ihhih{len(_PROBE_CLIENT)}s", 10 + len(_PROBE_CLIENT), 18, 0,
                              _PROBE_CORRELATION, len(_PROBE_CLIENT), _PROBE_CLIENT)
 _PROBE_ANSWER_MAX = 1 << 20  # an ApiVersions answer is a few hundred bytes
+#: A probe connection's state while its TLS handshake is under way.
+_HANDSHAKING = object()
 
 
 def _kafka_answer_problem(head: bytes) -> str | None:
@@ -282,11 +284,12 @@ def _kafka_answer_problem(head: bytes) -> str | None:
 
 
 def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
-                 kafka_request: bool = False) -> str | None:
+                 kafka_request: bool = False, tls: Any = None) -> str | None:
     """Why no bootstrap server accepts a TCP connection within ``timeout`` seconds (each
     server's cause), or None when one does or ``stop`` is set meanwhile. With
     ``kafka_request``, a server must also answer a Kafka request (ApiVersions) as a broker
-    does: only for plaintext listeners, whose first bytes are Kafka's.
+    does: only for plaintext listeners, whose first bytes are Kafka's. With ``tls`` (an
+    ``ssl.SSLContext``: TLS listeners), a server must complete a TLS handshake with it.
 
     kafka-python keeps retrying a refused connection until its bootstrap timeout (the
     connection attempt's kafka.request_timeout_ms, 30 s by default) and cannot be interrupted
@@ -294,10 +297,13 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
     SIGTERM waited as long. The connections tried here all at once answer at once, and the
     wait for them ends with a stop. A server that is no Kafka broker (an HTTP server on the
     port) had kafka-python log an error for every attempt for 30 s ("Invalid frame length")
-    before the daemon said anything, and a stop waited as long."""
+    before the daemon said anything, and a stop waited as long. kafka-python 3.0 waits for a
+    TLS handshake without any timeout: at a plaintext or silent listener the daemon hung
+    with no message, a stop included, until killed."""
     import errno
     import selectors
     import socket
+    import ssl
 
     named: dict[str, tuple[str, int, int]] = {}  # each server once, in the given order
     servers = [server for server in servers if server.strip()]  # (a trailing comma)
@@ -367,12 +373,55 @@ def _unreachable(servers: list[str], stop: threading.Event, timeout: float,
                     label, answer = key.data
                     causes[label] = causes[label] or (
                         f"no answer within {timeout:g} s" if answer is None else
+                        f"accepted the connection, but did not complete a TLS handshake within "
+                        f"{timeout:g} s: is it a Kafka broker's TLS listener? "
+                        "(kafka.bootstrap_servers, kafka.security_protocol)"
+                        if answer is _HANDSHAKING else
                         f"accepted the connection, but did not answer a Kafka request within "
                         f"{timeout:g} s: a broker still starting, or no Kafka broker's address? "
                         "(kafka.bootstrap_servers)")
                 break
             for key, _ in selector.select(min(0.2, remaining)):
                 connection, (label, answer) = key.fileobj, key.data
+                if answer is None and tls is not None:  # connecting, then the handshake
+                    code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    selector.unregister(connection)
+                    if code != 0:
+                        connection.close()
+                        causes[label] = causes[label] or os.strerror(code)
+                        continue
+                    try:
+                        connection = tls.wrap_socket(
+                            connection, server_hostname=named[label][0].rstrip("."),
+                            do_handshake_on_connect=False)
+                    except (ssl.SSLError, OSError, ValueError) as exc:
+                        connection.close()
+                        causes[label] = causes[label] or f"TLS could not start ({exc})"
+                        continue
+                    selector.register(connection, selectors.EVENT_WRITE, (label, _HANDSHAKING))
+                    answer = _HANDSHAKING
+                if answer is _HANDSHAKING:
+                    try:
+                        connection.do_handshake()
+                    except ssl.SSLWantReadError:
+                        selector.modify(connection, selectors.EVENT_READ, (label, answer))
+                        continue
+                    except ssl.SSLWantWriteError:
+                        selector.modify(connection, selectors.EVENT_WRITE, (label, answer))
+                        continue
+                    except (ssl.SSLError, OSError) as exc:
+                        selector.unregister(connection)
+                        connection.close()
+                        reason = getattr(exc, "verify_message", None) or exc
+                        causes[label] = causes[label] or (
+                            f"the TLS handshake failed ({reason}): is it a Kafka broker's TLS "
+                            "listener, and does its certificate verify against kafka.ssl_cafile "
+                            "(or the system's certificate authorities)? "
+                            "(kafka.bootstrap_servers, kafka.security_protocol)")
+                        continue
+                    selector.unregister(connection)
+                    connection.close()
+                    return None
                 if answer is None:  # connecting
                     code = connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                     if code == 0 and kafka_request:
@@ -997,13 +1046,15 @@ class Daemon:
             bootstrap_timeout_ms=config.kafka.request_timeout_ms,
             reconnect_backoff_max_ms=max(50, int(retry.max_backoff_seconds * 1000)),
         )
+        tls = tls_context(config)  # (the probe's handshake is the client's)
         servers = ",".join(client["bootstrap_servers"])
         log.info("connecting to %s", servers)
         while not self.stop_event.is_set():
             try:
                 cause = _unreachable(client["bootstrap_servers"], self.stop_event,
                                      config.kafka.request_timeout_ms / 1000,
-                                     kafka_request=config.kafka.security_protocol == "PLAINTEXT")
+                                     kafka_request=config.kafka.security_protocol == "PLAINTEXT",
+                                     tls=tls)
                 if self.stop_event.is_set():
                     break
                 if cause is not None:

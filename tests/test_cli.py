@@ -395,6 +395,137 @@ def test_serve_names_a_server_that_is_no_kafka_broker_and_stops_at_once(tmp_path
     assert waited < 15, waited  # (before: up to kafka.request_timeout_ms, 30 s)
 
 
+TLS_DATA = Path(__file__).parent / "data" / "tls"
+
+
+class _TLSServer:
+    """A loopback TLS server (tests/data/tls: a certificate for 127.0.0.1) that completes the
+    handshake of each connection, then closes it."""
+
+    def __init__(self):
+        import ssl
+        import threading
+
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(TLS_DATA / "server.pem", TLS_DATA / "server.key")
+        self.listening = socket.socket()
+        self.listening.bind(("127.0.0.1", 0))
+        self.listening.listen()
+        self.port = self.listening.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import ssl
+
+        while True:
+            try:
+                connection, _ = self.listening.accept()
+            except OSError:
+                return
+            connection.settimeout(5)
+            try:
+                with self.context.wrap_socket(connection, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                connection.close()  # (a client that refused the certificate)
+
+    def close(self):
+        self.listening.close()
+
+
+def _tls_config(**settings):
+    from connectors.config import load_config
+
+    return load_config(None, {"kafka.bootstrap_servers": "127.0.0.1:9",
+                              "kafka.security_protocol": "SSL", **settings}, environ={})
+
+
+def test_the_connection_probe_completes_a_tls_handshake_with_the_clients_settings():
+    # kafka-python 3.0 waits for a TLS handshake without a timeout: a plaintext or silent
+    # listener at a TLS setting hung the daemon with no message, and no signal stopped it.
+    import threading
+    import time
+
+    from connectors.config import tls_context
+    from connectors.daemon import _unreachable
+
+    stop = threading.Event()
+    trusted = tls_context(_tls_config(**{"kafka.ssl_cafile": str(TLS_DATA / "ca.pem")}))
+    tls_server = _TLSServer()
+    silent, closing = _FakeServer(lambda request: None), _FakeServer(lambda request: b"")
+    address = f"127.0.0.1:{tls_server.port}"
+    try:
+        assert _unreachable([address], stop, 5, tls=trusted) is None
+        # The system's certificate authorities did not sign the server's certificate.
+        cause = _unreachable([address], stop, 5, tls=tls_context(_tls_config()))
+        assert cause.startswith(f"{address}: the TLS handshake failed (")
+        assert "certificate" in cause and "kafka.ssl_cafile" in cause
+        assert "the TLS handshake failed" in _unreachable(
+            [f"127.0.0.1:{closing.port}"], stop, 5, tls=trusted)
+        assert _unreachable([f"127.0.0.1:{silent.port}"], stop, 0.5, tls=trusted) == (
+            f"127.0.0.1:{silent.port}: accepted the connection, but did not complete a TLS "
+            "handshake within 0.5 s: is it a Kafka broker's TLS listener? "
+            "(kafka.bootstrap_servers, kafka.security_protocol)")
+        timer = threading.Timer(0.3, stop.set)
+        timer.start()
+        started = time.monotonic()
+        assert _unreachable([f"127.0.0.1:{silent.port}"], stop, 30, tls=trusted) is None
+        assert 0.25 < time.monotonic() - started < 10
+        timer.join()
+    finally:
+        for server in (tls_server, silent, closing):
+            server.close()
+
+
+def test_a_tls_file_the_client_cannot_use_is_refused_naming_its_setting(tmp_path):
+    # The client logged NO_CERTIFICATE_OR_CRL_FOUND at every attempt and the daemon retried
+    # for ever, saying only that the broker was unreachable.
+    from connectors.config import ConfigError, tls_context
+
+    not_pem = tmp_path / "bad.pem"
+    not_pem.write_text("not a certificate")
+    with pytest.raises(ConfigError, match=r"setting kafka\.ssl_cafile: '.*bad\.pem' holds no "
+                                          "certificate that can be read"):
+        tls_context(_tls_config(**{"kafka.ssl_cafile": str(not_pem)}))
+    with pytest.raises(ConfigError, match=r"settings kafka\.ssl_certfile .* and "
+                                          r"kafka\.ssl_keyfile"):
+        tls_context(_tls_config(**{"kafka.ssl_certfile": str(TLS_DATA / "ca.pem")}))
+    assert tls_context(_tls_config(**{"kafka.security_protocol": "PLAINTEXT"})) is None
+    assert tls_context(_tls_config(**{
+        "kafka.ssl_certfile": str(TLS_DATA / "server.pem"),
+        "kafka.ssl_keyfile": str(TLS_DATA / "server.key")})) is not None
+
+
+def test_serve_at_a_tls_setting_names_a_listener_that_never_handshakes_and_stops(tmp_path):
+    import signal
+    import time
+
+    server = _FakeServer(lambda request: None)
+    process = subprocess.Popen(
+        [*COMMAND, "serve",
+         "--set", f"kafka.bootstrap_servers=127.0.0.1:{server.port}",
+         "--set", "kafka.security_protocol=SSL", "--set", "kafka.request_timeout_ms=1000",
+         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in process.stderr:  # until the first attempt is reported
+            lines.append(line)
+            if "(attempt 1)" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, rest = process.communicate(timeout=60)
+        waited = time.monotonic() - started
+    finally:
+        process.kill()
+        server.close()
+    log = "".join(lines) + rest
+    assert "did not complete a TLS handshake within 1 s" in log
+    assert process.returncode == 0
+    assert waited < 15, waited
+
+
 def test_the_connection_probe_ends_with_a_stop_while_a_name_is_being_resolved(monkeypatch):
     import threading
     import time
