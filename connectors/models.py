@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from connectors.checkpoint import CheckpointError, CheckpointStore, MemberCheck
-from connectors.config import DAEMON_MODEL_SETTINGS, SCHEMA, Config, ConfigError
+from connectors.config import DAEMON_MODEL_SETTINGS, MODEL_TYPES, SCHEMA, Config, ConfigError
 from connectors.messages import MAX_ID_LENGTH, Malformed, features_of
 from connectors.scaling import FeatureScaler
 
@@ -148,15 +148,49 @@ def build_model(config: Config) -> Any:
     return cls(**settings, **limit_settings(config))
 
 
+#: The model settings each kernel (``model.kernel``) and each feature map of the LS-SVMs
+#: (``model.features``) uses: the others are parameters of the other kernels.
+_KERNEL_SETTINGS = {
+    "kernel": {"linear": (), "rbf": ("gamma",), "poly": ("gamma", "degree", "coef0")},
+    "features": {"linear": (), "rff": ("gamma", "n_components", "seed")},
+}
+
+
+def _unused_by_kernel(config: Config, name: str) -> str | None:
+    """``"model.kernel linear"`` (say) when setting ``name`` is a parameter of other kernels or
+    feature maps than the one configured, else None."""
+    applicable = applicable_settings(config.model.type)
+    for chooser, uses in _KERNEL_SETTINGS.items():
+        if chooser not in applicable:
+            continue
+        chosen = getattr(config.model, chooser)
+        if any(name in names for names in uses.values()) and name not in uses[chosen]:
+            return f"model.{chooser} {chosen}"
+    return None
+
+
 def check_model_config(config: Config) -> None:
     """ConfigError for a ``model.*`` setting given for a type it does not apply to, or for
     settings the model's constructor refuses (e.g. weight_threshold >= weight_increment)."""
     model_type = config.model.type
     applicable = set(applicable_settings(model_type))
+    type_given = config.sources.get("model.type", "default") != "default"
     for name in SCHEMA["model"]:
         if name in DAEMON_MODEL_SETTINGS:
             continue  # the daemon's, not the model's
         source = config.sources.get(f"model.{name}", "default")
+        if not type_given and name not in applicable and source != "default":
+            # (window_size = 1000 without a type served an IncrementalSVC that grew with
+            # the stream: 1000 is the default window, and a default value was let pass)
+            owners = [t for t in MODEL_TYPES if name in applicable_settings(t)]
+            raise ConfigError(
+                f"setting model.{name} (from {source}) does not apply to model.type "
+                f"{model_type}, the default, since model.type is not set: {name} is a setting "
+                f"of {', '.join(owners)}")
+        unused = _unused_by_kernel(config, name)
+        if unused is not None and source != "default" and (
+                getattr(config.model, name) != SCHEMA["model"][name].default):
+            raise ConfigError(f"setting model.{name} (from {source}) does not apply to {unused}")
         # A value equal to the default changes nothing (a configuration written out whole,
         # e.g. from Config.as_dict, lists every setting).
         if (name != "type" and name not in applicable and source != "default"

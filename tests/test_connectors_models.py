@@ -96,6 +96,35 @@ def test_a_setting_of_another_type_is_refused_naming_it():
     assert env.model.classes == [0, 1]
 
 
+def test_a_setting_of_a_type_not_chosen_is_refused_even_at_its_default_value():
+    # window_size = 1000 without a type: an IncrementalSVC that grew with the stream, since
+    # 1000 is the default window size and a default value was let pass.
+    with pytest.raises(ConfigError, match=r"model\.window_size .*does not apply to model\.type "
+                                          r"IncrementalSVC, the default, since model\.type is "
+                                          r"not set: window_size is a setting of "
+                                          r"SlidingWindowSVC, SlidingWindowSVR"):
+        load_config(None, {"model.window_size": "1000"}, environ={})
+    # With the type written out, a setting at its default stays allowed (a configuration
+    # written out whole lists every setting).
+    assert _config(type="IncrementalSVC", window_size=1000).model.type == "IncrementalSVC"
+    assert load_config(None, {"model.C": "2"}, environ={}).model.C == 2.0
+
+
+def test_a_parameter_of_another_kernel_is_refused_naming_the_kernel():
+    with pytest.raises(ConfigError, match=r"model\.gamma .*does not apply to model\.kernel "
+                                          "linear"):
+        _config(kernel="linear", gamma=5.0)
+    for name, value in (("degree", 5), ("coef0", 1.0)):
+        with pytest.raises(ConfigError, match=rf"model\.{name} .*model\.kernel rbf"):
+            _config(kernel="rbf", **{name: value})
+    with pytest.raises(ConfigError, match=r"model\.n_components .*model\.features linear"):
+        _config(type="IncrementalLSSVC", n_components=10)
+    assert build_model(_config(kernel="poly", gamma=0.5, degree=2, coef0=1.0)).degree == 2
+    assert build_model(_config(type="IncrementalLSSVR", features="rff", gamma=2.0,
+                               seed=3)).gamma == 2.0
+    assert _config(kernel="linear", gamma=1.0).model.kernel == "linear"  # (the default)
+
+
 def test_checkpoints_written_before_a_setting_existed_match_its_default():
     config = _config()
     old = {"type": "IncrementalSVC", "C": 1.0, "kernel": "rbf", "gamma": 1.0, "degree": 3,

@@ -9,6 +9,7 @@ import math
 import os
 import socket
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,8 +286,12 @@ def test_bundled_configs_are_valid():
         key = name.split(".")[1]
         model_type = next(t for t in MODEL_TYPES if key in applicable_settings(t))
         value = text.split(f"\n# {key} = ")[1].split("\n")[0]
-        example = load_config(None, {"model.type": model_type, name: value.strip('"')},
-                              environ={})
+        # (with the kernel or feature map the setting is a parameter of)
+        chooser = {"degree": {"model.kernel": "poly"}, "coef0": {"model.kernel": "poly"},
+                   "n_components": {"model.features": "rff"},
+                   "seed": {"model.features": "rff"}}.get(key, {})
+        example = load_config(None, {"model.type": model_type, **chooser,
+                                     name: value.strip('"')}, environ={})
         if SCHEMA["model"][key].default is not None and key != "classes":
             assert getattr(example.model, key) == SCHEMA["model"][key].default, name
     for path in sorted(configs.glob("*.toml")):
@@ -305,8 +310,7 @@ def test_the_fetch_wait_defaults_to_50_ms_or_a_shorter_poll_timeout(overrides, w
 
 
 def test_kafka_settings_pass_through_with_credentials_from_the_environment(tmp_path):
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca = Path(__file__).parent / "data" / "tls" / "ca.pem"
     config = load_config(
         None,
         {"kafka.bootstrap_servers": "a:1,b:2", "kafka.security_protocol": "SASL_SSL",
@@ -926,7 +930,13 @@ def test_a_tls_file_that_is_missing_is_named_at_start(tmp_path, setting):
                                 f"kafka.{setting}": str(missing)}, environ={})
     with pytest.raises(ConfigError, match=rf"kafka\.{setting}: '.*ca\.pem' is not a readable"):
         kafka_client_settings(config, {})
-    missing.write_text("-----BEGIN CERTIFICATE-----\n")
+    tls = Path(__file__).parent / "data" / "tls"
+    missing.write_text({
+        "ssl_cafile": (tls / "ca.pem").read_text(),
+        # (a certificate and its key in one file, as load_cert_chain reads them)
+        "ssl_certfile": (tls / "server.pem").read_text() + (tls / "server.key").read_text(),
+        "ssl_keyfile": (tls / "server.key").read_text(),
+    }[setting])
     assert kafka_client_settings(config, {})[setting] == str(missing)
 
 
