@@ -121,11 +121,18 @@ def settings_mismatch(saved: Any, settings: dict[str, Any]) -> str | None:
         return None
     if not isinstance(saved, dict):
         return f"{saved!r} -> {settings!r}"
+    # A parameter the model's kernel (or feature map) does not use changes nothing: one given
+    # with a linear kernel, before such settings were refused, must not keep its model from
+    # being restored once the setting is taken out.
+    unused = {name for chooser, uses in _KERNEL_SETTINGS.items()
+              if saved.get(chooser) in uses and saved.get(chooser) == settings.get(chooser)
+              for names in uses.values() for name in names
+              if name not in uses[saved[chooser]]}
     return ", ".join(
         f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
         for name in sorted(set(settings) | set(saved))
-        if saved.get(name) != settings.get(name)
-    )
+        if saved.get(name) != settings.get(name) and name not in unused
+    ) or None
 
 
 def build_scaler(config: Config) -> FeatureScaler | None:

@@ -19,6 +19,7 @@ from connectors.models import (
     default_model_settings,
     model_settings,
     restore_model,
+    settings_mismatch,
 )
 from connectors.processor import Processor, Record
 from stream_svm import (
@@ -123,6 +124,12 @@ def test_a_parameter_of_another_kernel_is_refused_naming_the_kernel():
     assert build_model(_config(type="IncrementalLSSVR", features="rff", gamma=2.0,
                                seed=3)).gamma == 2.0
     assert _config(kernel="linear", gamma=1.0).model.kernel == "linear"  # (the default)
+    # A checkpoint saved with such a setting, from before it was refused, is still restored
+    # once the setting is taken out: it changed nothing of the model.
+    saved = {**default_model_settings("IncrementalSVC"), "kernel": "linear", "gamma": 5.0}
+    assert settings_mismatch(saved, model_settings(_config(kernel="linear"))) is None
+    assert settings_mismatch(saved, model_settings(_config(kernel="rbf"))) == (
+        "gamma 5.0 -> 1.0, kernel 'linear' -> 'rbf'")
 
 
 def test_checkpoints_written_before_a_setting_existed_match_its_default():
