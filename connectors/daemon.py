@@ -664,6 +664,7 @@ class Daemon:
         # KeyboardInterrupt in an embedding program, leaves it set for the shutdown).
         self._undelivered = False
         self._restored = False  # whether the model came from a checkpoint
+        self._warned_order = False  # (a window read from several partitions: said once)
         self._connected: bool | None = None
         self._connection_metric: Any = None
         self._last_topic_check = 0.0
@@ -1080,11 +1081,14 @@ class Daemon:
                     fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
                 )
                 _forbid_auto_creation(consumer)
+                if not config.kafka.create_topics:
+                    self._check_output_topics(consumer)
                 if self.scope != "global":
                     partitions = []
                     self._subscribe(consumer)
                 else:
                     partitions = self._partitions(consumer)
+                    self._warn_of_a_window_over_partitions(partitions)
                     self._refuse_scoped_group(consumer)
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
@@ -1423,6 +1427,39 @@ class Daemon:
             [*self._topics(), kafka.output_topic, kafka.dead_letter_topic],
             kafka.topic_partitions,
         )
+
+    def _check_output_topics(self, consumer: Any) -> None:
+        """DaemonError for a missing output or dead-letter topic (``kafka.create_topics``
+        false): the producer's first send had the broker create it with the broker's own
+        partition count, or lost every output on a broker that creates none."""
+        kafka = self.config.kafka
+        deadline = time.monotonic() + kafka.request_timeout_ms / 1000
+        wanted = {kafka.output_topic: "kafka.output_topic",
+                  kafka.dead_letter_topic: "kafka.dead_letter_topic"}
+        while True:
+            missing = [topic for topic in wanted if topic not in consumer.topics()]
+            if not missing or time.monotonic() >= deadline:
+                break
+            self.stop_event.wait(0.2)
+        if missing:
+            raise DaemonError(", ".join(
+                f"topic {topic} ({wanted[topic]}) does not exist" for topic in missing)
+                + " (create it, or set kafka.create_topics = true to have it created)")
+
+    def _warn_of_a_window_over_partitions(self, partitions: list[Any]) -> None:
+        """A window or batches (one model over the inputs' partitions) depend on the order the
+        messages arrive in, which Kafka keeps only within a partition: said once at start."""
+        inputs = [tp for tp in partitions if tp.topic == self.config.kafka.input_topic]
+        model_type = self.config.model.type
+        if len(inputs) > 1 and model_type in ("SlidingWindowSVC", "SlidingWindowSVR",
+                                              "AlphaISVC") and not self._warned_order:
+            self._warned_order = True
+            log.warning(
+                "this daemon reads %d partitions of %s into one %s, which depends on the order "
+                "of the messages: Kafka keeps it only within a partition, and the partitions' "
+                "messages interleave differently from run to run. Keep the topic to one "
+                "partition, key its messages alike, or use model.scope = \"partition\"",
+                len(inputs), self.config.kafka.input_topic, model_type)
 
     def _partitions(self, consumer: Any) -> list[Any]:
         from kafka import TopicPartition

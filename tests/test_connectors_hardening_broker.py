@@ -671,6 +671,39 @@ def test_a_missing_topic_is_not_reported_as_an_unreachable_broker(broker, tmp_pa
 
 
 @pytest.mark.broker
+def test_missing_output_topics_are_named_when_the_daemon_creates_none(broker, tmp_path):  # noqa: F811
+    # Only the input was checked: the outputs went to a topic the broker created on the first
+    # send, with its own partition count (or were lost on a broker that creates none).
+    from kafka import KafkaConsumer
+
+    config = _config(broker.bootstrap_servers, tmp_path, **{
+        "kafka.create_topics": False, "kafka.request_timeout_ms": 1000,
+        "retry.max_attempts": 1})
+    ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
+                  [config.kafka.input_topic, config.kafka.dead_letter_topic])
+    with pytest.raises(DaemonError, match=rf"topic {config.kafka.output_topic} "
+                                          r"\(kafka\.output_topic\) does not exist \(create it"):
+        Daemon(config, until_drained=True).run()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        assert config.kafka.output_topic not in consumer.topics()  # (not created meanwhile)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.broker
+def test_a_window_read_from_several_partitions_is_warned_of(broker, tmp_path, caplog):  # noqa: F811
+    config = _config(broker.bootstrap_servers, tmp_path, **{
+        "model.type": "SlidingWindowSVC", "model.window_size": 50})
+    ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
+                  [config.kafka.input_topic], partitions=3)
+    with caplog.at_level("WARNING", logger="connectors.daemon"):
+        Daemon(config, until_drained=True).run()
+    assert (f"this daemon reads 3 partitions of {config.kafka.input_topic} into one "
+            "SlidingWindowSVC, which depends on the order") in caplog.text
+
+
+@pytest.mark.broker
 def test_the_embedded_broker_stops_when_its_owner_is_killed_outright(tmp_path):
     # A daemon (or a test run) killed by SIGKILL left its broker running for good.
     import socket
