@@ -787,8 +787,11 @@ def evaluate(
         "points_per_second": seen / seconds if seconds else None,
     })
     if plot is not None:
-        _plot_evaluation(plot, dataset, summary, curve, breakpoints_per_point)
-        summary["plot"] = plot
+        try:
+            _plot_evaluation(plot, dataset, summary, curve, breakpoints_per_point)
+            summary["plot"] = plot
+        except (OSError, ValueError) as exc:  # (the results are printed all the same)
+            summary["plot_error"] = f"--plot {plot!r} could not be written: {exc}"
     return summary
 
 
@@ -801,6 +804,19 @@ def _plot_path(path: str) -> str:
         raise ValueError(f"--plot {path!r} must name a file, e.g. evaluation.png")
     if not Path(path).suffix:
         path += ".png"
+    # Checked before the evaluation too: a run of minutes was lost to a typo in the path.
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    suffix = Path(path).suffix[1:].lower()
+    if suffix not in formats:
+        raise ValueError(f"--plot {path!r}: matplotlib writes no .{suffix} files (use one of "
+                         f"{', '.join('.' + name for name in sorted(formats))})")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ValueError(f"--plot {path!r}: the directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--plot {path!r}: the directory {str(folder)!r} is not writable")
     return path
 
 
@@ -1080,6 +1096,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                progress=not args.no_progress, plot=args.plot,
                                id_column=args.id_column)
             print(json.dumps(summary, indent=2))
+            if "plot_error" in summary:
+                print(f"stream-svm evaluate: {summary['plot_error']}", file=sys.stderr)
+                return 1
             return 0
         if args.command == "demo":
             return demo(args)

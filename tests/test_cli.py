@@ -1181,6 +1181,33 @@ def test_evaluate_plots_to_the_file_it_reports(tmp_path, capsys):
     assert (tmp_path / "curve.png").is_file()
 
 
+def test_an_unusable_plot_path_is_refused_before_the_evaluation_and_a_failed_plot_keeps_it(
+        tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import connectors.cli as cli
+
+    # The whole stream was evaluated, then the run ended on "[Errno 2] No such file or
+    # directory" with no results and no word of --plot.
+    for path, problem in ((tmp_path / "missing" / "x.png", "does not exist"),
+                          (tmp_path / "x.txt", "matplotlib writes no .txt files")):
+        assert main(["evaluate", "--dataset", "bananas", "--limit", "30", "--no-progress",
+                     "--plot", str(path)]) == 2
+        captured = capsys.readouterr()
+        assert f"--plot {str(path)!r}" in captured.err and problem in captured.err
+        assert captured.out == ""  # refused before any point was evaluated
+    # A plot that fails anyway (the disk filled up meanwhile): the results are printed.
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "_plot_evaluation", full_disk)
+    assert main(["evaluate", "--dataset", "bananas", "--limit", "30", "--no-progress",
+                 "--plot", str(tmp_path / "curve.png")]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["accuracy"] is not None and "plot" not in report
+    assert "No space left on device" in captured.err and "--plot" in captured.err
+
+
 def test_the_demo_refuses_a_predictor_configuration(tmp_path, capsys):
     # Its daemon thread died on a traceback: the demo's broker holds no learner's state.
     config = tmp_path / "predictor.toml"
