@@ -660,6 +660,12 @@ def _cross_checks(config: Config) -> None:
         raise ConfigError(
             "setting kafka.sasl_mechanism needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL"
         )
+    if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
+        # (the client then failed at every connection attempt, retried for ever as an
+        # unreachable broker)
+        raise ConfigError(
+            f"setting kafka.security_protocol {kafka.security_protocol} needs "
+            "kafka.sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
     if kafka.fetch_max_wait_ms >= kafka.request_timeout_ms:
         raise ConfigError(
             f"setting kafka.fetch_max_wait_ms ({kafka.fetch_max_wait_ms}, "

@@ -149,6 +149,9 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         ({"kafka.output_topic": "stream-svm.input"}, {}, "kafka.output_topic"),
         ({"kafka.input_topic": "bad topic!"}, {}, "kafka.input_topic"),
         ({"kafka.sasl_mechanism": "PLAIN"}, {}, "kafka.sasl_mechanism"),
+        # (the client failed at every attempt, retried for ever as an unreachable broker)
+        ({"kafka.security_protocol": "SASL_PLAINTEXT"}, {}, "needs kafka.sasl_mechanism"),
+        ({"kafka.security_protocol": "SASL_SSL"}, {}, "needs kafka.sasl_mechanism"),
         ({"metrics.enabled": "maybe"}, {}, "metrics.enabled"),
         ({"kafka.fetch_max_wait_ms": "0"}, {}, "kafka.fetch_max_wait_ms"),
         ({"kafka.fetch_max_wait_ms": "30000"}, {}, "kafka.fetch_max_wait_ms"),
