@@ -121,16 +121,32 @@ def _hold_seconds(text: str) -> float:
     return value
 
 
+class _StoreOnce(argparse.Action):
+    """Stores a flag's value, and refuses the flag given twice: the last one won without a
+    word (a second --config dropped the first file, whose invalid settings went unseen), where
+    a flag and --set for one setting were refused."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault("_flags_given", {})
+        if self.dest in given and given[self.dest] != values:  # (the same twice: no conflict)
+            raise argparse.ArgumentError(
+                self, f"given twice ({given[self.dest]!r}, then {values!r}): give it once")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
 def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str] | None = None) -> None:
-    parser.add_argument("--config", help="TOML settings file (`stream-svm settings` prints "
-                                         "every setting with its default)")
+    parser.add_argument("--config", action=_StoreOnce,
+                        help="TOML settings file (`stream-svm settings` prints every setting "
+                             "with its default)")
     for flag, name in SETTING_FLAGS.items():
         if flags is None or flag in flags:
             extra = {"metrics_port": " (0 picks a free port)",
                      "role": f": {' or '.join(ROLES)}",
                      "scope": f": {', '.join(SCOPES)}",
                      "model_type": f": {', '.join(MODEL_TYPES)}"}.get(flag, "")
-            parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag,
+            parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, action=_StoreOnce,
                                 help=f"sets {name}{extra}")
     parser.add_argument(
         "--set",

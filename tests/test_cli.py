@@ -940,6 +940,18 @@ def test_a_setting_given_by_its_flag_and_by_set_differently_is_refused(capsys):
                  "model.C=2", "--no-progress"]) == 2
     assert ("setting model.C is given twice on the command line, as '1' by --set and as '2' "
             "by --set") in capsys.readouterr().err
+    # A flag repeated: the last one won, without a word (a second --config dropped the first
+    # file, whose settings, an invalid one included, went unseen).
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["serve", "--input-topic", "aa", "--input-topic", "bb"])
+    assert stopped.value.code == 2
+    assert ("argument --input-topic: given twice ('aa', then 'bb'): give it once"
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["evaluate", "--config", "a.toml", "--config=b.toml"])
+    assert "argument --config: given twice ('a.toml', then 'b.toml')" in capsys.readouterr().err
+    args = build_parser().parse_args(["serve", "--group-id", "g", "--group-id", "g"])
+    assert _config(args).kafka.group_id == "g"
 
 
 @pytest.mark.parametrize("command", ["serve", "replay", "broker"])
