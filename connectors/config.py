@@ -80,6 +80,18 @@ def _positive_int32(value: int) -> str | None:
         f"must be at most {KAFKA_INT32_MAX} (a 32-bit field of Kafka's protocol)")
 
 
+#: The smallest kafka.max_message_bytes: a dead letter's error text alone may take 4 KB.
+MIN_MESSAGE_BYTES = 16_384
+
+
+def _message_limit(value: int) -> str | None:
+    # (10 was taken, and every message was dead-lettered, its raw bytes cut to nothing)
+    if 0 < value < MIN_MESSAGE_BYTES:
+        return (f"must be at least {MIN_MESSAGE_BYTES} bytes: an output or a dead letter, whose "
+                "error text may take 4 KB, must fit in it (Kafka's default is 1000012)")
+    return _positive_int32(value)
+
+
 def _non_negative_int32(value: int) -> str | None:
     return None if value == 0 else _positive_int32(value)
 
@@ -263,7 +275,7 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "fetch_max_wait_ms": Setting(int, None, _positive_int32, optional=True),
         "max_batch": Setting(int, 500, _at_most(1_000_000, "messages handled per poll")),
         "predict_per_poll": Setting(bool, False),
-        "max_message_bytes": Setting(int, 1_000_000, _positive_int32),
+        "max_message_bytes": Setting(int, 1_000_000, _message_limit),
         "linger_ms": Setting(int, 2, _non_negative_int32),
         "on_partition_reset": Setting(
             str, "stop", _one_of("stop", "earliest", "latest", "resume")
@@ -595,6 +607,10 @@ def load_config(
             # Other STREAM_SVM_ variables (the scripts' STREAM_SVM_VENV) are no settings, but
             # one whose first word is nearly a section's name is a misspelt setting, which
             # would otherwise leave its default in place without a word.
+            flag = {"config": "--config FILE", "log_level": "--log-level"}.get(rest)
+            if flag is not None:  # (read by nothing: the variable was ignored without a word)
+                raise ConfigError(f"environment variable {variable} is no setting: give "
+                                  f"{flag} on the command line")
             owners = [section for section in SCHEMA
                       if rest in {k.lower() for k in SCHEMA[section]}]
             if owners:

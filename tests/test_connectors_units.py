@@ -145,6 +145,9 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         ({"model.kernel": "cubic"}, {}, "model.kernel"),
         ({"model.bogus": "1"}, {}, "model.bogus"),
         ({}, {"STREAM_SVM_KAFKA_NOPE": "1"}, "kafka.nope"),
+        # (read by nothing: ignored without a word)
+        ({}, {"STREAM_SVM_CONFIG": "my.toml"}, "STREAM_SVM_CONFIG is no setting: give --config"),
+        ({}, {"STREAM_SVM_LOG_LEVEL": "DEBUG"}, "give --log-level"),
         ({"metrics.port": "70000"}, {}, "metrics.port"),
         ({"kafka.output_topic": "stream-svm.input"}, {}, "kafka.output_topic"),
         ({"kafka.input_topic": "bad topic!"}, {}, "kafka.input_topic"),
@@ -165,6 +168,7 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         # threads take), a stop that waited for a poll of hours, an LS-SVM of 7 GB.
         ({"model.max_breakpoints": str(2**63)}, {}, "model.max_breakpoints"),
         ({"kafka.max_message_bytes": "3000000000"}, {}, "kafka.max_message_bytes"),
+        ({"kafka.max_message_bytes": "10"}, {}, "must be at least 16384 bytes"),
         ({"kafka.topic_partitions": str(2**31)}, {}, "kafka.topic_partitions"),
         ({"kafka.client_id": "c" * 32768}, {}, "kafka.client_id"),
         ({"kafka.max_batch": str(2**64)}, {}, "kafka.max_batch"),
