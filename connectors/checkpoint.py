@@ -118,14 +118,21 @@ class DirectoryLock:
             if path.is_symlink():
                 raise CheckpointError(f"the lock file {path} is a symbolic link; refusing to "
                                       "follow it (remove it)") from None
-            raise CheckpointError(f"cannot open the lock file {path}: {exc}") from None
+            raise CheckpointError(f"cannot open the lock file {path} of the checkpoint "
+                                  f"directory (checkpoint.dir, --checkpoint-dir): {exc}"
+                                  ) from None
         handle = os.fdopen(descriptor, "r+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
+            holder = ""
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(path.read_text().strip())
+                holder = f" (process {pid}, as its lock file says)"
             raise _LockBusy(
-                f"checkpoint directory {self.directory} is in use by another daemon") from None
+                f"checkpoint directory {self.directory} is in use by another daemon{holder}: "
+                "stop it, or give this one another checkpoint.dir (--checkpoint-dir)") from None
         try:
             # Unbuffered, on the descriptor: nothing is left for the handle to flush later.
             os.ftruncate(descriptor, 0)

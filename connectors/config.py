@@ -182,6 +182,9 @@ def bootstrap_servers_problem(value: str) -> str | None:
     for entry in value.split(","):
         if not entry.strip():
             continue  # (an empty entry, a trailing comma: Kafka's clients skip it)
+        if ";" in entry or (" " in entry.strip()):
+            return (f"must be host:port entries separated by commas: {entry.strip()!r} holds "
+                    "several (a ';' or a space)")
         server = entry.strip().split("://")[-1]
         if server.startswith("["):
             host, closed, rest = server[1:].partition("]")

@@ -2351,7 +2351,13 @@ class Daemon:
             # checkpoint's own clock, a second at least.
             self._checkpoint_retry_at = time.monotonic() + max(
                 1.0, min(self.config.checkpoint.every_seconds, 30.0))
-            log.error("%s (the previous checkpoint stays in use)", exc)
+            try:  # (the directory may be what failed: replaced by a file)
+                written = self._store is None or bool(self._store.paths())
+            except OSError:
+                written = True
+            log.error("%s (%s)", exc, "the previous checkpoint stays in use" if written else
+                      "no checkpoint is written yet: a restart would start from the committed "
+                      "offsets")
             self._publish()  # predictors need not wait for the disk
             return
         self._covered = _committable(self.processor)

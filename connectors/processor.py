@@ -648,7 +648,9 @@ class Processor:
             self._reject(
                 entry,
                 f"no unlabelled features cached for id {op.id!r} (never seen, expired, "
-                "or already labelled)",
+                "or already labelled)" if self.cache.max_entries and self.cache.max_bytes else
+                f"no unlabelled features cached for id {op.id!r}: with cache.max_size or "
+                "cache.max_bytes 0 no unlabelled message is kept for a later label",
                 "unknown_id",
             )
             return

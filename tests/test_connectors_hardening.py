@@ -906,7 +906,7 @@ def test_a_huge_regression_target_is_refused_and_checkpoints_keep_working(tmp_pa
     assert restored.squared_error == math.inf and restored.scored == 5
 
 
-def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch):
+def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch, caplog):
     config = _settings(tmp_path)
     daemon = Daemon(config)
     daemon._store = CheckpointStore(config.checkpoint.dir)
@@ -923,6 +923,8 @@ def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch):
     daemon._shutdown()
     assert daemon.summary.checkpoint_failures == 1
     assert daemon.summary.exit_code == 1
+    # (it said "the previous checkpoint stays in use": there was none)
+    assert "no checkpoint is written yet" in caplog.text
     # After a failure the next attempt waits (no retry at every poll).
     daemon._last_checkpoint = 0.0
     daemon._maybe_checkpoint()

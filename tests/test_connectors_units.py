@@ -130,6 +130,13 @@ def test_bootstrap_servers_that_are_not_host_port_are_refused_at_start(servers):
         load_config(None, {"kafka.bootstrap_servers": servers}, {})
 
 
+def test_bootstrap_servers_separated_otherwise_than_by_commas_are_named_so():
+    # "a:1;b:2" was refused as "not an IPv6 address".
+    for servers in ("a:1;b:2", "a:1 b:2"):
+        with pytest.raises(ConfigError, match=r"separated by commas: .* holds several"):
+            load_config(None, {"kafka.bootstrap_servers": servers}, {})
+
+
 def test_bootstrap_servers_in_every_form_kafka_clients_take():
     for servers in ("kafka:9092", "kafka", "[::1]:9092", "::1", "SASL_SSL://b1:9093,b2:9093",
                     "b_1:9092,", "a:1,,b:2"):
@@ -519,13 +526,16 @@ def test_a_full_disk_at_start_still_locks_the_checkpoint_directory(tmp_path, mon
     lock.acquire()
     assert lock.held()
     assert "cannot write this daemon's pid into the lock file" in caplog.text
-    with pytest.raises(CheckpointError, match="in use by another daemon"):
-        DirectoryLock(tmp_path / "checkpoints").acquire()
+    with pytest.raises(CheckpointError, match="in use by another daemon: stop it, or give "):
+        DirectoryLock(tmp_path / "checkpoints").acquire()  # (no pid written: none named)
     lock.release()
     monkeypatch.undo()
     again = DirectoryLock(tmp_path / "checkpoints")
     again.acquire()  # released: free again, and the pid written this time
     assert (tmp_path / "checkpoints" / ".lock").read_text() == str(os.getpid())
+    with pytest.raises(CheckpointError, match=rf"in use by another daemon \(process "
+                                              rf"{os.getpid()}, as its lock file says\)"):
+        DirectoryLock(tmp_path / "checkpoints").acquire()
     again.release()
 
 
@@ -714,6 +724,12 @@ def test_processor_cache_limits_and_offsets():
     assert result.outputs[0].record == {"id": "d", "op": "label", "ok": True,
                                         "source": {"topic": "in", "partition": 0, "offset": 5}}
     assert json.loads(result.outputs[0].value) == result.outputs[0].record
+    # With no cache, a late label is refused naming the setting (it said "never seen,
+    # expired, or already labelled", none of which was the case).
+    uncached = Processor(IncrementalSVC(), cache_max_size=0, clock=lambda: now[0])
+    uncached.process([rec(0, {"id": "a", "x": {"f": 1}}, 1_000)])
+    result = uncached.process([rec(1, {"id": "a", "y": True}, 2_000)])
+    assert "cache.max_size or cache.max_bytes 0" in result.dead_letters[0].record["error"]
     assert "d" in processor.model and processor.offsets == {"in:0": 6}
     assert list(processor.cache) == [] and processor.cache.evictions == {"entries": 2, "age": 1}
     # Already processed offsets are skipped (the model never learns a message twice).
