@@ -309,6 +309,9 @@ def iter_records(
     if source.lower() in BUNDLED:
         from river import datasets
 
+        if target != "y":  # (ignored without a word: --target nosuch evaluated bananas)
+            raise SourceError(f"--target names a column of a .csv or .jsonl file; {source!r} "
+                              "has its own label")
         stream = iter(getattr(datasets, BUNDLED[source.lower()])())
         stream = ((None, x, read_label(y, source)) for x, y in stream)
     elif source.startswith("river-flow:"):

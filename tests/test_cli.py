@@ -1181,6 +1181,15 @@ def test_a_source_that_is_no_utf8_text_is_named(tmp_path, capsys):
     assert f"{source}: not UTF-8 text (it holds the byte 0x90" in capsys.readouterr().err
 
 
+def test_a_target_given_for_a_bundled_data_set_is_refused(capsys):
+    # --target nosuch with bananas evaluated bananas, the flag ignored without a word.
+    for command in (["evaluate", "--no-progress", "--dataset", "bananas"],
+                    ["replay", "bananas", "--topic", "t", "--bootstrap-servers", "127.0.0.1:9"]):
+        assert main([*command, "--target", "nosuch", "--limit", "5"]) != 0
+        assert ("--target names a column of a .csv or .jsonl file; 'bananas' has its own "
+                "label") in capsys.readouterr().err
+
+
 def test_evaluate_plots_to_the_file_it_reports(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     # --plot DIR wrote DIR.png beside it and reported DIR.
