@@ -112,6 +112,11 @@ class ScopedStateRefused(RuntimeError):
 #: its key in every record, and one of 600 KB made states no broker accepts, which held its
 #: partition's commits back for good.
 MAX_MODEL_KEY_BYTES = 1024
+#: Evicted models kept on local disk (checkpoint.dir): at most this many per model.max_models,
+#: and at least DISK_MODELS_MIN; the least recently evicted go first (their states are on the
+#: state topic, read from there if they come back).
+DISK_MODELS_PER_LIVE = 10
+DISK_MODELS_MIN = 1000
 
 
 def model_id_of(scope: str, partition: int, key: bytes | None) -> ModelId:
@@ -176,6 +181,10 @@ class ScopedModels:
         #: where evicted models' states are kept on local disk (None: not kept), read back
         #: instead of the state topic while they are still the newest there
         self.cache_dir = cache_dir
+        #: the copies there, least recently evicted first; at most DISK_MODELS_PER_LIVE *
+        #: max_models (keys seen once filled the directory, and every read back scanned it)
+        self._on_disk: OrderedDict[ModelId, Path] = OrderedDict()
+        self.max_on_disk = max(DISK_MODELS_MIN, DISK_MODELS_PER_LIVE * self.max_models)
         if cache_dir is not None:
             cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             # Copies a previous run left (killed before it cleared them) may be of another
@@ -677,6 +686,9 @@ class ScopedModels:
         path = self._disk_path(model_id, newest.epoch, newest.sequence)
         arrays, metadata, _ = self.state_of(model_id, processor)
         partial = path.with_suffix(".partial")
+        older = self._on_disk.pop(model_id, None)
+        if older is not None and older != path:
+            _unlink(older)
         try:
             descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "wb") as handle:
@@ -685,6 +697,11 @@ class ScopedModels:
         except (OSError, ValueError) as exc:
             log.warning("keeping evicted model %s on disk failed (%s): it is read from the "
                         "state topic on its next message", model_label(model_id), exc)
+            return
+        self._on_disk[model_id] = path
+        while len(self._on_disk) > self.max_on_disk:
+            # (published before it was evicted: read from the state topic if it comes back)
+            _unlink(self._on_disk.popitem(last=False)[1])
 
     def _from_disk(self, model_id: ModelId, newest: StoredState) -> StoredState | None:
         """The model's state from local disk when the copy there is the newest state on the
@@ -693,9 +710,12 @@ class ScopedModels:
         if self.cache_dir is None:
             return None
         path = self._disk_path(model_id, newest.epoch, newest.sequence)
-        for stale in self.cache_dir.glob(path.name.split(".")[0] + ".*"):
-            if stale != path:
-                _unlink(stale)
+        kept = self._on_disk.pop(model_id, None)
+        if kept is None:
+            return None
+        if kept != path:  # (published by another process since: not the newest)
+            _unlink(kept)
+            return None
         try:
             payload = path.read_bytes()
         except FileNotFoundError:
@@ -718,6 +738,8 @@ class ScopedModels:
     def _clear_disk(self, partitions: set[int]) -> None:
         if self.cache_dir is None:
             return
+        for model_id in [m for m in self._on_disk if m[0] in partitions]:
+            del self._on_disk[model_id]
         for partition in partitions:
             for path in self.cache_dir.glob(f"{partition}-*"):
                 _unlink(path)

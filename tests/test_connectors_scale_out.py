@@ -260,6 +260,36 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
         _assert_same_model(restored.model, _reference(mine), f"key k{k}")
 
 
+def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(tmp_path):
+    # Keys seen once filled the directory (7 KB each, for as long as the partition stayed),
+    # and every read back scanned it.
+    from connectors.scoped import DISK_MODELS_MIN, DISK_MODELS_PER_LIVE
+
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 6, 0, 5, 1, 4, 7]  # the keys, one message each
+    rows = [(0, f"k{k}", {"id": f"{k}-{i}", "x": x, "y": y})
+            for i, (k, (x, y)) in enumerate(zip(order, BANANAS, strict=False))]
+    models, metrics = _scoped(max_models=1, cache_dir=tmp_path / "models")
+    assert models.max_on_disk == max(DISK_MODELS_MIN, DISK_MODELS_PER_LIVE)
+    models.max_on_disk = 3
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    for offset, (partition, key, message) in enumerate(rows):
+        result, again = models.process([_record(partition, offset, key, message)])
+        models.delivered()
+        assert not again and not result.dead_letters
+        assert len(list((tmp_path / "models").iterdir())) <= 3
+    fetches = {source: metrics.scale_out[3].labels(source=source)._value.get()
+               for source in ("topic", "disk")}
+    # k6 and k5 come back from disk (among the last three evicted); k0, k1, k4 and k7, pushed
+    # out by later evictions, from the topic
+    assert fetches == {"topic": 4, "disk": 2}
+    models.publish()
+    for k in range(8):
+        mine = [m for _, key, m in rows if key == f"k{k}"]
+        restored = models._processor_from((0, f"k{k}"), models.store.fetch((0, f"k{k}")))
+        _assert_same_model(restored.model, _reference(mine), f"key k{k}")
+
+
 def test_no_model_is_published_before_its_batchs_outputs_are_delivered():
     # A batch of three keys with room for two live models: evicting the first key's model
     # while the third is fetched would publish a state covering records whose outputs are
