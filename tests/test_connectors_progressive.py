@@ -125,3 +125,109 @@ def test_a_window_per_poll_holds_what_it_holds_learned_one_by_one(poll):
     np.testing.assert_allclose([per_poll.model.decision_function_one(x) for x in probe],
                                [sequential.model.decision_function_one(x) for x in probe],
                                rtol=1e-9, atol=1e-9)
+
+
+def _message(offset: int, message: dict, topic: str = "in") -> Record:
+    return Record(topic, 0, offset, json.dumps(message).encode(), 0)
+
+
+@pytest.mark.parametrize("per_poll", [False, True])
+def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll):
+    # Per poll, the labelled messages before a forget were not learned before it: the forget
+    # was dead-lettered as an unknown id and the point learned anyway (an erasure request
+    # lost), and learning the id again after the forget was refused as a duplicate.
+    stream = _stream(30)
+    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
+    processor.process(_records(stream[:20]))
+    (xa, ya), (xb, yb) = stream[20], stream[21]
+    result = processor.process([
+        _message(20, {"id": "a", "x": xa, "y": ya}),
+        _message(21, {"op": "forget", "id": "a"}),
+        _message(22, {"id": "a", "x": xb, "y": yb}),
+        _message(23, {"op": "forget", "id": 3}),
+    ])
+    assert not result.dead_letters
+    assert [o.record.get("op") for o in result.outputs][1::2] == ["forget", "forget"]
+    reference = IncrementalSVC(C=2.0, gamma=0.5)
+    for offset, (x, y) in enumerate(stream[:20]):
+        reference.learn_one(x, y, key=offset)
+    reference.learn_one(xb, yb, key="a")
+    reference.forget_one(key=3)
+    assert sorted(map(str, processor.model._engine.keys)) == sorted(
+        map(str, reference._engine.keys))
+    probe = [x for x, _ in _stream(20, seed=9)]
+    np.testing.assert_allclose([processor.model.decision_function_one(x) for x in probe],
+                               [reference.decision_function_one(x) for x in probe],
+                               rtol=1e-9, atol=1e-9)
+    assert processor.updates == 20 + 1 + 1 + 1 + 1  # learned, forgotten, learned, forgotten
+
+
+def test_a_prediction_after_a_relabel_in_the_same_poll_comes_from_the_relabelled_model():
+    # The relabel did not end the poll's segment: the message after it was predicted by the
+    # model before the relabel, which is not progressive validation.
+    stream = _stream(40)
+    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
+    processor.process(_records(stream[:30]))
+    _, y5 = stream[5]
+    probe = stream[31][0]
+    result = processor.process([_message(30, {"op": "relabel", "id": 5, "y": not y5}),
+                                _message(31, {"id": "q", "x": probe})])
+    assert not result.dead_letters
+    reference = IncrementalSVC(C=2.0, gamma=0.5)
+    for offset, (x, y) in enumerate(stream[:30]):
+        reference.learn_one(x, y, key=offset)
+    before = reference.decision_function_one(probe)
+    reference.relabel_one(5, not y5)
+    after = reference.decision_function_one(probe)
+    assert abs(after - before) > 1e-6  # (the relabel moves this prediction)
+    assert result.outputs[1].record["score"] == pytest.approx(after, abs=1e-9)
+    assert processor.updates == 30 + 2  # a relabel is a forget and a learn
+
+
+def test_a_late_label_is_scored_and_its_cached_features_are_released():
+    # A late label's prediction (made when its features came) never counted towards the
+    # progressive accuracy; and its features stayed cached (and checkpointed) once learned.
+    stream = _stream(30)
+    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
+    processor.process(_records(stream[:20]))
+    x, y = stream[20]
+    reference = IncrementalSVC(C=2.0, gamma=0.5)
+    for offset, (xr, yr) in enumerate(stream[:20]):
+        reference.learn_one(xr, yr, key=offset)
+    predicted = reference.decision_function_one(x) > 0
+    scored, correct = processor.scored, processor.correct
+    processor.process([_message(20, {"id": "late", "x": x})])
+    assert len(processor.cache) == 1 and processor.scored == scored  # not labelled yet
+    result = processor.process([_message(21, {"id": "late", "y": y})])
+    assert not result.dead_letters and result.outputs[0].record["ok"] is True
+    assert len(processor.cache) == 0
+    assert processor.scored == scored + 1
+    assert processor.correct == correct + (predicted == y)
+    # Sent unlabelled, then again whole with its label: learned, and no longer cached.
+    x2, y2 = stream[22]
+    processor.process([_message(22, {"id": "again", "x": x2})])
+    result = processor.process([_message(23, {"id": "again", "x": x2, "y": y2})])
+    assert not result.dead_letters and len(processor.cache) == 0
+
+
+@pytest.mark.parametrize("per_poll", [False, True])
+def test_an_id_repeated_before_it_is_learned_is_a_duplicate_and_not_scored(per_poll):
+    # A second labelled message of an id (learned, or waiting in the poll to be learned) was
+    # refused with reason "refused" instead of "duplicate_id", and still scored.
+    stream = _stream(30)
+    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
+    processor.process(_records(stream[:20]))
+    (xa, ya), (xb, _) = stream[20], stream[21]
+    processor.process([_message(20, {"id": "u", "x": xb})])  # cached, waiting for its label
+    scored = processor.scored
+    result = processor.process([
+        _message(21, {"id": "a", "x": xa, "y": ya}),
+        _message(22, {"id": "a", "x": xa, "y": ya}),
+        _message(23, {"id": "u", "y": True}),
+        _message(24, {"id": "u", "y": True}),
+    ])
+    # (the second label of "u" finds its features gone with the first: already labelled)
+    assert [letter.record["reason"] for letter in result.dead_letters] == [
+        "duplicate_id", "unknown_id"]
+    assert processor.scored == scored + 2  # "a" once, the late label of "u" once
+    assert processor.model.n_stored == 22
