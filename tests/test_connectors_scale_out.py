@@ -656,6 +656,28 @@ def test_offsets_are_committed_only_once_the_partitions_models_are_published():
     assert not models.live and models.owned == {1}
 
 
+def test_a_model_given_up_with_changes_not_published_is_not_kept_for_the_partitions_return():
+    # A model with unpublished changes (the daemon gave its outputs up) was kept aside and
+    # served again when the group gave the partition back: the records read again from the
+    # commit were then refused as duplicates of what it had learned, never answered.
+    store = _MemoryStore()
+    models, _ = _scoped(max_models=4, store=store)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(models, [_record(0, 0, "a", {"id": 0, "x": {"1": 0.1}, "y": True})])
+    assert models.publish({0})
+    models.mark_committed(models.committable())
+    again = _record(0, 1, "a", {"id": 1, "x": {"1": -0.4}, "y": False})
+    models.process([again])  # learned; its output is never delivered
+    models.revoke({0}, lambda offsets: None, hand_over=False)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": 1}}, start_fresh=False)
+    result, retry = models.process([again])  # read again from the commit
+    assert not retry and not result.dead_letters
+    assert [o.record["id"] for o in result.outputs] == [1]
+    assert models.live[(0, "a")].processor.model.n_stored == 2
+
+
 # -- processes on the embedded broker ----------------------------------------------------------
 
 
@@ -1291,6 +1313,42 @@ def test_a_model_that_cannot_be_fetched_holds_its_messages_and_warns_once_a_whil
     assert models.live[(0, "a")].processor.model.n_stored == 2
     assert any("fetched from the state topic after all" in r.getMessage()
                for r in caplog.records)
+
+
+def test_models_that_cannot_be_fetched_hold_their_partition_from_their_first_message(
+        monkeypatch):
+    # With two unfetchable models in one partition, the partition was read again from the
+    # first message of the last model handled, not of both: the other's earlier messages
+    # were skipped, never answered nor learned. Their messages interleave here, and a
+    # readable model's messages after them are answered but not committed past.
+    from connectors.state_store import StateStoreError
+
+    store = _MemoryStore()
+    owner, _ = _scoped(max_models=4, store=store)
+    owner.assign({0})
+    owner.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    for offset, key in enumerate("abc"):
+        _handled(owner, [_record(0, offset, key, {"id": offset, "x": {"1": offset / 3},
+                                                  "y": offset % 2 == 0})])
+    assert owner.publish()
+    models, _ = _scoped(max_models=4, store=store)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": 3}}, start_fresh=False)
+    readable = store.fetch
+
+    def unreadable(model_id):
+        if model_id[1] in ("a", "b"):
+            raise StateStoreError(f"chunk 0 of {model_id[1]!r} is gone (simulated)")
+        return readable(model_id)
+
+    monkeypatch.setattr(store, "fetch", unreadable)
+    batch = [_record(0, 3 + i, key, {"id": 10 + i, "x": {"1": i / 5}, "y": i % 2 == 0})
+             for i, key in enumerate("abcab")]
+    result, retry = models.process(batch)
+    models.delivered()
+    assert retry == {"stream-svm.input:0": 3}  # the first of a's and b's messages
+    assert [o.record["id"] for o in result.outputs] == [12]  # c's message only
+    assert models.positions.get("stream-svm.input:0", 3) <= 3
 
 
 def test_a_start_clears_copies_a_previous_run_left_on_disk(tmp_path):
