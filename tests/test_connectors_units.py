@@ -767,6 +767,18 @@ def test_a_restart_slower_than_the_cache_age_reads_answered_labels_again():
     now[0] += 20
     restarted.expire_cache()
     assert list(restarted.cache) == []
+    # A second restart after a second long downtime: the first downtime ages nothing either
+    # (the checkpoint saved the wall clock, not the cache's own, and the second restart then
+    # counted the first downtime).
+    restarted.process([rec(3, {"id": "c", "x": {"f": 3.0}})])
+    second_state, second_arrays = json.loads(json.dumps(restarted.state())), \
+        restarted.cache_arrays()
+    now[0] += 600
+    twice = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
+    twice.load_state(second_state, second_arrays)
+    now[0] += 5
+    twice.expire_cache()
+    assert list(twice.cache) == ["c"]
     # A model of a group read back from the state topic (evicted, handed over) keeps the
     # wall clock: the daemons ran meanwhile, and its points age as they did.
     fetched = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
@@ -1010,3 +1022,27 @@ def test_a_forget_of_an_id_reserve_truncation_discarded_says_it_may_have_been_le
     plain = Processor(IncrementalSVC())
     letters = plain.process([Record("in", 0, 0, b'{"op": "forget", "id": 5}', 0)]).dead_letters
     assert letters[0].record["error"] == "forget of unknown id 5 (not in the model)"
+
+
+def test_cache_evictions_and_skipped_messages_are_counted_once_each():
+    # Each batch reported every eviction since the start again (the counter grew by 1, 2, 3
+    # for one eviction per batch); messages skipped below the next offsets (read again after
+    # a restart) were logged but never counted.
+    from stream_svm import IncrementalSVC
+
+    metrics = Metrics()
+    processor = Processor(IncrementalSVC(), cache_max_size=1, metrics=metrics)
+
+    def value(line_start):
+        for line in metrics.render().decode().splitlines():
+            if line.startswith(line_start):
+                return float(line.split()[-1])
+        return 0.0
+
+    records = [Record("in", 0, i, json.dumps({"id": i, "x": {"f": float(i)}}).encode(), 0)
+               for i in range(4)]
+    for record in records:
+        processor.process([record])
+    assert value('stream_svm_cache_evictions_total{reason="entries"}') == 3
+    processor.process(records[:2])  # read again: below the next offset
+    assert value('stream_svm_messages_total{outcome="skipped"}') == 2
