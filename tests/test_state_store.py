@@ -471,6 +471,39 @@ def test_a_newer_formats_state_stops_the_restore_instead_of_an_older_one_standin
 
 
 @pytest.mark.broker
+def test_chunks_a_smaller_state_leaves_behind_in_its_slot_are_tombstoned(broker, store_of):  # noqa: F811
+    # Without tombstones, a state of many chunks left its later chunks on the compacted
+    # topic for good under keys the next, smaller state of the same slot never overwrote.
+    servers = broker.bootstrap_servers
+    topic = unique("state-leftovers")
+    store = store_of(topic, max_record_bytes=8192)
+    store.ensure_topic()
+    store.publish("m", arrays_of(1), {"s": 1}, next_offset=1, epoch=0, sequence=1)
+    chunks = chunk_headers(servers, topic)[0]["chunks"]
+    assert chunks > 3
+    store.publish("m", {"w": np.ones(3)}, {"s": 3}, next_offset=3, epoch=0, sequence=3)
+    newest = {}
+    for record in raw_records(servers, topic):
+        newest[bytes(record.key)] = record.value
+    assert newest[chunk_key("m", 0, 3, 0)] is not None
+    assert all(newest[chunk_key("m", 0, 3, chunk)] is None for chunk in range(1, chunks))
+    assert store_of(topic).restore()["m"].sequence == 3
+
+
+@pytest.mark.broker
+def test_a_claim_on_an_emptied_topic_starts_above_the_epochs_published_before(
+        broker, store_of):  # noqa: F811
+    # A state topic recreated empty started the epochs again at 0: predictors, which take a
+    # state only from a newer epoch, kept serving the old model.
+    topic = unique("state-at-least")
+    store = store_of(topic)
+    store.ensure_topic()
+    assert store.claim_epoch("m", at_least=7) == 7
+    # A later ownership (it knew of epoch 7 when it was given the model) claims above it.
+    assert store.claim_epoch("m", newest_known=7, at_least=2) == 8
+
+
+@pytest.mark.broker
 def test_a_zombie_cannot_replace_the_new_owners_state(broker, store_of):  # noqa: F811
     servers = broker.bootstrap_servers
     topic = unique("state-zombie")
