@@ -28,6 +28,7 @@ from connectors.checkpoint import (
     VERSION,
     CheckpointError,
     CheckpointFromNewerVersion,
+    CheckpointMismatch,
     CheckpointStore,
 )
 from connectors.config import load_config
@@ -529,6 +530,166 @@ def test_checkpoints_are_private_files_in_a_private_directory(tmp_path):
     path = store.save({"X": np.ones((2, 2))}, {}, {})
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert os.stat(directory).st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("array", [np.array([1 + 2j]), np.array([1], dtype="m8[s]"),
+                                   np.zeros(1, dtype=[("a", "<f8")])],
+                         ids=["complex", "timedelta", "structured"])
+@pytest.mark.parametrize("as_cache", [False, True])
+def test_arrays_of_a_kind_a_checkpoint_cannot_read_back_are_refused_on_save(tmp_path, array,
+                                                                           as_cache):
+    # They were written, and every restart then refused the checkpoint the daemon had just
+    # called good (the reader takes booleans, integers, floats and text only).
+    store = CheckpointStore(tmp_path)
+    arrays, cache = ({"w": np.zeros(2)}, {"odd": array}) if as_cache else ({"odd": array}, None)
+    with pytest.raises(CheckpointError, match=r"'(cache\.)?odd' has dtype .*not plain"):
+        store.save(arrays, {}, {}, cache)
+    assert store.paths() == []
+
+
+def test_metadata_that_is_not_strict_json_is_refused_on_save(tmp_path):
+    # NaN was written as the bare word NaN: the file was no longer JSON that other readers
+    # (jq, a dashboard) could parse, and the restart took the setting back as NaN.
+    store = CheckpointStore(tmp_path)
+    for meta, state in (({"C": math.nan}, {}), ({}, {"clock": math.inf})):
+        with pytest.raises(CheckpointError, match="not JSON-serializable"):
+            store.save({"w": np.zeros(2)}, meta, state)
+    assert store.paths() == []
+
+
+@pytest.mark.parametrize("name", ["__meta__", "cache.x"])
+def test_a_model_array_under_a_reserved_name_is_refused_on_save(tmp_path, name):
+    # A model array named cache.x came back as the unlabelled cache's member x, and the
+    # model's own array was missing from the checkpoint it had just written.
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(CheckpointError, match=f"reserved name '{name}'"):
+        store.save({name: np.zeros(2)}, {}, {})
+    assert store.paths() == []
+
+
+def test_a_fortran_ordered_array_round_trips_exactly(tmp_path):
+    # Read back in C order, a transposed (Fortran-ordered) array came back with its values
+    # shuffled: a model restored from it was another model.
+    store = CheckpointStore(tmp_path)
+    X = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    codes = np.asfortranarray(np.array([["a", "bb"], ["ccc", "d"]]))
+    store.save({"X": X, "codes": codes}, {}, {}, {"rows": X.T})
+    loaded = store.load_latest()
+    assert loaded.arrays["X"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert loaded.arrays["codes"].tolist() == [["a", "bb"], ["ccc", "d"]]
+    assert loaded.cache_arrays["rows"].tolist() == X.T.tolist()
+
+
+def test_keep_below_one_is_refused(tmp_path):
+    # keep=0 was taken, and kept one checkpoint all the same.
+    with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
+        CheckpointStore(tmp_path / "checkpoints", keep=0)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_checkpoint_is_fsynced_and_so_is_its_directory(tmp_path, monkeypatch):
+    # Without the fsync of the file, a power cut after the rename could leave a checkpoint
+    # of the right name and no data; without the directory's, the rename itself could be lost.
+    synced: list[tuple[int, int]] = []
+    fsync = os.fsync
+
+    def recorded(descriptor: int) -> None:
+        status = os.fstat(descriptor)
+        synced.append((status.st_dev, status.st_ino))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    path = CheckpointStore(tmp_path).save({"w": np.zeros(2)}, {}, {})
+    monkeypatch.undo()
+    identity = [(s.st_dev, s.st_ino) for s in (os.stat(path), os.stat(tmp_path))]
+    assert synced == identity  # the file first, then the directory its new name is in
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
+    # The half-written file (training data) stayed until the next write, and a restart
+    # meanwhile said a write had been killed midway, though none was.
+    import errno
+
+    store = CheckpointStore(tmp_path)
+    first = store.save({"w": np.zeros(2)}, {}, {})
+
+    def failing(descriptor: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(CheckpointError, match="Input/output error"):
+        store.save({"w": np.ones(2)}, {}, {})
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+    with caplog.at_level("WARNING"):
+        assert store.load_latest().path == first
+    assert "killed midway" not in caplog.text
+
+
+def test_a_stale_longer_pid_in_the_lock_file_is_replaced_whole(tmp_path):
+    # Written over the start of a longer pid left by an earlier daemon, the pid was a number
+    # no process has, and the busy message named it.
+    from connectors.checkpoint import DirectoryLock
+
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    (directory / ".lock").write_text("9" * 30)
+    lock = DirectoryLock(directory)
+    lock.acquire()
+    try:
+        assert (directory / ".lock").read_text() == str(os.getpid())
+        with pytest.raises(CheckpointError, match=rf"\(process {os.getpid()}, as its lock"):
+            DirectoryLock(directory).acquire()
+    finally:
+        lock.release()
+
+
+def _one_member(path: Path, descr: str, shape: tuple[int, ...], data: bytes,
+                manifest: list) -> Path:
+    member = _npy({"descr": descr, "fortran_order": False, "shape": shape}, data)
+    return _crafted(path, {"X": member}, {"X": manifest})
+
+
+@pytest.mark.parametrize("descr, shape, data, manifest, problem", [
+    # complex, timedelta: kinds the model has no use for, whatever the manifest says
+    ("<c16", (1,), b"\x00" * 16, ["<c16", [1]], "not a plain number or text type"),
+    ("<m8[s]", (1,), b"\x00" * 8, ["<m8[s]", [1]], "not a plain number or text type"),
+    # the header disagrees with the manifest written with it
+    ("<i8", (2,), b"\x00" * 16, ["<f8", [2]], r"header says int64 \(2,\), the manifest <f8"),
+    ("<f8", (2,), b"\x00" * 16, ["<f8", [1, 2]], r"header says float64 \(2,\), the manifest "
+                                                 r"<f8 \(1, 2\)"),
+], ids=["complex", "timedelta", "dtype", "shape"])
+def test_a_member_unlike_what_its_checkpoint_declares_is_refused(tmp_path, descr, shape, data,
+                                                                 manifest, problem):
+    # Each was read and handed to the model: a damaged or crafted file was restored as
+    # good, with integers taken for floats or a matrix taken for a vector.
+    path = _one_member(tmp_path / "checkpoint-000000000001.npz", descr, shape, data, manifest)
+    with pytest.raises(CheckpointError, match=problem):
+        CheckpointStore(tmp_path).read(path)
+
+
+@pytest.mark.parametrize("refusal", [CheckpointError, CheckpointMismatch])
+def test_a_restore_that_refuses_a_checkpoint_is_not_taken_for_a_restore(tmp_path, refusal):
+    # A restore that raised CheckpointError was ignored: load_latest returned that checkpoint
+    # as restored, with no model in it, and the daemon went on with a new one.
+    store = CheckpointStore(tmp_path)
+    older = store.save({"w": np.zeros(2)}, {}, {})
+    newer = store.save({"w": np.ones(2)}, {}, {})
+
+    def restore(checkpoint):
+        if checkpoint.path == newer:
+            raise refusal(f"{checkpoint.path.name} is refused")
+        return "model"
+
+    before = sorted(p.name for p in tmp_path.iterdir())
+    if refusal is CheckpointError:  # unusable: the older one is restored, the newer set aside
+        loaded = store.load_latest(restore)
+        assert loaded.path == older and loaded.restored == "model"
+        assert [p.name.split(".unusable-")[0] for p in store.set_aside_paths()] == [newer.name]
+    else:  # another configuration's (or a newer stream-svm's): stops, touching nothing
+        with pytest.raises(refusal, match="is refused"):
+            store.load_latest(restore)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_when_no_checkpoint_is_usable_nothing_is_renamed(tmp_path):
