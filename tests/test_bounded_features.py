@@ -275,6 +275,21 @@ def test_a_window_whose_names_drift_counts_only_the_names_its_slide_keeps(window
     assert "wide" not in model and model.n_features == 6
 
 
+@pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
+def test_the_first_point_of_a_buffer_counts_none_of_the_names_its_slide_removes(window):
+    # With step 2 the first point buffered is learned in the slide that removes both stored
+    # points, but the names of the second were counted: a point bringing as many names as
+    # max_features was refused, though the slide leaves it room.
+    label = (lambda i: float(i)) if window is SlidingWindowSVR else (lambda i: i % 2 == 0)
+    model = window(window_size=2, step=2, max_features=2)
+    model.learn_one({"a": 1.0}, label(0), key="a")
+    model.learn_one({"b": 1.0}, label(1), key="b")
+    model.learn_one({"c": 1.0, "d": 1.0}, label(2), key="cd")
+    model.learn_one({"c": 2.0}, label(3), key="c")
+    assert sorted(model.stored_keys()) == ["c", "cd"] and model.n_buffered == 0
+    assert model.n_features == 2
+
+
 def _checkpoint_view(model):
     arrays, meta = model.to_checkpoint()
     return {name: np.asarray(value).tolist() for name, value in arrays.items()}, meta

@@ -228,6 +228,46 @@ def test_a_window_forgets_many_samples_at_once_window_and_buffer_alike(regressio
                 batch.decision_function_one(probe), abs=1e-9)
 
 
+@pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
+def test_a_key_waiting_in_the_buffer_is_already_stored(window):
+    # With step > 1 a key waiting for the next slide was taken again (as was one repeated
+    # within a batch): two samples shared it, and every slide after it was refused.
+    label = (lambda v: float(v)) if window is SlidingWindowSVR else (lambda v: v > 0)
+    model = window(window_size=6, step=3)
+    model.learn_one({"a": 1.0}, label(1), key="k")
+    before = model.to_checkpoint()[1]
+    with pytest.raises(KeyError, match="key 'k' is already stored"):
+        model.learn_one({"a": -1.0}, label(-1), key="k")
+    with pytest.raises(KeyError, match="key 'k' is already stored"):
+        model.learn_many(pd.DataFrame({"a": [2.0, -2.0]}), pd.Series([label(2), label(-2)]),
+                         keys=["j", "k"])
+    with pytest.raises(KeyError, match="keys repeat within the batch"):
+        model.learn_many(pd.DataFrame({"a": [2.0, -2.0]}), pd.Series([label(2), label(-2)]),
+                         keys=["j", "j"])
+    assert model.to_checkpoint()[1] == before and model.n_buffered == 1
+
+
+@pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
+def test_forgetting_by_value_in_the_buffer_matches_the_label_and_every_feature(window):
+    # Each of these forgot another sample than the one given: the buffered one with the other
+    # label, the older one equal on its fewer features only, or one sample twice over.
+    label = (lambda v: float(v)) if window is SlidingWindowSVR else (lambda v: v > 0)
+    model = window(window_size=8, step=8)  # everything below waits in the buffer
+    model.learn_one({"a": 1.0}, label(1), key="short")
+    model.learn_one({"a": 1.0, "b": 1.0}, label(1), key="long")
+    for key in ("twin1", "twin2", "other"):
+        model.learn_one({"c": 1.0}, label(1 if key != "other" else -1), key=key)
+    assert model.n_buffered == 5
+    with pytest.raises(KeyError, match=r"no stored (point|sample) equals x=\{.a.: 1.0\}"):
+        model.forget_one({"a": 1.0}, label(-1))
+    assert "short" in model
+    model.forget_one({"a": 1.0, "b": 1.0}, label(1))
+    assert "long" not in model and "short" in model
+    model.forget_many(X=pd.DataFrame({"c": [1.0, 1.0]}), y=pd.Series([label(1), label(1)]))
+    assert "twin1" not in model and "twin2" not in model and "other" in model
+    assert model.n_buffered == 2
+
+
 @pytest.mark.parametrize("make", [
     lambda: IncrementalSVC(C=3.0),
     lambda: IncrementalSVR(C=3.0, epsilon=0.1),

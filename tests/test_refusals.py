@@ -282,6 +282,13 @@ def _window_checkpoint():
     return SlidingWindowSVC, model
 
 
+def _keyless_window_checkpoint():
+    model = SlidingWindowSVC(window_size=4, step=3)
+    for i in range(5):  # two samples buffered, under the automatic keys 4 and 5
+        model.learn_one({"a": float(i)}, bool(i % 2))
+    return SlidingWindowSVC, model
+
+
 def _svr_checkpoint():
     model = IncrementalSVR(epsilon=0.1, C=10.0)
     for i in range(6):
@@ -316,6 +323,12 @@ def _edit(path: str, value):
     (_window_checkpoint, _edit("extra.buffer_keys", [[{"zone": "UTC"}], 99]),
      "is not a key a checkpoint writes"),
     (_window_checkpoint, _edit("extra.buffer_auto", [False]), "differ in length"),
+    (_window_checkpoint, _edit("extra.buffer_rows", [[float("inf")], [1.0]]), "buffered row"),
+    (_keyless_window_checkpoint, _edit("extra.buffer_keys", ["s", 5]), "automatic buffered key"),
+    (_keyless_window_checkpoint, _edit("extra.buffer_keys", [True, 5]),
+     "automatic buffered key"),
+    (_keyless_window_checkpoint, _edit("auto_keys", 4),
+     "auto_keys 4 is below its automatic key 5"),
     (_svr_checkpoint, _edit("auto_keys", 0), "auto_keys 0 is below its automatic key 6"),
     (_svr_checkpoint, _edit("features", ["a", "a"]), "feature names repeat"),
     (_svr_checkpoint, _edit("features", []), "1 feature columns but it names 0"),
@@ -323,7 +336,8 @@ def _edit(path: str, value):
     (_alpha_checkpoint, _edit("extra.next_id", 0), "next_id"),
     (_alpha_checkpoint, _edit("extra.buffer_labels", [3.0]), "buffered samples"),
 ], ids=["window-label", "window-nan", "window-row", "window-key", "window-list-key",
-        "window-lengths", "auto-keys", "features-repeat", "features-missing", "epsilon",
+        "window-lengths", "window-inf-row", "window-auto-text", "window-auto-bool",
+        "window-auto-keys", "auto-keys", "features-repeat", "features-missing", "epsilon",
         "alpha-next-id", "alpha-buffer"])
 def test_a_checkpoint_whose_parts_contradict_each_other_is_refused_by_name(make, edit, named):
     import copy
