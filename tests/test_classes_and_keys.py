@@ -96,6 +96,30 @@ def test_classes_are_checked():
             check_classes(bad)
     with pytest.raises(ValueError):
         IncrementalSVC(classes=["x", "x"])
+    # Equal though not the same object: every label 1 learned as the positive class, and
+    # the negative one could never be learned.
+    for same in ([1, 1.0], [np.int64(1), 1], [2.5, np.float64(2.5)]):
+        with pytest.raises(ValueError, match="classes must be two distinct labels"):
+            check_classes(same)
+
+
+def test_a_minus_one_label_learned_alone_warns_as_in_a_batch(monkeypatch):
+    # learn_one(x, -1) said nothing: predictions False/True never equalled the -1 labels, and
+    # River's metrics counted every negative prediction as a miss.
+    import warnings
+
+    from stream_svm import _input
+
+    monkeypatch.setattr(_input, "_minus_one_warned", False)
+    model = IncrementalSVC()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.learn_one({"a": 1.0}, 1)
+        model.learn_one({"a": 0.5}, 0)
+    with pytest.warns(UserWarning, match=r"classes=\[-1, 1\]") as caught:
+        model.learn_one({"a": -1.0}, -1)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert model.predict_one({"a": -1.0}) is False
 
 
 def test_named_classes_survive_clone_checkpoint_stored_point_and_relabel():
