@@ -54,6 +54,29 @@ def test_too_many_new_features_in_one_call_is_refused_unchanged():
     _assert_unchanged(model, before)
 
 
+@pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC])
+def test_the_feature_limits_take_exactly_as_many_names_as_they_say(cls):
+    # One more name than each limit was taken: max_new_features=2 let three new names in, and
+    # max_features=3 let a fourth name in beside three in use.
+    params = {"window_size": 10, "step": 1} if cls is SlidingWindowSVC else {}
+    model = cls(max_new_features=2, **params)
+    model.learn_one({"a": 1.0, "b": 1.0}, True, key=0)  # exactly the limit: taken
+    before = _snapshot(model)
+    with pytest.raises(ValueError, match="3 features the model does not know; "
+                                         "max_new_features=2"):
+        model.learn_one({"c": 1.0, "d": 1.0, "e": 1.0}, False, key=1)
+    _assert_unchanged(model, before)
+    model = cls(max_features=3, **params)
+    for key, name in enumerate("abc"):  # the third name fills the limit exactly
+        model.learn_one({name: 1.0}, bool(key % 2), key=key)
+    before = _snapshot(model)
+    with pytest.raises(ValueError, match=r"4 features \(3 used by its stored points and 1 "
+                                         r"new\); max_features=3"):
+        model.learn_one({"d": 1.0}, True, key=3)
+    _assert_unchanged(model, before)
+    assert model.n_features == 3
+
+
 @pytest.mark.parametrize("make", [
     lambda limit: IncrementalSVC(C=2.0, gamma=0.5, max_features=limit),
     lambda limit: SlidingWindowSVC(window_size=1000, step=1, C=2.0, gamma=0.5,
@@ -185,6 +208,24 @@ def test_a_refused_slide_leaves_buffer_and_names_as_they_were(monkeypatch):
         window.learn_many(pd.DataFrame([{"c": 1.0}, {"c": 2.0}]), pd.Series([True, False]))
     _assert_unchanged(window, before)
     assert "third" not in window and window.n_buffered == 2 and window.n_features == 1
+
+
+def test_a_refused_slide_puts_back_the_buffer_a_name_drop_rewrote(monkeypatch):
+    # To make room under max_features the name "old" (slid out) was dropped, and the buffered
+    # row rewritten over the names left; the slide was then refused and the names put back,
+    # but not the row: the buffered point read back as {"a": 1.0}, and was learned so.
+    window = SlidingWindowSVC(window_size=2, step=2, max_features=3)
+    window.learn_one({"old": 1.0}, True, key="o1")
+    window.learn_one({"old": -1.0}, False, key="o2")
+    window.learn_one({"a": 1.0}, True, key="a1")
+    window.learn_one({"a": -1.0}, False, key="a2")  # slides "o1" and "o2" out
+    window.learn_one({"b": 1.0}, True, key="b1")  # waits in the buffer
+    before = _snapshot(window)
+    _refuse_every_update(monkeypatch)
+    with pytest.raises(ConvergenceError):
+        window.learn_one({"c": 1.0}, False, key="c1")  # fits once "old" is dropped
+    _assert_unchanged(window, before)
+    assert window.stored_point("b1") == ({"b": 1.0}, True)
 
 
 def test_a_refused_learn_does_not_widen_the_model(monkeypatch):

@@ -242,8 +242,8 @@ def test_settings_assigned_after_construction_are_checked_as_the_constructor_che
             model.max_features = value
     model.max_new_features = 5  # still settable (River's mutate sets them)
     assert model.max_new_features == 5
-    for name, value in (("ridge", "0"), ("ridge", None), ("ridge", True),
-                        ("max_breakpoints", True)):
+    for name, value in (("ridge", "0"), ("ridge", None), ("ridge", True), ("ridge", -0.1),
+                        ("ridge", float("inf")), ("max_breakpoints", True)):
         with pytest.raises(ValueError, match=f"{name} must be"):
             IncrementalSVC(**{name: value})
 
