@@ -323,6 +323,21 @@ def _alpha_checkpoint():
     return AlphaISVC, model
 
 
+def _keyed_checkpoint():
+    model = IncrementalSVC()
+    model.learn_one({"a": 1.0}, True)  # the automatic key 1
+    model.learn_one({"a": -1.0}, False, key="pq")
+    model.learn_one({"a": 0.5}, True, key=2.5)
+    return IncrementalSVC, model
+
+
+def _edit_array(name: str, position: int, value: int):
+    def edit(arrays, meta):
+        arrays[name] = np.array(arrays[name], copy=True)
+        arrays[name][position] = value
+    return edit
+
+
 def _edit(path: str, value):
     def edit(arrays, meta):
         *parents, last = path.split(".")
@@ -350,6 +365,13 @@ def _edit(path: str, value):
     (_keyless_window_checkpoint, _edit("auto_keys", 4),
      "auto_keys 4 is below its automatic key 5"),
     (_svr_checkpoint, _edit("auto_keys", 0), "auto_keys 0 is below its automatic key 6"),
+    (_keyed_checkpoint, _edit_array("key_int", 0, 0), "automatic key numbered below 1"),
+    (_keyed_checkpoint, _edit_array("key_int", 2, np.float64("nan").view(np.int64)),
+     "float key is NaN"),
+    (_keyed_checkpoint, _edit_array("key_str_ends", 2, 3), "key_str_ends do not cut"),
+    (_keyed_checkpoint, _edit_array("key_str_ends", 1, 3), "key_str_ends do not cut"),
+    (_keyed_checkpoint, lambda arrays, meta: arrays.update(key_str_ends=np.array([0, 2])),
+     "2 key texts for 3 keys"),
     (_svr_checkpoint, _edit("features", ["a", "a"]), "feature names repeat"),
     (_svr_checkpoint, _edit("features", []), "1 feature columns but it names 0"),
     (_svr_checkpoint, _edit("params.epsilon", 2.0), "tube of epsilon = 2.0"),
@@ -357,7 +379,8 @@ def _edit(path: str, value):
     (_alpha_checkpoint, _edit("extra.buffer_labels", [3.0]), "buffered samples"),
 ], ids=["window-label", "window-nan", "window-row", "window-key", "window-list-key",
         "window-lengths", "window-inf-row", "window-auto-text", "window-auto-bool",
-        "window-auto-keys", "auto-keys", "features-repeat", "features-missing", "epsilon",
+        "window-auto-keys", "auto-keys", "auto-key-0", "nan-float-key", "key-texts-long",
+        "key-texts-unordered", "key-texts-fewer", "features-repeat", "features-missing", "epsilon",
         "alpha-next-id", "alpha-buffer"])
 def test_a_checkpoint_whose_parts_contradict_each_other_is_refused_by_name(make, edit, named):
     import copy
