@@ -56,8 +56,8 @@ def test_too_many_new_features_in_one_call_is_refused_unchanged():
 
 @pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC])
 def test_the_feature_limits_take_exactly_as_many_names_as_they_say(cls):
-    # One more name than each limit was taken: max_new_features=2 let three new names in, and
-    # max_features=3 let a fourth name in beside three in use.
+    # Off by one, max_new_features=2 would let three new names in, and max_features=3 a
+    # fourth name beside three in use.
     params = {"window_size": 10, "step": 1} if cls is SlidingWindowSVC else {}
     model = cls(max_new_features=2, **params)
     model.learn_one({"a": 1.0, "b": 1.0}, True, key=0)  # exactly the limit: taken
@@ -211,9 +211,9 @@ def test_a_refused_slide_leaves_buffer_and_names_as_they_were(monkeypatch):
 
 
 def test_a_refused_slide_puts_back_the_buffer_a_name_drop_rewrote(monkeypatch):
-    # To make room under max_features the name "old" (slid out) was dropped, and the buffered
-    # row rewritten over the names left; the slide was then refused and the names put back,
-    # but not the row: the buffered point read back as {"a": 1.0}, and was learned so.
+    # To make room under max_features the name "old" (slid out) is dropped and the buffered
+    # row rewritten over the names left; when the slide is then refused, the names and the
+    # row must both come back (the row alone left, the point would read back as {"a": 1.0}).
     window = SlidingWindowSVC(window_size=2, step=2, max_features=3)
     window.learn_one({"old": 1.0}, True, key="o1")
     window.learn_one({"old": -1.0}, False, key="o2")
@@ -319,8 +319,8 @@ def test_a_window_whose_names_drift_counts_only_the_names_its_slide_keeps(window
 @pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
 def test_the_first_point_of_a_buffer_counts_none_of_the_names_its_slide_removes(window):
     # With step 2 the first point buffered is learned in the slide that removes both stored
-    # points, but the names of the second were counted: a point bringing as many names as
-    # max_features was refused, though the slide leaves it room.
+    # points: counting the names of the second would refuse a point bringing as many names
+    # as max_features, though the slide leaves it room.
     label = (lambda i: float(i)) if window is SlidingWindowSVR else (lambda i: i % 2 == 0)
     model = window(window_size=2, step=2, max_features=2)
     model.learn_one({"a": 1.0}, label(0), key="a")

@@ -96,16 +96,16 @@ def test_classes_are_checked():
             check_classes(bad)
     with pytest.raises(ValueError):
         IncrementalSVC(classes=["x", "x"])
-    # Equal though not the same object: every label 1 learned as the positive class, and
-    # the negative one could never be learned.
+    # Equal though not the same object: taken as two classes, every label 1 would be learned
+    # as the positive class, and the negative one never.
     for same in ([1, 1.0], [np.int64(1), 1], [2.5, np.float64(2.5)]):
         with pytest.raises(ValueError, match="classes must be two distinct labels"):
             check_classes(same)
 
 
 def test_a_minus_one_label_learned_alone_warns_as_in_a_batch(monkeypatch):
-    # learn_one(x, -1) said nothing: predictions False/True never equalled the -1 labels, and
-    # River's metrics counted every negative prediction as a miss.
+    # learn_one(x, -1) must warn as learn_many does: predictions False/True never equal the -1
+    # labels, and River's metrics would count every negative prediction as a miss.
     import warnings
 
     from stream_svm import _input
@@ -357,7 +357,7 @@ def test_keys_from_a_multiindex_survive_a_checkpoint(make):
 @pytest.mark.parametrize("cls", [IncrementalSVC, IncrementalSVR])
 def test_a_time_key_that_would_come_back_as_another_key_is_refused_as_it_is_learned(cls):
     # A numpy datetime64 to the nanosecond equals the Timestamp a checkpoint gives back, but
-    # hashes otherwise: learned, it was not found again in the restored model.
+    # hashes otherwise: learned, it would not be found again in the restored model.
     model = cls()
     label = True if cls is IncrementalSVC else 1.0
     model.learn_one({"a": 1.0}, label, key="p")

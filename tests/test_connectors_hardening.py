@@ -538,8 +538,8 @@ def test_checkpoints_are_private_files_in_a_private_directory(tmp_path):
 @pytest.mark.parametrize("as_cache", [False, True])
 def test_arrays_of_a_kind_a_checkpoint_cannot_read_back_are_refused_on_save(tmp_path, array,
                                                                            as_cache):
-    # They were written, and every restart then refused the checkpoint the daemon had just
-    # called good (the reader takes booleans, integers, floats and text only).
+    # Written, they would make every restart refuse the checkpoint the daemon had just called
+    # good (the reader takes booleans, integers, floats and text only).
     store = CheckpointStore(tmp_path)
     arrays, cache = ({"w": np.zeros(2)}, {"odd": array}) if as_cache else ({"odd": array}, None)
     with pytest.raises(CheckpointError, match=r"'(cache\.)?odd' has dtype .*not plain"):
@@ -548,8 +548,8 @@ def test_arrays_of_a_kind_a_checkpoint_cannot_read_back_are_refused_on_save(tmp_
 
 
 def test_metadata_that_is_not_strict_json_is_refused_on_save(tmp_path):
-    # NaN was written as the bare word NaN: the file was no longer JSON that other readers
-    # (jq, a dashboard) could parse, and the restart took the setting back as NaN.
+    # NaN would be written as the bare word NaN: no longer JSON that other readers (jq, a
+    # dashboard) parse, and the restart would take the setting back as NaN.
     store = CheckpointStore(tmp_path)
     for meta, state in (({"C": math.nan}, {}), ({}, {"clock": math.inf})):
         with pytest.raises(CheckpointError, match="not JSON-serializable"):
@@ -559,8 +559,8 @@ def test_metadata_that_is_not_strict_json_is_refused_on_save(tmp_path):
 
 @pytest.mark.parametrize("name", ["__meta__", "cache.x"])
 def test_a_model_array_under_a_reserved_name_is_refused_on_save(tmp_path, name):
-    # A model array named cache.x came back as the unlabelled cache's member x, and the
-    # model's own array was missing from the checkpoint it had just written.
+    # A model array named cache.x would come back as the unlabelled cache's member x, and be
+    # missing from the model's arrays of the checkpoint it had just written.
     store = CheckpointStore(tmp_path)
     with pytest.raises(CheckpointError, match=f"reserved name '{name}'"):
         store.save({name: np.zeros(2)}, {}, {})
@@ -568,8 +568,8 @@ def test_a_model_array_under_a_reserved_name_is_refused_on_save(tmp_path, name):
 
 
 def test_a_fortran_ordered_array_round_trips_exactly(tmp_path):
-    # Read back in C order, a transposed (Fortran-ordered) array came back with its values
-    # shuffled: a model restored from it was another model.
+    # Read back in C order, a transposed (Fortran-ordered) array would come back with its
+    # values shuffled: a model restored from it would be another model.
     store = CheckpointStore(tmp_path)
     X = np.asfortranarray(np.arange(6.0).reshape(2, 3))
     codes = np.asfortranarray(np.array([["a", "bb"], ["ccc", "d"]]))
@@ -581,7 +581,7 @@ def test_a_fortran_ordered_array_round_trips_exactly(tmp_path):
 
 
 def test_keep_below_one_is_refused(tmp_path):
-    # keep=0 was taken, and kept one checkpoint all the same.
+    # keep=0 must be refused: the store keeps the checkpoint it writes all the same.
     with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
         CheckpointStore(tmp_path / "checkpoints", keep=0)
     assert not (tmp_path / "checkpoints").exists()
@@ -606,8 +606,8 @@ def test_a_checkpoint_is_fsynced_and_so_is_its_directory(tmp_path, monkeypatch):
 
 
 def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
-    # The half-written file (training data) stayed until the next write, and a restart
-    # meanwhile said a write had been killed midway, though none was.
+    # The half-written file (training data) must go with the failure: left, it would stay
+    # until the next write, and a restart meanwhile would say a write was killed midway.
     import errno
 
     store = CheckpointStore(tmp_path)
@@ -627,8 +627,8 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
 
 
 def test_a_stale_longer_pid_in_the_lock_file_is_replaced_whole(tmp_path):
-    # Written over the start of a longer pid left by an earlier daemon, the pid was a number
-    # no process has, and the busy message named it.
+    # Written over the start of a longer pid left by an earlier daemon, the pid would be a
+    # number no process has, and the busy message would name it.
     from connectors.checkpoint import DirectoryLock
 
     directory = tmp_path / "checkpoints"
@@ -661,8 +661,8 @@ def _one_member(path: Path, descr: str, shape: tuple[int, ...], data: bytes,
 ], ids=["complex", "timedelta", "dtype", "shape"])
 def test_a_member_unlike_what_its_checkpoint_declares_is_refused(tmp_path, descr, shape, data,
                                                                  manifest, problem):
-    # Each was read and handed to the model: a damaged or crafted file was restored as
-    # good, with integers taken for floats or a matrix taken for a vector.
+    # Each must be refused before the model gets it: a damaged or crafted file would be
+    # restored as good, integers taken for floats or a matrix for a vector.
     path = _one_member(tmp_path / "checkpoint-000000000001.npz", descr, shape, data, manifest)
     with pytest.raises(CheckpointError, match=problem):
         CheckpointStore(tmp_path).read(path)
@@ -670,8 +670,8 @@ def test_a_member_unlike_what_its_checkpoint_declares_is_refused(tmp_path, descr
 
 @pytest.mark.parametrize("refusal", [CheckpointError, CheckpointMismatch])
 def test_a_restore_that_refuses_a_checkpoint_is_not_taken_for_a_restore(tmp_path, refusal):
-    # A restore that raised CheckpointError was ignored: load_latest returned that checkpoint
-    # as restored, with no model in it, and the daemon went on with a new one.
+    # A restore that raises CheckpointError must not be ignored: load_latest would return
+    # that checkpoint as restored, with no model in it, and the daemon go on with a new one.
     store = CheckpointStore(tmp_path)
     older = store.save({"w": np.zeros(2)}, {}, {})
     newer = store.save({"w": np.ones(2)}, {}, {})

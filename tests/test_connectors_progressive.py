@@ -133,9 +133,9 @@ def _message(offset: int, message: dict, topic: str = "in") -> Record:
 
 @pytest.mark.parametrize("per_poll", [False, True])
 def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll):
-    # Per poll, the labelled messages before a forget were not learned before it: the forget
-    # was dead-lettered as an unknown id and the point learned anyway (an erasure request
-    # lost), and learning the id again after the forget was refused as a duplicate.
+    # Per poll, the labelled messages before a forget must be learned before it: else the
+    # forget is dead-lettered as an unknown id and the point learned anyway (an erasure
+    # request lost), and learning the id again after the forget is refused as a duplicate.
     stream = _stream(30)
     processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
     processor.process(_records(stream[:20]))
@@ -163,7 +163,7 @@ def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll)
 
 
 def test_a_prediction_after_a_relabel_in_the_same_poll_comes_from_the_relabelled_model():
-    # The relabel did not end the poll's segment: the message after it was predicted by the
+    # The relabel must end the poll's segment: else the message after it is predicted by the
     # model before the relabel, which is not progressive validation.
     stream = _stream(40)
     processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
@@ -185,8 +185,8 @@ def test_a_prediction_after_a_relabel_in_the_same_poll_comes_from_the_relabelled
 
 
 def test_a_late_label_is_scored_and_its_cached_features_are_released():
-    # A late label's prediction (made when its features came) never counted towards the
-    # progressive accuracy; and its features stayed cached (and checkpointed) once learned.
+    # A late label's prediction (made when its features came) counts towards the progressive
+    # accuracy, and its features leave the cache (and the checkpoints) once learned.
     stream = _stream(30)
     processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
     processor.process(_records(stream[:20]))
@@ -212,8 +212,8 @@ def test_a_late_label_is_scored_and_its_cached_features_are_released():
 
 @pytest.mark.parametrize("per_poll", [False, True])
 def test_an_id_repeated_before_it_is_learned_is_a_duplicate_and_not_scored(per_poll):
-    # A second labelled message of an id (learned, or waiting in the poll to be learned) was
-    # refused with reason "refused" instead of "duplicate_id", and still scored.
+    # A second labelled message of an id (learned, or waiting in the poll to be learned) is
+    # a duplicate_id, not scored; learning it would fail and be dead-lettered "refused".
     stream = _stream(30)
     processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
     processor.process(_records(stream[:20]))

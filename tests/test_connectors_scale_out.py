@@ -657,9 +657,9 @@ def test_offsets_are_committed_only_once_the_partitions_models_are_published():
 
 
 def test_a_model_given_up_with_changes_not_published_is_not_kept_for_the_partitions_return():
-    # A model with unpublished changes (the daemon gave its outputs up) was kept aside and
-    # served again when the group gave the partition back: the records read again from the
-    # commit were then refused as duplicates of what it had learned, never answered.
+    # A model with unpublished changes (the daemon gave its outputs up) must not be kept
+    # aside for the partition's return: served again, the records read again from the
+    # commit would be refused as duplicates of what it had learned, never answered.
     store = _MemoryStore()
     models, _ = _scoped(max_models=4, store=store)
     models.assign({0})
@@ -1317,9 +1317,9 @@ def test_a_model_that_cannot_be_fetched_holds_its_messages_and_warns_once_a_whil
 
 def test_models_that_cannot_be_fetched_hold_their_partition_from_their_first_message(
         monkeypatch):
-    # With two unfetchable models in one partition, the partition was read again from the
-    # first message of the last model handled, not of both: the other's earlier messages
-    # were skipped, never answered nor learned. Their messages interleave here, and a
+    # With two unfetchable models in one partition, the partition must be read again from
+    # the first message of either: from the last model's, the other's earlier messages
+    # would be skipped, never answered nor learned. Their messages interleave here, and a
     # readable model's messages after them are answered but not committed past.
     from connectors.state_store import StateStoreError
 

@@ -768,8 +768,8 @@ def test_a_restart_slower_than_the_cache_age_reads_answered_labels_again():
     restarted.expire_cache()
     assert list(restarted.cache) == []
     # A second restart after a second long downtime: the first downtime ages nothing either
-    # (the checkpoint saved the wall clock, not the cache's own, and the second restart then
-    # counted the first downtime).
+    # (the checkpoint must save the cache's own clock, not the wall clock, which would make
+    # the second restart count the first downtime).
     restarted.process([rec(3, {"id": "c", "x": {"f": 3.0}})])
     second_state, second_arrays = json.loads(json.dumps(restarted.state())), \
         restarted.cache_arrays()
@@ -1025,9 +1025,9 @@ def test_a_forget_of_an_id_reserve_truncation_discarded_says_it_may_have_been_le
 
 
 def test_cache_evictions_and_skipped_messages_are_counted_once_each():
-    # Each batch reported every eviction since the start again (the counter grew by 1, 2, 3
-    # for one eviction per batch); messages skipped below the next offsets (read again after
-    # a restart) were logged but never counted.
+    # Each eviction is reported once (reporting every eviction since the start at each
+    # batch would grow the counter by 1, 2, 3 for one eviction per batch); messages skipped
+    # below the next offsets (read again after a restart) are counted, not only logged.
     from stream_svm import IncrementalSVC
 
     metrics = Metrics()

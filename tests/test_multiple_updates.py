@@ -230,8 +230,8 @@ def test_a_window_forgets_many_samples_at_once_window_and_buffer_alike(regressio
 
 @pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
 def test_a_key_waiting_in_the_buffer_is_already_stored(window):
-    # With step > 1 a key waiting for the next slide was taken again (as was one repeated
-    # within a batch): two samples shared it, and every slide after it was refused.
+    # With step > 1 a key waiting for the next slide (or repeated within a batch) must be
+    # refused: two samples sharing it would make every later slide refused.
     label = (lambda v: float(v)) if window is SlidingWindowSVR else (lambda v: v > 0)
     model = window(window_size=6, step=3)
     model.learn_one({"a": 1.0}, label(1), key="k")
@@ -249,8 +249,8 @@ def test_a_key_waiting_in_the_buffer_is_already_stored(window):
 
 @pytest.mark.parametrize("window", [SlidingWindowSVC, SlidingWindowSVR])
 def test_forgetting_by_value_in_the_buffer_matches_the_label_and_every_feature(window):
-    # Each of these forgot another sample than the one given: the buffered one with the other
-    # label, the older one equal on its fewer features only, or one sample twice over.
+    # Each of these must forget the sample given, not the buffered one with the other label,
+    # the older one equal on its fewer features only, or one sample twice over.
     label = (lambda v: float(v)) if window is SlidingWindowSVR else (lambda v: v > 0)
     model = window(window_size=8, step=8)  # everything below waits in the buffer
     model.learn_one({"a": 1.0}, label(1), key="short")

@@ -74,8 +74,8 @@ def test_labels_given_as_a_data_frame_are_refused(name):
 
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_labels_concatenated_from_pieces_numbered_from_0_pair_by_position(name):
-    # Their index (0, 1, 0) holds only numbers of X's numbering 0, 1, 2: it was refused as
-    # X's rows in another order, though no order of X's rows gives it.
+    # Their index (0, 1, 0) holds only numbers of X's numbering 0, 1, 2: it must not be
+    # refused as X's rows in another order, since no order of X's rows gives it.
     model, y = _trained(name)
     rows = FRAME.reset_index(drop=True).iloc[:3]
     pieces = pd.concat([y.iloc[:2].reset_index(drop=True), y.iloc[2:3].reset_index(drop=True)])
@@ -105,7 +105,7 @@ def test_a_single_string_is_not_taken_as_keys_character_by_character(name):
     with pytest.raises(TypeError, match="keys must be a collection of keys"):
         model.learn_many(FRAME.reset_index(drop=True).iloc[:2], y.iloc[:2].reset_index(drop=True),
                          keys="mn")
-    # Bytes too: b"mn" was taken as the keys 109 and 110, its characters' codes.
+    # Bytes too: b"mn" must not be taken as the keys 109 and 110, its characters' codes.
     with pytest.raises(TypeError, match=r"not the single key b'mn': pass \[b'mn'\]"):
         model.learn_many(FRAME.reset_index(drop=True).iloc[:2], y.iloc[:2].reset_index(drop=True),
                          keys=b"mn")

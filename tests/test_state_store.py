@@ -472,8 +472,8 @@ def test_a_newer_formats_state_stops_the_restore_instead_of_an_older_one_standin
 
 @pytest.mark.broker
 def test_chunks_a_smaller_state_leaves_behind_in_its_slot_are_tombstoned(broker, store_of):  # noqa: F811
-    # Without tombstones, a state of many chunks left its later chunks on the compacted
-    # topic for good under keys the next, smaller state of the same slot never overwrote.
+    # Without tombstones, a state of many chunks would leave its later chunks on the
+    # compacted topic for good, under keys the next, smaller state of its slot never writes.
     servers = broker.bootstrap_servers
     topic = unique("state-leftovers")
     store = store_of(topic, max_record_bytes=8192)
@@ -493,8 +493,8 @@ def test_chunks_a_smaller_state_leaves_behind_in_its_slot_are_tombstoned(broker,
 @pytest.mark.broker
 def test_a_claim_on_an_emptied_topic_starts_above_the_epochs_published_before(
         broker, store_of):  # noqa: F811
-    # A state topic recreated empty started the epochs again at 0: predictors, which take a
-    # state only from a newer epoch, kept serving the old model.
+    # A state topic recreated empty must not start the epochs again at 0: predictors, which
+    # take a state only from a newer epoch, would keep serving the old model.
     topic = unique("state-at-least")
     store = store_of(topic)
     store.ensure_topic()
