@@ -47,6 +47,11 @@ def plain_key(key: Hashable) -> Hashable:
     >>> plain_key(np.int64(7)), plain_key(("p", 1))
     (7, ('p', 1))
     """
+    if isinstance(key, np.datetime64):
+        # (one to the nanosecond holds an int: as one it would be another key, learned under a
+        # number; kept as it is, the checks refuse it as a key no checkpoint keeps)
+        value = key.item()
+        return value if isinstance(value, datetime.datetime) else key
     return key.item() if isinstance(key, np.generic) else key
 
 

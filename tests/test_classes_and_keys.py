@@ -354,19 +354,30 @@ def test_keys_from_a_multiindex_survive_a_checkpoint(make):
     assert restored.predict_one(probe) == model.predict_one(probe)
 
 
-@pytest.mark.parametrize("cls", [IncrementalSVC, IncrementalSVR])
-def test_a_time_key_that_would_come_back_as_another_key_is_refused_as_it_is_learned(cls):
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR,
+                                  lambda: SlidingWindowSVC(window_size=5),
+                                  lambda: SlidingWindowSVC(window_size=5, step=3)],
+                         ids=["svc", "svr", "window", "window step 3"])
+@pytest.mark.parametrize("many", [False, True])
+def test_a_time_key_that_would_come_back_as_another_key_is_refused_as_it_is_learned(make,
+                                                                                     many):
     # A numpy datetime64 to the nanosecond equals the Timestamp a checkpoint gives back, but
-    # hashes otherwise: learned, it would not be found again in the restored model.
-    model = cls()
-    label = True if cls is IncrementalSVC else 1.0
+    # hashes otherwise: learned, it would not be found again in the restored model. learn_many
+    # took it, and every checkpoint then failed; a window took it as an int (the number of
+    # nanoseconds it holds), another key.
+    model = make()
+    label = 1.0 if isinstance(model, IncrementalSVR) else True
     model.learn_one({"a": 1.0}, label, key="p")
-    before = model.to_checkpoint()[1]
+    before = model.to_checkpoint()
     key = np.datetime64("2024-01-01T00:00:00.000000001", "ns")
     with pytest.raises(TypeError, match="does not read back as the same key; use a time zone "
                                         "by name"):
-        model.learn_one({"a": 2.0}, label, key=key)
-    assert model.to_checkpoint()[1] == before
+        if many:
+            model.learn_many(pd.DataFrame({"a": [2.0]}), pd.Series([label]), keys=[key])
+        else:
+            model.learn_one({"a": 2.0}, label, key=key)
+    after = model.to_checkpoint()
+    assert after[1] == before[1] and after[0].keys() == before[0].keys()
 
 
 def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
