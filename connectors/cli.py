@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
     demo.add_argument("--limit", type=_count, default=None, help="replay only the first N points")
-    demo.add_argument("--config", help="model settings (default: configs/bananas.toml values)")
+    demo.add_argument("--config", action=_StoreOnce,
+                      help="model settings (default: configs/bananas.toml values)")
     demo.add_argument("--metrics-port", type=int, default=9464, help="0 picks a free port")
     demo.add_argument("--unlabelled-every", type=_every, default=10,
                       help="every Nth point is sent without its label (predict only), 0: none")

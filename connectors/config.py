@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,16 +81,38 @@ def _positive_int32(value: int) -> str | None:
         f"must be at most {KAFKA_INT32_MAX} (a 32-bit field of Kafka's protocol)")
 
 
-#: The smallest kafka.max_message_bytes: a dead letter's error text alone may take 4 KB.
-MIN_MESSAGE_BYTES = 16_384
+#: The smallest kafka.max_message_bytes: a dead letter (its error and source, its raw bytes
+#: cut to fit) takes about 300 bytes at the least.
+MIN_MESSAGE_BYTES = 512
 
 
 def _message_limit(value: int) -> str | None:
     # (10 was taken, and every message was dead-lettered, its raw bytes cut to nothing)
     if 0 < value < MIN_MESSAGE_BYTES:
-        return (f"must be at least {MIN_MESSAGE_BYTES} bytes: an output or a dead letter, whose "
-                "error text may take 4 KB, must fit in it (Kafka's default is 1000012)")
+        return (f"must be at least {MIN_MESSAGE_BYTES} bytes: an output or a dead letter must "
+                "fit in it (Kafka's default is 1000012)")
     return _positive_int32(value)
+
+
+#: The names of the variables Kubernetes sets in every pod for each Service of its namespace
+#: (a Service "stream-svm": STREAM_SVM_PORT=tcp://10.0.0.7:9464, STREAM_SVM_SERVICE_HOST, ...).
+_SERVICE_LINK = re.compile(
+    r"_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$")
+
+
+def _service_link(variable: str, value: str) -> bool:
+    """Whether ``variable`` is one Kubernetes set for a Service (named like this program): not
+    a setting, even where its name is one's (STREAM_SVM_METRICS_PORT=tcp://... for a Service
+    "stream-svm-metrics"). Such variables stopped the daemon's start in any namespace with a
+    Service so named (the pod's default, enableServiceLinks)."""
+    if not _SERVICE_LINK.search(variable):
+        return False
+    if variable.endswith("_PORT") and "_SERVICE_" not in variable and "_TCP_" not in variable \
+            and "_UDP_" not in variable and "_SCTP_" not in variable:
+        # <SERVICE>_PORT is always a URL: a number under such a name is a setting, or a
+        # misspelt one (STREAM_SVM_METRIC_PORT=9000), checked as such
+        return value.startswith(("tcp://", "udp://", "sctp://"))
+    return True
 
 
 def _non_negative_int32(value: int) -> str | None:
@@ -590,6 +613,8 @@ def load_config(
             SASL_USERNAME_ENV,
             SASL_PASSWORD_ENV,
         ):
+            continue
+        if _service_link(variable, value):
             continue
         rest = variable[len(ENV_PREFIX) :].lower()
         for section in SCHEMA:

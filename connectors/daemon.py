@@ -1438,9 +1438,11 @@ class Daemon:
                   kafka.dead_letter_topic: "kafka.dead_letter_topic"}
         while True:
             missing = [topic for topic in wanted if topic not in consumer.topics()]
-            if not missing or time.monotonic() >= deadline:
+            if not missing or time.monotonic() >= deadline or self.stop_event.is_set():
                 break
             self.stop_event.wait(0.2)
+        if self.stop_event.is_set():
+            return  # (stopping: the start goes no further)
         if missing:
             raise DaemonError(", ".join(
                 f"topic {topic} ({wanted[topic]}) does not exist" for topic in missing)
@@ -1468,7 +1470,8 @@ class Daemon:
         for topic in self._topics():
             found = None
             deadline = time.monotonic() + self.config.kafka.request_timeout_ms / 1000
-            while found is None and time.monotonic() < deadline:
+            while (found is None and time.monotonic() < deadline
+                   and not self.stop_event.is_set()):  # (a stop ends the wait at once)
                 consumer.topics()  # refreshes the metadata
                 found = consumer.partitions_for_topic(topic)
                 if found is None:

@@ -124,10 +124,8 @@ def settings_mismatch(saved: Any, settings: dict[str, Any]) -> str | None:
     # A parameter the model's kernel (or feature map) does not use changes nothing: one given
     # with a linear kernel, before such settings were refused, must not keep its model from
     # being restored once the setting is taken out.
-    unused = {name for chooser, uses in _KERNEL_SETTINGS.items()
-              if saved.get(chooser) in uses and saved.get(chooser) == settings.get(chooser)
-              for names in uses.values() for name in names
-              if name not in uses[saved[chooser]]}
+    unused = _unused_by(saved) if all(
+        saved.get(chooser) == settings.get(chooser) for chooser in _KERNEL_SETTINGS) else set()
     return ", ".join(
         f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
         for name in sorted(set(settings) | set(saved))
@@ -161,6 +159,14 @@ _KERNEL_SETTINGS = {
     "kernel": {"linear": (), "rbf": ("gamma",), "poly": ("gamma", "degree", "coef0")},
     "features": {"linear": (), "rff": ("gamma", "n_components", "seed")},
 }
+
+
+def _unused_by(settings: Mapping[str, Any]) -> set[str]:
+    """The settings that the kernel and feature map chosen in ``settings`` do not use."""
+    return {name for chooser, uses in _KERNEL_SETTINGS.items()
+            if settings.get(chooser) in uses
+            for names in uses.values() for name in names
+            if name not in uses[settings[chooser]]}
 
 
 def _unused_by_kernel(config: Config, name: str) -> str | None:
@@ -223,8 +229,9 @@ def check_restored_settings(model: Any, settings: Mapping[str, Any]) -> None:
     model would serve with parameters nobody configured (it had kept 110 of 250 points, with
     a reserve_epsilon set nowhere)."""
     params = model._get_params()
+    unused = _unused_by(settings)  # (a linear kernel's gamma changes nothing of the model)
     for name, value in settings.items():
-        if name == "type" or name not in params:
+        if name == "type" or name not in params or name in unused:
             continue
         if _as_json(params[name]) != _as_json(value):
             raise ValueError(

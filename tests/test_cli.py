@@ -498,6 +498,7 @@ def test_a_tls_file_the_client_cannot_use_is_refused_naming_its_setting(tmp_path
 
 def test_serve_at_a_tls_setting_names_a_listener_that_never_handshakes_and_stops(tmp_path):
     import signal
+    import threading
     import time
 
     server = _FakeServer(lambda request: None)
@@ -507,6 +508,8 @@ def test_serve_at_a_tls_setting_names_a_listener_that_never_handshakes_and_stops
          "--set", "kafka.security_protocol=SSL", "--set", "kafka.request_timeout_ms=1000",
          "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopper = threading.Timer(60, process.kill)  # (a daemon that hangs: no endless read)
+    stopper.start()
     try:
         lines = []
         for line in process.stderr:  # until the first attempt is reported
@@ -518,6 +521,7 @@ def test_serve_at_a_tls_setting_names_a_listener_that_never_handshakes_and_stops
         _, rest = process.communicate(timeout=60)
         waited = time.monotonic() - started
     finally:
+        stopper.cancel()
         process.kill()
         server.close()
     log = "".join(lines) + rest

@@ -54,7 +54,7 @@ def _config(broker, tmp_path, **extra):  # noqa: F811
         "kafka.dead_letter_topic": names["dead"],
         "kafka.group_id": unique("group"),
         "kafka.max_batch": 16,
-        "kafka.max_message_bytes": 16_384,
+        "kafka.max_message_bytes": 2000,
         "kafka.request_timeout_ms": 10000,
         "model.C": MODEL["C"],
         "model.gamma": MODEL["gamma"],
@@ -97,7 +97,7 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
             "forget-string-id": {"op": "forget", "id": "3"},  # "3" is not the id 3
             "relabel-unknown": {"op": "relabel", "id": 999, "y": True},
             "duplicate": {"id": 0, "x": {"a": 0.0, "b": 0.0}, "y": True},
-            "oversize": {"id": "big", "x": {f"f{i}": 1.0 for i in range(2000)}},
+            "oversize": {"id": "big", "x": {f"f{i}": 1.0 for i in range(300)}},
             "unknown-op": {"op": "explode", "id": 1},
             "array": [1, 2, 3],
         }

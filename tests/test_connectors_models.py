@@ -26,6 +26,7 @@ from stream_svm import (
     AlphaISVC,
     IncrementalLSSVC,
     IncrementalLSSVR,
+    IncrementalSVC,
     IncrementalSVR,
     SlidingWindowSVR,
 )
@@ -130,6 +131,16 @@ def test_a_parameter_of_another_kernel_is_refused_naming_the_kernel():
     assert settings_mismatch(saved, model_settings(_config(kernel="linear"))) is None
     assert settings_mismatch(saved, model_settings(_config(kernel="rbf"))) == (
         "gamma 5.0 -> 1.0, kernel 'linear' -> 'rbf'")
+    # ... and the model in it too (its own parameters say gamma 5.0).
+    model = IncrementalSVC(kernel="linear", gamma=5.0)
+    for i in range(20):
+        model.learn_one({"a": float(i % 5), "b": float(i % 3)}, i % 2 == 0)
+    arrays, meta = model.to_checkpoint()
+    restored = restore_model(_config(kernel="linear"), arrays, meta)
+    probe = {"a": 1.0, "b": 2.0}
+    assert restored.decision_function_one(probe) == model.decision_function_one(probe)
+    with pytest.raises(ValueError, match="kernel='linear'"):
+        restore_model(_config(kernel="rbf", gamma=5.0), arrays, meta)
 
 
 def test_checkpoints_written_before_a_setting_existed_match_its_default():

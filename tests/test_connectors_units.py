@@ -121,6 +121,30 @@ def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
                            "STREAM_SVM_SPEED": "fast", "STREAM_SVM_SCALE": "2"})
 
 
+def test_kubernetes_service_links_are_not_taken_for_settings():
+    # A Service named stream-svm (or stream-svm-metrics) in the namespace gives every pod
+    # STREAM_SVM_PORT=tcp://..., STREAM_SVM_METRICS_SERVICE_HOST, ...: the start was refused
+    # ("names no section", "unknown setting metrics.service_host"), or metrics.port read
+    # "tcp://10.0.0.8:9464".
+    links = {}
+    for service, address in (("STREAM_SVM", "10.0.0.7"), ("STREAM_SVM_METRICS", "10.0.0.8")):
+        links.update({
+            f"{service}_PORT": f"tcp://{address}:9464",
+            f"{service}_PORT_9464_TCP": f"tcp://{address}:9464",
+            f"{service}_PORT_9464_TCP_PROTO": "TCP",
+            f"{service}_PORT_9464_TCP_PORT": "9464",
+            f"{service}_PORT_9464_TCP_ADDR": address,
+            f"{service}_SERVICE_HOST": address,
+            f"{service}_SERVICE_PORT": "9464",
+            f"{service}_SERVICE_PORT_METRICS": "9464",
+        })
+    config = load_config(None, {}, links)
+    assert config.metrics.port == SCHEMA["metrics"]["port"].default
+    assert config.sources["metrics.port"] == "default"
+    # The setting itself is still read.
+    assert load_config(None, {}, {**links, "STREAM_SVM_METRICS_PORT": "9999"}).metrics.port == 9999
+
+
 @pytest.mark.parametrize("servers", ["127.0.0.1:port", "a b:9092", "h:0", "h:99999", "[::1",
                                      ",", "fe80::1%eth0", "a\x00b:9092"])
 def test_bootstrap_servers_that_are_not_host_port_are_refused_at_start(servers):
@@ -175,7 +199,7 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         # threads take), a stop that waited for a poll of hours, an LS-SVM of 7 GB.
         ({"model.max_breakpoints": str(2**63)}, {}, "model.max_breakpoints"),
         ({"kafka.max_message_bytes": "3000000000"}, {}, "kafka.max_message_bytes"),
-        ({"kafka.max_message_bytes": "10"}, {}, "must be at least 16384 bytes"),
+        ({"kafka.max_message_bytes": "10"}, {}, "must be at least 512 bytes"),
         ({"kafka.topic_partitions": str(2**31)}, {}, "kafka.topic_partitions"),
         ({"kafka.client_id": "c" * 32768}, {}, "kafka.client_id"),
         ({"kafka.max_batch": str(2**64)}, {}, "kafka.max_batch"),
