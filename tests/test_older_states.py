@@ -37,6 +37,8 @@ OLDEST_ENGINE_STATE = frozenset({
 })
 
 POINTS = list(itertools.islice(datasets.Bananas(), 160))
+#: The pickles learned under keys (0 to 79), which the test forgets some of.
+KEYED = ("incremental_svc", "incremental_svr", "incremental_lssvc")
 PROBES = [x for x, _ in itertools.islice(datasets.Bananas(), 1000, 1100)]
 
 
@@ -50,14 +52,16 @@ def _fresh(name: str):
         "alpha_isvc": lambda: stream_svm.AlphaISVC(batch_size=20, C=1.0, gamma=0.5),
         "pipeline_svc": lambda: compose.Pipeline(preprocessing.StandardScaler(),
                                                  stream_svm.IncrementalSVC(C=1.0, gamma=0.5)),
+        "sliding_window_svr": lambda: stream_svm.SlidingWindowSVR(window_size=50, C=1.0,
+                                                                  gamma=0.5, epsilon=0.1),
     }[name]()
 
 
 def _learn(name: str, model, start: int, stop: int) -> None:
     for i in range(start, stop):
         x, y = POINTS[i]
-        target = x["1"] - 0.5 * x["2"] if name == "incremental_svr" else y
-        if name in ("incremental_svc", "incremental_svr"):
+        target = x["1"] - 0.5 * x["2"] if name.endswith("svr") else y
+        if name in KEYED:
             model.learn_one(x, target, key=i)
         else:
             model.learn_one(x, target)
@@ -67,13 +71,13 @@ def _decisions(name: str, model) -> np.ndarray:
     if name == "pipeline_svc":
         scaler, svc = model.steps.values()
         return np.array([svc.decision_function_one(scaler.transform_one(x)) for x in PROBES])
-    if name == "incremental_svr":
+    if name.endswith("svr"):
         return np.array([model.predict_one(x) for x in PROBES])
     return np.array([model.decision_function_one(x) for x in PROBES])
 
 
 @pytest.mark.parametrize("name", ["incremental_svc", "sliding_window_svc", "incremental_svr",
-                                  "alpha_isvc", "pipeline_svc"])
+                                  "alpha_isvc", "pipeline_svc", "sliding_window_svr"])
 def test_an_older_pickle_goes_on_learning_exactly(name):
     """Loaded, the older model predicts as a model learned by this version on the same 80
     points; it then learns 80 more (and, keyed, forgets 20 it learned before the upgrade) and
@@ -86,7 +90,7 @@ def test_an_older_pickle_goes_on_learning_exactly(name):
                                rtol=0, atol=1e-9)
     for model in (older, current):
         _learn(name, model, 80, 160)
-        if name in ("incremental_svc", "incremental_svr"):
+        if name in KEYED:
             for key in range(20):
                 model.forget_one(key=key)
     np.testing.assert_allclose(_decisions(name, older), _decisions(name, current),
@@ -97,6 +101,28 @@ def test_an_older_pickle_goes_on_learning_exactly(name):
     assert engine.n == fresh_engine.n
     # Counters the older state lacked start from 0 and count what came after.
     assert engine.retries_total == engine.relearns_total == 0
+
+
+def test_an_older_ls_svm_pickle_learns_and_forgets_exactly():
+    """Its random features were drawn by the older version (the same seed draws others now):
+    loaded, it learns 80 points and forgets them, exactly back to what it was, and then
+    forgets 20 of its own as a copy loaded afresh does."""
+    with gzip.open(PICKLES / "incremental_lssvc.pkl.gz") as handle:
+        older = pickle.load(handle)
+    before = _decisions("incremental_lssvc", older)
+    _learn("incremental_lssvc", older, 80, 160)
+    assert older.n_samples_ == 160
+    for key in range(80, 160):
+        older.forget_one(key=key)
+    np.testing.assert_allclose(_decisions("incremental_lssvc", older), before, rtol=0,
+                               atol=1e-9)
+    trimmed = pickle.loads(gzip.decompress((PICKLES / "incremental_lssvc.pkl.gz").read_bytes()))
+    for key in range(20):
+        older.forget_one(key=key)
+        trimmed.forget_one(key=key)
+    np.testing.assert_allclose(_decisions("incremental_lssvc", older),
+                               _decisions("incremental_lssvc", trimmed), rtol=0, atol=1e-9)
+    assert older.n_samples_ == 60
 
 
 def _engine_state() -> tuple[PathEngine, dict]:

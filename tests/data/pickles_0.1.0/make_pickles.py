@@ -20,11 +20,15 @@ def main(out: Path) -> None:
         "alpha_isvc": stream_svm.AlphaISVC(batch_size=20, C=1.0, gamma=0.5),
         "pipeline_svc": compose.Pipeline(preprocessing.StandardScaler(),
                                          stream_svm.IncrementalSVC(C=1.0, gamma=0.5)),
+        "sliding_window_svr": stream_svm.SlidingWindowSVR(window_size=50, C=1.0, gamma=0.5,
+                                                          epsilon=0.1),
+        "incremental_lssvc": stream_svm.IncrementalLSSVC(rho=1.0, features="rff",
+                                                         n_components=50, gamma=0.5, seed=7),
     }
     for name, model in models.items():
         for i, (x, y) in enumerate(points):
-            target = x["1"] - 0.5 * x["2"] if name == "incremental_svr" else y
-            if name in ("incremental_svc", "incremental_svr"):
+            target = x["1"] - 0.5 * x["2"] if name.endswith("svr") else y
+            if name in ("incremental_svc", "incremental_svr", "incremental_lssvc"):
                 model.learn_one(x, target, key=i)
             else:
                 model.learn_one(x, target)
