@@ -364,34 +364,46 @@ def test_the_connection_probe_asks_the_server_a_kafka_request_when_told_to():
             server.close()
 
 
-def test_serve_names_a_server_that_is_no_kafka_broker_and_stops_at_once(tmp_path):
-    import signal
+def _serve_until_the_first_attempt(tmp_path, server, stop, *settings):
+    """Runs ``serve`` against ``server`` until it reports its first connection attempt, then
+    sends it ``stop``: its whole log, its exit code, and the seconds it took to stop."""
+    import threading
     import time
 
-    server = _FakeServer(lambda request: b"HTTP/1.0 400 Bad request\r\n\r\n")
     process = subprocess.Popen(
         [*COMMAND, "serve",
          "--set", f"kafka.bootstrap_servers=127.0.0.1:{server.port}",
-         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"],
+         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0",
+         *(part for setting in settings for part in ("--set", setting))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopper = threading.Timer(60, process.kill)  # (a daemon that hangs: no endless read)
+    stopper.start()
     try:
         lines = []
         for line in process.stderr:  # until the first attempt is reported
             lines.append(line)
-            if "unreachable (attempt 1)" in line:
+            if "(attempt 1)" in line:
                 break
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         started = time.monotonic()
         _, rest = process.communicate(timeout=60)
         waited = time.monotonic() - started
     finally:
+        stopper.cancel()
         process.kill()
         server.close()
-    log = "".join(lines) + rest
+    return "".join(lines) + rest, process.returncode, waited
+
+
+def test_serve_names_a_server_that_is_no_kafka_broker_and_stops_at_once(tmp_path):
+    import signal
+
+    server = _FakeServer(lambda request: b"HTTP/1.0 400 Bad request\r\n\r\n")
+    log, code, waited = _serve_until_the_first_attempt(tmp_path, server, signal.SIGINT)
     assert f"127.0.0.1:{server.port}: answered a Kafka request with b'HTTP/1.0', which is no " \
            "Kafka answer" in log
     assert "Invalid frame length" not in log  # kafka-python's clients were never made
-    assert process.returncode == 0
+    assert code == 0
     assert waited < 15, waited  # (before: up to kafka.request_timeout_ms, 30 s)
 
 
@@ -498,35 +510,13 @@ def test_a_tls_file_the_client_cannot_use_is_refused_naming_its_setting(tmp_path
 
 def test_serve_at_a_tls_setting_names_a_listener_that_never_handshakes_and_stops(tmp_path):
     import signal
-    import threading
-    import time
 
     server = _FakeServer(lambda request: None)
-    process = subprocess.Popen(
-        [*COMMAND, "serve",
-         "--set", f"kafka.bootstrap_servers=127.0.0.1:{server.port}",
-         "--set", "kafka.security_protocol=SSL", "--set", "kafka.request_timeout_ms=1000",
-         "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "metrics.port=0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stopper = threading.Timer(60, process.kill)  # (a daemon that hangs: no endless read)
-    stopper.start()
-    try:
-        lines = []
-        for line in process.stderr:  # until the first attempt is reported
-            lines.append(line)
-            if "(attempt 1)" in line:
-                break
-        process.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        _, rest = process.communicate(timeout=60)
-        waited = time.monotonic() - started
-    finally:
-        stopper.cancel()
-        process.kill()
-        server.close()
-    log = "".join(lines) + rest
+    log, code, waited = _serve_until_the_first_attempt(
+        tmp_path, server, signal.SIGTERM, "kafka.security_protocol=SSL",
+        "kafka.request_timeout_ms=1000")
     assert "did not complete a TLS handshake within 1 s" in log
-    assert process.returncode == 0
+    assert code == 0
     assert waited < 15, waited
 
 

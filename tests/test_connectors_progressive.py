@@ -131,6 +131,15 @@ def _message(offset: int, message: dict, topic: str = "in") -> Record:
     return Record(topic, 0, offset, json.dumps(message).encode(), 0)
 
 
+def _learned(stream) -> IncrementalSVC:
+    """The library's model of ``stream``, each point under its offset as key (as the
+    processor learns messages whose id is their offset)."""
+    model = IncrementalSVC(C=2.0, gamma=0.5)
+    for offset, (x, y) in enumerate(stream):
+        model.learn_one(x, y, key=offset)
+    return model
+
+
 @pytest.mark.parametrize("per_poll", [False, True])
 def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll):
     # Per poll, the labelled messages before a forget must be learned before it: else the
@@ -148,9 +157,7 @@ def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll)
     ])
     assert not result.dead_letters
     assert [o.record.get("op") for o in result.outputs][1::2] == ["forget", "forget"]
-    reference = IncrementalSVC(C=2.0, gamma=0.5)
-    for offset, (x, y) in enumerate(stream[:20]):
-        reference.learn_one(x, y, key=offset)
+    reference = _learned(stream[:20])
     reference.learn_one(xb, yb, key="a")
     reference.forget_one(key=3)
     assert sorted(map(str, processor.model._engine.keys)) == sorted(
@@ -173,9 +180,7 @@ def test_a_prediction_after_a_relabel_in_the_same_poll_comes_from_the_relabelled
     result = processor.process([_message(30, {"op": "relabel", "id": 5, "y": not y5}),
                                 _message(31, {"id": "q", "x": probe})])
     assert not result.dead_letters
-    reference = IncrementalSVC(C=2.0, gamma=0.5)
-    for offset, (x, y) in enumerate(stream[:30]):
-        reference.learn_one(x, y, key=offset)
+    reference = _learned(stream[:30])
     before = reference.decision_function_one(probe)
     reference.relabel_one(5, not y5)
     after = reference.decision_function_one(probe)
@@ -191,9 +196,7 @@ def test_a_late_label_is_scored_and_its_cached_features_are_released():
     processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
     processor.process(_records(stream[:20]))
     x, y = stream[20]
-    reference = IncrementalSVC(C=2.0, gamma=0.5)
-    for offset, (xr, yr) in enumerate(stream[:20]):
-        reference.learn_one(xr, yr, key=offset)
+    reference = _learned(stream[:20])
     predicted = reference.decision_function_one(x) > 0
     scored, correct = processor.scored, processor.correct
     processor.process([_message(20, {"id": "late", "x": x})])

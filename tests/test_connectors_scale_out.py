@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1209,25 +1210,35 @@ def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path
     assert not stale.exists()  # the stale copy is gone
 
 
-@pytest.mark.broker
-def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_path):  # noqa: F811
-    from connectors.daemon import Daemon, StartRefused
+def _global_daemon_on_a_keyed_group(servers: str, tmp_path: Path, name: str,
+                                    change: Callable[[str], None] | None = None) -> Any:
+    """A global daemon (until drained) of a new consumer group whose state topic holds the
+    group record of models per key; ``change(state_topic)`` runs before it is made."""
+    from connectors.daemon import Daemon
     from connectors.scoped import GROUP_RECORD_ID
 
-    servers = broker.bootstrap_servers
-    group = unique("keyed-group")
-    topics = {k: unique(f"keyed-{k}") for k in ("input", "output", "dead")}
+    group = unique(f"{name}-group")
+    topics = {k: unique(f"{name}-{k}") for k in ("input", "output", "dead")}
     ensure_topics({"bootstrap_servers": servers}, list(topics.values()))
     with StateStore(servers, f"{group}.state", timeout=20) as store:
         store.ensure_topic()
         store.publish(GROUP_RECORD_ID, {}, {"format": 1, "scope": "key", "partitions": 1},
                       0, 0, 1)
+    if change is not None:
+        change(f"{group}.state")
     config = load_config(None, overrides={
         "kafka.bootstrap_servers": servers, "kafka.input_topic": topics["input"],
         "kafka.output_topic": topics["output"], "kafka.dead_letter_topic": topics["dead"],
         "kafka.group_id": group, "checkpoint.dir": str(tmp_path / "ck"),
         "metrics.enabled": "false", "kafka.request_timeout_ms": "10000"}, environ={})
-    daemon = Daemon(config, until_drained=True)
+    return Daemon(config, until_drained=True)
+
+
+@pytest.mark.broker
+def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_path):  # noqa: F811
+    from connectors.daemon import StartRefused
+
+    daemon = _global_daemon_on_a_keyed_group(broker.bootstrap_servers, tmp_path, "keyed")
     with pytest.raises(StartRefused, match="one model per key"):
         daemon.run()
     assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
@@ -1236,30 +1247,20 @@ def test_a_global_daemon_is_refused_on_a_group_of_per_key_models(broker, tmp_pat
 @pytest.mark.broker
 def test_a_state_topic_of_a_newer_stream_svm_refuses_the_start(broker, tmp_path):  # noqa: F811
     # Retried as a broker that did not answer, it went on for ever (no retry reads it).
-    from connectors.daemon import Daemon, StartRefused
-    from connectors.scoped import GROUP_RECORD_ID
+    from connectors.daemon import StartRefused
     from connectors.state_store import _PREFIX, FORMAT_VERSION
     from tests.test_state_store import raw_records, send_raw
 
     servers = broker.bootstrap_servers
-    group = unique("newer-group")
-    topics = {k: unique(f"newer-{k}") for k in ("input", "output", "dead")}
-    ensure_topics({"bootstrap_servers": servers}, list(topics.values()))
-    with StateStore(servers, f"{group}.state", timeout=20) as store:
-        store.ensure_topic()
-        store.publish(GROUP_RECORD_ID, {}, {"format": 1, "scope": "key", "partitions": 1},
-                      0, 0, 1)
-    [record] = [r for r in raw_records(servers, f"{group}.state") if r.value is not None]
-    magic, _, length = _PREFIX.unpack_from(record.value)
-    send_raw(servers, f"{group}.state", [(record.key, _PREFIX.pack(
-        magic, FORMAT_VERSION + 1, length) + record.value[_PREFIX.size:])],
-        partition=record.partition)
-    config = load_config(None, overrides={
-        "kafka.bootstrap_servers": servers, "kafka.input_topic": topics["input"],
-        "kafka.output_topic": topics["output"], "kafka.dead_letter_topic": topics["dead"],
-        "kafka.group_id": group, "checkpoint.dir": str(tmp_path / "ck"),
-        "metrics.enabled": "false", "kafka.request_timeout_ms": "10000"}, environ={})
-    daemon = Daemon(config, until_drained=True)
+
+    def newer(topic: str) -> None:  # the group record in the next format
+        [record] = [r for r in raw_records(servers, topic) if r.value is not None]
+        magic, _, length = _PREFIX.unpack_from(record.value)
+        send_raw(servers, topic, [(record.key, _PREFIX.pack(
+            magic, FORMAT_VERSION + 1, length) + record.value[_PREFIX.size:])],
+            partition=record.partition)
+
+    daemon = _global_daemon_on_a_keyed_group(servers, tmp_path, "newer", newer)
     with pytest.raises(StartRefused, match=r"written by a newer stream-svm.*Nothing was changed"):
         daemon.run()
     assert daemon.summary.exit_code == 1 and daemon.summary.messages == 0
