@@ -284,7 +284,7 @@ class _FakeServer:
     """A loopback server that answers each connection with ``reply(first bytes received)``
     (None: say nothing; b"": close at once)."""
 
-    def __init__(self, reply):
+    def __init__(self, reply=None):
         import threading
 
         self.listening = socket.socket()
@@ -300,13 +300,16 @@ class _FakeServer:
                 connection, _ = self.listening.accept()
             except OSError:
                 return
-            answer = self.reply(connection.recv(64))
-            if answer is None:
-                self.held.append(connection)  # silent: the connection stays open
-                continue
-            if answer:
-                connection.sendall(answer)
-            connection.close()
+            self._handle(connection)
+
+    def _handle(self, connection):
+        answer = self.reply(connection.recv(64))
+        if answer is None:
+            self.held.append(connection)  # silent: the connection stays open
+            return
+        if answer:
+            connection.sendall(answer)
+        connection.close()
 
     def close(self):
         self.listening.close()
@@ -410,39 +413,26 @@ def test_serve_names_a_server_that_is_no_kafka_broker_and_stops_at_once(tmp_path
 TLS_DATA = Path(__file__).parent / "data" / "tls"
 
 
-class _TLSServer:
+class _TLSServer(_FakeServer):
     """A loopback TLS server (tests/data/tls: a certificate for 127.0.0.1) that completes the
     handshake of each connection, then closes it."""
 
     def __init__(self):
         import ssl
-        import threading
 
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(TLS_DATA / "server.pem", TLS_DATA / "server.key")
-        self.listening = socket.socket()
-        self.listening.bind(("127.0.0.1", 0))
-        self.listening.listen()
-        self.port = self.listening.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self):
+    def _handle(self, connection):
         import ssl
 
-        while True:
-            try:
-                connection, _ = self.listening.accept()
-            except OSError:
-                return
-            connection.settimeout(5)
-            try:
-                with self.context.wrap_socket(connection, server_side=True):
-                    pass
-            except (ssl.SSLError, OSError):
-                connection.close()  # (a client that refused the certificate)
-
-    def close(self):
-        self.listening.close()
+        connection.settimeout(5)
+        try:
+            with self.context.wrap_socket(connection, server_side=True):
+                pass
+        except (ssl.SSLError, OSError):
+            connection.close()  # (a client that refused the certificate)
 
 
 def _tls_config(**settings):

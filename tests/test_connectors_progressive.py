@@ -131,6 +131,13 @@ def _message(offset: int, message: dict, topic: str = "in") -> Record:
     return Record(topic, 0, offset, json.dumps(message).encode(), 0)
 
 
+def _processor_of(stream, per_poll: bool = False) -> Processor:
+    """A processor that has read ``stream`` (ids: the offsets), in one poll."""
+    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
+    processor.process(_records(stream))
+    return processor
+
+
 def _learned(stream) -> IncrementalSVC:
     """The library's model of ``stream``, each point under its offset as key (as the
     processor learns messages whose id is their offset)."""
@@ -146,8 +153,7 @@ def test_a_forget_and_a_relearn_in_one_poll_are_applied_in_their_order(per_poll)
     # forget is dead-lettered as an unknown id and the point learned anyway (an erasure
     # request lost), and learning the id again after the forget is refused as a duplicate.
     stream = _stream(30)
-    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
-    processor.process(_records(stream[:20]))
+    processor = _processor_of(stream[:20], per_poll)
     (xa, ya), (xb, yb) = stream[20], stream[21]
     result = processor.process([
         _message(20, {"id": "a", "x": xa, "y": ya}),
@@ -173,8 +179,7 @@ def test_a_prediction_after_a_relabel_in_the_same_poll_comes_from_the_relabelled
     # The relabel must end the poll's segment: else the message after it is predicted by the
     # model before the relabel, which is not progressive validation.
     stream = _stream(40)
-    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
-    processor.process(_records(stream[:30]))
+    processor = _processor_of(stream[:30])
     _, y5 = stream[5]
     probe = stream[31][0]
     result = processor.process([_message(30, {"op": "relabel", "id": 5, "y": not y5}),
@@ -193,8 +198,7 @@ def test_a_late_label_is_scored_and_its_cached_features_are_released():
     # A late label's prediction (made when its features came) counts towards the progressive
     # accuracy, and its features leave the cache (and the checkpoints) once learned.
     stream = _stream(30)
-    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5))
-    processor.process(_records(stream[:20]))
+    processor = _processor_of(stream[:20])
     x, y = stream[20]
     reference = _learned(stream[:20])
     predicted = reference.decision_function_one(x) > 0
@@ -218,8 +222,7 @@ def test_an_id_repeated_before_it_is_learned_is_a_duplicate_and_not_scored(per_p
     # A second labelled message of an id (learned, or waiting in the poll to be learned) is
     # a duplicate_id, not scored; learning it would fail and be dead-lettered "refused".
     stream = _stream(30)
-    processor = Processor(IncrementalSVC(C=2.0, gamma=0.5), predict_per_poll=per_poll)
-    processor.process(_records(stream[:20]))
+    processor = _processor_of(stream[:20], per_poll)
     (xa, ya), (xb, _) = stream[20], stream[21]
     processor.process([_message(20, {"id": "u", "x": xb})])  # cached, waiting for its label
     scored = processor.scored
