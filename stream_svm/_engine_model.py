@@ -322,6 +322,16 @@ def forget_without_key_error(x: object, needs: str = "a key, or both x and y") -
     return ValueError(f"forget_one needs {needs}")
 
 
+def refuse_key_with_value(method: str, keys: object, x: object, y: object) -> None:
+    """ValueError when a forget names its points both by key and by value: the two may name
+    different points, and forgetting one of them while the other stays learned would leave
+    a point the caller asked to erase in the model."""
+    if keys is not None and (x is not None or y is not None):
+        by_key, by_value = ("keys", "X and y") if method == "forget_many" else ("a key", "x and y")
+        raise ValueError(f"{method} takes {by_key}, or {by_value}, not both; nothing was "
+                         "forgotten")
+
+
 def check_checkpoint_members(arrays: Mapping[str, Any], names: Iterable[str]) -> None:
     """ValueError naming the first of ``names`` that a checkpoint's arrays lack."""
     for name in names:
@@ -913,6 +923,7 @@ class _EngineModel(FixedParameters):
         if isinstance(keys, (pd.DataFrame, pd.Series)):
             raise TypeError("forget_many's first argument is keys; to forget by value pass X= "
                             "and y= (forget_many(X=X, y=y))")
+        refuse_key_with_value("forget_many", keys, X, y)
         if keys is not None:
             return key_list(keys)
         if X is None or y is None:

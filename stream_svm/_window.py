@@ -20,6 +20,7 @@ from stream_svm._engine_model import (
     key_from_json,
     key_to_json,
     plain_key,
+    refuse_key_with_value,
     refused_unchanged,
 )
 from stream_svm._input import check_findable_keys, check_paired
@@ -167,6 +168,7 @@ class _SlidingWindow:
     ) -> None:
         """Remove one sample from the window (or the buffer), by key or else by value (the
         oldest equal sample of the window, else of the buffer)."""
+        refuse_key_with_value("forget_one", key, x, y)
         if key is None:
             if x is None or y is None:
                 raise forget_without_key_error(x)

@@ -29,6 +29,7 @@ from stream_svm._engine_model import (
     forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
+    refuse_key_with_value,
     refused_unchanged,
     restored_names,
     restored_params,
@@ -434,6 +435,7 @@ class IncrementalSVC(_EngineClassifier):
         Unknown key or value: KeyError, model unchanged. Forgetting by value removes the oldest
         stored point equal to x with label y.
         """
+        refuse_key_with_value("forget_one", key, x, y)
         if key is None:
             if x is None or y is None:
                 raise forget_without_key_error(x)

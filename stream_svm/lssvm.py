@@ -70,6 +70,7 @@ from stream_svm._engine_model import (
     gamma_scale_message,
     keys_from_arrays,
     keys_to_arrays,
+    refuse_key_with_value,
     restored_names,
     restored_params,
     warn_kernel_scale,
@@ -733,9 +734,8 @@ class _IncrementalLSSVM(FixedParameters):
         was learned, since nothing of it is kept: forgetting one that was never learned
         changes the model (only the guards of the module docstring catch some such
         removals). Learn under a ``key`` to have forgets checked."""
+        refuse_key_with_value("forget_one", key, x, y)
         if key is not None:
-            if x is not None or y is not None:
-                raise ValueError("forget_one takes a key, or x and y, not both")
             x, y = self.stored_point(key)
             self._update([], [], [x], [y], removing_learned=True)
             del self._kept[key]
@@ -779,9 +779,8 @@ class _IncrementalLSSVM(FixedParameters):
         """Remove a batch of learned samples (Corollary 4) in one exact update: the rows of
         ``X`` with targets ``y``, or the samples learned under ``keys``. Rows given by value
         cannot be checked against what was learned (see :meth:`forget_one`)."""
+        refuse_key_with_value("forget_many", keys, X, y)
         if keys is not None:
-            if X is not None or y is not None:
-                raise ValueError("forget_many takes keys, or X and y, not both")
             key_list = list(dict.fromkeys(keys_as_list(keys)))  # named twice: forgotten once
             points = [self.stored_point(key) for key in key_list]
             self._update([], [], [x for x, _ in points], [t for _, t in points],

@@ -35,6 +35,7 @@ from stream_svm._engine_model import (
     forget_without_key_error,
     keys_from_arrays,
     keys_to_arrays,
+    refuse_key_with_value,
     refused_unchanged,
     restored_names,
     restored_params,
@@ -494,6 +495,7 @@ class IncrementalSVR(_EngineRegressor):
         """Unlearn one stored sample exactly, by ``key`` or else by value (x and y: the oldest
         stored sample equal to x with target y). Unknown key or value: KeyError, nothing
         changed."""
+        refuse_key_with_value("forget_one", key, x, y)
         if key is None:
             if x is None or y is None:
                 raise forget_without_key_error(x)

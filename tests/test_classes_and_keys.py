@@ -15,6 +15,7 @@ from stream_svm import (
     IncrementalSVC,
     IncrementalSVR,
     SlidingWindowSVC,
+    SlidingWindowSVR,
 )
 from stream_svm._input import check_classes
 
@@ -421,6 +422,30 @@ def test_forget_many_with_its_arguments_in_the_other_estimators_order_says_so(ma
     assert after == before
     model.forget_many(keys=["k0", "k1"])  # by name, both kinds take keys
     assert "k2" in model and "k0" not in model
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC,
+                                  SlidingWindowSVR, IncrementalLSSVC, IncrementalLSSVR])
+def test_a_forget_given_a_key_and_a_value_is_refused_and_forgets_nothing(make):
+    """The key and the value may name different points: forgetting the keyed one and keeping
+    the other would leave a point the caller asked to erase in the model."""
+    regressor = make in (IncrementalSVR, SlidingWindowSVR, IncrementalLSSVR)
+    X = pd.DataFrame({"a": [0.0, 1.0, 2.0, 3.0]})
+    y = pd.Series([1.0, 0.0, 1.0, 2.0] if regressor else [True, False, True, False])
+    model = make(window_size=10) if make in (SlidingWindowSVC, SlidingWindowSVR) else make()
+    for i in range(4):
+        model.learn_one({"a": X.a[i]}, y[i], key=f"k{i}")
+    probes = [{"a": v} for v in (0.5, 2.5)]
+    before = [model.predict_one(x) if regressor else model.decision_function_one(x)
+              for x in probes]
+    with pytest.raises(ValueError, match="forget_one takes a key, or x and y, not both"):
+        model.forget_one({"a": 3.0}, y[3], key="k1")
+    with pytest.raises(ValueError, match="forget_many takes keys, or X and y, not both"):
+        model.forget_many(keys=["k1"], X=X.iloc[[3]], y=y.iloc[[3]])
+    after = [model.predict_one(x) if regressor else model.decision_function_one(x)
+             for x in probes]
+    assert after == before
+    assert all(f"k{i}" in model for i in range(4))
 
 
 @pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC,
