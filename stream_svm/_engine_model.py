@@ -527,8 +527,8 @@ def kernel_scale_warning(kernel: Kernel, X: np.ndarray) -> str | None:
         return None
     return gamma_scale_message(
         kernel.gamma, float(np.median(squared)),
-        f"the median squared distance between {len(X)} stored points (spread over those "
-        "learned so far)", "median",
+        f"the median squared distance between {len(X)} points (spread over those learned "
+        "so far)", "median",
         "nearly every point becomes a support vector of its own (slow, and predictions away "
         "from the points fall back to the bias)")
 
@@ -962,14 +962,16 @@ class _EngineModel(FixedParameters):
                 raise KeyError(f"key {key!r} is already stored; keys must be unique")
 
     def _admitted(
-        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]], slides: bool = False
+        self, vectorize: Callable[[], tuple[np.ndarray, list[Hashable]]], slides: bool = False,
+        values: Any = None,
     ) -> tuple[np.ndarray, list[Hashable]]:
-        """Vectorize input to learn, within ``max_new_features`` and ``max_features``
-        (ValueError naming the limit, model unchanged); unused names are dropped first when
-        that makes room, and the input vectorized again on the new columns."""
-        self._check_kernel_scale()
+        """Vectorize input to learn (with its labels or targets: ``values``), within
+        ``max_new_features`` and ``max_features`` (ValueError naming the limit, model
+        unchanged); unused names are dropped first when that makes room, and the input
+        vectorized again on the new columns."""
         rows, new = vectorize()
         check_feature_names(new)
+        self._check_kernel_scale(rows, values)
         arriving = rows.shape[0] if rows.ndim == 2 else 1
         if self.max_new_features is not None and len(new) > self.max_new_features:
             raise ValueError(
@@ -1086,23 +1088,37 @@ class _EngineModel(FixedParameters):
                 or (limit is not None and len(self._features) > limit)):
             self._compact_features()
 
-    def _check_kernel_scale(self) -> None:
+    def _check_kernel_scale(self, incoming: np.ndarray, values: Any = None) -> None:
         """Before points are learned (so that a warning made an error changes nothing): the
-        kernel's scale against the stored points (:func:`kernel_scale_warning`), once
-        SCALE_CHECK_POINTS are stored and again every SCALE_CHECK_EVERY updates: a feature
-        whose scale jumped mid-stream (a unit changed upstream) made every later point a
-        support vector of its own, and increments of a second and more, silently."""
+        kernel's scale against the stored points and the ``incoming`` rows (their labels or
+        targets: ``values``), once SCALE_CHECK_POINTS would be stored and again every
+        SCALE_CHECK_EVERY updates. Counting the incoming rows warns a model fit by one
+        ``learn_many``; a feature whose scale jumped mid-stream (a unit changed upstream)
+        made every later point a support vector of its own, and increments of a second and
+        more, silently."""
+        incoming = np.atleast_2d(incoming)
         engine = self._engine
-        if (engine.n < SCALE_CHECK_POINTS
+        if (engine.n + incoming.shape[0] < SCALE_CHECK_POINTS
                 or engine.updates_total < getattr(self, "_next_scale_check", 0)):
             return
+        self._warn_of_scale(incoming, values)  # (a warning made an error: checked again)
         self._next_scale_check = engine.updates_total + SCALE_CHECK_EVERY
-        # Points spread over the stored ones in arrival order: the newest alone, consecutive
-        # in a time-ordered stream, can be far closer together than the stream's points.
+
+    def _warn_of_scale(self, incoming: np.ndarray, values: Any) -> None:
+        """Warn when the kernel's scale does not fit the points (see _check_kernel_scale)."""
+        engine = self._engine
+        # Points spread over the stored ones in arrival order, then the incoming ones: the
+        # newest alone, consecutive in a time-ordered stream, can be far closer together
+        # than the stream's points.
         order = np.argsort(engine.sequence, kind="stable")
-        spread = order[np.linspace(0, order.size - 1, min(order.size, SCALE_SAMPLE)).astype(int)]
-        warn_kernel_scale(self, kernel_scale_warning(engine.kernel,
-                                                     engine._X[spread, : engine.dim]))
+        total = order.size + incoming.shape[0]
+        spread = np.linspace(0, total - 1, min(total, SCALE_SAMPLE)).astype(int)
+        stored = engine._X[order[spread[spread < order.size]], : engine.dim]
+        arriving = incoming[spread[spread >= order.size] - order.size]
+        sample = np.zeros((spread.size, max(stored.shape[1], arriving.shape[1])))
+        sample[: len(stored), : stored.shape[1]] = stored
+        sample[len(stored):, : arriving.shape[1]] = arriving
+        warn_kernel_scale(self, kernel_scale_warning(engine.kernel, sample))
 
     def _fold(self, rows: np.ndarray) -> np.ndarray:
         """Query rows with the features no stored point has folded into one column of their

@@ -114,7 +114,7 @@ class _SlidingWindow:
             check_keys([key])
         if key is not None and key in self:
             raise KeyError(f"key {key!r} is already stored; keys must be unique")
-        row, new = self._admitted(lambda: self._row(x))
+        row, new = self._admitted(lambda: self._row(x), values=value)
         self._check_kernel_values(row)
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._buffer([row], [value], [point_key], new, slide=len(self._buffer_keys) + 1
@@ -129,7 +129,7 @@ class _SlidingWindow:
         if len(X) == 0:
             return
         values = self._values(y)
-        rows, new = self._admitted(lambda: self._frame(X), slides=True)
+        rows, new = self._admitted(lambda: self._frame(X), slides=True, values=values)
         batch_keys = [plain_key(key) for key in self._keys_for(X, keys)]
         check_keys(batch_keys)
         if len(set(batch_keys)) != len(batch_keys):

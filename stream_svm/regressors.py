@@ -23,7 +23,6 @@ from stream_svm._engine_model import (
     ENGINE_META,
     JSON_COUNT,
     JSON_TEXT,
-    SCALE_CHECK_POINTS,
     AutoKey,
     _EngineModel,
     check_checkpoint_members,
@@ -139,19 +138,21 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         # difference does not give t back to the last bit).
         self._targets: dict[Hashable, float] = {}
 
-    def _check_kernel_scale(self) -> None:
+    def _warn_of_scale(self, incoming: np.ndarray, values: Any) -> None:
         """The kernel's scale (as every engine model), and C * K(x, x) against the targets'
-        spread, at the same times: at C * K 1e8 times the targets (features left unscaled
+        spread, stored and incoming: at C * K 1e8 times the targets (features left unscaled
         under a linear kernel, targets of scale 1e-6) round-off outgrew the targets, and
         updates were accepted whose answers were off by 2,000 times the targets' scale."""
-        engine = self._engine
-        due = (engine.n >= SCALE_CHECK_POINTS
-               and engine.updates_total >= getattr(self, "_next_scale_check", 0))
-        super()._check_kernel_scale()
-        if due:
-            warn_kernel_scale(self, target_scale_warning(self.C, engine._diag_scale,
-                                                         np.fromiter(self._targets.values(),
-                                                                     float)))
+        super()._warn_of_scale(incoming, values)
+        kernel = self._engine.kernel
+        # (a user's kernel is not called here: its values are checked where they are used)
+        diagonal = (kernel.diagonal(incoming) if kernel.finite_values and len(incoming)
+                    else np.zeros(0))
+        kernel_scale = float(np.max(diagonal, initial=self._engine._diag_scale))
+        targets = np.concatenate([np.fromiter(self._targets.values(), float),
+                                  np.atleast_1d(np.asarray(values, dtype=float))
+                                  if values is not None else np.zeros(0)])
+        warn_kernel_scale(self, target_scale_warning(self.C, kernel_scale, targets))
 
     def _unit_test_skips(self) -> set[str]:
         # An exact SVR keeps its training samples (forget_one and the exact path need them),
@@ -485,7 +486,7 @@ class IncrementalSVR(_EngineRegressor):
         A bad target raises TypeError or ValueError and changes nothing."""
         target = real_target(y)
         self._check_new_key(key)
-        rows, new = self._admitted(lambda: self._row(x))
+        rows, new = self._admitted(lambda: self._row(x), values=target)
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
         self._update(rows[None, :], np.array([target]), new, [point_key], [])
 
@@ -538,7 +539,7 @@ class IncrementalSVR(_EngineRegressor):
                 raise ValueError("y_add must have one target per row of X_add")
             check_paired(X_add, y_add, "y_add", "targets", "X_add")
             targets = _targets(y_add)
-            rows, new = self._admitted(lambda: self._frame(X_add))
+            rows, new = self._admitted(lambda: self._frame(X_add), values=targets)
             add_keys = self._update_keys(X_add, keys, forget_keys)
         else:
             targets, rows, new, add_keys = np.zeros(0), np.zeros((0, self._engine.dim)), [], []

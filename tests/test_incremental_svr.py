@@ -343,11 +343,11 @@ def test_c_far_above_the_targets_scale_is_warned_of_once(recwarn):
         fine.learn_many(pd.DataFrame(Z[:60], columns=list("abcd")), targets[:60] * 1e6)
         fine.learn_many(pd.DataFrame(Z[60:], columns=list("abcd")), targets[60:] * 1e6)
     model = IncrementalSVR(C=40.0, epsilon=0.0, kernel="linear")
-    model.learn_many(X.iloc[:60], targets[:60])
-    assert not recwarn.list  # (fewer than SCALE_CHECK_POINTS stored before this update)
+    model.learn_many(X.iloc[:40], targets[:40])
+    assert not recwarn.list  # (fewer than SCALE_CHECK_POINTS learned so far)
     with pytest.warns(UserWarning, match=r"C is large for the targets' scale: C \* K\(x, x\) = "
                                          r".* times the targets' spread .*TargetStandardScaler"):
-        model.learn_many(X.iloc[60:90], targets[60:90])
+        model.learn_many(X.iloc[40:90], targets[40:90])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         model.learn_many(X.iloc[90:], targets[90:])

@@ -9,6 +9,7 @@ import pickle
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import stream_svm._engine_model as engine_model
@@ -43,8 +44,8 @@ def test_a_narrow_kernel_is_reported_once_with_the_median_heuristic():
     assert len(messages) == 1  # once, at the 50th stored point, not at every update
     message = messages[0]
     assert message.startswith("RBF gamma=1 is large for these features: the median squared "
-                              "distance between 50 stored points (spread over those learned "
-                              "so far) is ")
+                              "distance between 50 points (spread over those learned so far) "
+                              "is ")
     X = np.array([list(x.values()) for x, _ in points[:50]])
     squared = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)[np.triu_indices(50, k=1)]
     assert f"the median heuristic gives gamma = {1 / np.median(squared):.3g}." in message
@@ -100,6 +101,30 @@ def test_a_scale_that_jumps_mid_stream_is_reported_from_the_newest_points(monkey
     assert message.startswith("RBF gamma=0.05 is large for these features")
 
 
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR,
+                                  lambda: SlidingWindowSVC(window_size=500, step=1)],
+                         ids=["IncrementalSVC", "IncrementalSVR", "SlidingWindowSVC"])
+def test_a_model_fit_by_one_learn_many_is_warned_of_before_it_learns(make):
+    """A batch user who fits once and then only predicts never makes a second learn call: the
+    check counts the rows arriving, and a warning made an error refuses the batch whole."""
+    points = _points(1.0, count=300)
+    X = pd.DataFrame([x for x, _ in points])
+    y = pd.Series([x["f0"] if make is IncrementalSVR else label for x, label in points])
+    model = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match=r"RBF gamma=1 is large for these features: the "
+                                              r"median squared distance between 200 points"):
+            model.learn_many(X, y)
+    assert model.n_stored == 0
+    engine_model._SCALE_WARNED.clear()  # (said once per process otherwise)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.learn_many(X.iloc[:49], y.iloc[:49])  # 49 points say nothing yet
+    with pytest.warns(UserWarning, match="RBF gamma=1 is large"):  # the refusal put off no check
+        model.learn_many(X.iloc[49:51], y.iloc[49:51])
+
+
 def test_said_once_per_process_model_type_and_direction():
     # Per-key models restored from the state topic one after another each said it again.
     points = _points(1.0)
@@ -113,14 +138,14 @@ def test_a_warning_made_an_error_refuses_the_point_and_changes_nothing():
     # met it is refused like any bad input, the model as it was.
     points = _points(1.0)
     model = IncrementalSVC()
-    for x, label in points[:50]:
+    for x, label in points[:49]:
         model.learn_one(x, label)
     before = [model.decision_function_one(x) for x, _ in points[60:70]]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(UserWarning, match="RBF gamma=1 is large"):
-            model.learn_one(*points[50])
-    assert model.n_stored == 50
+            model.learn_one(*points[49])
+    assert model.n_stored == 49
     assert [model.decision_function_one(x) for x, _ in points[60:70]] == before
 
 
