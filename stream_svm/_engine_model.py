@@ -94,6 +94,12 @@ def _timestamp_parts(key: Any) -> tuple[int, str]:
         same = back == key and hash(back) == hash(key)
     except (TypeError, ValueError, OverflowError):  # (pandas' errors derive from these)
         same = False
+    if not same and isinstance(key, np.datetime64):
+        # (numpy's datetime64 below the microsecond hashes unlike the equal pandas Timestamp,
+        # so the key read back could not find the point again)
+        raise TypeError(f"key {key!r} cannot be checkpointed: a numpy datetime64 finer than "
+                        "microseconds does not read back as the same key; pass "
+                        "pd.Timestamp(key) instead, for this point and when forgetting it")
     if not same:
         raise TypeError(f"key {key!r} cannot be checkpointed: as a time in nanoseconds and "
                         "the name of its time zone it does not read back as the same key; use "
