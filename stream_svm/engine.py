@@ -1161,6 +1161,10 @@ class PathEngine:
         remove = key_list(remove, "remove")
         X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,
                                                              linear, gap)
+        if not remove and not X_add.shape[0]:
+            # Nothing to add or remove (an empty batch): no update, counted or timed; the
+            # statistics of the last one stay.
+            return UpdateStats()
         stored_before = self.n
         if remove or X_add.shape[1] > self.dim:
             self._undo = self._snapshot()

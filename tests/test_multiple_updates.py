@@ -334,3 +334,19 @@ def test_forgetting_a_point_drops_the_feature_names_only_it_had(make, many):
     query = {"hello": 1.0, "alice@example.com": 3.0, "spam": 0.5}
     assert model.decision_function_one(query) == pytest.approx(
         never.decision_function_one(query), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalSVR, SlidingWindowSVC])
+def test_an_empty_batch_is_no_update(make):
+    """An empty learn_many or forget_many changes nothing: the update counters and the last
+    update's statistics, which the daemon's metrics export, are those of the last real one."""
+    X = pd.DataFrame({"a": [0.0, 1.0, 0.2, 0.9]})
+    y = X["a"] if make is IncrementalSVR else pd.Series([False, True, False, True])
+    model = make()
+    model.learn_many(X, y, keys=["p", "q", "r", "s"])
+    model.forget_one(key="q")
+    before = (model.updates_total, model.last_update, model.to_checkpoint()[1])
+    model.learn_many(X.iloc[:0], y.iloc[:0])
+    model.forget_many([])
+    assert (model.updates_total, model.last_update, model.to_checkpoint()[1]) == before
+    assert model.last_update.removed == 1
