@@ -86,7 +86,7 @@ from connectors.replica import (
     state_of,
     state_store_for,
 )
-from connectors.scoped import ScopedModels, ScopedStateRefused
+from connectors.scoped import ScopedModels, ScopedStateRefused, served_without_a_record
 from connectors.state_store import (
     StaleEpochError,
     StateFromNewerVersion,
@@ -1215,8 +1215,9 @@ class Daemon:
         from kafka import ConsumerRebalanceListener
 
         config = self.config
-        counts = {tp.topic: 0 for tp in self._partitions(consumer)}  # raises if missing
-        for tp in self._partitions(consumer):
+        partitions = self._partitions(consumer)  # raises if missing
+        counts = {tp.topic: 0 for tp in partitions}
+        for tp in partitions:
             counts[tp.topic] += 1
         if len(set(counts.values())) > 1:
             raise StartRefused(
@@ -1225,13 +1226,21 @@ class Daemon:
                 f"and key), but they have {counts}. Nothing was read.")
         if self._state_store is None:
             self._state_store = state_store_for(config)
+        # The group's committed offsets, read before anything is written: a group that has
+        # them and no record on the state topic was served by a daemon without one (global).
+        served = {} if self.models is not None else {
+            f"{tp.topic}:{tp.partition}": offset for tp in partitions
+            if (offset := consumer.committed(tp)) is not None}
+        if served and not config.checkpoint.start_fresh and not self._state_store.topic_exists():
+            raise StartRefused(served_without_a_record(config, served,
+                                                       self._state_store.topic))
         self._state_store.ensure_topic(partitions=1)
         if self.models is None:
             self.models = ScopedModels(config, self._state_store, self._new_processor,
                                        lambda: build_model(config), self.metrics,
                                        cache_dir=self._model_cache_dir())
             try:
-                self.models.check_group(counts[config.kafka.input_topic])
+                self.models.check_group(counts[config.kafka.input_topic], served)
             except ScopedStateRefused as exc:
                 self.models = None
                 raise StartRefused(str(exc)) from None

@@ -150,6 +150,24 @@ class _Live:
     undelivered: bool = False
 
 
+def served_without_a_record(config: Config, served: Mapping[str, int], state_topic: str
+                            ) -> str:
+    """The refusal of a daemon of model.scope partition or key in a consumer group that
+    committed offsets (``served``) but has no record on its state topic: writing the record
+    would bind the group to this scope, and the daemon that served it would be refused from
+    then on."""
+    group = config.kafka.group_id
+    return (f"consumer group {group!r} has committed offsets {dict(served)}, but the state "
+            f"topic {state_topic} holds no record of it: a daemon of model.scope = "
+            "\"global\" (whose model is a checkpoint in its checkpoint.dir) served this "
+            "group, or the state topic lost its data. A daemon of model.scope = "
+            f"{config.model.scope!r} would start new, empty models from those offsets and bind "
+            "the group to its scope. Nothing was changed. Start the group with the scope that "
+            "served it, give this daemon another kafka.group_id, or run with --start-fresh "
+            "(checkpoint.start_fresh = true) to start new, empty models from the committed "
+            "offsets.")
+
+
 class ScopedModels:
     """The models of the partitions this process owns.
 
@@ -276,15 +294,20 @@ class ScopedModels:
                 "Nothing was changed. Start with the settings the models were made with, or "
                 "use another kafka.group_id (and state topic) for new models.")
 
-    def check_group(self, partitions: int) -> None:
+    def check_group(self, partitions: int, served: Mapping[str, int] | None = None) -> None:
         """At start: the group's record on the state topic (its scope, model settings and the
         input topic's partition count) must match this daemon's, so that a daemon with other
         settings is refused before it writes a model, even into partitions that have none
-        yet; the first daemon of a group writes the record. ScopedStateRefused otherwise,
-        StateStoreError when the topic cannot be read or written."""
+        yet; the first daemon of a group writes the record, unless the group has committed
+        offsets (``served``: "topic:partition" -> offset), which only a daemon without the
+        record can have left. ScopedStateRefused otherwise, StateStoreError when the topic
+        cannot be read or written."""
         found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
             GROUP_RECORD_ID)
         self.partitions = partitions
+        if found is None and served and not self.config.checkpoint.start_fresh:
+            raise ScopedStateRefused(served_without_a_record(self.config, served,
+                                                             self.store.topic))
         if found is None and not self._kept_orphans():
             # A new group: its record is written now, before any model is read or made, so
             # that a daemon of the group with other settings started later is refused at its

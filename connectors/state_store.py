@@ -587,6 +587,23 @@ class StateStore:
 
     # ------------------------------------------------------------------- topic
 
+    def topic_exists(self) -> bool:
+        """Whether the topic exists (StateStoreError when the broker cannot tell)."""
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        deadline = self._deadline()
+        try:
+            admin = KafkaAdminClient(**self._client_settings(KafkaAdminClient, deadline))
+        except (KafkaError, OSError) as exc:
+            raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+        try:
+            return self.topic in set(admin.list_topics())
+        except KafkaError as exc:
+            raise self._fail("listing the topics", exc) from exc
+        finally:
+            admin.close()
+
     def ensure_topic(self, partitions: int = 1, replication_factor: int = 1) -> bool:
         """Create the topic with ``cleanup.policy=compact`` (and ``segment.ms`` of an hour, so
         that compaction reaches all but the last hour's states) if it is missing (True then); an

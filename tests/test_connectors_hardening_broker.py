@@ -821,6 +821,59 @@ def test_a_state_topic_recreated_under_a_keyed_group_is_refused_not_met_as_a_new
     assert after[other].metadata["processor"]["updates"] == 1
 
 
+@pytest.mark.parametrize("publish_state", [False, True])
+def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_nothing(
+        broker, tmp_path, publish_state):  # noqa: F811
+    """A daemon of model.scope = "key" started by mistake in a group a global daemon serves:
+    refused, and nothing written. Had it written the group's record on the state topic (as for
+    a new group), the global daemon would have been refused at every start from then on."""
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{
+        "kafka.state_topic": unique("hard-state"), "kafka.publish_state": publish_state,
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(servers, kafka.input_topic, [_valid(i) for i in range(6)])
+    assert Daemon(config, until_drained=True).run() == 0
+    topics_before = _topics_on(servers)
+    assert (kafka.state_topic in topics_before) == publish_state
+
+    keyed = load_config(None, {"kafka.bootstrap_servers": servers,
+                               "kafka.input_topic": kafka.input_topic,
+                               "kafka.output_topic": kafka.output_topic,
+                               "kafka.dead_letter_topic": kafka.dead_letter_topic,
+                               "kafka.group_id": kafka.group_id,
+                               "kafka.state_topic": kafka.state_topic,
+                               "kafka.session_timeout_ms": 3000,
+                               "kafka.heartbeat_interval_ms": 300,
+                               "model.scope": "key", "model.C": MODEL["C"],
+                               "model.gamma": MODEL["gamma"],
+                               "checkpoint.dir": str(tmp_path / "keyed"),
+                               "metrics.enabled": False}, environ={})
+    mistaken = Daemon(keyed, until_drained=True)
+    with pytest.raises(StartRefused, match=(
+            rf"consumer group '{kafka.group_id}' has committed offsets .*holds no record of it: "
+            r"a daemon of model.scope = \"global\".*Nothing was changed\. Start the group with "
+            r"the scope that served it")):
+        mistaken.run()
+    assert mistaken.summary.messages == 0
+    assert _topics_on(servers) == topics_before
+    if publish_state:
+        from connectors.scoped import GROUP_RECORD_ID
+        from connectors.state_store import StateStore
+
+        with StateStore(servers, kafka.state_topic, timeout=20) as store:
+            assert GROUP_RECORD_ID not in store.restore()
+
+    # The global daemon goes on from its checkpoint, as if nothing had happened.
+    produce(servers, kafka.input_topic, [_valid(i) for i in range(6, 9)])
+    assert Daemon(config, until_drained=True).run() == 0
+    assert committed(servers, kafka.group_id, kafka.input_topic) == 9
+    outputs = read_all(servers, kafka.output_topic)
+    assert sorted(output["id"] for output in outputs) == [f"v{i}" for i in range(9)]
+
+
 @pytest.mark.slow
 def test_a_broker_restarted_empty_without_the_topic_is_waited_for_not_a_stop(tmp_path, caplog):
     # Tansu answers a fetch of a topic it no longer has with a high watermark of 0: the daemon
