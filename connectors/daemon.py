@@ -1089,6 +1089,7 @@ class Daemon:
                 else:
                     partitions = self._partitions(consumer)
                     self._warn_of_a_window_over_partitions(partitions)
+                    self._hint_at_the_order(partitions)
                     self._refuse_scoped_group(consumer)
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
@@ -1471,6 +1472,17 @@ class Daemon:
                 "messages interleave differently from run to run. Keep the topic to one "
                 "partition, key its messages alike, or use model.scope = \"partition\"",
                 len(inputs), self.config.kafka.input_topic, model_type)
+
+    def _hint_at_the_order(self, partitions: list[Any]) -> None:
+        """An input topic of several partitions is read in order only within each: an
+        unknown_id dead letter then says that the id's learn may not have been read yet."""
+        inputs = sum(tp.topic == self.config.kafka.input_topic for tp in partitions)
+        if self.processor is not None and inputs > 1:
+            self.processor.unknown_id_hint = (
+                f"; this daemon reads {inputs} partitions of {self.config.kafka.input_topic}, "
+                "in order only within each: the id's learning message may be on another "
+                "partition, not read yet. Send every message of an id with the same Kafka key "
+                "(the id), which keeps them on one partition, in order")
 
     def _partitions(self, consumer: Any) -> list[Any]:
         from kafka import TopicPartition

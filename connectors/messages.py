@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -390,12 +391,13 @@ def encode_key(identifier: Id | None) -> bytes | None:
 
 
 def dead_letter(
-    error: str, raw: bytes | None, source: Source, max_bytes: int, reason: str = "malformed"
+    error: str, raw: bytes | None, source: Source, max_bytes: int, reason: str = "malformed",
+    fields: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The dead-letter record of a message: what is wrong (``error``, a sentence), the kind of
     problem (``reason``: malformed, unknown_id, duplicate_id, unsupported, unknown_feature,
     non_finite, refused, internal),
-    the original bytes and where it was read.
+    the original bytes, where it was read, and ``fields`` (the model that refused it).
 
     The bytes are kept as text when they are UTF-8, otherwise in base64, and cut short
     (``truncated`` true) so that the whole record, encoded, takes at most ``max_bytes`` bytes:
@@ -407,7 +409,7 @@ def dead_letter(
     (True, 'utf-8', True)
     """
     record: dict[str, Any] = {"error": _bounded_error(error, max_bytes), "reason": reason,
-                              "source": source.as_dict()}
+                              "source": source.as_dict(), **(fields or {})}
     data = b"" if raw is None else raw
     # What the record takes without the bytes, with room for the keys that carry them.
     budget = max(0, max_bytes - len(encode(record)) - _DEAD_LETTER_KEYS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import json
 import logging
 import math
 import time
@@ -33,6 +34,7 @@ import pandas as pd
 
 from connectors.cache import UnlabelledCache
 from connectors.messages import (
+    MAX_INT_ID,
     Forget,
     Id,
     Label,
@@ -211,8 +213,12 @@ class Processor:
         #: the published state the model is (predictor) or was last published as (learner),
         #: "<epoch>.<sequence>", written into every output as "model_generation"
         self.generation: str | None = None
-        #: fields written into every output (with model.scope partition or key: the model)
+        #: fields written into every output and dead letter (with model.scope partition or
+        #: key: the model)
         self.output_fields: dict[str, Any] = {}
+        #: what an unknown_id dead letter adds when the id's other messages may have gone to
+        #: another partition or model (set by the daemon: several partitions, or scoped)
+        self.unknown_id_hint = ""
         self.scaler = scaler
         #: messages held while the scaler warms up, in arrival order
         self.held: list[Record] = []
@@ -645,10 +651,15 @@ class Processor:
         self, entry: _Entry, op: Label, pending: list[_Entry], pending_ids: set[Id]
     ) -> None:
         if op.id not in self.cache:
+            near = _spelt_as_the_other_type(op.id)
             self._reject(
                 entry,
+                f"no unlabelled features cached for id {op.id!r}, but for the id {near!r}: "
+                f"ids compare with their JSON type, send {json.dumps(near)}"
+                if near is not None and near in self.cache else
                 f"no unlabelled features cached for id {op.id!r} (never seen, expired, "
-                "or already labelled)" if self.cache.max_entries and self.cache.max_bytes else
+                f"or already labelled){self.unknown_id_hint}"
+                if self.cache.max_entries and self.cache.max_bytes else
                 f"no unlabelled features cached for id {op.id!r}: with cache.max_size or "
                 "cache.max_bytes 0 no unlabelled message is kept for a later label",
                 "unknown_id",
@@ -798,12 +809,16 @@ class Processor:
     def _unknown(self, what: str, identifier: Any) -> str:
         """The error of a forget or relabel of an id the model does not hold."""
         text = f"{what} of unknown id {identifier!r} (not in the model"
+        if (near := _spelt_as_the_other_type(identifier)) is not None and near in self.model:
+            return (f"{text}, which holds the id {near!r}: ids compare with their JSON type, "
+                    f"send {json.dumps(near)})")
         if getattr(self.model, "reserve_epsilon", None) is not None:
             # An erasure request must tell "never learned" from "learned and no longer held":
             # both leave nothing to forget, and the model cannot say which it was.
             return (f"{text}: never learned, or learned and discarded since by reserve "
-                    "truncation, model.reserve_epsilon, which keeps nothing of it)")
-        return f"{text})"
+                    "truncation, model.reserve_epsilon, which keeps nothing of it)"
+                    f"{self.unknown_id_hint}")
+        return f"{text}){self.unknown_id_hint}"
 
     def _relabel(self, entry: _Entry, op: Relabel) -> None:
         if self._unsupported(entry, "relabel"):
@@ -849,7 +864,7 @@ class Processor:
         key = f"{source.topic}:{source.partition}:{source.offset}".encode()
         record = dead_letter(
             entry.error or "", entry.record.value, source, self.max_message_bytes,
-            reason=entry.error_kind,
+            reason=entry.error_kind, fields=self.output_fields,
         )
         try:
             value = encode(record)
@@ -953,3 +968,22 @@ class Processor:
         metrics.cached.set(len(self.cache))
         metrics.held.set(len(self.held))
         metrics.cached_bytes.set(self.cache.bytes)
+
+
+def _spelt_as_the_other_type(identifier: Any) -> Id | None:
+    """The id of the other JSON type written alike (``"7"`` for 7 and 7 for ``"7"``), or None:
+    a near miss an unknown_id dead letter names.
+
+    >>> _spelt_as_the_other_type(7), _spelt_as_the_other_type("-7"), _spelt_as_the_other_type("a")
+    ('7', -7, None)
+    """
+    if isinstance(identifier, bool):
+        return None
+    if isinstance(identifier, int):
+        return str(identifier)
+    if (isinstance(identifier, str) and identifier.lstrip("-").isascii()
+            and identifier.lstrip("-").isdigit() and str(int(identifier)) == identifier
+            and -MAX_INT_ID - 1 <= int(identifier) <= MAX_INT_ID):
+        return int(identifier)
+    return None
+

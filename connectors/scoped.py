@@ -63,6 +63,7 @@ from connectors.models import (
     settings_mismatch,
 )
 from connectors.processor import BatchResult, Processor, Produced
+from connectors.replica import GLOBAL_MODEL_ID
 from connectors.state_store import (
     StaleEpochError,
     StateStore,
@@ -150,22 +151,24 @@ class _Live:
     undelivered: bool = False
 
 
-def served_without_a_record(config: Config, served: Mapping[str, int], state_topic: str
-                            ) -> str:
+def served_without_a_record(config: Config, served: Mapping[str, int], state_topic: str,
+                            global_state: bool = False) -> str:
     """The refusal of a daemon of model.scope partition or key in a consumer group that
-    committed offsets (``served``) but has no record on its state topic: writing the record
-    would bind the group to this scope, and the daemon that served it would be refused from
-    then on."""
+    committed offsets (``served``) or published a global model's state (``global_state``)
+    but has no record on its state topic: writing the record would bind the group to this
+    scope, and the daemon that served it would be refused from then on."""
     group = config.kafka.group_id
-    return (f"consumer group {group!r} has committed offsets {dict(served)}, but the state "
-            f"topic {state_topic} holds no record of it: a daemon of model.scope = "
-            "\"global\" (whose model is a checkpoint in its checkpoint.dir) served this "
-            "group, or the state topic lost its data. A daemon of model.scope = "
-            f"{config.model.scope!r} would start new, empty models from those offsets and bind "
-            "the group to its scope. Nothing was changed. Start the group with the scope that "
-            "served it, give this daemon another kafka.group_id, or run with --start-fresh "
-            "(checkpoint.start_fresh = true) to start new, empty models from the committed "
-            "offsets.")
+    what = " and ".join(filter(None, [
+        f"has committed offsets {dict(served)}" if served else "",
+        f"published the state of its global model on {state_topic}" if global_state else ""]))
+    return (f"consumer group {group!r} {what}, but the state topic {state_topic} holds no "
+            "record of it: a daemon of model.scope = \"global\" (whose model is a checkpoint "
+            "in its checkpoint.dir) served this group, or the state topic lost its data. A "
+            f"daemon of model.scope = {config.model.scope!r} would start new, empty models "
+            "from there and bind the group to its scope. Nothing was changed. Start the group "
+            "with the scope that served it, give this daemon another kafka.group_id, or run "
+            "with --start-fresh (checkpoint.start_fresh = true) to start new, empty models from "
+            "the committed offsets.")
 
 
 class ScopedModels:
@@ -305,10 +308,7 @@ class ScopedModels:
         found = self.store.restore([GROUP_RECORD_ID], log_level=logging.DEBUG).get(
             GROUP_RECORD_ID)
         self.partitions = partitions
-        if found is None and served and not self.config.checkpoint.start_fresh:
-            raise ScopedStateRefused(served_without_a_record(self.config, served,
-                                                             self.store.topic))
-        if found is None and not self._kept_orphans():
+        if found is None and not self._kept_orphans(served or {}):
             # A new group: its record is written now, before any model is read or made, so
             # that a daemon of the group with other settings started later is refused at its
             # start (written with the first model state instead, it let a daemon started
@@ -330,14 +330,20 @@ class ScopedModels:
                 return
         self._check_group_record(found.metadata, partitions)
 
-    def _kept_orphans(self) -> bool:
+    def _kept_orphans(self, served: Mapping[str, int]) -> bool:
         """For a state topic without the group's record: whether it holds model states, kept
         by checkpoint.start_fresh (the record written again). A group's record is written
         before any model state (since the group's start): states without it mean the topic
         lost it, deleted and recreated or emptied while daemons of the group ran, and with it
-        every model not published since. ScopedStateRefused without start_fresh."""
+        every model not published since. A global model's state, or committed offsets
+        (``served``) without any state, mean a global daemon served the group. Without
+        start_fresh: ScopedStateRefused."""
         found = self.store.restore(select=lambda m: m != GROUP_RECORD_ID, decode=False,
                                    log_level=logging.DEBUG)
+        global_state = GLOBAL_MODEL_ID in found
+        if (global_state or (served and not found)) and not self.config.checkpoint.start_fresh:
+            raise ScopedStateRefused(served_without_a_record(self.config, served,
+                                                             self.store.topic, global_state))
         if found:
             self._record_lost(f"holds {len(found)} model states but not the record of their "
                               "consumer group, written before any model state",
@@ -660,6 +666,12 @@ class ScopedModels:
             processor = self.new_processor(self.build_model(),
                                            self.metrics.for_model(model_label(model_id)))
         processor.output_fields = {"model": model_label(model_id)}
+        partition, key = model_id
+        processor.unknown_id_hint = (
+            f"; model {model_label(model_id)} holds the points of partition {partition}"
+            + ("" if key is None else " sent with this Kafka key")
+            + ": a forget, relabel or label reaches the model of its id only when sent with "
+            "the Kafka key of the id's learning message")
         self._make_room()
         live = self.live[model_id] = _Live(processor)
         return live

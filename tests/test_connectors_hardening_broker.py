@@ -725,6 +725,28 @@ def test_a_window_read_from_several_partitions_is_warned_of(broker, tmp_path, ca
 
 
 @pytest.mark.broker
+def test_a_forget_of_an_unknown_id_from_several_partitions_says_the_order_may_be_why(
+        broker, tmp_path):  # noqa: F811
+    """One model over several partitions reads them in order only within each: a forget
+    whose learn went to another partition may come first. Its dead letter says so, and how
+    to keep an id's messages in order."""
+    config = _config(broker.bootstrap_servers, tmp_path)
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic], partitions=3)
+    _produce_to(broker.bootstrap_servers, kafka.input_topic,
+                [(0, _valid(1)), (2, {"op": "forget", "id": "v2"})])
+    assert Daemon(config, until_drained=True).run() == 0
+    (letter,) = read_all(broker.bootstrap_servers, kafka.dead_letter_topic)
+    assert letter["reason"] == "unknown_id" and "model" not in letter
+    assert letter["error"] == (
+        f"forget of unknown id 'v2' (not in the model); this daemon reads 3 partitions of "
+        f"{kafka.input_topic}, in order only within each: the id's learning message may be on "
+        "another partition, not read yet. Send every message of an id with the same Kafka key "
+        "(the id), which keeps them on one partition, in order")
+
+
+@pytest.mark.broker
 def test_the_embedded_broker_stops_when_its_owner_is_killed_outright(tmp_path):
     # A daemon (or a test run) killed by SIGKILL left its broker running for good.
     import socket

@@ -225,6 +225,24 @@ def _assert_same_model(model: Any, reference: IncrementalSVC, where: str) -> Non
                                err_msg=where)
 
 
+def test_a_forget_sent_with_another_key_names_the_model_it_reached_and_the_fix():
+    """Per-key models: a forget sent with another Kafka key than its point's learning message
+    reaches another model; its dead letter says which model answered, and why it holds
+    nothing of the id."""
+    models, _ = _scoped(max_models=10)
+    models.assign({0, 1})
+    models.settle({p: {f"stream-svm.input:{p}": None} for p in (0, 1)}, start_fresh=False)
+    _handled(models, [_record(0, 0, "k0", {"id": "p", "x": {"a": 1.0}, "y": True})])
+    result, again = _handled(models, [_record(1, 0, "k1", {"op": "forget", "id": "p"})])
+    assert not again
+    (letter,) = [letter.record for letter in result.dead_letters]
+    assert letter["reason"] == "unknown_id" and letter["model"] == "1/k1"
+    assert letter["error"] == (
+        "forget of unknown id 'p' (not in the model); model 1/k1 holds the points of partition "
+        "1 sent with this Kafka key: a forget, relabel or label reaches the model of its id "
+        "only when sent with the Kafka key of the id's learning message")
+
+
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp_path):
     rows = _keyed_stream(keys=5, per_key=12, partitions=2)

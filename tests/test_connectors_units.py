@@ -1070,3 +1070,48 @@ def test_cache_evictions_and_skipped_messages_are_counted_once_each():
     assert value('stream_svm_cache_evictions_total{reason="entries"}') == 3
     processor.process(records[:2])  # read again: below the next offset
     assert value('stream_svm_messages_total{outcome="skipped"}') == 2
+
+
+def test_an_unknown_id_spelt_as_a_held_id_of_the_other_type_names_it():
+    """Ids compare with their JSON type: a forget of "6" for the point learned as 6 leaves
+    the point learned, and the dead letter names the id held and what to send."""
+    from stream_svm import IncrementalSVC
+
+    processor = Processor(IncrementalSVC())
+    processor.process([
+        Record("in", 0, 0, b'{"id": 6, "x": {"a": 1.0}, "y": true}', 0),
+        Record("in", 0, 1, b'{"id": "7", "x": {"a": -1.0}, "y": false}', 0),
+        Record("in", 0, 2, b'{"id": 8, "x": {"a": 0.5}}', 0)])  # waits for its label
+    outcome = processor.process([
+        Record("in", 0, 3, b'{"op": "forget", "id": "6"}', 0),
+        Record("in", 0, 4, b'{"op": "relabel", "id": 7, "y": true}', 0),
+        Record("in", 0, 5, b'{"id": "8", "y": true}', 0),
+        Record("in", 0, 6, b'{"op": "forget", "id": "06"}', 0)])
+    errors = [letter.record["error"] for letter in outcome.dead_letters]
+    assert errors == [
+        "forget of unknown id '6' (not in the model, which holds the id 6: ids compare with "
+        "their JSON type, send 6)",
+        "relabel of unknown id 7 (not in the model, which holds the id '7': ids compare with "
+        "their JSON type, send \"7\")",
+        "no unlabelled features cached for id '8', but for the id 8: ids compare with their "
+        "JSON type, send 8",
+        "forget of unknown id '06' (not in the model)"]
+    assert 6 in processor.model and "7" in processor.model and 8 in processor.cache
+
+
+def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
+    """A daemon reading several partitions, or one of per-key models, sets what an unknown_id
+    dead letter adds: the id's learning message may be on another partition or model."""
+    from stream_svm import IncrementalSVC
+
+    processor = Processor(IncrementalSVC())
+    processor.unknown_id_hint = "; the hint"
+    processor.output_fields = {"model": "3/k"}
+    letters = processor.process([
+        Record("in", 0, 0, b'{"op": "forget", "id": 5}', 0),
+        Record("in", 0, 1, b'{"id": 5, "y": true}', 0)]).dead_letters
+    assert [letter.record["error"] for letter in letters] == [
+        "forget of unknown id 5 (not in the model); the hint",
+        "no unlabelled features cached for id 5 (never seen, expired, or already labelled); "
+        "the hint"]
+    assert [letter.record["model"] for letter in letters] == ["3/k", "3/k"]
