@@ -622,9 +622,14 @@ def load_config(
                 key = rest[len(section) + 1 :]
                 match = next((k for k in SCHEMA[section] if k.lower() == key), None)
                 if match is None:
-                    raise ConfigError(
-                        f"environment variable {variable}: unknown setting {section}.{key}"
-                    )
+                    close = difflib.get_close_matches(key, [k.lower() for k in SCHEMA[section]],
+                                                      n=2, cutoff=0.6)
+                    hint = ("; did you mean " + " or ".join(
+                        f"{ENV_PREFIX}{section.upper()}_{k.upper()}" for k in close) + "?"
+                            if close else f"; the settings of [{section}] are "
+                            + ", ".join(SCHEMA[section]))
+                    raise ConfigError(f"environment variable {variable}: unknown setting "
+                                      f"{section}.{key}{hint}")
                 name = f"{section}.{match}"
                 if name in raw and raw[name][1] == "flag":
                     log.warning("setting %s: environment variable %s overrides the flag's "
@@ -669,6 +674,13 @@ def load_config(
             sources[name] = source
         sections[section] = SimpleNamespace(**values)
     config = Config(**sections, sources=sources)
+    # Paths as a shell would give them: a file's or a variable's "~/checkpoints" reaches no
+    # shell, and was a directory named "~" under the working directory; made absolute, the
+    # messages that name a path say which directory it is.
+    config.checkpoint.dir = os.path.abspath(os.path.expanduser(config.checkpoint.dir))
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        if getattr(config.kafka, key):
+            setattr(config.kafka, key, os.path.expanduser(getattr(config.kafka, key)))
     if config.kafka.state_topic is None:
         config.kafka.state_topic = f"{config.kafka.group_id}.state"
     if config.kafka.fetch_max_wait_ms is None:

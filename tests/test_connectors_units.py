@@ -92,13 +92,36 @@ def test_a_flag_or_a_variable_written_as_a_toml_string_is_the_string_it_holds():
                                 "model.C": ' "2.5" ', "checkpoint.dir": 'dir"1'},
                          {"STREAM_SVM_KAFKA_OUTPUT_TOPIC": '"out"'})
     assert (config.kafka.group_id, config.model.kernel, config.model.C) == ("g4", "linear", 2.5)
-    assert (config.checkpoint.dir, config.kafka.output_topic) == ('dir"1', "out")
+    assert (config.checkpoint.dir, config.kafka.output_topic) == (os.path.abspath('dir"1'),
+                                                                  "out")
     assert load_config(None, {"kafka.label_topic": '""'}, {}).kafka.label_topic is None
     for classes in ('"ham","spam"', "'ham', 'spam'", 'ham, "spam"'):  # (kept their quotes)
         assert load_config(None, {"model.classes": classes}, {}).model.classes == ["ham",
                                                                                    "spam"]
     with pytest.raises(ConfigError, match=r"scaler.mode.*fixed"):  # (read as fixed: not refused
         load_config(None, {"scaler.mode": '"fixed"'}, {})             # as a mode, but lacks scales)
+
+
+def test_paths_are_read_as_a_shell_would_give_them(monkeypatch, tmp_path):
+    """A "~" in a path from a file or a variable reaches no shell: checkpoint.dir = "~/ck"
+    made a directory named "~" under the working directory. A relative directory is named by
+    its absolute path, which the messages about it then show."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    config = load_config(None, {"checkpoint.dir": "~/ck", "kafka.ssl_cafile": "~/ca.pem"}, {})
+    assert config.checkpoint.dir == str(tmp_path / "ck")
+    assert config.kafka.ssl_cafile == str(tmp_path / "ca.pem")
+    assert load_config(None, {"checkpoint.dir": "a/b"}, {}).checkpoint.dir == str(
+        tmp_path / "a" / "b")
+
+
+def test_a_misspelt_setting_in_the_environment_is_named_with_the_variable_meant():
+    with pytest.raises(ConfigError, match=r"STREAM_SVM_MODEL_GAMA: unknown setting model.gama; "
+                                          r"did you mean STREAM_SVM_MODEL_GAMMA\?"):
+        load_config(None, {}, {"STREAM_SVM_MODEL_GAMA": "0.1"})
+    with pytest.raises(ConfigError, match=r"unknown setting model.zzzq; the settings of "
+                                          r"\[model\] are type, scope,"):
+        load_config(None, {}, {"STREAM_SVM_MODEL_ZZZQ": "1"})
 
 
 def test_a_misspelt_section_in_the_environment_is_refused_not_ignored():
