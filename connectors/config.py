@@ -430,6 +430,10 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     if setting.optional and (raw is None or raw == ""):
         return None
     kind = setting.type
+    if (name == "kafka.bootstrap_servers" and isinstance(raw, list) and raw
+            and all(isinstance(server, str) for server in raw)):
+        # (a TOML array of servers, as kafka-python takes them: the same list, comma-joined)
+        raw = ",".join(raw)
     if kind is list:
         return _convert_list(where, setting, raw)
     if kind is dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +150,15 @@ def _decode(raw: bytes | None, max_bytes: int) -> dict[str, Any]:
                             "send UTF-8 JSON without it") from None
         raise Malformed(f"not JSON: {exc}") from None
     except ValueError as exc:  # e.g. an integer literal with too many digits
+        if "digits" in str(exc):  # (Python's message advises a call the sender cannot make)
+            raise Malformed("not usable JSON: an integer has more than "
+                            f"{sys.get_int_max_str_digits()} digits") from None
         raise Malformed(f"not usable JSON: {exc}") from None
     except RecursionError:
         raise Malformed("not JSON: nested too deeply") from None
+    if isinstance(document, str) and document.lstrip().startswith("{"):
+        raise Malformed("a message must be a JSON object, got a JSON string holding one: the "
+                        "message was encoded twice (send the object's JSON once)")
     if not isinstance(document, dict):
         raise Malformed(f"a message must be a JSON object, got {type(document).__name__}")
     return document
@@ -206,6 +213,9 @@ class Targets:
                 number = float(value)
             except OverflowError:
                 raise Malformed(f"target {shown(value)} is too large for a float") from None
+            if math.isinf(number):  # (JSON has no infinity: a literal beyond float range)
+                raise Malformed("target is too large for a float: its magnitude is beyond "
+                                f"{sys.float_info.max:.3g}")
             if not math.isfinite(number):
                 raise Malformed(f"target {shown(value)} is not finite")
             if abs(number) > MAX_TARGET:
@@ -289,6 +299,9 @@ def _number(name: str, value: object) -> float:
     if isinstance(value, float):
         if math.isfinite(value):
             return value
+        if math.isinf(value):  # (JSON has no infinity: a literal beyond float range)
+            raise Malformed(f"feature {name!r} is too large for a float: its magnitude is "
+                            f"beyond {sys.float_info.max:.3g}")
     elif isinstance(value, int) and not isinstance(value, bool):
         try:
             return float(value)
@@ -333,8 +346,13 @@ def _check_fields(document: dict[str, Any], kind: str) -> None:
     unknown = set(document) - _FIELDS[kind]
     if unknown:
         allowed = ", ".join(repr(name) for name in sorted(_FIELDS[kind]))
+        hint = ""
+        if kind == "label" and document.get("op") in ("forget", "relabel"):
+            hint = "; forgets and relabels go on the input topic"  # (read on the label topic)
+        elif kind == "label" and "op" not in unknown:  # (what has no 'x' is read as a label)
+            hint = "; a feature message carries its features in 'x' ('id', 'x', 'y')"
         raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in "
-                        f"{_KIND_NAMES[kind]}, whose fields are {allowed}")
+                        f"{_KIND_NAMES[kind]}, whose fields are {allowed}{hint}")
 
 
 #: The largest |target| a regressor takes from a message: squares of errors of this size

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import socket
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from connectors.messages import (
     Observe,
     Relabel,
     Source,
+    Targets,
     dead_letter,
     encode,
     parse_label,
@@ -1138,3 +1140,42 @@ def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
         "no unlabelled features cached for id 5 (never seen, expired, or already labelled); "
         "the hint"]
     assert [letter.record["model"] for letter in letters] == ["3/k", "3/k"]
+
+
+@pytest.mark.parametrize("raw,error", [
+    (b'{"id": 1, "x": {"a": 1e309}, "y": true}',
+     "feature 'a' is too large for a float: its magnitude is beyond 1.8e+308"),
+    (b'{"id": 1, "x": {"a": ' + b"1" * 5001 + b'}, "y": true}',
+     f"not usable JSON: an integer has more than {sys.get_int_max_str_digits()} digits"),
+    (b'{"id": 1, "features": {"a": 1.0}, "y": true}',
+     "unknown field(s) 'features' in a label, whose fields are 'id', 'y'; a feature message "
+     "carries its features in 'x' ('id', 'x', 'y')"),
+    (json.dumps(json.dumps({"id": 1, "x": {"a": 1.0}})).encode(),
+     "a message must be a JSON object, got a JSON string holding one: the message was encoded "
+     "twice (send the object's JSON once)"),
+])
+def test_a_malformed_message_is_named_as_its_sender_wrote_it(raw, error):
+    """What the sender wrote, not what Python made of it: 1e309 is a finite literal (not
+    "inf"), and Python's advice on long integers names a call the sender cannot make."""
+    with pytest.raises(Malformed) as refused:
+        parse_message(raw, 10**6)
+    assert str(refused.value) == error
+
+
+def test_a_forget_on_the_label_topic_says_where_it_goes_and_a_huge_target_is_named():
+    with pytest.raises(Malformed, match=r"unknown field\(s\) 'op' in a label, whose fields are "
+                                        r"'id', 'y'; forgets and relabels go on the input topic"):
+        parse_label(b'{"op": "forget", "id": 7}', 10**6)
+    with pytest.raises(Malformed, match=r"^target is too large for a float: its magnitude is "
+                                        r"beyond 1.8e\+308$"):
+        parse_message(b'{"id": 1, "x": {"a": 1.0}, "y": -1e400}', 10**6,
+                      Targets(regression=True))
+
+
+def test_bootstrap_servers_may_be_a_toml_array(tmp_path):
+    path = tmp_path / "servers.toml"
+    path.write_text('[kafka]\nbootstrap_servers = ["k1:9092", "k2:9092"]\n')
+    assert load_config(path, {}, {}).kafka.bootstrap_servers == "k1:9092,k2:9092"
+    path.write_text('[kafka]\nbootstrap_servers = ["k1:9092", 9092]\n')
+    with pytest.raises(ConfigError, match=r"bootstrap_servers .* is not a str"):
+        load_config(path, {}, {})
