@@ -123,6 +123,7 @@ class FeatureScaler:
         return self.frozen
 
     def _freeze(self) -> None:
+        self._warn_of_rare_near_names()
         self.means = dict(self._mean)
         self.scales = {}
         for name, count in self._count.items():
@@ -132,6 +133,28 @@ class FeatureScaler:
             self.scales[name] = std if std > 1e-12 * max(1.0, abs(self.means[name])) else 1.0
         self._count, self._mean, self._m2 = {}, {}, {}
         self.frozen = True
+
+    #: Names compared for typos when the warm-up ends, at most (a pairwise comparison).
+    MAX_NAMES_COMPARED = 2000
+
+    def _warn_of_rare_near_names(self) -> None:
+        """A name the warm-up saw rarely, one typo from a name it saw often, is most likely a
+        misspelling, which gets statistics like any other name and is learned from then on:
+        said once, as the statistics are frozen."""
+        counts = self._count
+        if len(counts) > self.MAX_NAMES_COMPARED:
+            return
+        rare = max(1, self.seen // 100)
+        for name, count in sorted(counts.items()):
+            if count > rare:
+                continue
+            common = next((other for other, times in sorted(counts.items())
+                           if times >= 10 * count and _one_typo_apart(name, other)), None)
+            if common is not None:
+                log.warning("the scaler's warm-up saw feature %r in %d of its %d messages, one "
+                            "typo from %r (%d): misspelt? It has statistics now and is learned "
+                            "like any other feature; correct its producer", name, count,
+                            self.seen, common, counts[common])
 
     def unknown(self, x: Mapping[str, float]) -> list[str]:
         """The names in ``x`` that the frozen statistics do not name, in ``x``'s order.

@@ -48,6 +48,26 @@ def test_warm_up_statistics_are_the_population_mean_and_deviation():
     assert constant.transform({"c": 9.0, "new": 4.0}) == {"c": 2.0, "new": 4.0}
 
 
+def test_a_rare_name_one_typo_from_a_common_one_is_warned_of_when_the_warm_up_ends(caplog):
+    """A misspelling in the warm-up gets statistics like any other name, and
+    scaler.unknown_features = "dead_letter" lets it through from then on: said when the
+    statistics are frozen. Names of one family (x2, x3) and common names are not."""
+    scaler = FeatureScaler.warming_up(200)
+    with caplog.at_level("WARNING", logger="connectors.scaling"):
+        for i in range(200):
+            x = {"ratio": 0.5 * i, "x2": 1.0, "x3": 2.0}
+            if i == 7:
+                x = {"ratoi": 0.5 * i, "x2": 1.0, "x3": 2.0}
+            if i % 2:
+                x["amount"] = float(i)
+            scaler.observe(x)
+    assert scaler.frozen and "ratoi" in scaler.means
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert message == ("the scaler's warm-up saw feature 'ratoi' in 1 of its 200 messages, one "
+                       "typo from 'ratio' (199): misspelt? It has statistics now and is learned "
+                       "like any other feature; correct its producer")
+
+
 def test_scaler_state_round_trips_mid_warm_up():
     xs, _ = _stream(30)
     whole = FeatureScaler.warming_up(30)
