@@ -63,7 +63,8 @@ class UnlabelledCache:
     """Unlabelled feature vectors by id, oldest first, bounded in entries, bytes and age.
 
     ``put`` of an id already cached replaces it (as the newest entry). ``evictions`` counts the
-    entries dropped by each bound (``entries``, ``bytes``, ``age``) since the cache was made.
+    entries dropped by each bound (``entries``, ``bytes``, ``age``) and those replaced by a
+    newer entry of their id (``replaced``) since the cache was made.
     """
 
     def __init__(self, max_entries: int, max_bytes: int, max_age_seconds: float) -> None:
@@ -157,6 +158,8 @@ class UnlabelledCache:
             ) -> None:
         """Cache ``x`` under ``identifier`` (replacing an older entry of the same id) and apply
         the entry and byte bounds."""
+        if identifier in self._slot_of:  # (counted: features dropped for the newer ones)
+            self.evictions["replaced"] = self.evictions.get("replaced", 0) + 1
         self._kill(identifier)
         slot = len(self._ids)
         self._ids.append(identifier)

@@ -1097,6 +1097,23 @@ def test_cache_evictions_and_skipped_messages_are_counted_once_each():
     assert value('stream_svm_messages_total{outcome="skipped"}') == 2
 
 
+def test_features_that_replace_those_waiting_for_their_label_are_counted():
+    """Two unlabelled messages of one id: the label learns the newer features, and the older
+    ones, dropped, are counted (reason replaced) rather than discarded without a trace."""
+    from stream_svm import IncrementalSVC
+
+    metrics = Metrics()
+    processor = Processor(IncrementalSVC(), metrics=metrics)
+    processor.process([Record("in", 0, 0, b'{"id": "u", "x": {"a": 1.0}}', 0),
+                       Record("in", 0, 1, b'{"id": "u", "x": {"a": -3.0}}', 0),
+                       Record("in", 0, 2, b'{"id": "v", "x": {"a": 2.0}}', 0)])
+    processor.process([Record("in", 0, 3, b'{"id": "u", "y": true}', 0)])
+    assert processor.model.stored_point("u") == ({"a": -3.0}, True)
+    assert processor.cache.evictions == {"replaced": 1}
+    rendered = metrics.render().decode()
+    assert 'stream_svm_cache_evictions_total{reason="replaced"} 1.0' in rendered
+
+
 def test_an_unknown_id_spelt_as_a_held_id_of_the_other_type_names_it():
     """Ids compare with their JSON type: a forget of "6" for the point learned as 6 leaves
     the point learned, and the dead letter names the id held and what to send."""
