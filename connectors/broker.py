@@ -195,19 +195,23 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
-        """Stop the broker. Its temporary log (when no ``log_file`` was given) is removed if
-        the broker ran until stopped here, and kept if it had exited by itself or never
-        accepted connections: then it holds why."""
+        """Stop the broker (killed when it has not exited ``stop_timeout`` seconds after
+        SIGTERM: Tansu waits for its clients to disconnect first, and holds nothing to save).
+        Its temporary log (when no ``log_file`` was given) is removed if the broker ran until
+        stopped here, and kept if it had exited by itself or never accepted connections: then
+        it holds why."""
         process, self.process = self.process, None
         clean = False
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
+            clean = self._accepted
             try:
                 process.wait(timeout=self.stop_timeout)
-                clean = self._accepted
-            except subprocess.TimeoutExpired:  # it ignored SIGTERM: its log may say why
+            except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=self.stop_timeout)
+                log.info("the embedded broker had not exited %g s after SIGTERM (clients "
+                         "still connected): killed", self.stop_timeout)
             log.info("stopped the embedded broker on %s", self.bootstrap_servers)
         if self._log_handle is not None:
             self._log_handle.close()

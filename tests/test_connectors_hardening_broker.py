@@ -645,6 +645,25 @@ def test_the_broker_removes_its_temporary_log_after_a_clean_stop_and_keeps_a_giv
 
 
 @pytest.mark.broker
+def test_a_broker_stopped_with_a_client_connected_is_killed_and_its_log_removed():
+    """Tansu waits for its clients before it exits on SIGTERM: one stopped under a connected
+    client is killed after stop_timeout, having run until stopped, and leaves no log."""
+    from kafka import KafkaConsumer
+
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20,
+                              stop_timeout=1.0).start()
+    temporary = embedded._log_path
+    client = KafkaConsumer(bootstrap_servers=embedded.bootstrap_servers,
+                           request_timeout_ms=5000)
+    try:
+        client.topics()  # connected
+        embedded.stop()
+    finally:
+        client.close(autocommit=False)
+    assert not temporary.exists()
+
+
+@pytest.mark.broker
 def test_the_broker_keeps_its_log_when_it_exited_by_itself():
     embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
     temporary = embedded._log_path
