@@ -95,12 +95,18 @@ class DirectoryLock:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self._handle: Any = None
+        #: the directories acquire created, the deepest first: released with nothing but the
+        #: lock file in them (a refused start), they are removed again
+        self._created: list[Path] = []
 
     def acquire(self) -> None:
         """Take the lock (creating the directory, mode 0700); CheckpointError when another
         process holds it or the lock file cannot be used."""
+        missing = [path for path in (self.directory, *self.directory.parents)
+                   if not path.exists()]
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._created = missing
         except (FileExistsError, NotADirectoryError):
             raise CheckpointError(f"the checkpoint directory {self.directory} (checkpoint.dir, "
                                   "--checkpoint-dir) is a file, or lies under one: give a "
@@ -174,9 +180,18 @@ class DirectoryLock:
                   self.directory)
 
     def release(self) -> None:
+        """Give the lock up; directories it created that hold nothing but the lock file (a
+        start refused before any checkpoint) are removed, so that a refusal leaves nothing."""
         if self._handle is not None:
+            held = self.held()
             self._handle.close()
             self._handle = None
+            with contextlib.suppress(OSError):
+                if held and self._created and os.listdir(self.directory) == [".lock"]:
+                    (self.directory / ".lock").unlink()
+                    for directory in self._created:
+                        directory.rmdir()  # (stops at the first one not empty)
+        self._created = []
 
 
 @dataclass

@@ -588,6 +588,33 @@ def test_a_full_disk_at_start_still_locks_the_checkpoint_directory(tmp_path, mon
     again.release()
 
 
+def test_a_lock_released_before_any_checkpoint_removes_the_directories_it_made(tmp_path):
+    """A start refused after it locked a new checkpoint directory ("Nothing was changed")
+    left the directory and its lock file behind. Directories that hold anything more, or
+    that were there before, stay."""
+    from connectors.checkpoint import DirectoryLock
+
+    made = tmp_path / "new" / "checkpoints"
+    lock = DirectoryLock(made)
+    lock.acquire()
+    assert (made / ".lock").exists()
+    lock.release()
+    assert not (tmp_path / "new").exists()
+
+    lock = DirectoryLock(made)
+    lock.acquire()
+    (made / "checkpoint-000000000001.npz").write_bytes(b"saved")
+    lock.release()
+    assert sorted(p.name for p in made.iterdir()) == [".lock", "checkpoint-000000000001.npz"]
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    lock = DirectoryLock(existing)
+    lock.acquire()
+    lock.release()
+    assert [p.name for p in existing.iterdir()] == [".lock"]
+
+
 def test_a_sequence_past_twelve_digits_stays_the_newest_checkpoint(tmp_path):
     # checkpoint-1000000000000.npz did not match the name pattern: every save overwrote it
     # unseen, and every restart went back to checkpoint-999999999999.npz.
