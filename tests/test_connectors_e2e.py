@@ -105,7 +105,7 @@ def test_stream_with_every_kind_of_message(broker, tmp_path):  # noqa: F811
             "not-json": "not UTF-8",
             "float-id": "'id' must be",
             "non-finite": "non-finite",
-            "overflow": "finite number",
+            "overflow": "too large for a float",
             "label-3": "not one of the two classes",
             "string-feature": "must be a finite number",
             "forget-unknown": "unknown id 'nope'",
