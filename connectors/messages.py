@@ -349,7 +349,10 @@ def _check_fields(document: dict[str, Any], kind: str) -> None:
         hint = ""
         if kind == "label" and document.get("op") in ("forget", "relabel"):
             hint = "; forgets and relabels go on the input topic"  # (read on the label topic)
-        elif kind == "label" and "op" not in unknown:  # (what has no 'x' is read as a label)
+        elif kind == "label" and "x" in unknown:  # (only the label topic reads 'x' as unknown)
+            hint = "; feature messages go on the input topic"
+        elif kind == "label" and any(isinstance(document[name], dict) for name in unknown):
+            # (on the input topic, what has no 'x' is read as a label)
             hint = "; a feature message carries its features in 'x' ('id', 'x', 'y')"
         raise Malformed(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))} in "
                         f"{_KIND_NAMES[kind]}, whose fields are {allowed}{hint}")

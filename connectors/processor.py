@@ -976,13 +976,15 @@ def _spelt_as_the_other_type(identifier: Any) -> Id | None:
 
     >>> _spelt_as_the_other_type(7), _spelt_as_the_other_type("-7"), _spelt_as_the_other_type("a")
     ('7', -7, None)
+    >>> [_spelt_as_the_other_type(text) for text in ("--7", "07", "")]
+    [None, None, None]
     """
     if isinstance(identifier, bool):
         return None
     if isinstance(identifier, int):
         return str(identifier)
-    if (isinstance(identifier, str) and identifier.lstrip("-").isascii()
-            and identifier.lstrip("-").isdigit() and str(int(identifier)) == identifier
+    digits = identifier.removeprefix("-") if isinstance(identifier, str) else ""
+    if (digits.isascii() and digits.isdigit() and str(int(identifier)) == identifier
             and -MAX_INT_ID - 1 <= int(identifier) <= MAX_INT_ID):
         return int(identifier)
     return None

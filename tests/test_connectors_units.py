@@ -1155,7 +1155,8 @@ def test_an_unknown_id_spelt_as_a_held_id_of_the_other_type_names_it():
         Record("in", 0, 3, b'{"op": "forget", "id": "6"}', 0),
         Record("in", 0, 4, b'{"op": "relabel", "id": 7, "y": true}', 0),
         Record("in", 0, 5, b'{"id": "8", "y": true}', 0),
-        Record("in", 0, 6, b'{"op": "forget", "id": "06"}', 0)])
+        Record("in", 0, 6, b'{"op": "forget", "id": "06"}', 0),
+        Record("in", 0, 7, b'{"op": "forget", "id": "--7"}', 0)])
     errors = [letter.record["error"] for letter in outcome.dead_letters]
     assert errors == [
         "forget of unknown id '6' (not in the model, which holds the id 6: ids compare with "
@@ -1164,7 +1165,9 @@ def test_an_unknown_id_spelt_as_a_held_id_of_the_other_type_names_it():
         "their JSON type, send \"7\")",
         "no unlabelled features cached for id '8', but for the id 8: ids compare with their "
         "JSON type, send 8",
-        "forget of unknown id '06' (not in the model)"]
+        "forget of unknown id '06' (not in the model)",
+        "forget of unknown id '--7' (not in the model)"]
+    assert {letter.record["reason"] for letter in outcome.dead_letters} == {"unknown_id"}
     assert 6 in processor.model and "7" in processor.model and 8 in processor.cache
 
 
@@ -1210,6 +1213,12 @@ def test_a_forget_on_the_label_topic_says_where_it_goes_and_a_huge_target_is_nam
     with pytest.raises(Malformed, match=r"unknown field\(s\) 'op' in a label, whose fields are "
                                         r"'id', 'y'; forgets and relabels go on the input topic"):
         parse_label(b'{"op": "forget", "id": 7}', 10**6)
+    with pytest.raises(Malformed, match=r"^unknown field\(s\) 'x' in a label, whose fields are "
+                                        r"'id', 'y'; feature messages go on the input topic$"):
+        parse_label(b'{"id": 7, "x": {"a": 1.0}, "y": true}', 10**6)
+    with pytest.raises(Malformed, match=r"^unknown field\(s\) 'timestamp' in a label, whose "
+                                        r"fields are 'id', 'y'$"):  # (no feature message)
+        parse_label(b'{"id": 7, "y": true, "timestamp": 5}', 10**6)
     with pytest.raises(Malformed, match=r"^target is too large for a float: its magnitude is "
                                         r"beyond 1.8e\+308$"):
         parse_message(b'{"id": 1, "x": {"a": 1.0}, "y": -1e400}', 10**6,
