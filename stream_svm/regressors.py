@@ -50,6 +50,7 @@ from stream_svm._input import (
     real_target,
 )
 from stream_svm._window import _SlidingWindow
+from stream_svm.kernels import CallableKernel
 
 __all__ = ["IncrementalSVR", "SlidingWindowSVR"]
 
@@ -146,8 +147,9 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         super()._warn_of_scale(incoming, values)
         kernel = self._engine.kernel
         # (a user's kernel is not called here: its values are checked where they are used)
-        diagonal = (kernel.diagonal(incoming) if kernel.finite_values and len(incoming)
-                    else np.zeros(0))
+        with np.errstate(over="ignore", invalid="ignore"):
+            diagonal = (np.zeros(0) if isinstance(kernel, CallableKernel) or not len(incoming)
+                        else kernel.diagonal(incoming))
         kernel_scale = float(np.max(diagonal, initial=self._engine._diag_scale))
         targets = np.concatenate([np.fromiter(self._targets.values(), float),
                                   np.atleast_1d(np.asarray(values, dtype=float))

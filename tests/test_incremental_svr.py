@@ -351,6 +351,13 @@ def test_c_far_above_the_targets_scale_is_warned_of_once(recwarn):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         model.learn_many(X.iloc[90:], targets[90:])
+    # A model fit by one learn_many is warned of before it learns (the kernel's scale of the
+    # rows arriving counts: the model holds none yet).
+    _engine_model._SCALE_WARNED.clear()
+    with pytest.warns(UserWarning, match=r"C is large for the targets' scale: C \* K\(x, x\) = "
+                                         r"\d\.\d+e\+08 "):
+        IncrementalSVR(C=40.0, epsilon=0.0, kernel="linear").learn_many(X.iloc[:90],
+                                                                        targets[:90])
 
 
 # Eleven samples of 4 features, one repeated (rows 3 and 6), targets of scale 1e-6: at
