@@ -95,6 +95,10 @@ def _timestamp_parts(key: Any) -> tuple[int, str]:
     except (TypeError, ValueError, OverflowError):  # (pandas' errors derive from these)
         same = False
     if not same and isinstance(key, np.datetime64):
+        if not pd.Timestamp.min <= key <= pd.Timestamp.max:
+            raise TypeError(f"key {key!r} cannot be checkpointed: a checkpoint keeps times "
+                            f"from {pd.Timestamp.min} to {pd.Timestamp.max} (nanoseconds in "
+                            "64 bits); use str keys")
         # (numpy's datetime64 below the microsecond hashes unlike the equal pandas Timestamp,
         # so the key read back could not find the point again)
         raise TypeError(f"key {key!r} cannot be checkpointed: a numpy datetime64 finer than "

@@ -381,6 +381,17 @@ def test_a_time_key_that_would_come_back_as_another_key_is_refused_as_it_is_lear
     assert after[1] == before[1] and after[0].keys() == before[0].keys()
 
 
+@pytest.mark.parametrize("key", [np.datetime64("1500-01-01", "s"),
+                                 np.datetime64("3000-01-01", "D")])
+def test_a_time_key_beyond_what_a_checkpoint_keeps_says_so(key):
+    """Not the advice for a nanosecond datetime64 (pd.Timestamp(key) is refused as well)."""
+    model = IncrementalSVC()
+    with pytest.raises(TypeError, match=r"a checkpoint keeps times from 1677-09-21 .* to "
+                                        r"2262-04-11 .*; use str keys"):
+        model.learn_one({"a": 1.0}, True, key=key)
+    assert model.n_stored == 0
+
+
 def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
     model = IncrementalSVC()
     with pytest.raises(TypeError, match=r"\(a frozenset\).*keeps str, int, float and timestamp "
