@@ -1245,6 +1245,9 @@ class Daemon:
             except ScopedStateRefused as exc:
                 self.models = None
                 raise StartRefused(str(exc)) from None
+            except BaseException:  # (a state topic that did not answer: checked again)
+                self.models = None
+                raise
         daemon = self
 
         # kafka-python calls these on its IO thread, possibly while the main thread handles a

@@ -145,10 +145,11 @@ class FeatureScaler:
         if len(counts) > self.MAX_NAMES_COMPARED:
             return
         rare = max(1, self.seen // 100)
-        for name, count in sorted(counts.items()):
+        names = sorted(counts.items())
+        for name, count in names:
             if count > rare:
                 continue
-            common = next((other for other, times in sorted(counts.items())
+            common = next((other for other, times in names
                            if times >= 10 * count and _one_typo_apart(name, other)), None)
             if common is not None:
                 log.warning("the scaler's warm-up saw feature %r in %d of its %d messages, one "

@@ -154,21 +154,25 @@ class _Live:
 def served_without_a_record(config: Config, served: Mapping[str, int], state_topic: str,
                             global_state: bool = False) -> str:
     """The refusal of a daemon of model.scope partition or key in a consumer group that
-    committed offsets (``served``) or published a global model's state (``global_state``)
-    but has no record on its state topic: writing the record would bind the group to this
-    scope, and the daemon that served it would be refused from then on."""
+    committed offsets (``served``), or whose state topic holds a global model's state
+    (``global_state``), without the group's record on that topic: writing the record would
+    bind the group to this scope, and the daemon that served it would be refused from then
+    on."""
     group = config.kafka.group_id
-    what = " and ".join(filter(None, [
-        f"has committed offsets {dict(served)}" if served else "",
-        f"published the state of its global model on {state_topic}" if global_state else ""]))
-    return (f"consumer group {group!r} {what}, but the state topic {state_topic} holds no "
-            "record of it: a daemon of model.scope = \"global\" (whose model is a checkpoint "
-            "in its checkpoint.dir) served this group, or the state topic lost its data. A "
-            f"daemon of model.scope = {config.model.scope!r} would start new, empty models "
-            "from there and bind the group to its scope. Nothing was changed. Start the group "
-            "with the scope that served it, give this daemon another kafka.group_id, or run "
-            "with --start-fresh (checkpoint.start_fresh = true) to start new, empty models from "
-            "the committed offsets.")
+    found = " and ".join(filter(None, [
+        f"consumer group {group!r} has committed offsets {dict(served)}" if served else "",
+        f"the state topic {state_topic} holds a global model's state (which a daemon of "
+        "model.scope = \"global\" publishes with kafka.publish_state)" if global_state else ""]))
+    return (f"{found}, but {state_topic} holds no record of consumer group {group!r}: a daemon "
+            "of model.scope = \"global\" (whose model is a checkpoint in its checkpoint.dir) "
+            "served this group" + (", or another group shares the state topic" if global_state
+                                   else "") +
+            f", or the state topic lost its data. A daemon of model.scope = "
+            f"{config.model.scope!r} would start new, empty models from there and bind the "
+            "group to its scope. Nothing was changed. Start the group with the scope that "
+            "served it, give this daemon another kafka.group_id and its own "
+            "kafka.state_topic, or run with --start-fresh (checkpoint.start_fresh = true) to "
+            "start new, empty models from the committed offsets.")
 
 
 class ScopedModels:

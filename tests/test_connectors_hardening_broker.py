@@ -894,9 +894,9 @@ def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_n
                                "metrics.enabled": False}, environ={})
     mistaken = Daemon(keyed, until_drained=True)
     with pytest.raises(StartRefused, match=(
-            rf"consumer group '{kafka.group_id}' has committed offsets .*holds no record of it: "
-            r"a daemon of model.scope = \"global\".*Nothing was changed\. Start the group with "
-            r"the scope that served it")):
+            rf"consumer group '{kafka.group_id}' has committed offsets .*holds no record of "
+            rf"consumer group '{kafka.group_id}': a daemon of model.scope = \"global\".*Nothing "
+            r"was changed\. Start the group with the scope that served it")):
         mistaken.run()
     assert mistaken.summary.messages == 0
     assert _topics_on(servers) == topics_before
