@@ -862,6 +862,37 @@ def test_a_state_topic_recreated_under_a_keyed_group_is_refused_not_met_as_a_new
     assert after[other].metadata["processor"]["updates"] == 1
 
 
+def test_a_group_check_the_state_topic_did_not_answer_is_made_again_on_the_retry(
+        broker, tmp_path, monkeypatch):  # noqa: F811
+    """The state topic did not answer the group's check at start: the retry checks the group
+    again (it went on with the models made, unchecked, and wrote no group record)."""
+    from connectors.scoped import GROUP_RECORD_ID, ScopedModels
+    from connectors.state_store import StateStore, StateStoreError
+
+    config = _config(broker.bootstrap_servers, tmp_path, **{
+        "model.scope": "key", "kafka.state_topic": unique("hard-state"),
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(broker.bootstrap_servers, kafka.input_topic, [_valid(i) for i in range(3)],
+            key_of=lambda message: b"k")
+    checks = []
+    check_group = ScopedModels.check_group
+
+    def flaky(self, *args, **kwargs):
+        checks.append(args)
+        if len(checks) == 1:
+            raise StateStoreError("the state topic did not answer (as the test makes it)")
+        return check_group(self, *args, **kwargs)
+
+    monkeypatch.setattr(ScopedModels, "check_group", flaky)
+    assert Daemon(config, until_drained=True).run() == 0
+    assert len(checks) == 2
+    with StateStore(broker.bootstrap_servers, kafka.state_topic, timeout=20) as store:
+        assert GROUP_RECORD_ID in store.restore()
+
+
 @pytest.mark.parametrize("publish_state", [False, True])
 def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_nothing(
         broker, tmp_path, publish_state):  # noqa: F811
