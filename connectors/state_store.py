@@ -587,16 +587,21 @@ class StateStore:
 
     # ------------------------------------------------------------------- topic
 
-    def topic_exists(self) -> bool:
-        """Whether the topic exists (StateStoreError when the broker cannot tell)."""
+    def _admin_for(self, deadline: float) -> Any:
+        """An admin client of the broker (StateStoreError when it cannot connect in time)."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
-        deadline = self._deadline()
         try:
-            admin = KafkaAdminClient(**self._client_settings(KafkaAdminClient, deadline))
+            return KafkaAdminClient(**self._client_settings(KafkaAdminClient, deadline))
         except (KafkaError, OSError) as exc:
             raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+
+    def topic_exists(self) -> bool:
+        """Whether the topic exists (StateStoreError when the broker cannot tell)."""
+        from kafka.errors import KafkaError
+
+        admin = self._admin_for(self._deadline())
         try:
             return self.topic in set(admin.list_topics())
         except KafkaError as exc:
@@ -613,15 +618,11 @@ class StateStore:
         Tansu 0.6.0 (the embedded broker) accepts the setting and reports it back, but never
         compacts: every record stays until the broker stops. Reading does not depend on it.
         """
-        from kafka import KafkaAdminClient
         from kafka.admin import ConfigResource, ConfigResourceType
         from kafka.errors import KafkaError, TopicAlreadyExistsError
 
         deadline = self._deadline()
-        try:
-            admin = KafkaAdminClient(**self._client_settings(KafkaAdminClient, deadline))
-        except (KafkaError, OSError) as exc:
-            raise self._fail(f"connecting within {self.timeout:g} s", exc) from exc
+        admin = self._admin_for(deadline)
         try:
             if self.topic not in set(admin.list_topics()):
                 spec = {
