@@ -951,6 +951,38 @@ class _EngineModel(FixedParameters):
         """Keys of every sample the model holds (a window's buffered ones too)."""
         return self._engine.keys
 
+    def _engine_took(self, added: list[Hashable], removed: list[Hashable],
+                     next_sequence: int) -> bool:
+        """Whether the engine holds the outcome of an update adding ``added`` and removing
+        ``removed`` that started at the engine's ``next_sequence`` (all or nothing: one key
+        tells; an added key numbered from ``next_sequence`` on is the update's, also when it
+        was removed and added again, as a relabel does)."""
+        engine = self._engine
+        if added:
+            key = added[-1]
+            return key in engine and engine.sequence[engine.position(key)] >= next_sequence
+        return not removed or removed[-1] not in engine
+
+    def _learned_through(self, update: Callable[[], object], added: list[Hashable],
+                         removed: list[Hashable], new: list[Hashable]) -> None:
+        """Run the engine ``update`` (adding ``added``, removing ``removed``) with the feature
+        names ``new`` it brings and its automatic keys recorded first, and taken back only if
+        the engine did not take the update. An interrupt (Ctrl-C) right after the update left
+        points stored whose feature names the model did not know, and the next new name took
+        their column; one during the taking back leaves names no point uses (dropped as
+        unused later) or automatic keys skipped: never a point without its names."""
+        names, auto_keys = len(self._features), self._auto_keys
+        next_sequence = self._engine._next_seq
+        self._features.add(new)
+        self._commit_keys(added)
+        try:
+            update()
+        except BaseException:
+            if not self._engine_took(added, removed, next_sequence):
+                self._features.truncate(names)
+                self._auto_keys = auto_keys
+            raise
+
     def _commit_keys(self, keys: list[Hashable]) -> None:
         used = [key.number for key in keys if isinstance(key, AutoKey)]
         if used:

@@ -147,20 +147,28 @@ class _SlidingWindow:
                 new: list[Hashable], slide: bool) -> None:
         """Buffer arrivals (and slide), all or nothing."""
         names, auto_keys, buffered = len(self._features), self._auto_keys, len(self._buffer_keys)
-        self._features.add(new)
-        self._commit_keys(keys)
-        self._buffer_rows.extend(rows)
-        self._buffer_values.extend(values)
-        self._buffer_keys.extend(keys)
-        if slide:
-            try:
+        try:
+            self._features.add(new)
+            self._commit_keys(keys)
+            self._buffer_rows.extend(rows)
+            self._buffer_values.extend(values)
+            self._buffer_keys.extend(keys)
+            if slide:
                 self._slide()  # the engine is unchanged when its update fails
-            except BaseException:
-                del self._buffer_rows[buffered:], self._buffer_values[buffered:]
-                del self._buffer_keys[buffered:]
-                self._features.truncate(names)
-                self._auto_keys = auto_keys
+        except BaseException:
+            if slide and keys and self._in_engine(keys[-1]):
+                # The engine took the slide (an interrupt, Ctrl-C, right after it): the
+                # buffer went into the window, and the names and keys stay recorded.
+                self._buffer_rows, self._buffer_values, self._buffer_keys = [], [], []
                 raise
+            # (each list cut back on its own: an interrupt may land between two extends)
+            del self._buffer_rows[buffered:]
+            del self._buffer_values[buffered:]
+            del self._buffer_keys[buffered:]
+            self._features.truncate(names)
+            self._auto_keys = auto_keys
+            raise
+        if slide:
             self._after_learning()
 
     def forget_one(

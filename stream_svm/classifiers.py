@@ -422,9 +422,9 @@ class IncrementalSVC(_EngineClassifier):
         self._check_new_key(key)
         row, new = self._admitted(lambda: self._row(x))
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
-        self._engine.update(row[None, :], np.array([label]), [point_key])
-        self._features.add(new)
-        self._commit_keys([point_key])
+        self._learned_through(
+            lambda: self._engine.update(row[None, :], np.array([label]), [point_key]),
+            [point_key], [], new)
         self._after_update()
 
     def forget_one(
@@ -492,9 +492,9 @@ class IncrementalSVC(_EngineClassifier):
                 raise self._unknown_key(key)
         if rows.shape[0] == 0:
             rows = np.zeros((0, self._engine.dim))
-        self._engine.update(rows, labels, add_keys, remove=forget_keys)
-        self._features.add(new)
-        self._commit_keys(add_keys)
+        self._learned_through(
+            lambda: self._engine.update(rows, labels, add_keys, remove=forget_keys),
+            add_keys, forget_keys, new)
         self._after_update()
 
     # ---------------------------------------------------------------- leave-one-out

@@ -687,21 +687,16 @@ class PathEngine:
             out[: array.shape[0]] = array
             return out
 
-        self._X = grow(self._X)
-        self._y = grow(self._y)
-        self._p = grow(self._p)
-        self._gap = grow(self._gap)
-        self._alpha = grow(self._alpha)
-        self._g = grow(self._g)
-        self._h = grow(self._h)
-        self._h_abs = grow(self._h_abs)
-        self._h_drift = grow(self._h_drift)
-        self._status = grow(self._status)
-        self._seq = grow(self._seq)
-        self._slot = grow(self._slot, -1)
+        # Every array is made first and swapped in by one dict update: an interrupt (Ctrl-C)
+        # between two assignments left arrays of two capacities, which the compiled loops
+        # (without bounds checks) then wrote past.
+        grown: dict[str, Any] = {name: grow(getattr(self, name)) for name in (
+            "_X", "_y", "_p", "_gap", "_alpha", "_g", "_h", "_h_abs", "_h_drift", "_status",
+            "_seq")}
+        grown["_slot"] = grow(self._slot, -1)
         columns = np.zeros((self._columns.shape[0], new_cap))
         columns[:, : self._columns.shape[1]] = self._columns
-        self._columns = columns
+        grown["_columns"] = columns
         # The newest recent columns that fit the new capacity's budget are kept.
         recent, recent_of = _empty_recent(new_cap)
         count, old = recent_of.size, self._recent_of.size
@@ -710,8 +705,8 @@ class PathEngine:
         width = min(new_cap, self._recent.shape[1])  # a restored snapshot's X can be narrower
         recent[:kept, :width] = self._recent[oldest_first, :width]
         recent_of[:kept] = self._recent_of[oldest_first]
-        self._recent, self._recent_of = recent, recent_of
-        self._recent_next = kept % count
+        grown.update(_recent=recent, _recent_of=recent_of, _recent_next=kept % count)
+        self.__dict__.update(grown)
 
     def __getstate__(self) -> dict:
         # Copies and pickles leave the recent columns behind (a cache, up to 512 KB).
@@ -765,7 +760,7 @@ class PathEngine:
         columns[:capacity] = self._columns
         store = np.zeros(new_cap, dtype=np.int64)
         store[:capacity] = self._store
-        self._R, self._columns, self._store = R, columns, store
+        self.__dict__.update(_R=R, _columns=columns, _store=store)  # (at once: see _reserve_rows)
 
     def _features_by_column(self) -> np.ndarray:
         """The stored points' features, one contiguous row per feature (the compiled kernel

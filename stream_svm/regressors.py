@@ -259,12 +259,27 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         """One engine path adding the samples (rows, targets) under ``add_keys`` and removing
         ``forget_keys`` (all known to be stored), with the targets kept in step."""
         signs, linear, gap = self._engine_rows(targets)
-        self._engine.update(rows, signs, list(add_keys), remove=list(forget_keys),
-                            linear=linear, gap=gap)
-        for key in forget_keys:
-            del self._targets[key]
+        # The new targets are recorded first and taken back only if the engine did not take
+        # the update: an interrupt (Ctrl-C) right after it left samples learned without their
+        # targets. (One during the taking back, or before the forgotten samples' targets are
+        # dropped, leaves targets of samples not held, which nothing reads.)
+        before = {key: self._targets[key] for key in add_keys if key in self._targets}
+        next_sequence = self._engine._next_seq
         self._targets.update(zip(add_keys, np.asarray(targets, dtype=float).tolist(),
                                  strict=True))
+        try:
+            self._engine.update(rows, signs, list(add_keys), remove=list(forget_keys),
+                                linear=linear, gap=gap)
+        except BaseException:
+            if not self._engine_took(list(add_keys), list(forget_keys), next_sequence):
+                for key in add_keys:
+                    self._targets.pop(key, None)
+                self._targets.update(before)
+            raise
+        added = set(add_keys)
+        for key in forget_keys:
+            if key not in added:
+                del self._targets[key]
 
     def _find_by_value(self, x: Mapping, y: object, taken: frozenset | set = frozenset()
                        ) -> Hashable:
@@ -554,9 +569,8 @@ class IncrementalSVR(_EngineRegressor):
         for key in forget_keys:
             if key not in self:
                 raise self._unknown_key(key, "sample")
-        self._apply(rows, targets, add_keys, forget_keys)
-        self._features.add(new)
-        self._commit_keys(add_keys)
+        self._learned_through(lambda: self._apply(rows, targets, add_keys, forget_keys),
+                              add_keys, forget_keys, new)
         self._after_update()
 
     # ---------------------------------------------------------------- leave-one-out
