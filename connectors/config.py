@@ -681,7 +681,7 @@ def load_config(
     # Paths as a shell would give them: a file's or a variable's "~/checkpoints" reaches no
     # shell, and was a directory named "~" under the working directory; made absolute, the
     # messages that name a path say which directory it is.
-    config.checkpoint.dir = os.path.abspath(os.path.expanduser(config.checkpoint.dir))
+    config.checkpoint.dir = _checkpoint_dir(config.checkpoint.dir)
     for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
         if getattr(config.kafka, key):
             setattr(config.kafka, key, os.path.expanduser(getattr(config.kafka, key)))
@@ -695,6 +695,28 @@ def load_config(
                                              max(1, config.kafka.request_timeout_ms - 1))
     _cross_checks(config)
     return config
+
+
+def _checkpoint_dir(written: str) -> str:
+    """checkpoint.dir as a shell gives it (absolute, a leading ~ the home directory);
+    ConfigError when only the directory named literally holds checkpoints, as versions that
+    took "~" literally left them (starting from the other would start a new model)."""
+    directory = os.path.abspath(os.path.expanduser(written))
+    literal = os.path.abspath(written)
+
+    def holds_checkpoints(path: str) -> bool:
+        with contextlib.suppress(OSError):
+            return any(name.startswith("checkpoint-") for name in os.listdir(path))
+        return False
+
+    if (written.startswith("~") and literal != directory and holds_checkpoints(literal)
+            and not holds_checkpoints(directory)):
+        raise ConfigError(
+            f"setting checkpoint.dir {written!r} is the directory {directory} (a leading ~ is "
+            f"the home directory), which holds no checkpoint, but {literal} (named by the "
+            "same text, read literally as earlier versions did) holds checkpoints: move them "
+            f"to {directory}, or give checkpoint.dir = {literal!r}")
+    return directory
 
 
 def _cross_checks(config: Config) -> None:

@@ -117,6 +117,26 @@ def test_paths_are_read_as_a_shell_would_give_them(monkeypatch, tmp_path):
         tmp_path / "a" / "b")
 
 
+def test_checkpoints_an_earlier_version_kept_under_a_literal_tilde_are_named(monkeypatch,
+                                                                           tmp_path):
+    """Versions that took "~/ck" literally kept their checkpoints in ./~/ck: read as the home
+    directory's ck, which holds none, the start would be refused, and --start-fresh would
+    have started a new model beside them."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / "~" / "ck").mkdir(parents=True)
+    (work / "~" / "ck" / "checkpoint-000000000003.npz").write_bytes(b"saved")
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    with pytest.raises(ConfigError, match=(
+            rf"setting checkpoint.dir '~/ck' is the directory {home / 'ck'} .* holds no "
+            rf"checkpoint, but {work / '~' / 'ck'} .* holds checkpoints: move them")):
+        load_config(None, {"checkpoint.dir": "~/ck"}, {})
+    (home / "ck").mkdir()
+    (home / "ck" / "checkpoint-000000000004.npz").write_bytes(b"moved")
+    assert load_config(None, {"checkpoint.dir": "~/ck"}, {}).checkpoint.dir == str(home / "ck")
+
+
 def test_a_misspelt_setting_in_the_environment_is_named_with_the_variable_meant():
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODEL_GAMA: unknown setting model.gama; "
                                           r"did you mean STREAM_SVM_MODEL_GAMMA\?"):
