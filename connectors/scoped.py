@@ -210,17 +210,9 @@ class ScopedModels:
         #: max_models (keys seen once filled the directory, and every read back scanned it)
         self._on_disk: OrderedDict[ModelId, Path] = OrderedDict()
         self.max_on_disk = max(DISK_MODELS_MIN, DISK_MODELS_PER_LIVE * self.max_models)
-        if cache_dir is not None:
-            cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # Copies a previous run left (killed before it cleared them) may be of another
-            # group's or topic's model that happens to have the same epoch and sequence: this
-            # run reads its models from the state topic, and keeps only what it evicts itself.
-            for stale in [*cache_dir.glob("*.npz"), *cache_dir.glob("*.partial")]:
-                if not _unlink(stale):
-                    log.warning("evicted models are not kept in %s this run: an old copy "
-                                "there cannot be removed", cache_dir)
-                    self.cache_dir = None
-                    break
+        #: whether cache_dir was made ready (at the first eviction: a start refused before
+        #: any left the disk as it was)
+        self._disk_ready = False
         #: kafka-python calls the rebalance listener on its own IO thread: the daemon holds
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
@@ -716,11 +708,33 @@ class ScopedModels:
         digest = hashlib.sha256(json.dumps(list(model_id)).encode()).hexdigest()[:32]
         return self.cache_dir / f"{model_id[0]}-{digest}.{epoch}.{sequence}.npz"
 
+    def _disk_prepared(self) -> bool:
+        """Make cache_dir ready once (False: evicted models are not kept on disk this run)."""
+        if self.cache_dir is not None and not self._disk_ready:
+            self._disk_ready = True
+            try:
+                self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                log.warning("evicted models are not kept in %s this run: %s", self.cache_dir,
+                            exc.strerror or exc)
+                self.cache_dir = None
+                return False
+            # Copies a previous run left (killed before it cleared them) may be of another
+            # group's or topic's model that happens to have the same epoch and sequence: this
+            # run reads its models from the state topic, and keeps only what it evicts itself.
+            for stale in [*self.cache_dir.glob("*.npz"), *self.cache_dir.glob("*.partial")]:
+                if not _unlink(stale):
+                    log.warning("evicted models are not kept in %s this run: an old copy "
+                                "there cannot be removed", self.cache_dir)
+                    self.cache_dir = None
+                    break
+        return self.cache_dir is not None
+
     def _to_disk(self, model_id: ModelId, processor: Processor) -> None:
         """Keep an evicted model's published state on local disk (best effort: a failure only
         means it is read from the state topic)."""
         newest = self.store.newest(model_id)
-        if self.cache_dir is None or newest is None:
+        if newest is None or not self._disk_prepared():
             return
         path = self._disk_path(model_id, newest.epoch, newest.sequence)
         arrays, metadata, _ = self.state_of(model_id, processor)

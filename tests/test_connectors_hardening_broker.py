@@ -931,6 +931,7 @@ def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_n
         mistaken.run()
     assert mistaken.summary.messages == 0
     assert _topics_on(servers) == topics_before
+    assert not (tmp_path / "keyed").exists()  # (its checkpoint.dir, made and removed)
     if publish_state:
         from connectors.scoped import GROUP_RECORD_ID
         from connectors.state_store import StateStore

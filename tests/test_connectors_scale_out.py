@@ -296,7 +296,8 @@ def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(
         result, again = models.process([_record(partition, offset, key, message)])
         models.delivered()
         assert not again and not result.dead_letters
-        assert len(list((tmp_path / "models").iterdir())) <= 3
+        kept = tmp_path / "models"  # (made at the first eviction)
+        assert not kept.exists() or len(list(kept.iterdir())) <= 3
     fetches = {source: metrics.scale_out[3].labels(source=source)._value.get()
                for source in ("topic", "disk")}
     # k6 and k5 come back from disk (among the last three evicted); k0, k1, k4 and k7, pushed
@@ -1370,7 +1371,7 @@ def test_models_that_cannot_be_fetched_hold_their_partition_from_their_first_mes
     assert models.positions.get("stream-svm.input:0", 3) <= 3
 
 
-def test_a_start_clears_copies_a_previous_run_left_on_disk(tmp_path):
+def test_the_first_eviction_clears_copies_a_previous_run_left_on_disk(tmp_path):
     # A daemon killed with evicted models on disk; the same directory then served another
     # group, whose model of the same key had the same epoch and sequence: the old copy, another
     # stream's model, was taken for the new one's.
@@ -1379,8 +1380,19 @@ def test_a_start_clears_copies_a_previous_run_left_on_disk(tmp_path):
     left = cache / "0-0123456789abcdef0123456789abcdef.0.20.npz"
     left.write_bytes(b"another stream's model")
     (cache / "1-x.0.3.partial").write_bytes(b"half written")
-    _scoped(max_models=1, cache_dir=cache)
-    assert list(cache.iterdir()) == []
+    models, _ = _scoped(max_models=1, cache_dir=cache)
+    # Nothing is touched until the first eviction (a start refused after this changes
+    # nothing on disk); then the old copies go before any copy of this run is written.
+    assert sorted(path.name for path in cache.iterdir()) == ["0-0123456789abcdef0123456789abcdef"
+                                                             ".0.20.npz", "1-x.0.3.partial"]
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    rows = _keyed_stream(keys=2, per_key=3, partitions=1)
+    for offset, (partition, key, message) in enumerate(rows):
+        models.process([_record(partition, offset, key, message)])
+        models.delivered()
+    assert models.evictions > 0
+    assert not left.exists() and not (cache / "1-x.0.3.partial").exists()
 
 
 def test_a_read_only_copy_directory_does_not_stop_the_stream(tmp_path, monkeypatch):
