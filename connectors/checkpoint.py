@@ -108,6 +108,11 @@ class DirectoryLock:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._created = missing
         except (FileExistsError, NotADirectoryError):
+            if self.directory.is_symlink() and not self.directory.exists():
+                raise CheckpointError(
+                    f"the checkpoint directory {self.directory} (checkpoint.dir, "
+                    f"--checkpoint-dir) is a symbolic link to {os.readlink(self.directory)}, "
+                    "which does not exist: create that directory, or give another") from None
             raise CheckpointError(f"the checkpoint directory {self.directory} (checkpoint.dir, "
                                   "--checkpoint-dir) is a file, or lies under one: give a "
                                   "directory") from None

@@ -1018,7 +1018,7 @@ class Daemon:
                 "one they held. Nothing was changed. Restore a usable checkpoint, or run with "
                 "--start-fresh (checkpoint.start_fresh = true) to start a new, empty model."
             )
-        log.info("no checkpoint in %s: starting a new %s (input limits %s)",
+        log.info("no checkpoint in %s: a new %s (input limits %s)",
                  config.checkpoint.dir, settings, limit_settings(config))
         return self._new_processor(build_model(config))
 

@@ -340,6 +340,14 @@ class ScopedModels:
         if (global_state or (served and not found)) and not self.config.checkpoint.start_fresh:
             raise ScopedStateRefused(served_without_a_record(self.config, served,
                                                              self.store.topic, global_state))
+        if global_state and len(found) == 1:  # (start_fresh: no model of this scope lost)
+            log.warning("start_fresh: the state topic %s holds a global model's state, which "
+                        "no model of model.scope = %r continues: every model starts new and "
+                        "empty", self.store.topic, self.scope)
+            if self.partitions is not None:
+                self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(self.partitions),
+                                   0, 0, 1)
+            return True
         if found:
             self._record_lost(f"holds {len(found)} model states but not the record of their "
                               "consumer group, written before any model state",

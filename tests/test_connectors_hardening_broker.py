@@ -895,7 +895,7 @@ def test_a_group_check_the_state_topic_did_not_answer_is_made_again_on_the_retry
 
 @pytest.mark.parametrize("publish_state", [False, True])
 def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_nothing(
-        broker, tmp_path, publish_state):  # noqa: F811
+        broker, tmp_path, caplog, publish_state):  # noqa: F811
     """A daemon of model.scope = "key" started by mistake in a group a global daemon serves:
     refused, and nothing written. Had it written the group's record on the state topic (as for
     a new group), the global daemon would have been refused at every start from then on."""
@@ -945,6 +945,13 @@ def test_a_keyed_start_in_a_group_a_global_daemon_served_is_refused_and_writes_n
     assert committed(servers, kafka.group_id, kafka.input_topic) == 9
     outputs = read_all(servers, kafka.output_topic)
     assert sorted(output["id"] for output in outputs) == [f"v{i}" for i in range(9)]
+    if publish_state:  # asked for: new models from the committed offsets, said as it is
+        keyed.checkpoint.start_fresh = True
+        with caplog.at_level("WARNING", logger="connectors.scoped"):
+            assert Daemon(keyed, until_drained=True).run() == 0
+        assert "holds a global model's state, which no model of model.scope = 'key'" in \
+            caplog.text
+        assert "deleted and recreated" not in caplog.text
 
 
 @pytest.mark.slow

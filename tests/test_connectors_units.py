@@ -608,6 +608,17 @@ def test_a_full_disk_at_start_still_locks_the_checkpoint_directory(tmp_path, mon
     again.release()
 
 
+def test_a_checkpoint_directory_that_is_a_dangling_link_is_named_as_one(tmp_path):
+    from connectors.checkpoint import DirectoryLock
+
+    link = tmp_path / "ck"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(CheckpointError, match=rf"{link} .* is a symbolic link to "
+                                              rf"{tmp_path / 'gone'}, which does not exist"):
+        DirectoryLock(link).acquire()
+    assert [path.name for path in tmp_path.iterdir()] == ["ck"]
+
+
 def test_a_lock_released_before_any_checkpoint_removes_the_directories_it_made(tmp_path):
     """A start refused after it locked a new checkpoint directory ("Nothing was changed")
     left the directory and its lock file behind. Directories that hold anything more, or
