@@ -1389,8 +1389,7 @@ def test_the_first_eviction_clears_copies_a_previous_run_left_on_disk(tmp_path):
     models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
     rows = _keyed_stream(keys=2, per_key=3, partitions=1)
     for offset, (partition, key, message) in enumerate(rows):
-        models.process([_record(partition, offset, key, message)])
-        models.delivered()
+        _handled(models, [_record(partition, offset, key, message)])
     assert models.evictions > 0
     assert not left.exists() and not (cache / "1-x.0.3.partial").exists()
 
