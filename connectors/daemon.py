@@ -1060,8 +1060,6 @@ class Daemon:
                     break
                 if cause is not None:
                     raise OSError(cause)
-                if config.kafka.create_topics:
-                    self._create_topics(client)
                 consumer = KafkaConsumer(
                     **client,
                     **self._group_settings(),
@@ -1083,14 +1081,19 @@ class Daemon:
                 _forbid_auto_creation(consumer)
                 if not config.kafka.create_topics:
                     self._check_output_topics(consumer)
+                # Missing topics are created (kafka.create_topics) only once every check
+                # that may refuse the start has passed: a refused start left topics behind,
+                # a label topic of another partition count than the input's for good.
                 if self.scope != "global":
                     partitions = []
-                    self._subscribe(consumer)
+                    self._subscribe(consumer, client)
                 else:
+                    self._refuse_scoped_group(consumer)
+                    self._refuse_a_lost_model(consumer, self._existing_partitions(consumer))
+                    self._create_topics(client, self._topics())
                     partitions = self._partitions(consumer)
                     self._warn_of_a_window_over_partitions(partitions)
                     self._hint_at_the_order(partitions)
-                    self._refuse_scoped_group(consumer)
                     consumer.assign(partitions)
                     self._seek(consumer, partitions)
                     self._check_topic_ids(consumer)
@@ -1099,6 +1102,7 @@ class Daemon:
                         # claim fences the learner that runs, and a refused second learner
                         # (an empty checkpoint directory, by mistake) stopped it.
                         self._claim()
+                    self._create_topics(client, self._written_topics())
                 # (A scoped daemon too: a topic recreated under it stops it, see
                 # _check_scoped_topic_ids, and a reconnect is verified as for one model.)
                 _on_metadata(consumer, self._note_metadata)
@@ -1210,21 +1214,30 @@ class Daemon:
             "partition_assignment_strategy": [RangePartitionAssignor],
         }
 
-    def _subscribe(self, consumer: Any) -> None:
+    def _subscribe(self, consumer: Any, client: dict[str, Any]) -> None:
         """Join the consumer group (model.scope partition or key); partitions arrive through
-        the rebalance listener at the next polls."""
+        the rebalance listener at the next polls. Missing topics are created (with
+        kafka.create_topics) after the group's checks."""
         from kafka import ConsumerRebalanceListener
 
         config = self.config
-        partitions = self._partitions(consumer)  # raises if missing
-        counts = {tp.topic: 0 for tp in partitions}
+        kafka = config.kafka
+        partitions = (self._existing_partitions(consumer) if kafka.create_topics
+                      else self._partitions(consumer))  # (raises if missing)
+        counts = {topic: 0 for topic in self._topics()}
         for tp in partitions:
             counts[tp.topic] += 1
+        created = [topic for topic, count in counts.items() if count == 0]
+        for topic in created:
+            counts[topic] = kafka.topic_partitions
         if len(set(counts.values())) > 1:
+            made = (f" ({' and '.join(created)} missing, created with kafka.topic_partitions = "
+                    f"{kafka.topic_partitions}: set it to the other topic's count, or create "
+                    "the topic so)" if created else "")
             raise StartRefused(
                 f"the label topic must have as many partitions as the input topic with "
                 f"model.scope = {self.scope!r} (a label reaches the model of its own partition "
-                f"and key), but they have {counts}. Nothing was read.")
+                f"and key), but they have {counts}{made}. Nothing was changed.")
         if self._state_store is None:
             self._state_store = state_store_for(config)
         # The group's committed offsets, read before anything is written: a group that has
@@ -1248,6 +1261,9 @@ class Daemon:
             except BaseException:  # (a state topic that did not answer: checked again)
                 self.models = None
                 raise
+        self._create_topics(client, self._topics() + self._written_topics())
+        if created:
+            self._partitions(consumer)  # (waits until the metadata shows them)
         daemon = self
 
         # kafka-python calls these on its IO thread, possibly while the main thread handles a
@@ -1433,13 +1449,16 @@ class Daemon:
         log.info("publishing the model's state on %s as model %s, epoch %d",
                  store.topic, list(GLOBAL_MODEL_ID), epoch)
 
-    def _create_topics(self, client: dict[str, Any]) -> None:
+    def _written_topics(self) -> list[str]:
         kafka = self.config.kafka
-        ensure_topics(
-            client,
-            [*self._topics(), kafka.output_topic, kafka.dead_letter_topic],
-            kafka.topic_partitions,
-        )
+        return [kafka.output_topic, kafka.dead_letter_topic]
+
+    def _create_topics(self, client: dict[str, Any], topics: list[str]) -> None:
+        """With kafka.create_topics: create those of ``topics`` that are missing, with
+        kafka.topic_partitions partitions."""
+        kafka = self.config.kafka
+        if kafka.create_topics:
+            ensure_topics(client, topics, kafka.topic_partitions)
 
     def _check_output_topics(self, consumer: Any) -> None:
         """DaemonError for a missing output or dead-letter topic (``kafka.create_topics``
@@ -1507,6 +1526,37 @@ class Daemon:
             partitions += [TopicPartition(topic, p) for p in sorted(found)]
         return partitions
 
+    def _lost_model(self, name: str, committed: int) -> StartRefused:
+        return StartRefused(
+            f"{self.config.checkpoint.dir} holds no checkpoint, but the consumer group "
+            f"{self.config.kafka.group_id!r} has committed offset {committed} for {name}: a "
+            "model served this stream before, and a new one would silently replace it. "
+            "Nothing was changed. Restore the checkpoint directory, or run with --start-fresh "
+            "(checkpoint.start_fresh = true) to start a new, empty model from the committed "
+            "offsets.")
+
+    def _refuse_a_lost_model(self, consumer: Any, partitions: list[Any]) -> None:
+        """StartRefused, before anything is created or read, when a learner restored no
+        checkpoint (and start_fresh is not set) but its group committed offsets on one of
+        ``partitions``: see _seek, which seeks there with start_fresh."""
+        assert self.processor is not None
+        if self.role != "learner" or self._restored or self.config.checkpoint.start_fresh:
+            return
+        for tp in partitions:
+            name = f"{tp.topic}:{tp.partition}"
+            if name not in self.processor.offsets:
+                found = consumer.committed(tp)
+                if found is not None:
+                    raise self._lost_model(name, found)
+
+    def _existing_partitions(self, consumer: Any) -> list[Any]:
+        """The partitions of the topics read that exist now (no wait for missing ones)."""
+        from kafka import TopicPartition
+
+        existing = consumer.topics()  # (refreshes the metadata)
+        return [TopicPartition(topic, p) for topic in self._topics() if topic in existing
+                for p in sorted(consumer.partitions_for_topic(topic) or ())]
+
     def _seek(self, consumer: Any, partitions: list[Any]) -> None:
         assert self.processor is not None
         fresh: list[str] = []
@@ -1532,14 +1582,7 @@ class Daemon:
                 # The group committed offsets: a model served this stream, and its checkpoints
                 # are gone (or were never written here).
                 if not self.config.checkpoint.start_fresh:
-                    raise StartRefused(
-                        f"{self.config.checkpoint.dir} holds no checkpoint, but the consumer "
-                        f"group {self.config.kafka.group_id!r} has committed offset {committed} "
-                        f"for {name}: a model served this stream before, and a new one would "
-                        "silently replace it. Nothing was changed. Restore the checkpoint "
-                        "directory, or run with --start-fresh (checkpoint.start_fresh = true) "
-                        "to start a new, empty model from the committed offsets."
-                    )
+                    raise self._lost_model(name, committed)
                 fresh.append(f"{name}@{committed}")
                 consumer.seek(tp, committed)
                 self.processor.offsets[name] = committed

@@ -981,3 +981,91 @@ def test_a_broker_restarted_empty_without_the_topic_is_waited_for_not_a_stop(tmp
         if thread is not None:
             thread.join(timeout=60)
         embedded.stop()
+
+
+@pytest.mark.parametrize("mistake", ["checkpoints_gone", "global_on_a_keyed_group",
+                                     "keyed_on_a_global_group"])
+def test_a_refused_start_creates_no_topic(broker, tmp_path, mistake):  # noqa: F811
+    """kafka.create_topics (the default) creates what is missing only once every check that
+    may refuse the start has passed: a refused start had created its label, output and
+    dead-letter topics first, and left them behind."""
+    from connectors.scoped import GROUP_RECORD_ID
+    from connectors.state_store import StateStore
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{
+        "kafka.state_topic": unique("hard-state"),
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    kafka = config.kafka
+    if mistake == "global_on_a_keyed_group":
+        ensure_topics({"bootstrap_servers": servers}, [kafka.input_topic])
+        with StateStore(servers, kafka.state_topic, timeout=20) as store:
+            store.ensure_topic()
+            store.publish(GROUP_RECORD_ID, {}, {"format": 1, "scope": "key", "partitions": 1},
+                          0, 0, 1)
+    else:  # a global daemon served the group and committed
+        ensure_topics({"bootstrap_servers": servers}, [kafka.input_topic])
+        produce(servers, kafka.input_topic, [_valid(i) for i in range(4)])
+        assert Daemon(config, until_drained=True).run() == 0
+    before = _topics_on(servers)
+
+    settings = {"kafka.label_topic": unique("hard-labels"),
+                "kafka.output_topic": unique("hard-output"),
+                "kafka.dead_letter_topic": unique("hard-dead")}
+    if mistake == "checkpoints_gone":
+        settings["checkpoint.dir"] = str(tmp_path / "elsewhere")
+    if mistake == "keyed_on_a_global_group":
+        settings["model.scope"] = "key"
+    mistaken = load_config(None, {
+        **{name: getattr(kafka, name.split(".")[1]) for name in (
+            "kafka.bootstrap_servers", "kafka.input_topic", "kafka.group_id",
+            "kafka.state_topic", "kafka.session_timeout_ms", "kafka.heartbeat_interval_ms")},
+        "model.C": MODEL["C"], "model.gamma": MODEL["gamma"], "metrics.enabled": False,
+        "checkpoint.dir": config.checkpoint.dir, **settings}, environ={})
+    refusal = {"checkpoints_gone": "holds no checkpoint, but the consumer group",
+               "global_on_a_keyed_group": "serves one model per key",
+               "keyed_on_a_global_group": "has committed offsets"}[mistake]
+    with pytest.raises(StartRefused, match=refusal):
+        Daemon(mistaken, until_drained=True).run()
+    assert _topics_on(servers) == before
+
+
+def test_a_label_topic_a_keyed_start_would_create_with_another_partition_count_is_not_made(
+        broker, tmp_path):  # noqa: F811
+    """model.scope = "key" needs the label topic to have the input topic's partition count:
+    a missing one created with kafka.topic_partitions (1) beside a 2-partition input topic
+    refused the start, and that label topic was there for good (refused at every start until
+    someone deleted it). Now nothing is created; with the count set, the start goes on."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{
+        "model.scope": "key", "kafka.label_topic": unique("hard-labels"),
+        "kafka.state_topic": unique("hard-state"),
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    kafka = config.kafka
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        admin.create_topics([NewTopic(kafka.input_topic, 2, 1)])
+    finally:
+        admin.close()
+    before = _topics_on(servers)
+    with pytest.raises(StartRefused, match=(
+            rf"but they have \{{'{kafka.input_topic}': 2, '{kafka.label_topic}': 1\}} "
+            rf"\({kafka.label_topic} missing, created with kafka.topic_partitions = 1: set it "
+            r"to the other topic's count, or create the topic so\)\. Nothing was changed\.")):
+        Daemon(config, until_drained=True).run()
+    assert _topics_on(servers) == before
+
+    config.kafka.topic_partitions = 2
+    produce(servers, kafka.input_topic, [_valid(i) for i in range(3)],
+            key_of=lambda message: message["id"].encode())
+    assert Daemon(config, until_drained=True).run() == 0
+    assert len(read_all(servers, kafka.output_topic, expected=3)) == 3
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        [label] = admin.describe_topics([kafka.label_topic])
+    finally:
+        admin.close()
+    assert len(label["partitions"]) == 2

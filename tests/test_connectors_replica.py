@@ -256,6 +256,9 @@ def _topics() -> dict[str, str]:
 
 
 def _learner(broker, tmp_path, topics, **extra):  # noqa: F811
+    # (Made before the tests produce to it: the producer's first send has the broker create a
+    # missing topic with its own partition count, while the daemon starting beside it would.)
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers}, [topics["input"]])
     return load_config(None, {
         "kafka.bootstrap_servers": broker.bootstrap_servers,
         "kafka.input_topic": topics["input"],
