@@ -92,7 +92,9 @@ def _timestamp_parts(key: Any) -> tuple[int, str]:
         nanoseconds = int(stamp.value)
         back = _timestamp_key(nanoseconds, zone)
         same = back == key and hash(back) == hash(key)
-    except (TypeError, ValueError, OverflowError):  # (pandas' errors derive from these)
+    # (pandas' errors derive from these; a time zone without a name zoneinfo knows, as
+    # dateutil's tzfile('/usr/share/zoneinfo/...'), raises its KeyError)
+    except (TypeError, ValueError, OverflowError, KeyError):
         same = False
     if not same and isinstance(key, np.datetime64):
         if not pd.Timestamp.min <= key <= pd.Timestamp.max:

@@ -392,6 +392,24 @@ def test_a_time_key_beyond_what_a_checkpoint_keeps_says_so(key):
     assert model.n_stored == 0
 
 
+def test_a_time_key_in_a_time_zone_without_a_name_is_refused_as_any_other_key():
+    # A dateutil time zone's str (tzfile('/usr/share/zoneinfo/Europe/Paris')) is no name a
+    # checkpoint can give back: zoneinfo's KeyError escaped the key check, where the docs say
+    # TypeError, the advice with it.
+    tz = pytest.importorskip("dateutil.tz")
+    zone = tz.gettz("Europe/Paris")
+    if zone is None:
+        pytest.skip("no time zone database for dateutil here")
+    model = IncrementalSVC()
+    key = pd.Timestamp("2024-01-01 10:00", tz=zone)
+    with pytest.raises(TypeError, match=r"does not read back as the same key; use a time zone "
+                                        r"by name \(e.g. 'UTC', 'Europe/Paris'\)"):
+        model.learn_one({"a": 1.0}, True, key=key)
+    assert model.n_stored == 0
+    model.learn_one({"a": 1.0}, True, key=key.tz_convert("Europe/Paris"))  # (the advice)
+    assert key in IncrementalSVC.from_checkpoint(*model.to_checkpoint())
+
+
 def test_a_key_a_checkpoint_cannot_keep_is_named_with_its_type_and_the_fix():
     model = IncrementalSVC()
     with pytest.raises(TypeError, match=r"\(a frozenset\).*keeps str, int, float and timestamp "
