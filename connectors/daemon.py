@@ -1184,6 +1184,17 @@ class Daemon:
         finally:
             store.close()
         record = found.get(GROUP_RECORD_ID)
+        group = self.config.kafka.group_id
+        owner = None if record is None else record.metadata.get("group_id", group)
+        if owner is not None and owner != group:
+            if not self._publishes:
+                return  # (another group's topic, which this daemon neither reads nor writes)
+            raise StartRefused(
+                f"the state topic {topic} (kafka.state_topic) holds the record of consumer "
+                f"group {owner!r}, whose models are per {record.metadata.get('scope')}: this "
+                f"daemon of group {group!r} would publish its global model's state among "
+                "them. Nothing was changed. Give it its own kafka.state_topic (by default "
+                "\"<kafka.group_id>.state\").")
         if record is not None:
             raise StartRefused(
                 f"consumer group {self.config.kafka.group_id!r} serves one model per "

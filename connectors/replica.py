@@ -91,6 +91,9 @@ def state_of(processor: Processor, config: Config
         "format": STATE_FORMAT,
         "model_meta": model_meta,
         "model_settings": checkpointed_settings(config),
+        # (who published it: a state topic shared by two groups by mistake is named as such)
+        "group_id": config.kafka.group_id,
+        "input_topic": config.kafka.input_topic,
         "updates": processor.updates,
         "offsets": dict(processor.offsets),
         "scaler": None if processor.scaler is None else processor.scaler.state(),

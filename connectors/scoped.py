@@ -152,27 +152,41 @@ class _Live:
 
 
 def served_without_a_record(config: Config, served: Mapping[str, int], state_topic: str,
-                            global_state: bool = False) -> str:
+                            global_state: bool = False, publisher: str | None = None) -> str:
     """The refusal of a daemon of model.scope partition or key in a consumer group that
     committed offsets (``served``), or whose state topic holds a global model's state
-    (``global_state``), without the group's record on that topic: writing the record would
-    bind the group to this scope, and the daemon that served it would be refused from then
-    on."""
+    (``global_state``; ``publisher``: the consumer group that state names, None for states
+    written before they named it), without the group's record on that topic: writing the
+    record would bind the group to this scope, and the daemon that served it would be
+    refused from then on."""
     group = config.kafka.group_id
+    other = global_state and publisher is not None and publisher != group
+    state = ("" if not global_state else
+             f"the state topic {state_topic} holds the global model's state of consumer group "
+             f"{publisher!r} (a daemon of model.scope = \"global\" publishes it with "
+             "kafka.publish_state)" if publisher is not None else
+             f"the state topic {state_topic} holds a global model's state (which a daemon of "
+             "model.scope = \"global\" publishes with kafka.publish_state)")
     found = " and ".join(filter(None, [
         f"consumer group {group!r} has committed offsets {dict(served)}" if served else "",
-        f"the state topic {state_topic} holds a global model's state (which a daemon of "
-        "model.scope = \"global\" publishes with kafka.publish_state)" if global_state else ""]))
-    return (f"{found}, but {state_topic} holds no record of consumer group {group!r}: a daemon "
-            "of model.scope = \"global\" (whose model is a checkpoint in its checkpoint.dir) "
-            "served this group" + (", or another group shares the state topic" if global_state
-                                   else "") +
-            f", or the state topic lost its data. A daemon of model.scope = "
-            f"{config.model.scope!r} would start new, empty models from there and bind the "
-            "group to its scope. Nothing was changed. Start the group with the scope that "
-            "served it, give this daemon another kafka.group_id and its own "
-            "kafka.state_topic, or run with --start-fresh (checkpoint.start_fresh = true) to "
-            "start new, empty models from the committed offsets.")
+        state]))
+    if other:
+        cause = (f"consumer group {publisher!r} shares this state topic (it is the "
+                 "kafka.state_topic of both groups)")
+        advice = (f"Give group {group!r} its own kafka.state_topic (by default "
+                  "\"<kafka.group_id>.state\")")
+    else:
+        cause = ("a daemon of model.scope = \"global\" (whose model is a checkpoint in its "
+                 "checkpoint.dir) served this group" +
+                 (", or another group shares the state topic" if global_state and
+                  publisher is None else "") + ", or the state topic lost its data")
+        advice = ("Start the group with the scope that served it, give this daemon another "
+                  "kafka.group_id and its own kafka.state_topic, or run with --start-fresh "
+                  "(checkpoint.start_fresh = true) to start new, empty models from the "
+                  "committed offsets")
+    return (f"{found}, but {state_topic} holds no record of consumer group {group!r}: {cause}. "
+            f"A daemon of model.scope = {config.model.scope!r} would start new, empty models "
+            f"from there and bind the group to its scope. Nothing was changed. {advice}.")
 
 
 class ScopedModels:
@@ -337,9 +351,14 @@ class ScopedModels:
         found = self.store.restore(select=lambda m: m != GROUP_RECORD_ID, decode=False,
                                    log_level=logging.DEBUG)
         global_state = GLOBAL_MODEL_ID in found
+        publisher = found[GLOBAL_MODEL_ID].metadata.get("group_id") if global_state else None
+        if publisher is not None and publisher != self.config.kafka.group_id:
+            # (start_fresh or not: another group's model is no model of this group to replace)
+            raise ScopedStateRefused(served_without_a_record(
+                self.config, served, self.store.topic, global_state, publisher))
         if (global_state or (served and not found)) and not self.config.checkpoint.start_fresh:
-            raise ScopedStateRefused(served_without_a_record(self.config, served,
-                                                             self.store.topic, global_state))
+            raise ScopedStateRefused(served_without_a_record(
+                self.config, served, self.store.topic, global_state, publisher))
         if global_state and len(found) == 1:  # (start_fresh: no model of this scope lost)
             log.warning("start_fresh: the state topic %s holds a global model's state, which "
                         "no model of model.scope = %r continues: every model starts new and "

@@ -1069,3 +1069,82 @@ def test_a_label_topic_a_keyed_start_would_create_with_another_partition_count_i
     finally:
         admin.close()
     assert len(label["partitions"]) == 2
+
+
+def _keyed_config(servers: str, tmp_path, group: str, state_topic: str, **extra: Any):
+    names = {k: unique(f"hard-{k}") for k in ("input", "output", "dead")}
+    return load_config(None, {
+        "kafka.bootstrap_servers": servers, "kafka.input_topic": names["input"],
+        "kafka.output_topic": names["output"], "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": group, "kafka.state_topic": state_topic,
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300,
+        "model.scope": "key", "model.C": MODEL["C"], "model.gamma": MODEL["gamma"],
+        "checkpoint.dir": str(tmp_path / group), "metrics.enabled": False, **extra},
+        environ={})
+
+
+@pytest.mark.parametrize("start_fresh", [False, True])
+def test_a_keyed_group_on_a_state_topic_another_groups_global_model_publishes_to_is_refused(
+        broker, tmp_path, start_fresh):  # noqa: F811
+    """Two groups given one kafka.state_topic by mistake: a global learner of one publishes,
+    and a keyed start of the other is refused naming the group that published (it was told
+    a global daemon may have served its own group), with --start-fresh too (it went on, wrote
+    its record beside the other group's model, and that group's learner was refused from
+    then on), and nothing is written."""
+    from connectors.scoped import GROUP_RECORD_ID
+    from connectors.state_store import StateStore
+
+    servers = broker.bootstrap_servers
+    shared = unique("hard-shared-state")
+    publisher = _config(servers, tmp_path, **{"kafka.state_topic": shared,
+                                              "kafka.publish_state": True})
+    ensure_topics({"bootstrap_servers": servers}, [publisher.kafka.input_topic])
+    produce(servers, publisher.kafka.input_topic, [_valid(i) for i in range(4)])
+    assert Daemon(publisher, until_drained=True).run() == 0
+
+    keyed = _keyed_config(servers, tmp_path, unique("hard-keyed"), shared,
+                          **{"checkpoint.start_fresh": start_fresh})
+    ensure_topics({"bootstrap_servers": servers}, [keyed.kafka.input_topic])
+    with pytest.raises(StartRefused, match=(
+            rf"the state topic {shared} holds the global model's state of consumer group "
+            rf"'{publisher.kafka.group_id}' .*: consumer group '{publisher.kafka.group_id}' "
+            rf"shares this state topic .*Nothing was changed\. Give group "
+            rf"'{keyed.kafka.group_id}' its own kafka.state_topic")):
+        Daemon(keyed, until_drained=True).run()
+    with StateStore(servers, shared, timeout=20) as store:
+        assert GROUP_RECORD_ID not in store.restore()
+    # The publishing learner goes on.
+    produce(servers, publisher.kafka.input_topic, [_valid(i) for i in range(4, 6)])
+    assert Daemon(publisher, until_drained=True).run() == 0
+    assert committed(servers, publisher.kafka.group_id, publisher.kafka.input_topic) == 6
+
+
+@pytest.mark.parametrize("publish_state", [False, True])
+def test_a_global_learner_on_another_keyed_groups_state_topic(
+        broker, tmp_path, publish_state):  # noqa: F811
+    """The state topic holds the record of another group's per-key models: a global learner
+    that publishes nothing there starts (it was refused as if its own group served per-key
+    models); one that would publish among them is refused, naming that group."""
+    servers = broker.bootstrap_servers
+    shared = unique("hard-shared-state")
+    keyed = _keyed_config(servers, tmp_path, unique("hard-keyed"), shared)
+    ensure_topics({"bootstrap_servers": servers}, [keyed.kafka.input_topic])
+    produce(servers, keyed.kafka.input_topic, [_valid(i) for i in range(3)],
+            key_of=lambda message: message["id"].encode())
+    assert Daemon(keyed, until_drained=True).run() == 0  # (writes its group's record)
+
+    config = _config(servers, tmp_path, **{"kafka.state_topic": shared,
+                                           "kafka.publish_state": publish_state})
+    ensure_topics({"bootstrap_servers": servers}, [config.kafka.input_topic])
+    produce(servers, config.kafka.input_topic, [_valid(i) for i in range(3)])
+    if not publish_state:
+        assert Daemon(config, until_drained=True).run() == 0
+        assert len(read_all(servers, config.kafka.output_topic, expected=3)) == 3
+        return
+    with pytest.raises(StartRefused, match=(
+            rf"the state topic {shared} \(kafka.state_topic\) holds the record of consumer "
+            rf"group '{keyed.kafka.group_id}', whose models are per key: this daemon of group "
+            rf"'{config.kafka.group_id}' would publish its global model's state among them\. "
+            r"Nothing was changed\. Give it its own kafka.state_topic")):
+        Daemon(config, until_drained=True).run()
+    assert committed(servers, config.kafka.group_id, config.kafka.input_topic) is None
