@@ -1326,9 +1326,13 @@ class PathEngine:
         return total
 
     def _remedy(self) -> str:
-        # (gamma shapes only the RBF and polynomial kernels)
-        if isinstance(self.kernel, (RBFKernel, PolynomialKernel)):
+        # (A larger gamma brings an RBF kernel matrix nearer the identity; a polynomial one
+        # is singular through its finite rank or through the size of gamma <x, x'>, which a
+        # larger gamma makes worse.)
+        if isinstance(self.kernel, RBFKernel):
             return "a larger gamma or a ridge"
+        if isinstance(self.kernel, PolynomialKernel):
+            return "a ridge, or features scaled so that gamma <x, x'> is about 1"
         return "a ridge"
 
     def _violators(self) -> np.ndarray:

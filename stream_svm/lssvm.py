@@ -1178,6 +1178,22 @@ class IncrementalLSSVR(_IncrementalLSSVM, base.MiniBatchRegressor):
     4
     """
 
+    def __init__(
+        self,
+        rho: float = 1.0,
+        features: str = "linear",
+        n_components: int = 100,
+        gamma: float = 1.0,
+        fit_intercept: bool = True,
+        seed: int | None = None,
+        max_features: int | None = 1000,
+        max_new_features: int | None = None,
+    ) -> None:
+        # (Its own, so that a wrong parameter, as in clone({"C": 1}), names this class.)
+        super().__init__(rho=rho, features=features, n_components=n_components, gamma=gamma,
+                         fit_intercept=fit_intercept, seed=seed, max_features=max_features,
+                         max_new_features=max_new_features)
+
     def _parse_targets(self, ys: Iterable[object]) -> np.ndarray:
         return np.array([real_target(y) for y in ys], dtype=float)
 

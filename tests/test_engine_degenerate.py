@@ -463,6 +463,23 @@ def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
     assert model.n_stored == 10 and model.decision_function_one({"a": 1.0}) == before
 
 
+def test_a_derailed_polynomial_model_is_not_told_to_raise_gamma():
+    # A polynomial kernel matrix made singular by features of 1e4 (gamma <x, x'> = 1e8): a
+    # larger gamma, which the error advised, makes it worse.
+    from stream_svm import IncrementalSVC
+
+    rng = np.random.default_rng(0)
+    model = IncrementalSVC(kernel="poly")
+    for i in range(10):
+        model.learn_one({"a": float(rng.normal()), "b": float(rng.normal())}, i % 2 == 0, key=i)
+    before = model.decision_function_one({"a": 1.0})
+    with pytest.raises(ConvergenceError, match=r"try a ridge, or features scaled so that "
+                                               r"gamma <x, x'> is about 1\)") as raised:
+        model.learn_one({"a": 1e4, "b": 1e4}, True, key="huge")
+    assert "larger gamma" not in str(raised.value)
+    assert model.n_stored == 10 and model.decision_function_one({"a": 1.0}) == before
+
+
 # Four multiple updates at C = 5.7e6 (RBF, a small ridge, copies under both labels): the
 # third leaves coefficients of 1e7 in all, the fourth removes them. A removal's last move
 # ends at the round-off of the coefficients it started from; what that left in sum(y alpha)

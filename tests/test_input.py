@@ -37,6 +37,21 @@ def test_bad_values_named():
     assert space.names == ["a"]
 
 
+def test_a_zero_dimensional_array_is_its_number_and_a_vector_is_told_to_split():
+    # (A 0-d array was told to go through a OneHotEncoder, and a vector under one name too.)
+    space = FeatureSpace(["a"])
+    assert space.vectorize({"a": np.array(2.5), "b": np.array(-3, dtype=np.int8)})[0].tolist() \
+        == [2.5, -3.0]
+    for vector in (np.array([1.0, 2.0]), [1.0, 2.0], (1, 2)):
+        with pytest.raises(TypeError, match=r"feature 'v' has the value .*several numbers under "
+                                            r"one name; give each its own name \(e.g. "
+                                            r"\{'v_0': v\[0\], 'v_1': v\[1\], ...\}\)"):
+            space.vectorize({"v": vector})
+    with pytest.raises(TypeError, match="non-numeric value array\\('x'"):
+        space.vectorize({"a": np.array("x")})
+    assert space.names == ["a"]
+
+
 def test_vectorize_many():
     space = FeatureSpace(["a"])
     matrix, new = space.vectorize_many([{"a": 1, "b": 2}, {"c": 3}])

@@ -307,6 +307,16 @@ def snapshot(model) -> bytes:
     return pickle.dumps(model)
 
 
+@pytest.mark.parametrize("cls", [IncrementalLSSVC, IncrementalLSSVR])
+def test_a_parameter_another_estimator_has_is_refused_naming_this_one(cls):
+    # (IncrementalLSSVR's constructor was its private base's: "_IncrementalLSSVM.__init__()
+    # got an unexpected keyword argument 'C'".)
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}\.__init__\(\) got an unexpected "
+                                        r"keyword argument 'C'"):
+        cls(rho=2.0).clone({"C": 1.0})
+    assert cls(rho=2.0, seed=4).clone()._get_params() == cls(rho=2.0, seed=4)._get_params()
+
+
 def test_forgetting_from_an_empty_model_is_an_error():
     model = IncrementalLSSVC()
     with pytest.raises(ValueError, match="holds 0"):
