@@ -52,6 +52,9 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _META = "__meta__"
 CACHE_PREFIX = "cache."
+#: Member names np.savez would take for its own arguments (allow_pickle became its flag, and
+#: the checkpoint lacked a member it listed; file raised a bare TypeError).
+_SAVEZ_ARGUMENTS = frozenset({"file", "allow_pickle"})
 # Twelve digits at least: a sequence past 999999999999 writes a longer name, which must count
 # as the newest rather than be overwritten unseen at every save.
 _NAME = re.compile(r"^checkpoint-(\d{12,})\.npz$")
@@ -312,7 +315,7 @@ class CheckpointStore:
         """Write a new checkpoint atomically (mode 0600) and prune old ones; returns its path."""
         members: dict[str, np.ndarray] = {}
         for name, array in arrays.items():
-            if name == _META or name.startswith(CACHE_PREFIX):
+            if name == _META or name in _SAVEZ_ARGUMENTS or name.startswith(CACHE_PREFIX):
                 raise CheckpointError(f"the model's arrays may not use the reserved name {name!r}")
             members[name] = np.asarray(array)
         for name, array in (cache_arrays or {}).items():

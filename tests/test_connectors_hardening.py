@@ -557,10 +557,12 @@ def test_metadata_that_is_not_strict_json_is_refused_on_save(tmp_path):
     assert store.paths() == []
 
 
-@pytest.mark.parametrize("name", ["__meta__", "cache.x"])
+@pytest.mark.parametrize("name", ["__meta__", "cache.x", "file", "allow_pickle"])
 def test_a_model_array_under_a_reserved_name_is_refused_on_save(tmp_path, name):
     # A model array named cache.x would come back as the unlabelled cache's member x, and be
-    # missing from the model's arrays of the checkpoint it had just written.
+    # missing from the model's arrays of the checkpoint it had just written; np.savez took
+    # allow_pickle for its flag (a checkpoint saved that could not be read) and file for its
+    # file (a bare TypeError, the temporary file left behind).
     store = CheckpointStore(tmp_path)
     with pytest.raises(CheckpointError, match=f"reserved name '{name}'"):
         store.save({name: np.zeros(2)}, {}, {})

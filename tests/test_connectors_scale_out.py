@@ -29,7 +29,7 @@ from connectors.daemon import ensure_topics
 from connectors.metrics import Metrics
 from connectors.models import restore_model
 from connectors.processor import Processor, Record
-from connectors.scoped import ScopedModels, model_id_of, model_label
+from connectors.scoped import ScopedModels, ScopedStateRefused, model_id_of, model_label
 from connectors.sources import iter_source
 from connectors.state_store import StateStore
 from stream_svm import IncrementalSVC
@@ -1599,3 +1599,136 @@ def test_no_offset_is_committed_past_outputs_given_up_on_a_second_stop():
     assert daemon._undelivered and models.positions["stream-svm.input:0"] == 1
     daemon._commit()
     assert consumer.commits == []
+
+
+# Model states across owners, formats and limits, against the in-memory state store.
+
+_INPUT0 = "stream-svm.input:0"  # (partition 0 of the default input topic)
+
+
+def _scoped_point(offset: int, label: bool) -> dict:
+    return {"id": offset, "x": {"1": 0.3 * offset - 1.0, "2": 0.1 * offset}, "y": label}
+
+
+def _published_model(store: _MemoryStore, labels: tuple[bool, ...] = (True,)) -> ScopedModels:
+    """The owner of partition 0 that learned model "a" from ``labels`` and published it."""
+    writer, _ = _scoped(max_models=4, store=store)
+    writer.assign({0})
+    writer.settle({0: {_INPUT0: None}}, start_fresh=False)
+    _handled(writer, [_record(0, offset, "a", _scoped_point(offset, label))
+                      for offset, label in enumerate(labels)])
+    assert writer.publish({0})
+    return writer
+
+
+def test_a_model_kept_for_its_partitions_return_is_not_used_once_another_owner_published_it():
+    # A process gives partition 0 up (its clean models are kept aside, in case it comes
+    # back); another process owns it meanwhile and publishes model "a" with what it learned.
+    # Given the partition back, the first process must take that newer state: its own copy
+    # lacks the other owner's points, and the records they came from lie before the commit,
+    # never read again.
+    store = _MemoryStore()
+    first = _published_model(store)
+    first.mark_committed(first.committable())
+    first.revoke({0}, first.mark_committed)
+    assert (0, "a") in first._retained  # kept aside: clean, published
+
+    second, _ = _scoped(max_models=4, store=store)
+    second.assign({0})
+    second.settle({0: {_INPUT0: 1}}, start_fresh=False)
+    _handled(second, [_record(0, 1, "a", _scoped_point(1, False))])
+    assert second.publish({0})
+    handed: list[dict[str, int]] = []
+    second.revoke({0}, handed.append)
+    assert handed == [{_INPUT0: 2}]
+
+    first.assign({0})
+    first.settle({0: {_INPUT0: 2}}, start_fresh=False)
+    _handled(first, [_record(0, 2, "a", _scoped_point(2, True))])
+    model = first.live[(0, "a")].processor.model
+    assert model.n_stored == 3  # its own point, the other owner's, and the new one
+    assert sorted(map(str, model.stored_keys())) == ["0", "1", "2"]
+
+
+def test_a_model_state_of_another_format_is_refused_not_read_as_this_one():
+    # The layout of a model's state has a version: a state written in another layout (by a
+    # newer stream-svm, after an upgrade that was rolled back) must stop the partition,
+    # never be read as this version's layout nor replaced by a new model.
+    store = _MemoryStore()
+    _published_model(store)
+    payload, next_offset, epoch, sequence = store.records[(0, "a")]
+    arrays, metadata = store._codec._decode_payload(payload)
+    metadata["format"] = 2
+    store.records[(0, "a")] = (store._codec._encode_payload(arrays, metadata), next_offset,
+                               epoch, sequence)
+    reader, _ = _scoped(max_models=4, store=store)
+    reader.assign({0})
+    with pytest.raises(ScopedStateRefused, match="format 2"):
+        reader.settle({0: {_INPUT0: 1}}, start_fresh=False)
+    assert not reader.live and not reader.owned
+    with pytest.raises(ScopedStateRefused, match="format 2"):
+        reader._processor_from((0, "a"), store.fetch((0, "a")))
+
+
+def test_an_owner_that_finds_its_model_claimed_since_it_was_given_it_publishes_nothing():
+    # Given partition 0 when model "a" had epoch 0, this process finds at its first publish
+    # that another process claimed epoch 1 since (the group moved the partition on, and
+    # this one has not seen the rebalance yet). Claiming epoch 2 would put its state above
+    # the new owner's, whose learning would be lost: the partition is given up instead.
+    store = _MemoryStore()
+    _published_model(store)
+    owner, _ = _scoped(max_models=4, store=store)
+    owner.assign({0})
+    owner.settle({0: {_INPUT0: 1}}, start_fresh=False)
+    assert owner.known_epochs == {(0, "a"): 0}
+    assert store.claim_epoch((0, "a"), newest_known=0) == 1  # the new owner's claim
+    _handled(owner, [_record(0, 1, "a", _scoped_point(1, False))])
+    publishes = store.publishes
+    assert not owner.publish({0})
+    assert store.publishes == publishes  # nothing written over the new owner's epoch
+    assert owner.fenced == {0} and owner.committable() == {}
+
+
+def test_a_model_sequence_grows_with_every_publish_of_its_epoch():
+    # Within an epoch a model's states alternate between two slots by their sequence: a
+    # publish that reused the last sequence is refused by the state topic ("sequences must
+    # grow"), and the model, never published again, would hold its partition's commits back.
+    store = _MemoryStore()
+    models, _ = _scoped(max_models=4, store=store)
+    models.assign({0})
+    models.settle({0: {_INPUT0: None}}, start_fresh=False)
+    sequences = []
+    for offset in range(3):
+        _handled(models, [_record(0, offset, "a", _scoped_point(offset, offset % 2 == 0))])
+        assert models.publish({0})
+        sequences.append(store.records[(0, "a")][3])
+    assert sequences == [1, 2, 3]
+    assert models.committable() == {_INPUT0: 3}
+
+
+def test_a_committed_group_without_its_record_or_any_state_is_refused_before_writing_one():
+    # Offsets committed by the group, and no record of the group nor any model state on the
+    # state topic: a daemon of model.scope = "global" served the group. Writing the group's
+    # record now would bind the group to this scope (the global daemon refused from then on)
+    # and start new, empty models from the committed offsets.
+    store = _MemoryStore()
+    models, _ = _scoped(max_models=4, store=store)
+    with pytest.raises(ScopedStateRefused, match="committed offsets"):
+        models.check_group(2, served={_INPUT0: 120})
+    assert store.publishes == 0 and store.records == {}
+
+
+def test_a_model_state_beyond_the_configured_feature_limit_is_refused():
+    # max_features bounds what a model may hold: a state holding more (the limit lowered
+    # since, or a foreign state) is refused, not loaded past the bound.
+
+    store = _MemoryStore()
+    _published_model(store, (True, False))
+    config = load_config(None, overrides={"model.scope": "key", "model.max_models": "4",
+                                          "model.max_features": "1",
+                                          **{f"model.{k}": str(v) for k, v in MODEL.items()}},
+                         environ={})
+    reader = ScopedModels(config, store, lambda model, metrics: Processor(model, metrics=metrics),
+                          lambda: IncrementalSVC(**MODEL), Metrics(per_model=True))
+    with pytest.raises(ScopedStateRefused, match="max_features"):
+        reader._processor_from((0, "a"), store.fetch((0, "a")))

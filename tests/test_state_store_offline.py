@@ -1,0 +1,200 @@
+"""The state store's reading rules without a broker: records built as the store writes them
+are handed to what its read of the topic runs (connectors.state_store)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from connectors.state_store import (
+    StaleEpochError,
+    StateStore,
+    StateStoreError,
+    _decode_value,
+    _encode_payload,
+    _encode_value,
+    _parse_key,
+    _Record,
+    chunk_key,
+    claim_key,
+    decode_state,
+)
+
+
+def offline_store() -> StateStore:
+    return StateStore("127.0.0.1:9", "state", timeout=1.0)  # never connects
+
+
+def state_records(store: StateStore, model: Any, epoch: int, sequence: int, first_offset: int,
+                  arrays: dict[str, np.ndarray], metadata: dict[str, Any]) -> list[_Record]:
+    payload = _encode_payload(arrays, metadata)
+    chunks = store._chunks(model, payload, epoch=epoch, sequence=sequence,
+                           next_offset=sequence)
+    return [_Record(0, first_offset + i, key, value) for i, (key, value) in enumerate(chunks)]
+
+
+def restored(store: StateStore, records: list[_Record]) -> dict[Any, Any]:
+    return store._newest_states(records, {}, None, None, True, logging.DEBUG, time.monotonic())
+
+
+def test_a_state_record_is_never_unpickled():
+    # A record of the state topic is data anyone who can write the topic controls: an object
+    # array in it (np.save pickles those) must be refused, never unpickled (which runs code).
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.array([{"a": 1}], dtype=object),
+             __meta__=np.frombuffer(b"{}", dtype=np.uint8))
+    with pytest.raises(ValueError, match="pickle"):
+        decode_state(buffer.getvalue())
+    store = offline_store()
+    payload = buffer.getvalue()
+    header = {"kind": "chunk", "model": "m", "epoch": 0, "sequence": 1, "slot": 1, "chunk": 0,
+              "chunks": 1, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+              "next_offset": 0}
+    record = _Record(0, 0, chunk_key("m", 0, 1, 0), _encode_value(header, payload))
+    assert restored(store, [record]) == {}
+    assert store.last_report.corrupt == 1
+
+
+def test_a_key_not_written_canonically_is_not_taken_for_one_of_ours():
+    # Compaction keeps one record per key *bytes*: a key with the same fields spelled
+    # otherwise is another key to the broker, and read as the same one it could stand in for
+    # (or hide) the record compaction keeps.
+    canonical = chunk_key("m", 1, 1, 0)
+    assert _parse_key(canonical) is not None
+    for spelled_otherwise in (b'{"chunk": 0, "epoch": 1, "model": "m", "slot": 1}',
+                              b'{"slot":1,"model":"m","epoch":1,"chunk":0}'):
+        assert _parse_key(spelled_otherwise) is None
+    store = offline_store()
+    records = state_records(store, "m", 1, 1, 0, {"w": np.ones(2)}, {"s": 1})
+    [value] = [r.value for r in records]
+    other = _Record(0, 5, b'{"chunk": 0, "epoch": 1, "model": "m", "slot": 1}', value)
+    assert restored(store, [other]) == {}
+
+
+def _rekeyed(record: _Record, key: bytes, **header_changes: Any) -> _Record:
+    header, data = _decode_value(record.value)
+    header.update(header_changes)
+    return _Record(record.partition, record.offset, key, _encode_value(header, data))
+
+
+@pytest.mark.parametrize("forgery", ["epoch", "sequence"])
+def test_a_chunk_whose_header_contradicts_its_key_is_skipped(forgery):
+    # The key decides which epoch and slot a chunk counts for (the newest epoch wins, the
+    # slots alternate with the sequence): a header that says otherwise is a damaged or
+    # foreign record, never a state of the key's epoch or slot.
+    store = offline_store()
+    good = state_records(store, "m", 1, 1, 0, {"w": np.zeros(2)}, {"s": "good"})
+    [forged] = state_records(store, "m", 1, 2, 10, {"w": np.ones(2)}, {"s": "forged"})
+    if forgery == "epoch":  # key of epoch 7, header of epoch 1
+        forged = _rekeyed(forged, chunk_key("m", 7, 2, 0))
+    else:  # key and header of slot 0, header of the odd sequence 3 (whose slot is 1)
+        forged = _rekeyed(forged, chunk_key("m", 1, 2, 0), sequence=3)
+    states = restored(store, [*good, forged])
+    assert (states["m"].epoch, states["m"].metadata) == (1, {"s": "good"})
+    assert store.last_report.corrupt == 1
+
+
+def test_an_own_claim_is_not_taken_for_won_when_another_owner_has_states_in_its_epoch():
+    # Claim keys of earlier versions named no owner: compaction can keep this store's later,
+    # losing claim of epoch 1 in place of the winner's. The winner's states of epoch 1 show
+    # that the epoch is not this store's: claiming it again would put two owners in one
+    # epoch, writing over each other's slots.
+    store = offline_store()
+    header = {"kind": "claim", "model": "m", "epoch": 1, "owner": store.owner_token}
+    claim = _Record(0, 3, claim_key("m", 1), _encode_value(header))
+    winner = offline_store()
+    states = state_records(winner, "m", 1, 1, 4, {"w": np.ones(2)}, {})
+    store._apply([claim, *states], rebuild=True)
+    store._read_until = {0: 10}
+    assert not store._claimed_here("m", 1)
+    assert store.next_epoch("m") == 2
+
+
+def test_a_publish_with_an_epoch_below_one_this_store_published_is_refused(monkeypatch):
+    # A store that published epoch 5 of a model has seen epoch 5: a later publish with epoch
+    # 3 comes from an owner that lost the model, and would be read as older than nothing.
+    store = offline_store()
+
+    class Written:
+        def __init__(self, offset: int) -> None:
+            self.offset = offset
+
+    sent: list[bytes] = []
+
+    def send_all(records, partition, deadline, doing):
+        records = list(records)
+        sent.extend(key for key, _ in records)
+        return [Written(len(sent) + i) for i in range(len(records))]
+
+    monkeypatch.setattr(store, "_send_all", send_all)
+    monkeypatch.setattr(store, "_partitions", lambda deadline: 1)
+    store.publish("m", {"w": np.zeros(2)}, {}, next_offset=1, epoch=5, sequence=1)
+    before = len(sent)
+    with pytest.raises(StaleEpochError):
+        store.publish("m", {"w": np.ones(2)}, {}, next_offset=2, epoch=3, sequence=1)
+    assert len(sent) == before  # nothing produced
+    assert store.epochs(lambda model: True) == {"m": 5}
+
+
+@pytest.mark.parametrize("outcome", ["not acknowledged", "failed"])
+def test_a_publish_the_broker_did_not_acknowledge_is_an_error_and_not_counted_written(
+        monkeypatch, outcome):
+    # acks=all is the store's promise: a send still pending after the flush (the broker did
+    # not answer in time) or one the broker refused must raise StateStoreError (the daemon
+    # then holds its partition's commits back), and the state must not count as written.
+    from kafka.errors import KafkaError
+
+    store = offline_store()
+
+    class Future:
+        is_done = outcome == "failed"
+        value = None
+        exception = KafkaError("NotLeaderForPartitionError")
+
+        def failed(self) -> bool:
+            return outcome == "failed"
+
+    class Producer:
+        def flush(self, timeout: float | None = None) -> None:
+            pass
+
+    monkeypatch.setattr(store, "_producer_for", lambda deadline: Producer())
+    monkeypatch.setattr(store, "_partitions", lambda deadline: 1)
+    monkeypatch.setattr(store, "_send", lambda key, value, partition: Future())
+    with pytest.raises(StateStoreError, match=r"not acknowledged|NotLeader"):
+        store.publish("m", {"w": np.zeros(2)}, {}, next_offset=1, epoch=0, sequence=1)
+    assert store.last_sequence("m", 0) == -1
+    assert store.newest("m") is None
+
+
+def test_a_slot_whose_chunk_0_is_gone_is_skipped_and_the_other_slot_restored():
+    # Chunks 1.. of a write whose chunk 0 is not there (tombstoned, or compacted away under a
+    # newer write that died after it) are left-overs: the model's other slot is its newest
+    # whole state, and the read goes on (it must not fail on the slot that is not whole).
+    store = StateStore("127.0.0.1:9", "state", timeout=1.0, max_record_bytes=4096)
+    whole = state_records(store, "m", 0, 1, 0, {"w": np.arange(3000.0)}, {"s": 1})
+    newer = state_records(store, "m", 0, 2, 100, {"w": np.arange(3000.0) + 1}, {"s": 2})
+    assert len(newer) > 2
+    states = restored(store, whole + newer[1:])
+    assert (states["m"].sequence, states["m"].metadata) == (1, {"s": 1})
+    assert states["m"].arrays["w"].tobytes() == np.arange(3000.0).tobytes()
+    assert store.last_report.incomplete == 1
+
+
+def test_sequences_read_whole_from_the_topic_count_as_taken():
+    # last_sequence is "published whole or read whole": a learner that publishes into an
+    # epoch the topic already holds must not reuse a sequence there (its state would land
+    # in the slot of the newest whole state, and a publish dying half-way would leave none).
+    store = offline_store()
+    records = (state_records(store, "m", 1, 1, 0, {"w": np.zeros(2)}, {})
+               + state_records(store, "m", 1, 2, 1, {"w": np.ones(2)}, {}))
+    assert restored(store, records)["m"].sequence == 2
+    assert store.last_sequence("m", 1) == 2
+    with pytest.raises(ValueError, match="sequences must grow"):
+        store.publish("m", {"w": np.ones(2)}, {}, next_offset=3, epoch=1, sequence=2)
