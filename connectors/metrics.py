@@ -118,6 +118,13 @@ class Metrics:
             labels,
             registry=r,
         )
+        self.feature_names = Gauge(
+            "stream_svm_feature_names",
+            "Feature names the model holds (points are stored over all of them: an update and "
+            "a prediction cost about points x names)",
+            labels,
+            registry=r,
+        )
         self._window: Gauge | None = None
         self._errors: tuple[Gauge, Gauge] | None = None
         self._accuracy: Gauge | None = None
@@ -392,8 +399,8 @@ class Metrics:
         self._scored[correct].inc()
 
     #: Gauges that describe one model: labelled by ``model`` when ``per_model``.
-    MODEL_GAUGES = ("margin", "error", "reserve", "stored", "cached", "cached_bytes", "held",
-                    "window", "accuracy")
+    MODEL_GAUGES = ("margin", "error", "reserve", "stored", "feature_names", "cached",
+                    "cached_bytes", "held", "window", "accuracy")
 
     def for_model(self, label: str) -> Any:
         """The metrics as one model's processor sees them: the gauges of

@@ -963,6 +963,11 @@ class Processor:
         stored = getattr(self.model, "n_stored", None)
         if stored is not None:
             metrics.stored.set(stored)
+        names = getattr(self.model, "n_features", None)
+        if names is None and hasattr(self.model, "feature_names_"):  # (the LS-SVMs)
+            names = len(self.model.feature_names_)
+        if names is not None:
+            metrics.feature_names.set(names)
         if self.sliding:
             metrics.window.set(self.model.n_window)
         metrics.cached.set(len(self.cache))

@@ -798,6 +798,7 @@ def test_only_a_sliding_window_exports_window_points(sliding):
     processor.process(records)
     text = generate_latest(metrics.registry).decode()
     assert f"stream_svm_stored_points {3.0 if sliding else 5.0}" in text
+    assert "stream_svm_feature_names 1.0" in text
     if sliding:
         assert "stream_svm_window_points 3.0" in text  # the fifth arrival waits in the buffer
     else:
@@ -1263,3 +1264,26 @@ def test_bootstrap_servers_may_be_a_toml_array(tmp_path):
     path.write_text('[kafka]\nbootstrap_servers = ["k1:9092", 9092]\n')
     with pytest.raises(ConfigError, match=r"bootstrap_servers .* is not a str"):
         load_config(path, {}, {})
+
+
+@pytest.mark.parametrize("make", ["IncrementalSVC", "IncrementalLSSVC"])
+def test_the_feature_names_a_model_holds_are_a_gauge(make):
+    """A few messages with many feature names make every later update and prediction cost
+    about points x names: the gauge shows the model widened (and narrowing again when the
+    names are dropped), per model with model.scope partition or key."""
+    from prometheus_client import generate_latest
+
+    import stream_svm
+
+    for per_model in (False, True):
+        metrics = Metrics(per_model=per_model)
+        seen = metrics.for_model("m1")
+        processor = Processor(getattr(stream_svm, make)(), metrics=seen)
+        wide = {f"w{i}": 0.01 for i in range(40)}
+        records = [Record("in", 0, i, json.dumps(
+            {"id": i, "x": {"a": float(i), **(wide if i == 3 else {})}, "y": i % 2 == 0})
+            .encode(), 0) for i in range(5)]
+        processor.process(records)
+        text = generate_latest(metrics.registry).decode()
+        label = '{model="m1"}' if per_model else ""
+        assert f"stream_svm_feature_names{label} 41.0" in text
