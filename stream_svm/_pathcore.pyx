@@ -96,12 +96,12 @@ cdef extern from *:
     #endif
 
     /* One pass over points [begin, end) for ``count`` (at most 4, a constant where it is
-       inlined) consecutive features from ``first``: each point's sum continues in feature
-       order. */
+       inlined) consecutive features from ``first``, against the point whose feature f is
+       query[f * query_stride]: each point's sum continues in feature order. */
     STREAM_SVM_INLINE void stream_svm_features_pass(
             int squared_distance, const double *XT, Py_ssize_t stride, Py_ssize_t first,
-            int count, int start_at_zero, Py_ssize_t begin, Py_ssize_t end, Py_ssize_t p,
-            double *STREAM_SVM_RESTRICT out)
+            int count, int start_at_zero, Py_ssize_t begin, Py_ssize_t end,
+            const double *query, Py_ssize_t query_stride, double *STREAM_SVM_RESTRICT out)
     {
         const double *STREAM_SVM_RESTRICT rows[4];
         double at_p[4];
@@ -109,7 +109,7 @@ cdef extern from *:
         int f;
         for (f = 0; f < count; f++) {
             rows[f] = XT + (first + f) * stride;
-            at_p[f] = rows[f][p];
+            at_p[f] = query[(first + f) * query_stride];
         }
         for (i = begin; i < end; i++) {
             double acc = start_at_zero ? 0.0 : out[i];
@@ -127,13 +127,16 @@ cdef extern from *:
 
     #define STREAM_SVM_PASS(COUNT) \
         if (squared_distance) \
-            stream_svm_features_pass(1, XT, stride, f, COUNT, f == 0, begin, end, p, column); \
+            stream_svm_features_pass(1, XT, stride, f, COUNT, f == 0, begin, end, query, \
+                                     query_stride, column); \
         else \
-            stream_svm_features_pass(0, XT, stride, f, COUNT, f == 0, begin, end, p, column); \
+            stream_svm_features_pass(0, XT, stride, f, COUNT, f == 0, begin, end, query, \
+                                     query_stride, column); \
         break;
 
-    /* out[c * out_stride + i] = |x_i - x_p|^2 (or <x_i, x_p>) for i < n and p = positions[c],
-       the features stored feature by feature (XT[f * stride + i]). Up to four features per
+    /* out[c * out_stride + i] = |x_i - q_c|^2 (or <x_i, q_c>) for i < n, the features stored
+       feature by feature (XT[f * stride + i]), and q_c the point whose feature f is
+       Q[f * q_stride + positions[c]]: a point of XT's own (Q = XT), or a query held apart. Up to four features per
        pass over the points (fewer loads and stores of the sums; more streams at once
        vectorize worse), the count of each pass a constant of its own loop, which then
        vectorizes. Each point's sum runs over the features in order. Several columns are
@@ -144,10 +147,12 @@ cdef extern from *:
     STREAM_SVM_CLONES
     static void stream_svm_features_block(int squared_distance, const double *XT,
                                           Py_ssize_t stride, Py_ssize_t dim, Py_ssize_t n,
+                                          const double *Q, Py_ssize_t q_stride,
                                           const long *positions, Py_ssize_t m,
                                           double *out, Py_ssize_t out_stride)
     {
-        Py_ssize_t begin, end, c, f, i, p, block;
+        Py_ssize_t begin, end, c, f, i, block, query_stride = q_stride;
+        const double *query;
         double *column;
         block = n;  /* one column: all the points in one block */
         if (m > 1 && dim > 0) {
@@ -157,7 +162,7 @@ cdef extern from *:
         for (begin = 0; begin < n; begin += block) {
             end = n - begin < block ? n : begin + block;
             for (c = 0; c < m; c++) {
-                p = positions[c];
+                query = Q + positions[c];
                 column = out + c * out_stride;
                 if (dim == 0) {
                     for (i = begin; i < end; i++) column[i] = 0.0;
@@ -898,7 +903,8 @@ cdef extern from *:
                                      double* x) noexcept nogil
     void stream_svm_solve(Py_ssize_t k, const double* R, Py_ssize_t lda, double* x) noexcept nogil
     void stream_svm_features_block(int squared_distance, const double* XT, Py_ssize_t stride,
-                                   Py_ssize_t dim, Py_ssize_t n, const long* positions,
+                                   Py_ssize_t dim, Py_ssize_t n, const double* Q,
+                                   Py_ssize_t q_stride, const long* positions,
                                    Py_ssize_t m, double* out, Py_ssize_t out_stride) noexcept nogil
     double stream_svm_point_events(Py_ssize_t n, int mode, double db, const double* y,
                                    const double* driven, double* change,
@@ -964,33 +970,41 @@ cdef inline void _features_against(int kind, double[:, ::1] XT, Py_ssize_t n, lo
     stored feature by feature (``XT[f, i]``): each feature's row is contiguous, so the loop
     over the points vectorizes. Each point's sum runs over the features in order, as SciPy's
     ``cdist(..., "sqeuclidean")`` sums them: the same values to the last bit."""
-    stream_svm_features_block(kind == RBF, &XT[0, 0], XT.strides[0] // sizeof(double),
-                              XT.shape[0], n, &p, 1, out, 0)
+    cdef Py_ssize_t stride = XT.strides[0] // sizeof(double)
+    stream_svm_features_block(kind == RBF, &XT[0, 0], stride, XT.shape[0], n, &XT[0, 0], stride,
+                              &p, 1, out, 0)
 
 
 def kernel_columns(int kind, double[:, ::1] XT, Py_ssize_t n, long[::1] positions,
                    double gamma, int degree, double coef0, double[:, ::1] out,
-                   bint exponentiate=True) -> None:
+                   bint exponentiate=True, double[:, ::1] QT=None) -> None:
     """``out[c, i] = K(x_i, x_p)`` for i < n and p = ``positions[c]``, with the points'
     features stored feature by feature (``XT[f, i]``; p may lie beyond n), for the built-in
     kernels (``kind``: KERNEL_LINEAR <a,b>, KERNEL_RBF exp(-gamma |a-b|^2), KERNEL_POLY
-    (gamma <a,b> + coef0)^degree), without the GIL. With ``exponentiate`` False an RBF column
-    is left at -gamma |a-b|^2, for the caller's vectorized exp."""
+    (gamma <a,b> + coef0)^degree), without the GIL. With ``QT`` (as many features as XT,
+    stored alike) x_p is its column p instead, a query held apart from the points (no copy
+    of them per query). With ``exponentiate`` False an RBF column is left at
+    -gamma |a-b|^2, for the caller's vectorized exp."""
     cdef Py_ssize_t i, c, m = positions.shape[0]
     cdef double* column
+    cdef double[:, ::1] queries = XT if QT is None else QT
     if out.shape[0] < m or out.shape[1] < n or XT.shape[1] < n:
         raise ValueError("out or XT is too small")
+    if queries.shape[0] != XT.shape[0]:
+        raise ValueError(f"QT has {queries.shape[0]} features, XT {XT.shape[0]}")
     for c in range(m):
-        if not 0 <= positions[c] < XT.shape[1]:
-            raise ValueError(f"position {positions[c]} is not among the {XT.shape[1]} points")
+        if not 0 <= positions[c] < queries.shape[1]:
+            raise ValueError(f"position {positions[c]} is not among the {queries.shape[1]} "
+                             "points")
     if m == 0:
         return
     with nogil:
         # The features' part of all the columns at once (see stream_svm_features_block), then
         # each column's kernel function.
         stream_svm_features_block(kind == RBF, &XT[0, 0], XT.strides[0] // sizeof(double),
-                                  XT.shape[0], n, &positions[0], m, &out[0, 0],
-                                  out.strides[0] // sizeof(double))
+                                  XT.shape[0], n, &queries[0, 0],
+                                  queries.strides[0] // sizeof(double), &positions[0], m,
+                                  &out[0, 0], out.strides[0] // sizeof(double))
         for c in range(m):
             column = &out[c, 0]
             if kind == RBF and exponentiate:

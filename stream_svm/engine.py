@@ -121,21 +121,24 @@ PREDICT_CHUNK = 1024
 
 
 def _compiled_block(kind: int, gamma: float, degree: int, coef0: float, features: np.ndarray,
-                    n: int, positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+                    n: int, positions: np.ndarray, out: np.ndarray | None = None,
+                    queries: np.ndarray | None = None) -> np.ndarray:
     """K(x_i, x_p) for i < n and the given positions p (columns of ``features``, stored feature
-    by feature), by the compiled kernel loop; an RBF's exp by the same vectorized loop as the
-    columns the breakpoint loop computes (a point's column has the same bits wherever it was
-    computed). Returned n x m, a view of the m x n rows it fills: ``out`` when given."""
+    by feature, or of ``queries``, stored alike), by the compiled kernel loop; an RBF's exp by
+    the same vectorized loop as the columns the breakpoint loop computes (a point's column has
+    the same bits wherever it was computed). Returned n x m, a view of the m x n rows it
+    fills: ``out`` when given."""
     block = np.empty((positions.size, n)) if out is None else out
     chunk = RBF_CHUNK if kind == _pathcore.KERNEL_RBF and n <= RBF_CHUNK_MAX_POINTS else 0
     if positions.size <= chunk or not chunk:
-        _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block)
+        _pathcore.kernel_columns(kind, features, n, positions, gamma, degree, coef0, block,
+                                 QT=queries)
         return block.T
     # A many-column RBF block goes RBF_CHUNK columns at a time, each exponentiated while it is
     # still in the core's cache.
     for start in range(0, positions.size, chunk):
         _pathcore.kernel_columns(kind, features, n, positions[start : start + chunk], gamma,
-                                 degree, coef0, block[start : start + chunk])
+                                 degree, coef0, block[start : start + chunk], QT=queries)
     return block.T
 
 
@@ -559,9 +562,19 @@ class PathEngine:
 
     # ------------------------------------------------------------------ predictions
     def _support(self) -> tuple[np.ndarray, np.ndarray]:
+        """The support vectors' features (|SV| x dim, a view) and coefficients alpha y."""
+        features, coef = self._support_columns()
+        return features[: self.dim].T, coef
+
+    def _support_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """The support vectors stored feature by feature, (dim + 1) x |SV| with a last
+        feature of zeros (where a prediction folds the features no stored point has), as the
+        compiled kernel loop reads them; kept until the support vectors change."""
         if self._sv_cache is None:
             sv = np.flatnonzero(self._alpha[: self.n] > 0)
-            self._sv_cache = (self._X[sv], self._alpha[sv] * self._y[sv])
+            features = np.zeros((self.dim + 1, sv.size))
+            features[: self.dim] = self._X[sv].T
+            self._sv_cache = (features, self._alpha[sv] * self._y[sv])
         return self._sv_cache
 
     def _primal_weights(self) -> np.ndarray:
@@ -592,26 +605,40 @@ class PathEngine:
             _pathcore.rows_times(np.ascontiguousarray(X[:, :width]), weights[:width], self.b,
                                  values)
             return values
-        if X.shape[1] > support.shape[1]:
-            padding = np.zeros((support.shape[0], X.shape[1] - support.shape[1]))
-            support = np.hstack([support, padding])
-        elif X.shape[1] < support.shape[1]:
-            X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
         if kind < 0:
-            # A user's kernel. Features too large for it give inf or nan here; callers check
-            # the values, so numpy's overflow warnings would only be noise on every prediction.
+            # A user's kernel, on rows as wide as the stored points' (a feature absent from one
+            # side reads 0). Features too large for it give inf or nan here; callers check the
+            # values, so numpy's overflow warnings would only be noise on every prediction.
+            if X.shape[1] > support.shape[1]:
+                padding = np.zeros((support.shape[0], X.shape[1] - support.shape[1]))
+                support = np.hstack([support, padding])
+            else:
+                support = np.ascontiguousarray(support)  # (as a user's function may expect)
+            if X.shape[1] < support.shape[1]:
+                X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
             with np.errstate(over="ignore", invalid="ignore"):
                 return self.kernel(X, support) @ coef + self.b
         # RBF and polynomial: the compiled kernel loop, as in training (for RBF the same
-        # squared distances as SciPy's cdist, and the loop's exp), PREDICT_CHUNK points at a
-        # time (bounded memory), on this thread.
+        # squared distances as SciPy's cdist, and the loop's exp), against the support vectors
+        # as _support_columns keeps them (copied for every call, they cost a wide model more
+        # than the kernel itself), PREDICT_CHUNK points at a time (bounded memory), on this
+        # thread. Each point's sum runs over as many features as the wider side has, the other
+        # side's missing ones reading 0: the same bits as on rows padded alike.
+        features, _ = self._support_columns()
+        width = max(X.shape[1], self.dim)
+        if width > features.shape[0]:  # (wider than the rows predictions give: not kept)
+            features = np.concatenate([features, np.zeros((width - features.shape[0],
+                                                           features.shape[1]))])
+        features = features[:width]
         stored = support.shape[0]
         values = np.empty(X.shape[0])
         for start in range(0, X.shape[0], PREDICT_CHUNK):
             part = X[start : start + PREDICT_CHUNK]
-            features = np.ascontiguousarray(np.concatenate([support, part]).T)
-            at = np.arange(stored, stored + part.shape[0])
-            block = _compiled_block(kind, gamma, degree, coef0, features, stored, at)
+            queries = np.zeros((width, part.shape[0]))
+            queries[: part.shape[1]] = part.T
+            at = np.arange(part.shape[0])
+            block = _compiled_block(kind, gamma, degree, coef0, features, stored, at,
+                                    queries=queries)
             _pathcore.rows_times(block.T, coef, self.b, values[start : start + part.shape[0]])
         return values
 

@@ -615,6 +615,35 @@ def test_rbf_decisions_by_the_compiled_kernel_equal_the_kernel_objects_own():
         rtol=0, atol=1e-14 * scale)
 
 
+@pytest.mark.parametrize("name", ["rbf", "poly"])
+@pytest.mark.parametrize("extra", [-2, 0, 1, 3])
+def test_predictions_against_the_kept_support_columns_have_the_bits_of_padded_rows(name, extra):
+    """Predictions read the support vectors as the model keeps them, feature by feature (a
+    copy of them with the queries appended, made for every call, cost a wide model several
+    times the kernel): the same bits as the kernel block of the queries inside the points'
+    own array, rows padded with zeros to the wider side (queries narrower than the model,
+    as wide, one feature wider as predictions fold the unknown ones, and wider still)."""
+    from stream_svm.engine import PathEngine, _compiled_block, _compiled_kernel
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((120, 5))
+    y = np.where(X[:, 0] * X[:, 2] > 0, 1.0, -1.0)
+    engine = PathEngine(make_kernel(name, gamma=0.3, degree=3, coef0=1.0), C=3.0)
+    engine.update(X, y, keys=list(range(120)))
+    support, coef = engine._support()
+    queries = rng.standard_normal((9, 5 + extra))
+    width = max(5, queries.shape[1])
+    rows = np.zeros((support.shape[0] + 9, width))
+    rows[: support.shape[0], :5] = support
+    rows[support.shape[0]:, : queries.shape[1]] = queries
+    kind, gamma, degree, coef0 = _compiled_kernel(engine.kernel)
+    block = _compiled_block(kind, gamma, degree, coef0, np.ascontiguousarray(rows.T),
+                            support.shape[0], np.arange(support.shape[0], rows.shape[0]))
+    expected = np.empty(9)
+    _pathcore.rows_times(block.T, coef, engine.b, expected)
+    assert engine.decision_function(queries).tobytes() == expected.tobytes()
+
+
 @pytest.mark.parametrize("width", [1, 7, 8, 9, 300])
 def test_rows_times_gives_each_rows_product_with_the_weights_plus_the_shift(width):
     rng = np.random.default_rng(width)
