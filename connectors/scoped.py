@@ -189,6 +189,16 @@ def served_without_a_record(config: Config, served: Mapping[str, int], state_top
             f"from there and bind the group to its scope. Nothing was changed. {advice}.")
 
 
+#: The metadata entry of a model's copy on local disk that names the model and state it holds.
+_DISK_COPY = "disk_copy"
+
+
+def _copy_identity(model_id: ModelId, state: StoredState) -> Any:
+    """What a model's copy on disk records of itself (as JSON reads it back)."""
+    return json.loads(json.dumps({"model": list(model_id), "epoch": state.epoch,
+                                  "sequence": state.sequence, "next_offset": state.next_offset}))
+
+
 class ScopedModels:
     """The models of the partitions this process owns.
 
@@ -765,6 +775,7 @@ class ScopedModels:
             return
         path = self._disk_path(model_id, newest.epoch, newest.sequence)
         arrays, metadata, _ = self.state_of(model_id, processor)
+        metadata[_DISK_COPY] = _copy_identity(model_id, newest)
         partial = path.with_suffix(".partial")
         older = self._on_disk.pop(model_id, None)
         if older is not None and older != path:
@@ -811,6 +822,14 @@ class ScopedModels:
         except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
             log.warning("model %s on disk (%s) does not load (%s): read from the state topic",
                         model_label(model_id), path, exc)
+            return None
+        # A copy says which model and state it is: a file put in its place (another model's
+        # copy, by hand or by a tool) was taken for this model, which then answered with
+        # another key's points, silently.
+        if metadata.pop(_DISK_COPY, None) != _copy_identity(model_id, newest):
+            log.warning("the file %s does not hold model %s's state %s: read from the state "
+                        "topic", path, model_label(model_id),
+                        f"{newest.epoch}.{newest.sequence}")
             return None
         return StoredState(arrays, metadata, newest.next_offset, newest.epoch, newest.sequence,
                            newest.location)

@@ -1229,6 +1229,31 @@ def test_an_evicted_model_on_disk_is_not_used_once_a_newer_state_exists(tmp_path
     assert not stale.exists()  # the stale copy is gone
 
 
+def test_a_copy_on_disk_put_in_the_place_of_another_models_is_not_taken_for_it(tmp_path,
+                                                                              caplog):
+    # Copies of evicted models are files named by their model, epoch and sequence: one
+    # model's copy put in another's place (by hand, or a tool) was loaded as that model, which
+    # then held the other key's points and dead-lettered its own ids' forgets, silently.
+    models, metrics = _scoped(max_models=1, cache_dir=tmp_path)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    _handled(models, [_record(0, 0, "a", {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True})])
+    _handled(models, [_record(0, 1, "b", {"id": 2, "x": {"1": -0.5, "2": 0.2}, "y": False})])
+    _handled(models, [_record(0, 2, "c", {"id": 3, "x": {"1": 0.1, "2": 0.9}, "y": True})])
+    copies = {model_id: path for model_id, path in models._on_disk.items()}
+    assert set(copies) == {(0, "a"), (0, "b")}
+    copies[(0, "a")].write_bytes(copies[(0, "b")].read_bytes())  # b's copy as a's file
+    with caplog.at_level("WARNING", logger="connectors.scoped"):
+        _handled(models, [_record(0, 3, "a", {"id": 4, "x": {"1": 0.0, "2": -0.4},
+                                               "y": False})])
+    assert f"the file {copies[(0, 'a')]} does not hold model" in caplog.text
+    assert metrics.scale_out[3].labels(source="topic")._value.get() == 1
+    model = models.live[(0, "a")].processor.model
+    assert sorted(model.stored_keys()) == [1, 4]  # a's own points, not b's
+    _handled(models, [_record(0, 4, "b", {"id": 5, "x": {"1": 0.3, "2": 0.3}, "y": True})])
+    assert metrics.scale_out[3].labels(source="disk")._value.get() == 1  # b's own copy: used
+
+
 def _global_daemon_on_a_keyed_group(servers: str, tmp_path: Path, name: str,
                                     change: Callable[[str], None] | None = None) -> Any:
     """A global daemon (until drained) of a new consumer group whose state topic holds the
