@@ -181,11 +181,13 @@ class DirectoryLock:
             self.acquire()
         except _LockBusy as exc:
             raise CheckpointLockLost(
-                f"checkpoint directory {self.directory} was removed and created again, and "
-                f"this daemon could not lock it again ({exc})") from None
+                f"checkpoint directory {self.directory} was removed and created again, or its "
+                f"lock file was removed or replaced, and this daemon could not lock it again "
+                f"({exc})") from None
         # (any other failure to lock it is the write's: retried like one)
-        log.error("checkpoint directory %s was removed and created again: locked it again",
-                  self.directory)
+        log.error("checkpoint directory %s was removed and created again, or its lock file "
+                  "was removed or replaced: locked it again (a lock file removed lets another "
+                  "daemon start on the directory until then)", self.directory)
 
     def release(self) -> None:
         """Give the lock up; directories it created that hold nothing but the lock file (a

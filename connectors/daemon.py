@@ -2437,8 +2437,8 @@ class Daemon:
             except OSError:
                 written = True
             log.error("%s (%s)", exc, "the previous checkpoint stays in use" if written else
-                      "no checkpoint is written yet: a restart would start from the committed "
-                      "offsets")
+                      "no checkpoint is written yet, and nothing is committed before one: a "
+                      "restart reads again all that this run has read")
             self._publish()  # predictors need not wait for the disk
             return
         self._covered = _committable(self.processor)

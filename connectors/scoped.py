@@ -38,6 +38,7 @@ Fencing
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -269,6 +270,10 @@ class ScopedModels:
         self._unreached: set[ModelId] = set()
         #: models whose state could not be fetched: when that was last logged as a warning
         self._fetch_warned: dict[ModelId, float] = {}
+        #: copies of evicted models that could not be written since the last warning of it,
+        #: and when that warning came
+        self._disk_failures = 0
+        self._disk_warned_at: float | None = None
         self._settings = checkpointed_settings(config)
         #: the input topic's partition count the models were made with (check_group)
         self.partitions: int | None = None
@@ -786,8 +791,19 @@ class ScopedModels:
                 handle.write(encode_state(arrays, metadata))
             os.replace(partial, path)
         except (OSError, ValueError) as exc:
-            log.warning("keeping evicted model %s on disk failed (%s): it is read from the "
-                        "state topic on its next message", model_label(model_id), exc)
+            with contextlib.suppress(OSError):  # (what a full disk took of it)
+                partial.unlink(missing_ok=True)
+            # Once per FETCH_WARNING_SECONDS, with a count: a full disk failed every eviction,
+            # hundreds of lines in seconds.
+            now = time.monotonic()
+            self._disk_failures += 1
+            if self._disk_warned_at is None or now - self._disk_warned_at >= \
+                    self.FETCH_WARNING_SECONDS:
+                log.warning("keeping evicted model %s on disk failed (%s), %d times since "
+                            "this was last said (at most once per %g s): such models are read "
+                            "from the state topic on their next message", model_label(model_id),
+                            exc, self._disk_failures, self.FETCH_WARNING_SECONDS)
+                self._disk_warned_at, self._disk_failures = now, 0
             return
         self._on_disk[model_id] = path
         while len(self._on_disk) > self.max_on_disk:

@@ -1086,8 +1086,10 @@ def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch, c
     daemon._shutdown()
     assert daemon.summary.checkpoint_failures == 1
     assert daemon.summary.exit_code == 1
-    # (it said "the previous checkpoint stays in use": there was none)
-    assert "no checkpoint is written yet" in caplog.text
+    # (it said "the previous checkpoint stays in use": there was none; then that a restart
+    # would start from the committed offsets, of which there are none before a checkpoint)
+    assert ("no checkpoint is written yet, and nothing is committed before one: a restart "
+            "reads again all that this run has read") in caplog.text
     # After a failure the next attempt waits (no retry at every poll).
     daemon._last_checkpoint = 0.0
     daemon._maybe_checkpoint()
@@ -1529,6 +1531,22 @@ def _save_one(store: CheckpointStore) -> Path:
     return store.save({"w": np.arange(3.0)}, {"kind": "test"}, {"offsets": {}})
 
 
+def test_a_lock_file_removed_under_a_running_daemon_is_named_and_taken_again(tmp_path,
+                                                                           caplog):
+    # (The log said the directory had been removed and created again: only its lock file was.)
+    directory = tmp_path / "ckpt"
+    with _locked(directory) as lock:
+        store = CheckpointStore(directory, lock=lock)
+        first = _save_one(store)
+        (directory / ".lock").unlink()
+        with caplog.at_level("ERROR", logger="connectors.checkpoint"):
+            assert _save_one(store).exists()
+        assert "or its lock file was removed or replaced: locked it again" in caplog.text
+        assert first.exists() and lock.held()
+        with pytest.raises(DaemonError, match="in use by another daemon"), _locked(directory):
+            pass
+
+
 def test_a_checkpoint_directory_removed_and_created_again_is_locked_again(tmp_path, caplog):
     import shutil
 
@@ -1541,7 +1559,8 @@ def test_a_checkpoint_directory_removed_and_created_again_is_locked_again(tmp_pa
         shutil.rmtree(directory)
         with caplog.at_level("ERROR", logger="connectors.checkpoint"):
             assert _save_one(store).exists()  # created again, and locked again
-        assert "was removed and created again: locked it again" in caplog.text
+        assert ("was removed and created again, or its lock file was removed or replaced: "
+                "locked it again") in caplog.text
         # A second daemon is refused by the new directory's lock, as by the first one's.
         with pytest.raises(DaemonError, match="in use by another daemon"), _locked(directory):
             pass

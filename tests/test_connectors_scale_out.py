@@ -1254,6 +1254,39 @@ def test_a_copy_on_disk_put_in_the_place_of_another_models_is_not_taken_for_it(t
     assert metrics.scale_out[3].labels(source="disk")._value.get() == 1  # b's own copy: used
 
 
+def test_copies_a_full_disk_refuses_are_said_once_a_while_with_a_count(tmp_path, caplog,
+                                                                      monkeypatch):
+    # A full disk failed every eviction's copy, each with a warning of its own: hundreds of
+    # lines in seconds with max_models = 2.
+    import errno
+
+    import connectors.scoped as scoped
+
+    clock = [1000.0]
+    monkeypatch.setattr("connectors.scoped.time.monotonic", lambda: clock[0])
+    real_open = os.open
+
+    def full(path, *args, **kwargs):
+        if str(path).endswith(".partial"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(scoped.os, "open", full)
+    models, _ = _scoped(max_models=1, cache_dir=tmp_path)
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    with caplog.at_level("WARNING", logger="connectors.scoped"):
+        for offset in range(6):  # each message a new key: an eviction each, from the second
+            _handled(models, [_record(0, offset, f"k{offset}",
+                                      {"id": offset, "x": {"1": 0.1 * offset}, "y": True})])
+        clock[0] += models.FETCH_WARNING_SECONDS
+        _handled(models, [_record(0, 6, "k6", {"id": 6, "x": {"1": 0.6}, "y": True})])
+    said = [r.getMessage() for r in caplog.records if "on disk failed" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "No space left on device), 1 times since" in said[0]
+    assert "), 5 times since this was last said (at most once per 30 s)" in said[1]
+
+
 def _global_daemon_on_a_keyed_group(servers: str, tmp_path: Path, name: str,
                                     change: Callable[[str], None] | None = None) -> Any:
     """A global daemon (until drained) of a new consumer group whose state topic holds the
