@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -105,8 +106,37 @@ class Relabel:
 Operation = Observe | Label | Forget | Relabel
 
 
+class _NonFinite(ValueError):
+    """A NaN or Infinity literal in a message (which JSON does not have)."""
+
+
 def _reject_constant(name: str) -> float:
-    raise Malformed(f"non-finite number {name} is not allowed")
+    raise _NonFinite(name)
+
+
+def _as_json(value: object) -> str:
+    """A value of a decoded message as its sender wrote it (null, true, "text", [1, 2]),
+    shortened: the dead letter speaks JSON, not Python."""
+    if isinstance(value, float) and math.isinf(value):
+        return "a number beyond the float range"  # (JSON has no infinity: 1e400 reads so)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # (an integer of thousands of digits)
+        return shown(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _where_non_finite(text: str, name: str) -> str:
+    """Where the literal ``name`` (NaN, Infinity, -Infinity) stands in a message: the field
+    it is the value of, when it follows one."""
+    found = re.search(r'"((?:[^"\\]|\\.)*)"\s*:\s*' + re.escape(name) + r"\b", text)
+    if found is None:
+        return ""
+    try:
+        field = json.loads(f'"{found.group(1)}"')
+    except ValueError:
+        return ""
+    return f" (the value of {shown(field)})"
 
 
 # Made once: json.loads and json.dumps with options build a decoder or an encoder on every call
@@ -134,6 +164,8 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 def _decode(raw: bytes | None, max_bytes: int) -> dict[str, Any]:
     if raw is None:
         raise Malformed("empty message (no value)")
+    if not raw.strip():
+        raise Malformed(f"empty message ({len(raw)} bytes{', all blank' if raw else ''})")
     if len(raw) > max_bytes:
         raise Malformed(f"message of {len(raw)} bytes is over the size limit of {max_bytes} bytes")
     try:
@@ -144,6 +176,11 @@ def _decode(raw: bytes | None, max_bytes: int) -> dict[str, Any]:
         document = _DECODER.decode(text)
     except Malformed:
         raise
+    except _NonFinite as exc:
+        name = str(exc)
+        raise Malformed(f"non-finite number {name}{_where_non_finite(text, name)} is not "
+                        "allowed: JSON has no such number (where a value is missing, leave "
+                        "the field out)") from None
     except json.JSONDecodeError as exc:
         if text.startswith("\ufeff"):
             raise Malformed("not JSON: the message starts with a byte-order mark (U+FEFF); "
@@ -160,7 +197,7 @@ def _decode(raw: bytes | None, max_bytes: int) -> dict[str, Any]:
         raise Malformed("a message must be a JSON object, got a JSON string holding one: the "
                         "message was encoded twice (send the object's JSON once)")
     if not isinstance(document, dict):
-        raise Malformed(f"a message must be a JSON object, got {type(document).__name__}")
+        raise Malformed(f"a message must be a JSON object, got {_as_json(document)}")
     return document
 
 
@@ -178,7 +215,7 @@ def message_id(value: object) -> Id:
     ('007', 7)
     """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise Malformed(f"'id' must be a string or an integer, got {shown(value)}")
+        raise Malformed(f"'id' must be a string or an integer, got {_as_json(value)}")
     if isinstance(value, int) and not -MAX_INT_ID - 1 <= value <= MAX_INT_ID:
         raise Malformed(f"integer 'id' {shown(value)} does not fit in 64 bits")
     if isinstance(value, str):
@@ -208,7 +245,7 @@ class Targets:
         """The label of a message's ``y``; :class:`Malformed` when it is not one."""
         if self.regression:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise Malformed(f"target {shown(value)} is not a number")
+                raise Malformed(f"target {_as_json(value)} is not a number")
             try:
                 number = float(value)
             except OverflowError:
@@ -217,7 +254,7 @@ class Targets:
                 raise Malformed("target is too large for a float: its magnitude is beyond "
                                 f"{sys.float_info.max:.3g}")
             if not math.isfinite(number):
-                raise Malformed(f"target {shown(value)} is not finite")
+                raise Malformed(f"target {_as_json(value)} is not finite")
             if abs(number) > MAX_TARGET:
                 # Its squared error, summed into the progressive RMSE, would overflow.
                 raise Malformed(f"target {shown(value)} is too large: |y| must be at most "
@@ -231,11 +268,15 @@ class Targets:
             if type(value) is type(negative) and value == negative:
                 return False
             raise Malformed(
-                f"label {shown(value)} is not one of the classes {list(self.classes)!r} "
+                f"label {_as_json(value)} is not one of the classes "
+                f"{_as_json(list(self.classes))} "
                 "(model.classes: negative, positive)"
             )
         if isinstance(value, bool):
             return value
+        if isinstance(value, float) and math.isinf(value):  # (1e400: JSON has no infinity)
+            raise Malformed("label is too large for a float: its magnitude is beyond "
+                            f"{sys.float_info.max:.3g}")
         # Integers are compared as integers: math.isfinite(10**400) raises OverflowError.
         if isinstance(value, int) and value in (1, 0, -1):
             return value == 1
@@ -248,7 +289,7 @@ class Targets:
             hint = ("; to predict a number, use a regressor (model.type = \"IncrementalSVR\"), "
                     "or for two numbered classes set model.classes = [negative, positive]")
         raise Malformed(
-            f"label {shown(value)} is not one of the two classes (true/1 positive, "
+            f"label {_as_json(value)} is not one of the two classes (true/1 positive, "
             f"false/0/-1 negative){hint}"
         )
 
@@ -310,7 +351,7 @@ def _number(name: str, value: object) -> float:
                 f"feature {name!r} is too large for a float: {shown(value)}"
             ) from None
     raise Malformed(
-        f"feature {name!r} must be a finite number, got {shown(value)} ({type(value).__name__})"
+        f"feature {name!r} must be a finite number, got {_as_json(value)}"
     )
 
 
@@ -318,7 +359,7 @@ def features_of(document: dict[str, Any]) -> dict[str, float]:
     """The features (``x``) of a feature message, or Malformed naming what is wrong."""
     value = document["x"]
     if not isinstance(value, dict):
-        raise Malformed(f"'x' must be an object of feature: number, got {type(value).__name__}")
+        raise Malformed(f"'x' must be an object of feature: number, got {_as_json(value)}")
     features: dict[str, float] = {}
     for name, number in value.items():
         _check_text("feature name", name)
@@ -383,7 +424,12 @@ def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY)
         if "y" in document:
             _check_fields(document, "label")
             return Label(_id(document), _label(document, targets))
-        raise Malformed("missing 'x' (features) and 'op'")
+        near = sorted(name for name in document
+                      if name.lower() in ("x", "op") and name not in ("x", "op"))
+        raise Malformed("missing 'x' (features) and 'op'" + (
+            f" (found {', '.join(map(shown, near))}: field names are lower case)" if near
+            else f" (its fields: {', '.join(map(shown, sorted(document)[:10]))})" if document
+            else ""))
     _check_fields(document, "observe")
     identifier = _id(document)
     features = features_of(document)

@@ -1028,7 +1028,7 @@ def test_a_message_file_is_read_by_the_daemons_rules_for_its_features(tmp_path):
     from connectors.sources import SourceError, iter_records
 
     source = tmp_path / "typed.jsonl"
-    for features, named in (('{"a": true}', "feature 'a' must be a finite number, got True"),
+    for features, named in (('{"a": true}', "feature 'a' must be a finite number, got true"),
                             ('{"b": "1.5"}', "feature 'b' must be a finite number"),
                             ('{"c": null}', "feature 'c' must be a finite number")):
         source.write_text(f'{{"id": 1, "x": {features}, "y": true}}\n')
@@ -1090,7 +1090,7 @@ def test_evaluate_and_replay_name_a_row_by_its_line_as_the_file_does(tmp_path, c
     skipped = json.loads(capsys.readouterr().out)["skipped_first"]
     assert [problem.split(": ")[0] for problem in skipped] == [
         f"{source}:3", f"{source}:8", f"{source}:9"], skipped
-    assert "no label" in skipped[0] and "label 'maybe'" in skipped[1]
+    assert "no label" in skipped[0] and 'label "maybe"' in skipped[1]
     with_ids = tmp_path / "ids.jsonl"
     with_ids.write_text('{"k": "a", "x": {"a": 1.0}, "y": true}\n\n'
                         '{"k": "a", "x": {"a": 2.0}, "y": false}\n')

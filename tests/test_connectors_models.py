@@ -206,7 +206,7 @@ def test_named_classes_in_messages_and_outputs():
                  {"id": 102, "x": xs[1]}, {"id": 102, "y": "ham"}]
     result = processor.process(_records(messages))
     assert [d.record["reason"] for d in result.dead_letters] == ["malformed", "malformed"]
-    assert "not one of the classes ['ham', 'spam']" in result.dead_letters[0].record["error"]
+    assert 'not one of the classes ["ham", "spam"]' in result.dead_letters[0].record["error"]
     predictions = [o.record["prediction"] for o in result.outputs if "prediction" in o.record]
     assert set(predictions) <= {"ham", "spam"}
     assert processor.accuracy > 0.8

@@ -912,7 +912,7 @@ def test_cli_parses_commands_and_reports_bad_settings(capsys):
 def test_a_named_label_without_classes_points_to_the_classes_setting():
     from connectors.messages import Malformed, Targets
 
-    with pytest.raises(Malformed, match=r"label 'ham' is not one of the two classes .*"
+    with pytest.raises(Malformed, match=r'label "ham" is not one of the two classes .*'
                                         r"set model\.classes = \[negative, positive\]"):
         Targets().parse("ham")
     with pytest.raises(Malformed, match=r"label 2\.5 is not one of the two classes \(true/1 "
@@ -1232,6 +1232,28 @@ def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
     (json.dumps(json.dumps({"id": 1, "x": {"a": 1.0}})).encode(),
      "a message must be a JSON object, got a JSON string holding one: the message was encoded "
      "twice (send the object's JSON once)"),
+    # JSON's names for what was sent, not Python's (NoneType, bool, True, 'text', inf):
+    (b"null", "a message must be a JSON object, got null"),
+    (b"[1, 2]", "a message must be a JSON object, got [1, 2]"),
+    (b'{"id": 1, "x": null}', "'x' must be an object of feature: number, got null"),
+    (b'{"id": 1, "x": {"a": true}}', "feature 'a' must be a finite number, got true"),
+    (b'{"id": 1, "x": {"a": "3.5"}}', "feature 'a' must be a finite number, got \"3.5\""),
+    (b'{"id": 1, "y": null}', "label null is not one of the two classes (true/1 positive, "
+                              "false/0/-1 negative)"),
+    (b'{"id": 1, "x": {"a": 1.0}, "y": 1e400}',
+     "label is too large for a float: its magnitude is beyond 1.8e+308"),
+    (b'{"id": 1e400, "x": {"a": 1.0}}',
+     "'id' must be a string or an integer, got a number beyond the float range"),
+    # where a NaN stands, a field name in the wrong case, an empty message:
+    (b'{"id": 1, "x": {"a": 1.0, "b\\"c": NaN}}',
+     "non-finite number NaN (the value of 'b\"c') is not allowed: JSON has no such number "
+     "(where a value is missing, leave the field out)"),
+    (b'{"id": 1, "X": {"a": 1.0}}',
+     "missing 'x' (features) and 'op' (found 'X': field names are lower case)"),
+    (b'{"id": 1, "vector": [1.0]}', "missing 'x' (features) and 'op' (its fields: 'id', "
+                                     "'vector')"),
+    (b"", "empty message (0 bytes)"),
+    (b" \n", "empty message (2 bytes, all blank)"),
 ])
 def test_a_malformed_message_is_named_as_its_sender_wrote_it(raw, error):
     """What the sender wrote, not what Python made of it: 1e309 is a finite literal (not
