@@ -741,6 +741,7 @@ class PathEngine:
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
         state["_undo"] = state["_loop_arrays"] = state["_weights_cache"] = None
+        state["_sv_cache"] = None  # (the support vectors: taken again from X when needed)
         state["_row_counts"] = None  # (hashes are salted per process: counted afresh)
         return state
 
@@ -753,6 +754,8 @@ class PathEngine:
         self.__dict__.pop("_scratch", None)  # (scratch of older versions)
         self.__dict__.setdefault("_loop_arrays", None)
         self.__dict__.setdefault("_weights_cache", None)
+        # Older versions pickled the support vectors row by row: taken again from X.
+        self._sv_cache = None
         self.__dict__.setdefault("_row_counts", None)  # (states of older versions)
         self.__dict__.setdefault("_copies", 0)
         # Counters added after the first release: an older pickle counts from its loading on.

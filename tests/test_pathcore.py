@@ -644,6 +644,29 @@ def test_predictions_against_the_kept_support_columns_have_the_bits_of_padded_ro
     assert engine.decision_function(queries).tobytes() == expected.tobytes()
 
 
+def test_an_engine_pickled_with_its_support_vectors_row_by_row_predicts_as_before():
+    # Versions before the support vectors were kept feature by feature pickled them row by
+    # row in _sv_cache: read as the new layout, an unpickled model predicted nonsense.
+    import pickle
+
+    from stream_svm.engine import PathEngine
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((80, 3))
+    engine = PathEngine(make_kernel("rbf", gamma=0.5), C=2.0)
+    engine.update(X, np.where(X[:, 0] > X[:, 1], 1.0, -1.0), keys=list(range(80)))
+    queries = rng.standard_normal((6, 3))
+    expected = engine.decision_function(queries)
+    support, coef = engine._support()
+    state = engine.__getstate__()
+    state["_sv_cache"] = (np.ascontiguousarray(support), coef)  # the older layout
+    older = PathEngine.__new__(PathEngine)
+    older.__setstate__(state)
+    assert older.decision_function(queries).tobytes() == expected.tobytes()
+    assert pickle.loads(pickle.dumps(engine)).decision_function(queries).tobytes() == \
+        expected.tobytes()
+
+
 @pytest.mark.parametrize("width", [1, 7, 8, 9, 300])
 def test_rows_times_gives_each_rows_product_with_the_weights_plus_the_shift(width):
     rng = np.random.default_rng(width)
