@@ -1228,27 +1228,19 @@ class Daemon:
     def _subscribe(self, consumer: Any, client: dict[str, Any]) -> None:
         """Join the consumer group (model.scope partition or key); partitions arrive through
         the rebalance listener at the next polls. Missing topics are created (with
-        kafka.create_topics) after the group's checks."""
+        kafka.create_topics) once the checks of what served the group before have passed,
+        and counted before the group's record is checked or written."""
         from kafka import ConsumerRebalanceListener
 
         config = self.config
         kafka = config.kafka
         partitions = (self._existing_partitions(consumer) if kafka.create_topics
                       else self._partitions(consumer))  # (raises if missing)
-        counts = {topic: 0 for topic in self._topics()}
-        for tp in partitions:
-            counts[tp.topic] += 1
-        created = [topic for topic, count in counts.items() if count == 0]
-        for topic in created:
+        counts = self._partition_counts(partitions)
+        missing = [topic for topic, count in counts.items() if count == 0]
+        for topic in missing:
             counts[topic] = kafka.topic_partitions
-        if len(set(counts.values())) > 1:
-            made = (f" ({' and '.join(created)} missing, created with kafka.topic_partitions = "
-                    f"{kafka.topic_partitions}: set it to the other topic's count, or create "
-                    "the topic so)" if created else "")
-            raise StartRefused(
-                f"the label topic must have as many partitions as the input topic with "
-                f"model.scope = {self.scope!r} (a label reaches the model of its own partition "
-                f"and key), but they have {counts}{made}. Nothing was changed.")
+        self._refuse_unequal_counts(counts, missing)
         if self._state_store is None:
             self._state_store = state_store_for(config)
         # The group's committed offsets, read before anything is written: a group that has
@@ -1260,6 +1252,12 @@ class Daemon:
             raise StartRefused(served_without_a_record(config, served,
                                                        self._state_store.topic))
         self._state_store.ensure_topic(partitions=1)
+        self._create_topics(client, self._topics() + self._written_topics())
+        if missing:
+            # Counted as they are now: a producer may have created one meanwhile, with
+            # another count than the one assumed (which the group's record would keep).
+            counts = self._partition_counts(self._partitions(consumer))
+            self._refuse_unequal_counts(counts, [])
         if self.models is None:
             self.models = ScopedModels(config, self._state_store, self._new_processor,
                                        lambda: build_model(config), self.metrics,
@@ -1272,9 +1270,6 @@ class Daemon:
             except BaseException:  # (a state topic that did not answer: checked again)
                 self.models = None
                 raise
-        self._create_topics(client, self._topics() + self._written_topics())
-        if created:
-            self._partitions(consumer)  # (waits until the metadata shows them)
         daemon = self
 
         # kafka-python calls these on its IO thread, possibly while the main thread handles a
@@ -1291,6 +1286,26 @@ class Daemon:
                 daemon._lost(lost)
 
         consumer.subscribe(self._topics(), listener=Rebalance())
+
+    def _partition_counts(self, partitions: list[Any]) -> dict[str, int]:
+        counts = {topic: 0 for topic in self._topics()}
+        for tp in partitions:
+            counts[tp.topic] += 1
+        return counts
+
+    def _refuse_unequal_counts(self, counts: dict[str, int], missing: list[str]) -> None:
+        """StartRefused unless the input and label topics have as many partitions (those
+        ``missing`` counted as they would be created)."""
+        if len(set(counts.values())) <= 1:
+            return
+        kafka = self.config.kafka
+        made = (f" ({' and '.join(missing)} missing: it would be created with "
+                f"kafka.topic_partitions = {kafka.topic_partitions}; set that to the other "
+                "topic's count, or create the topic so)" if missing else "")
+        raise StartRefused(
+            f"the label topic must have as many partitions as the input topic with "
+            f"model.scope = {self.scope!r} (a label reaches the model of its own partition "
+            f"and key), but they have {counts}{made}. Nothing was changed.")
 
     def _revoked(self, revoked: Any) -> None:
         """The group takes partitions away (called inside poll, between two batches: every

@@ -126,17 +126,35 @@ def _as_json(value: object) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+#: A JSON string literal, or anything else one character at a time: scanned left to right,
+#: each literal is consumed once (linear in the message; a search for a literal followed by
+#: ': NaN' from every quote took minutes on a message of escaped quotes).
+_STRING_OR_CHARACTER = re.compile(r'"(?:[^"\\]|\\.)*"|[^"]+', re.DOTALL)
+
+
 def _where_non_finite(text: str, name: str) -> str:
-    """Where the literal ``name`` (NaN, Infinity, -Infinity) stands in a message: the field
-    it is the value of, when it follows one."""
-    found = re.search(r'"((?:[^"\\]|\\.)*)"\s*:\s*' + re.escape(name) + r"\b", text)
-    if found is None:
-        return ""
-    try:
-        field = json.loads(f'"{found.group(1)}"')
-    except ValueError:
-        return ""
-    return f" (the value of {shown(field)})"
+    """Where the first literal ``name`` (NaN, Infinity, -Infinity) outside the strings of a
+    message stands, where the decoder stopped: the field it is the value of, if any."""
+    field = None  # the last string literal, while only ':' and blanks follow it
+    for token in _STRING_OR_CHARACTER.finditer(text):
+        piece = token.group()
+        if piece.startswith('"'):
+            field = piece
+            continue
+        at = piece.find(name)
+        while at > 0 and name == "Infinity" and piece[at - 1] == "-":
+            at = piece.find(name, at + 1)  # (the decoder names -Infinity so)
+        if at < 0:
+            if field is not None and piece.strip() not in ("", ":"):
+                field = None
+            continue
+        if field is None or piece[:at].strip() != ":":
+            return ""
+        try:
+            return f" (the value of {shown(json.loads(field))})"
+        except ValueError:
+            return ""
+    return ""
 
 
 # Made once: json.loads and json.dumps with options build a decoder or an encoder on every call

@@ -799,10 +799,11 @@ class ScopedModels:
             self._disk_failures += 1
             if self._disk_warned_at is None or now - self._disk_warned_at >= \
                     self.FETCH_WARNING_SECONDS:
-                log.warning("keeping evicted model %s on disk failed (%s), %d times since "
-                            "this was last said (at most once per %g s): such models are read "
-                            "from the state topic on their next message", model_label(model_id),
-                            exc, self._disk_failures, self.FETCH_WARNING_SECONDS)
+                log.warning("keeping evicted model %s on disk failed (%s), %s since this "
+                            "was last said (at most once per %g s): such models are read from "
+                            "the state topic on their next message", model_label(model_id), exc,
+                            "once" if self._disk_failures == 1 else
+                            f"{self._disk_failures} times", self.FETCH_WARNING_SECONDS)
                 self._disk_warned_at, self._disk_failures = now, 0
             return
         self._on_disk[model_id] = path

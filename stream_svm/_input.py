@@ -468,16 +468,16 @@ def _feature_value(name: Hashable, value: object) -> float:
         # (What a database's NUMERIC columns come as, e.g. from pd.read_sql: a number, though
         # not a numbers.Real. A signaling NaN has no float.)
         value = float("nan") if value.is_snan() else float(value)
-    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biuf":
+    if type(value) is np.ndarray and value.shape == () and value.dtype.kind in "biuf":
         value = value.item()  # a 0-d array holds one number (what some numpy reductions give)
     if not isinstance(value, numbers.Real):
         if _is_pandas_missing(value):  # pd.NA, pd.NaT: missing, as learn_many reads them
             return 0.0
         if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim):
             raise TypeError(
-                f"feature {name!r} has the value {shown(value)} ({type(value).__name__}), several "
-                "numbers under one name; give each its own name (e.g. "
-                f"{{'{name}_0': v[0], '{name}_1': v[1], ...}}): a feature is one number")
+                f"feature {name!r} has the value {shown(value)} ({type(value).__name__}), a "
+                "sequence under one name, but a feature is one number: give each element a "
+                f"name of its own (e.g. {{'{name}_0': v[0], '{name}_1': v[1], ...}})")
         raise TypeError(
             f"feature {name!r} has the non-numeric value {shown(value)} ({type(value).__name__}); "
             "encode it as a number first (e.g. river.preprocessing.OneHotEncoder)"

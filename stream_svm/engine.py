@@ -447,7 +447,8 @@ class PathEngine:
         self._diag_scale = 0.0
         self._sv_cache: tuple[np.ndarray, np.ndarray] | None = None
         # A linear kernel's primal weights, with the support-vector cache they came from.
-        self._weights_cache: tuple[tuple, np.ndarray] | None = None
+        self._weights_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._rows_cache: tuple[np.ndarray, np.ndarray] | None = None  # (_support_rows)
         self.last_update = UpdateStats()
         self.breakpoints_total = 0
         self.updates_total = 0
@@ -577,21 +578,30 @@ class PathEngine:
             self._sv_cache = (features, self._alpha[sv] * self._y[sv])
         return self._sv_cache
 
-    def _primal_weights(self) -> np.ndarray:
-        """w = sum_s coef_s x_s over the support vectors, for a linear kernel (kept until the
-        support vectors change)."""
-        support, coef = self._support()
+    def _support_rows(self, features: np.ndarray) -> np.ndarray:
+        """The support vectors of ``features`` (from _support_columns) row by row, contiguous,
+        as a user's kernel function may expect them: kept while they are the support
+        vectors (copied for every call, they cost such a prediction several times over)."""
+        cached = self._rows_cache
+        if cached is None or cached[0] is not features:
+            rows = np.ascontiguousarray(features[:-1].T)  # (the last feature: the zeros)
+            cached = self._rows_cache = (features, rows)
+        return cached[1]
+
+    def _primal_weights(self, features: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        """w = sum_s coef_s x_s over the support vectors (``features`` and ``coef`` from
+        _support_columns), for a linear kernel (kept while they are the support vectors)."""
         cached = self._weights_cache
-        if cached is None or cached[0] is not self._sv_cache:
-            weights = np.empty(support.shape[1])
-            _pathcore.rows_times(np.ascontiguousarray(support.T), coef, 0.0, weights)
-            cached = self._weights_cache = (self._sv_cache, weights)
+        if cached is None or cached[0] is not features:
+            weights = np.empty(features.shape[0] - 1)
+            _pathcore.rows_times(features[:-1], coef, 0.0, weights)
+            cached = self._weights_cache = (features, weights)
         return cached[1]
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """f(x) for each row of X; columns beyond ``dim`` are features no stored point has."""
         X = np.atleast_2d(np.asarray(X, dtype=float))
-        support, coef = self._support()
+        features, coef = self._support_columns()  # (read once: another thread may update)
         if coef.size == 0:
             return np.full(X.shape[0], self.b)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
@@ -599,7 +609,7 @@ class PathEngine:
             # f(x) = <w, x> + b: O(dim) per point, not O(|SV| dim), by a compiled loop on this
             # thread (a threaded BLAS would leave its threads spinning beside the caller's
             # after every prediction). Features no stored point has weigh 0; missing ones read 0.
-            weights = self._primal_weights()
+            weights = self._primal_weights(features, coef)
             width = min(X.shape[1], weights.size)
             values = np.empty(X.shape[0])
             _pathcore.rows_times(np.ascontiguousarray(X[:, :width]), weights[:width], self.b,
@@ -609,11 +619,10 @@ class PathEngine:
             # A user's kernel, on rows as wide as the stored points' (a feature absent from one
             # side reads 0). Features too large for it give inf or nan here; callers check the
             # values, so numpy's overflow warnings would only be noise on every prediction.
+            support = self._support_rows(features)
             if X.shape[1] > support.shape[1]:
                 padding = np.zeros((support.shape[0], X.shape[1] - support.shape[1]))
                 support = np.hstack([support, padding])
-            else:
-                support = np.ascontiguousarray(support)  # (as a user's function may expect)
             if X.shape[1] < support.shape[1]:
                 X = np.hstack([X, np.zeros((X.shape[0], support.shape[1] - X.shape[1]))])
             with np.errstate(over="ignore", invalid="ignore"):
@@ -624,13 +633,12 @@ class PathEngine:
         # than the kernel itself), PREDICT_CHUNK points at a time (bounded memory), on this
         # thread. Each point's sum runs over as many features as the wider side has, the other
         # side's missing ones reading 0: the same bits as on rows padded alike.
-        features, _ = self._support_columns()
         width = max(X.shape[1], self.dim)
         if width > features.shape[0]:  # (wider than the rows predictions give: not kept)
             features = np.concatenate([features, np.zeros((width - features.shape[0],
                                                            features.shape[1]))])
         features = features[:width]
-        stored = support.shape[0]
+        stored = coef.size
         values = np.empty(X.shape[0])
         for start in range(0, X.shape[0], PREDICT_CHUNK):
             part = X[start : start + PREDICT_CHUNK]
@@ -741,7 +749,7 @@ class PathEngine:
         state["_recent"] = state["_recent_of"] = None
         state["_XT"] = state["_XT_of"] = None  # rebuilt from X when next needed
         state["_undo"] = state["_loop_arrays"] = state["_weights_cache"] = None
-        state["_sv_cache"] = None  # (the support vectors: taken again from X when needed)
+        state["_sv_cache"] = state["_rows_cache"] = None  # (taken again from X when needed)
         state["_row_counts"] = None  # (hashes are salted per process: counted afresh)
         return state
 
@@ -755,7 +763,7 @@ class PathEngine:
         self.__dict__.setdefault("_loop_arrays", None)
         self.__dict__.setdefault("_weights_cache", None)
         # Older versions pickled the support vectors row by row: taken again from X.
-        self._sv_cache = None
+        self._sv_cache = self._rows_cache = None
         self.__dict__.setdefault("_row_counts", None)  # (states of older versions)
         self.__dict__.setdefault("_copies", 0)
         # Counters added after the first release: an older pickle counts from its loading on.

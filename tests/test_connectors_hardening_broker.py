@@ -1053,8 +1053,9 @@ def test_a_label_topic_a_keyed_start_would_create_with_another_partition_count_i
     before = _topics_on(servers)
     with pytest.raises(StartRefused, match=(
             rf"but they have \{{'{kafka.input_topic}': 2, '{kafka.label_topic}': 1\}} "
-            rf"\({kafka.label_topic} missing, created with kafka.topic_partitions = 1: set it "
-            r"to the other topic's count, or create the topic so\)\. Nothing was changed\.")):
+            rf"\({kafka.label_topic} missing: it would be created with "
+            r"kafka.topic_partitions = 1; set that to the other topic's count, or create the "
+            r"topic so\)\. Nothing was changed\.")):
         Daemon(config, until_drained=True).run()
     assert _topics_on(servers) == before
 
@@ -1148,3 +1149,43 @@ def test_a_global_learner_on_another_keyed_groups_state_topic(
             r"Nothing was changed\. Give it its own kafka.state_topic")):
         Daemon(config, until_drained=True).run()
     assert committed(servers, config.kafka.group_id, config.kafka.input_topic) is None
+
+
+def test_a_keyed_start_counts_an_input_topic_a_producer_created_meanwhile(
+        broker, tmp_path, monkeypatch):  # noqa: F811
+    """The input topic is missing at the start, and a producer creates it (3 partitions)
+    before the daemon does: the group's record gets the topic's real count. It was given
+    kafka.topic_partitions (1), assumed before the topic existed, and every start of the
+    group was refused from then on."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from connectors.scoped import GROUP_RECORD_ID
+    from connectors.state_store import StateStore
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{
+        "model.scope": "key", "kafka.state_topic": unique("hard-state"),
+        "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    kafka = config.kafka
+    create_topics = Daemon._create_topics
+
+    def a_producer_first(self, client, topics):
+        if kafka.input_topic in topics:
+            admin = KafkaAdminClient(bootstrap_servers=servers)
+            try:
+                admin.create_topics([NewTopic(kafka.input_topic, 3, 1)])
+            finally:
+                admin.close()
+        return create_topics(self, client, topics)
+
+    monkeypatch.setattr(Daemon, "_create_topics", a_producer_first)
+    assert Daemon(config, until_drained=True).run() == 0
+    with StateStore(servers, kafka.state_topic, timeout=20) as store:
+        record = store.restore([GROUP_RECORD_ID])[GROUP_RECORD_ID]
+    assert record.metadata["partitions"] == 3
+    monkeypatch.undo()
+    produce(servers, kafka.input_topic, [_valid(i) for i in range(4)],
+            key_of=lambda message: message["id"].encode())
+    assert Daemon(config, until_drained=True).run() == 0  # (refused for good, before)
+    assert len(read_all(servers, kafka.output_topic, expected=4)) == 4

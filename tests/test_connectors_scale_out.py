@@ -1283,7 +1283,7 @@ def test_copies_a_full_disk_refuses_are_said_once_a_while_with_a_count(tmp_path,
         _handled(models, [_record(0, 6, "k6", {"id": 6, "x": {"1": 0.6}, "y": True})])
     said = [r.getMessage() for r in caplog.records if "on disk failed" in r.getMessage()]
     assert len(said) == 2, said
-    assert "No space left on device), 1 times since" in said[0]
+    assert "No space left on device), once since" in said[0]
     assert "), 5 times since this was last said (at most once per 30 s)" in said[1]
 
 

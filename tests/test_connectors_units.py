@@ -1248,6 +1248,15 @@ def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
     (b'{"id": 1, "x": {"a": 1.0, "b\\"c": NaN}}',
      "non-finite number NaN (the value of 'b\"c') is not allowed: JSON has no such number "
      "(where a value is missing, leave the field out)"),
+    (b'{"id": 1, "x": {"a": [NaN], "b": NaN}}',  # (the decoder stops at the first)
+     "non-finite number NaN is not allowed: JSON has no such number (where a value is "
+     "missing, leave the field out)"),
+    (b'{"id": 1, "s": "NaN \\" : NaN", "x": {"q": -Infinity}}',  # (not in a string)
+     "non-finite number -Infinity (the value of 'q') is not allowed: JSON has no such number "
+     "(where a value is missing, leave the field out)"),
+    (b'{"id": 1, "s": "' + b'\\"' * 100_000 + b'", "x": {"a": NaN}}',  # (read in one pass)
+     "non-finite number NaN (the value of 'a') is not allowed: JSON has no such number "
+     "(where a value is missing, leave the field out)"),
     (b'{"id": 1, "X": {"a": 1.0}}',
      "missing 'x' (features) and 'op' (found 'X': field names are lower case)"),
     (b'{"id": 1, "vector": [1.0]}', "missing 'x' (features) and 'op' (its fields: 'id', "

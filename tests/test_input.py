@@ -43,12 +43,15 @@ def test_a_zero_dimensional_array_is_its_number_and_a_vector_is_told_to_split():
     assert space.vectorize({"a": np.array(2.5), "b": np.array(-3, dtype=np.int8)})[0].tolist() \
         == [2.5, -3.0]
     for vector in (np.array([1.0, 2.0]), [1.0, 2.0], (1, 2)):
-        with pytest.raises(TypeError, match=r"feature 'v' has the value .*several numbers under "
-                                            r"one name; give each its own name \(e.g. "
+        with pytest.raises(TypeError, match=r"feature 'v' has the value .*a sequence under one "
+                                            r"name, but a feature is one number: give each "
+                                            r"element a name of its own \(e.g. "
                                             r"\{'v_0': v\[0\], 'v_1': v\[1\], ...\}\)"):
             space.vectorize({"v": vector})
     with pytest.raises(TypeError, match="non-numeric value array\\('x'"):
         space.vectorize({"a": np.array("x")})
+    with pytest.raises(TypeError, match="non-numeric value"):  # (not its masked number)
+        space.vectorize({"a": np.ma.masked_array(3.0, mask=True)})
     assert space.names == ["a"]
 
 

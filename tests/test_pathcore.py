@@ -667,6 +667,31 @@ def test_an_engine_pickled_with_its_support_vectors_row_by_row_predicts_as_befor
         expected.tobytes()
 
 
+def test_a_callable_kernel_predicts_against_support_vectors_kept_row_by_row():
+    # Copied row by row for every prediction, they cost a callable kernel's prediction
+    # several times the kernel (0.9 ms against 0.12 ms at 1,486 x 400).
+    from stream_svm.engine import PathEngine
+
+    seen: list[np.ndarray] = []
+
+    def linear(A, B):
+        seen.append(B)
+        return A @ B.T
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 4))
+    engine = PathEngine(make_kernel(linear), C=1.0)
+    engine.update(X, np.where(X[:, 0] > 0, 1.0, -1.0), keys=list(range(60)))
+    queries = rng.standard_normal((3, 4))
+    seen.clear()
+    first = engine.decision_function(queries)
+    assert engine.decision_function(queries).tobytes() == first.tobytes()
+    assert seen[0] is seen[1] and seen[0].flags.c_contiguous
+    support, coef = engine._support()
+    np.testing.assert_array_equal(seen[0], support)
+    np.testing.assert_allclose(first, queries @ support.T @ coef + engine.b, rtol=1e-12)
+
+
 @pytest.mark.parametrize("width", [1, 7, 8, 9, 300])
 def test_rows_times_gives_each_rows_product_with_the_weights_plus_the_shift(width):
     rng = np.random.default_rng(width)
