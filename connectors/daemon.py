@@ -735,6 +735,7 @@ class Daemon:
         self._fenced = False  # another learner took the model over: publish nothing more
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
+        self._lock_checked_at = 0.0  # (_check_the_lock)
         #: run() has returned or is returning (its signal handlers are no longer the daemon's)
         self.stopped = False
         # A predictor's reader of the state topic, and its own stop (it also stops when the
@@ -2388,6 +2389,38 @@ class Daemon:
 
     # -- checkpoints and commits -----------------------------------------------------------
 
+    def _stop_for_the_lock(self, exc: CheckpointLockLost) -> None:
+        """Another daemon runs on this checkpoint directory now: this one writes, publishes
+        and commits nothing more (the other resumes from its own checkpoints, or from the
+        committed offsets)."""
+        self._lock_lost = True
+        self.metrics.checkpoint_failures.inc()
+        self.summary.checkpoint_failures += 1
+        self.summary.exit_code = 1
+        self.stop_event.set()
+        log.error("%s: stopping, without a checkpoint or a commit past the last one", exc)
+
+    #: Seconds between two checks that the checkpoint directory's lock is still held.
+    LOCK_CHECK_SECONDS = 1.0
+
+    def _check_the_lock(self) -> None:
+        """Take the checkpoint directory's lock again at once when its lock file was removed
+        or replaced: checked only before a checkpoint, it let another daemon start on the
+        directory, and both answered the stream, until the next one."""
+        lock = None if self._store is None else self._store.lock
+        now = time.monotonic()
+        if lock is None or now < self._lock_checked_at + self.LOCK_CHECK_SECONDS:
+            return
+        self._lock_checked_at = now
+        if lock.held() or not lock.directory.is_dir():
+            return  # (a directory removed: the next checkpoint says so, and makes it again)
+        try:
+            lock.verify()
+        except CheckpointLockLost as exc:
+            self._stop_for_the_lock(exc)
+        except CheckpointError as exc:  # (the next checkpoint tries again, and says so)
+            log.debug("locking the checkpoint directory again failed: %s", exc)
+
     def _maybe_checkpoint(self) -> None:
         if self.models is not None:
             with self.models.lock:
@@ -2397,6 +2430,9 @@ class Daemon:
             return
         if self._store is None:
             return  # a predictor writes no checkpoint
+        self._check_the_lock()
+        if self._lock_lost:
+            return
         due_messages = self._since_checkpoint >= self.config.checkpoint.every_messages
         due_time = time.monotonic() - self._last_checkpoint >= self.config.checkpoint.every_seconds
         retry_due = time.monotonic() >= self._checkpoint_retry_at
@@ -2430,15 +2466,7 @@ class Daemon:
         try:
             path = self._store.save(arrays, meta, state, self.processor.cache_arrays())
         except CheckpointLockLost as exc:
-            # Another daemon runs on this directory now: this one writes, publishes and
-            # commits nothing more (the other resumes from its own checkpoints, or from the
-            # committed offsets).
-            self._lock_lost = True
-            self.metrics.checkpoint_failures.inc()
-            self.summary.checkpoint_failures += 1
-            self.summary.exit_code = 1
-            self.stop_event.set()
-            log.error("%s: stopping, without a checkpoint or a commit past the last one", exc)
+            self._stop_for_the_lock(exc)
             return
         except CheckpointError as exc:
             self.metrics.checkpoint_failures.inc()

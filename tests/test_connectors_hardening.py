@@ -1547,6 +1547,39 @@ def test_a_lock_file_removed_under_a_running_daemon_is_named_and_taken_again(tmp
             pass
 
 
+@pytest.mark.parametrize("taken", [False, True])
+def test_a_lock_file_removed_is_taken_again_within_a_second_not_at_the_next_checkpoint(
+        tmp_path, caplog, taken):
+    # Checked only before a checkpoint (30 s by default), a removed lock file let a second
+    # daemon start on the directory, and both answered the stream meanwhile.
+    from connectors.checkpoint import DirectoryLock
+
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    directory = Path(config.checkpoint.dir)
+    with _locked(directory) as lock:
+        daemon._store = CheckpointStore(directory, lock=lock)
+        daemon.processor = daemon._new_processor(build_model(config))
+        daemon._maybe_checkpoint()  # (held: nothing to do)
+        (directory / ".lock").unlink()
+        other = DirectoryLock(directory)
+        if taken:
+            other.acquire()  # another daemon was quicker
+        daemon._lock_checked_at = 0.0  # (a second later)
+        with caplog.at_level("ERROR"):
+            daemon._maybe_checkpoint()
+        if taken:
+            assert daemon.stop_event.is_set() and daemon.summary.exit_code == 1
+            assert "could not lock it again" in caplog.text
+            other.release()
+        else:
+            assert lock.held() and not daemon.stop_event.is_set()
+            assert "or its lock file was removed or replaced: locked it again" in caplog.text
+            with pytest.raises(DaemonError, match="in use by another daemon"), \
+                    _locked(directory):
+                pass
+
+
 def test_a_checkpoint_directory_removed_and_created_again_is_locked_again(tmp_path, caplog):
     import shutil
 
