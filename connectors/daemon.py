@@ -736,6 +736,7 @@ class Daemon:
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         self._lock_checked_at = 0.0  # (_check_the_lock)
+        self._created_topics: set[str] = set()  # topics this daemon created (create_topics)
         #: run() has returned or is returning (its signal handlers are no longer the daemon's)
         self.stopped = False
         # A predictor's reader of the state topic, and its own stop (it also stops when the
@@ -1485,7 +1486,7 @@ class Daemon:
         kafka.topic_partitions partitions."""
         kafka = self.config.kafka
         if kafka.create_topics:
-            ensure_topics(client, topics, kafka.topic_partitions)
+            self._created_topics.update(ensure_topics(client, topics, kafka.topic_partitions))
 
     def _check_output_topics(self, consumer: Any) -> None:
         """DaemonError for a missing output or dead-letter topic (``kafka.create_topics``
@@ -1907,7 +1908,9 @@ class Daemon:
         problem = (
             f"partition {name} no longer holds the offsets this model resumes from ({detail}): "
             "the topic was deleted and recreated, or the broker lost its data (the embedded "
-            "broker keeps topics in memory only)"
+            "broker keeps topics in memory only)" + (
+                f"; {tp.topic} was missing at this start, and this daemon created it anew "
+                "(kafka.create_topics)" if tp.topic in self._created_topics else "")
         )
         if policy != "stop":
             assert self.processor is not None

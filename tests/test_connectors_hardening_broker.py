@@ -334,6 +334,25 @@ def test_a_broker_restarted_empty_before_the_daemon_is_not_resumed_silently(tmp_
 
 
 @pytest.mark.slow
+def test_a_topic_the_daemon_created_anew_at_its_start_is_named_so_in_the_refusal(tmp_path):
+    # The broker lost its topics, and the daemon's start created the input topic anew
+    # (kafka.create_topics): the refusal said only that the topic was deleted and recreated.
+    embedded = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        config = _config(embedded.bootstrap_servers, tmp_path)
+        _run(config, [_valid(i) for i in range(20)])
+        embedded = _restart(embedded)
+        config.kafka.bootstrap_servers = embedded.bootstrap_servers
+        topic = config.kafka.input_topic
+        with pytest.raises(StartRefused, match=(
+                rf"partition {topic}:0 no longer holds the offsets .*; {topic} was missing at "
+                r"this start, and this daemon created it anew \(kafka.create_topics\)")):
+            Daemon(config, until_drained=True).run()
+    finally:
+        embedded.stop()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("policy", "new"), [("stop", range(20, 25)), ("earliest", range(20, 25)),
                                              ("stop", range(100, 140)),
                                              ("earliest", range(100, 140))],
