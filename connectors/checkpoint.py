@@ -377,7 +377,13 @@ class CheckpointStore:
             try:
                 old.unlink(missing_ok=True)
             except OSError as exc:  # the new one is written: pruning is retried next time
-                log.warning("could not remove the old checkpoint %s: %s", old, exc)
+                if not old.is_dir():
+                    log.warning("could not remove the old checkpoint %s: %s", old, exc)
+                    continue
+                # Not a checkpoint but a directory named like one: set aside, as a restore
+                # does (it was warned of at every checkpoint, for ever).
+                with contextlib.suppress(OSError):
+                    self.set_aside(old, f"{old} is not a checkpoint but a directory")
         return final
 
     def _paths_to_write(self) -> list[tuple[int, Path]]:

@@ -125,3 +125,20 @@ def test_a_checkpoint_with_damaged_array_data_is_not_restored(tmp_path, member):
     loaded = store.load_latest()  # the older, whole checkpoint instead
     assert loaded.path == older
     assert loaded.arrays["alpha"].tobytes() == good["alpha"].tobytes()
+
+
+def test_a_directory_named_like_an_old_checkpoint_is_set_aside_not_warned_of_for_ever(
+        tmp_path, caplog):
+    # Pruning could not remove it: "could not remove the old checkpoint ... Is a directory"
+    # at every checkpoint, across restarts.
+    store = CheckpointStore(tmp_path, keep=1)
+    (tmp_path / "checkpoint-000000000001.npz").mkdir()
+    with caplog.at_level(logging.WARNING, logger="connectors.checkpoint"):
+        for value in range(3):
+            store.save({"w": np.full(2, float(value))}, {}, {"n": value})
+    assert "could not remove" not in caplog.text
+    assert caplog.text.count("is not a checkpoint but a directory; set aside as") == 1
+    [aside] = store.set_aside_paths()
+    assert aside.is_dir() and aside.name.startswith("checkpoint-000000000001.npz.unusable-")
+    assert [path.name for _, path in store.paths()] == ["checkpoint-000000000004.npz"]
+    assert store.load_latest().state == {"n": 2}
