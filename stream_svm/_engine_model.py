@@ -817,6 +817,27 @@ class _EngineModel(FixedParameters):
         """The bias b of f(x) = sum_i dual_coef_i K(x_i, x) + b."""
         return self._engine.b
 
+    #: while set, reserve discards (``reserve_epsilon``) wait for the end of _discards_held
+    _holding_discards = False
+
+    def _discard_reserve(self) -> None:
+        """Discard the points ``reserve_epsilon`` says to (none for a model without it)."""
+
+    @contextlib.contextmanager
+    def _discards_held(self) -> Iterator[None]:
+        """Updates in the block discard no reserve point; the discard runs once after them. A
+        relabel's forget must not discard a point its learn brings back to the margin: a
+        relabel to the same label moved decision values by 20 and more."""
+        if self._holding_discards:
+            yield
+            return
+        try:
+            self._holding_discards = True
+            yield
+        finally:
+            self.__dict__.pop("_holding_discards", None)
+        self._discard_reserve()
+
     @contextlib.contextmanager
     def _all_or_nothing(self, deep: bool = True) -> Iterator[None]:
         """Run several updates as one: on any exception the model returns to its state before

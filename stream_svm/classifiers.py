@@ -169,7 +169,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         """
         label = self._sign(y)
         x, _ = self.stored_point(key)
-        with self._all_or_nothing():
+        with self._all_or_nothing(), self._discards_held():
             self.forget_one(key=key)
             self.learn_one(x, self._class(label > 0), key=key)
 
@@ -401,9 +401,13 @@ class IncrementalSVC(_EngineClassifier):
         return {"check_bounded_memory_growth"}
 
     def _after_update(self) -> None:
+        if not self._holding_discards:
+            self._discard_reserve()
+        self._after_learning()
+
+    def _discard_reserve(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._engine.discard_reserve(self.reserve_epsilon)
-        self._after_learning()
 
     def _checkpoint_extra(self) -> dict[str, Any]:
         return {"reserve_discarded": self.reserve_discarded}

@@ -250,7 +250,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         """
         target = real_target(y)
         x, _ = self.stored_point(key)
-        with self._all_or_nothing():
+        with self._all_or_nothing(), self._discards_held():
             self.forget_one(key=key)
             self.learn_one(x, target, key=key)
 
@@ -480,9 +480,13 @@ class IncrementalSVR(_EngineRegressor):
         self.reserve_discarded = int(extra.get("reserve_discarded", 0))
 
     def _after_update(self) -> None:
+        if not self._holding_discards:
+            self._discard_reserve()
+        self._after_learning()
+
+    def _discard_reserve(self) -> None:
         if self.reserve_epsilon is not None:
             self.reserve_discarded += self._discard_inside(self.reserve_epsilon)
-        self._after_learning()
 
     def _discard_inside(self, margin: float) -> int:
         """Forget samples inside the tube by at least ``margin`` on both edges (theta = 0, a

@@ -154,6 +154,29 @@ def test_reserve_truncation_shrinks_memory_and_reports_drift():
     assert agreement > 0.95
 
 
+def test_a_relabel_discards_reserve_points_once_after_its_forget_and_learn():
+    # The relabel's forget discarded k9, deep inside its side without k8; k8's learn would
+    # have brought it back to the margin: a relabel to the same label moved f(k9) from 1 to
+    # -22.5.
+    X = pd.DataFrame([{"a": 0.018, "b": -0.031}, {"b": 0.099}, {"a": 0.267, "b": 1.694},
+                      {"a": 0.452, "b": 0.238}, {"a": 0.018, "b": -0.031}])
+    model = IncrementalSVC(C=20945.0, kernel="linear", reserve_epsilon=0.0)
+    model.learn_many(X, pd.Series([True, True, False, True, False]),
+                     keys=["k6", "k7", "k8", "k9", "k10"])
+    k9 = X.iloc[3].to_dict()
+    before = model.decision_function_one(k9)
+    assert abs(before - 1.0) < 1e-9 and "k9" in model
+    model.relabel_one("k8", False)  # the label it has
+    assert "k9" in model
+    assert abs(model.decision_function_one(k9) - before) < 1e-9
+    assert not model._holding_discards
+    held, counted = set(model.stored_keys()), model.reserve_discarded
+    model.relabel_one("k8", True)  # another label: the discard after it runs as after a learn
+    discarded = held - set(model.stored_keys())
+    assert model.reserve_discarded - counted == len(discarded) > 0
+    assert not model._holding_discards
+
+
 @pytest.mark.parametrize("regression", [False, True])
 def test_forgetting_a_key_reserve_truncation_discarded_says_so_and_forgets_nothing(regression):
     # forget_many refused a batch naming one discarded key with "no stored point has key 1"
