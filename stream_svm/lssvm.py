@@ -1019,12 +1019,18 @@ class _IncrementalLSSVM(FixedParameters):
         X_remove: pd.DataFrame,
         y_remove: pd.Series,
     ) -> None:
-        """Add ``X_add`` and remove ``X_remove`` in one exact step (Theorem 1, eqs. 5-6)."""
+        """Add ``X_add`` and remove ``X_remove`` in one exact step (Theorem 1, eqs. 5-6). A
+        removed sample that equals one learned under a key is that one, as for
+        :meth:`forget_many`: its key is forgotten with it."""
         _frame_columns(X_add)
         _frame_columns(X_remove)
         _check_index(X_add, y_add, "y_add")
         _check_index(X_remove, y_remove, "y_remove")
-        self._update(X_add, list(y_add), X_remove, list(y_remove))
+        removed = list(y_remove)
+        kept = self._kept_by_value(X_remove.to_dict("records"), removed)
+        self._update(X_add, list(y_add), X_remove, removed)
+        for key in kept:  # (its key would forget it a second time)
+            del self._kept[key]
 
     def _state_size(self) -> int:
         """Bytes held in arrays; depends on the feature dimension only, never on n_samples_."""

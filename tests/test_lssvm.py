@@ -575,6 +575,18 @@ def test_a_kept_sample_forgotten_by_value_is_not_kept_any_more(cls):
     probes = pd.DataFrame([{"a": 0.3, "b": -0.2}, {"a": -1.0, "b": 0.5}])
     assert np.allclose(model.decision_function_many(probes),
                        reference.decision_function_many(probes), rtol=1e-12, atol=1e-12)
+    # update_many's removals too (its key stayed: forgetting it subtracted the sample twice,
+    # or was refused as a sample never learned)
+    extra = {"a": 0.5, "b": 0.5}
+    model.update_many(pd.DataFrame([extra]), pd.Series([ys[1]]), pd.DataFrame([xs[5]]),
+                      pd.Series([ys[5]]))
+    reference.update_many(pd.DataFrame([extra]), pd.Series([ys[1]]), pd.DataFrame([xs[5]]),
+                          pd.Series([ys[5]]))
+    assert 5 not in model and model.stored_keys() == [1, 2, 6, 7, 8, 9]
+    with pytest.raises(KeyError, match="no sample is learned under key 5"):
+        model.forget_one(key=5)
+    assert np.allclose(model.decision_function_many(probes),
+                       reference.decision_function_many(probes), rtol=1e-12, atol=1e-12)
 
 
 def test_keys_repeated_in_a_batch_to_learn_are_named_and_change_nothing():
