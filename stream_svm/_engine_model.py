@@ -1063,7 +1063,16 @@ class _EngineModel(FixedParameters):
     def _check_room(self, arriving: int, slides: bool, new: list[Hashable], limit: int
                     ) -> None:
         used = int(self._used_columns(self._leaving_positions(arriving, slides)).sum())
-        if used + len(new) > limit or not self._engine.kernel.folds_absent_features:
+        if not self._engine.kernel.folds_absent_features:
+            # A user's kernel may see every column: no name is ever dropped.
+            held = len(self._features)
+            raise ValueError(
+                f"learning the input would give the model {held + len(new)} features ({held} "
+                f"it holds, {used} of them used by its stored points, and {len(new)} new); "
+                f"max_features={limit}. With a callable kernel the model keeps every name it "
+                "has learned, even once no stored point uses it: raise max_features, or give "
+                "the features fixed names")
+        if used + len(new) > limit:
             raise ValueError(
                 f"learning the input would give the model {used + len(new)} features ({used} "
                 f"used by its stored points and {len(new)} new); max_features={limit}"

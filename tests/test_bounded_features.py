@@ -260,7 +260,11 @@ def test_a_callable_kernel_keeps_every_name_and_pads_queries():
     model.learn_one({"a": 1.0, "b": 1.0}, True, key=0)
     model.learn_one({"a": -1.0, "c": 1.0}, False, key=1)
     model.forget_one(key=1)
-    with pytest.raises(ValueError, match="max_features=3"):
+    # (It said "3 features (2 used by its stored points and 1 new)": against a cap of 3.)
+    with pytest.raises(ValueError, match=r"would give the model 4 features \(3 it holds, 2 of "
+                                         r"them used by its stored points, and 1 new\); "
+                                         r"max_features=3. With a callable kernel the model "
+                                         r"keeps every name it has learned"):
         model.learn_one({"d": 1.0}, False, key=2)
     assert model.n_features == 3
     assert model.decision_function_one({"a": 1.0, "z": 5.0}) == pytest.approx(
