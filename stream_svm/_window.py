@@ -65,7 +65,14 @@ class _SlidingWindow:
     def __contains__(self, key: object) -> bool:
         # Buffered keys are plain Python values (see plain_key), compared safely with any key.
         key = plain_key(key)  # type: ignore[arg-type]
-        return self._in_engine(key) or key in self._buffer_keys
+        return self._in_engine(key) or self._buffered_at(key) is not None
+
+    def _buffered_at(self, key: Hashable) -> int | None:
+        """The position of ``key`` in the buffer, or None. A boolean is no key (True == 1:
+        forget_one(key=True) removed the arrival waiting under key 1)."""
+        if isinstance(key, (bool, np.bool_)) or key not in self._buffer_keys:
+            return None
+        return self._buffer_keys.index(key)
 
     def _first_held(self, keys: list[Hashable]) -> Hashable | None:
         if (self._engine.first_stored(keys) is None
@@ -77,8 +84,8 @@ class _SlidingWindow:
         """The features and the label (or target) of a sample in the window or waiting in the
         buffer."""
         key = plain_key(key)
-        if key in self._buffer_keys:
-            index = self._buffer_keys.index(key)
+        index = self._buffered_at(key)
+        if index is not None:
             row, names = self._buffer_rows[index], self._features.names
             x = {names[i]: float(row[i]) for i in np.flatnonzero(row)}
             return x, self._value_out(self._buffer_values[index])
@@ -182,8 +189,8 @@ class _SlidingWindow:
                 raise forget_without_key_error(x)
             key = self._find_by_value(x, y)
         key = plain_key(key)
-        if key in self._buffer_keys:
-            index = self._buffer_keys.index(key)
+        index = self._buffered_at(key)
+        if index is not None:
             del self._buffer_rows[index], self._buffer_values[index], self._buffer_keys[index]
         elif self._in_engine(key):
             self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
@@ -229,7 +236,7 @@ class _SlidingWindow:
             if len(set(found)) != len(found):
                 raise KeyError("keys repeat: each sample is forgotten once")
             for key in found:
-                if not (key in self._buffer_keys or self._in_engine(key)):
+                if self._buffered_at(key) is None and not self._in_engine(key):
                     raise KeyError(f"no sample in the window has key {key!r}")
         buffered = set(self._buffer_keys).intersection(found)
         stored = [key for key in found if key not in buffered]

@@ -678,3 +678,18 @@ def test_keys_a_checkpoint_cannot_keep_are_refused_as_they_are_learned(make):
     with pytest.raises(TypeError, match="cannot be checkpointed"):
         model.learn_many(frame, pd.Series([label(y) for y in ys[4:6]], index=frame.index))
     assert (model.to_checkpoint()[1], model.stored_keys()) == before
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_boolean_names_no_arrival_waiting_in_a_windows_buffer(step):
+    # True == 1: forget_one(key=True) removed the arrival waiting under key 1 (the window's
+    # own points, and learn_one(key=True), refuse a boolean as a key).
+    window = SlidingWindowSVC(window_size=5, step=step, kernel="linear")
+    window.learn_one({"a": 1.0}, True, key=1)
+    assert window.n_buffered == (step - 1)
+    for call in (lambda: window.forget_one(key=True), lambda: window.forget_many([True]),
+                 lambda: window.stored_point(np.True_), lambda: window.relabel_one(True, False)):
+        with pytest.raises(KeyError, match="key True"):
+            call()
+    assert True not in window and 1 in window
+    assert window.stored_point(1) == ({"a": 1.0}, True)
