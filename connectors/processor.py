@@ -658,7 +658,7 @@ class Processor:
                 f"ids compare with their JSON type, send {json.dumps(near)}"
                 if near is not None and near in self.cache else
                 f"no unlabelled features cached for id {op.id!r} (never seen, expired, "
-                f"or already labelled){self.unknown_id_hint}"
+                f"or already labelled{self._read_ahead(entry)}){self.unknown_id_hint}"
                 if self.cache.max_entries and self.cache.max_bytes else
                 f"no unlabelled features cached for id {op.id!r}: with cache.max_size or "
                 "cache.max_bytes 0 no unlabelled message is kept for a later label",
@@ -690,6 +690,14 @@ class Processor:
             f"id {identifier!r} is already learned: send a relabel to change its label, or "
             "forget it first"
         )
+
+    def _read_ahead(self, entry: _Entry) -> str:
+        """For a label of the label topic: the other cause of a label without features."""
+        if self.label_topic is None or entry.record.topic != self.label_topic:
+            return ""
+        return ("; or not read yet: the label topic and the input topic are read side by "
+                "side, and after a backlog the labels can run ahead of their features, so "
+                "send the label again from this dead letter")
 
     def _reject(self, entry: _Entry, reason: str, kind: str) -> None:
         entry.output = None

@@ -290,6 +290,22 @@ def test_a_label_polled_before_its_features_finds_them():
     assert processor.offsets == {"in:0": 2, "labels:0": 2}
 
 
+def test_a_label_read_polls_before_its_features_says_it_may_have_run_ahead():
+    # After a backlog, a poll can hold the label topic's records and none of the input's:
+    # the dead letter named only ids never seen, expired or labelled (and, scoped, a wrong
+    # Kafka key), never that the label came first and can be sent again.
+    processor = Processor(_trained(), label_topic="labels")
+    result = processor.process([_record(0, {"id": "u", "y": True}, topic="labels")])
+    [letter] = result.dead_letters
+    assert letter.record["reason"] == "unknown_id"
+    assert ("(never seen, expired, or already labelled; or not read yet: the label topic and "
+            "the input topic are read side by side, and after a backlog the labels can run "
+            "ahead of their features, so send the label again from this dead letter)"
+            ) in letter.record["error"]
+    result = processor.process([_record(1, {"id": "w", "y": True})])  # (on the input topic)
+    assert "run ahead" not in result.dead_letters[0].record["error"]
+
+
 def test_a_forget_erases_features_waiting_for_their_label():
     processor = Processor(_trained(), label_topic="labels")
     processor.process([_record(0, {"id": "u", "x": {"a": 0.4}}),
