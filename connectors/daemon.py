@@ -2410,7 +2410,7 @@ class Daemon:
         """Take the checkpoint directory's lock again at once when its lock file was removed
         or replaced: checked only before a checkpoint, it let another daemon start on the
         directory, and both answered the stream, until the next one."""
-        lock = None if self._store is None else self._store.lock
+        lock = getattr(self._store, "lock", None)  # (None: no store, or one without a lock)
         now = time.monotonic()
         if lock is None or now < self._lock_checked_at + self.LOCK_CHECK_SECONDS:
             return
