@@ -78,6 +78,7 @@ from connectors.models import (
     restore_model,
     settings_mismatch,
 )
+from connectors.pacing import InputPositions, LabelPacer
 from connectors.processor import Processor
 from connectors.replica import (
     GLOBAL_MODEL_ID,
@@ -539,6 +540,25 @@ def _position(consumer: Any, tp: Any, timeout_ms: int) -> int | None:
         return None
 
 
+def _resume(consumer: Any, tp: Any) -> None:
+    """Resume fetching a paused partition the daemon has just positioned (every resume here
+    follows a seek). kafka-python 3 parks the records it had fetched for a partition when it
+    is paused, and gives them back on resume only while no other partition's records are in
+    line, which after a first poll is never: the partition then was not fetched again, for
+    good (a label partition held back, or a partition given back by a rebalance, read nothing
+    more). Records parked there were fetched before the seek and would be ignored anyway."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    parked = getattr(fetcher, "_paused_partition_records", None)
+    if isinstance(parked, dict):
+        records = parked.pop(tp, None)
+        if records is not None:
+            records.drain()
+    completed = getattr(fetcher, "_paused_completed_fetches", None)
+    if isinstance(completed, dict):
+        completed.pop(tp, None)
+    consumer.resume(tp)
+
+
 def _request_metadata(consumer: Any) -> None:
     """Ask the consumer for a metadata refresh soon (does not wait for it)."""
     cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
@@ -750,6 +770,12 @@ class Daemon:
         self._joined_once = False  # the group has completed a join of this member
         self._joining_since: float | None = None  # a join under way since then
         self._group_warned = -math.inf
+        # Late labels wait for their features (connectors.pacing); a predictor reads none.
+        kafka = config.kafka
+        self._pacer: LabelPacer | None = (
+            LabelPacer(kafka.input_topic, kafka.label_topic, per_partition=per_model)
+            if kafka.label_topic and self.role != "predictor" else None)
+        self._labels_waiting_said = -math.inf
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1314,6 +1340,8 @@ class Daemon:
         output of this process is flushed): publish their models and commit their offsets."""
         models = self.models
         partitions = {tp.partition for tp in revoked}
+        if self._pacer is not None:
+            self._pacer.forget(partitions)
         if models is None or not partitions:
             return
         self._rebalancing = True
@@ -1353,6 +1381,8 @@ class Daemon:
         the last commit and its states win over any this process would still write."""
         models = self.models
         partitions = {tp.partition for tp in lost}
+        if self._pacer is not None:
+            self._pacer.forget(partitions)
         if models is None or not partitions:
             return
         self._rebalancing = True
@@ -1370,6 +1400,8 @@ class Daemon:
         (:meth:`_settle`, after the poll)."""
         self._rebalancing = False
         self._joined_once = True
+        if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
+            self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
             return
         with self.models.lock:
@@ -1417,7 +1449,7 @@ class Daemon:
                 # from then (a seek leaves it): 30 against a resume at 60 read as lost offsets
                 # and stopped the daemon. It is judged once a fetch has told a new one.
                 self._highwater_at_seek[name] = self._consumer.highwater(tp)
-                self._consumer.resume(tp)
+                _resume(self._consumer, tp)
             except Exception as exc:  # revoked meanwhile by a join that outlived a poll
                 log.debug("partition %s moved on before it was resumed: %s", name, exc)
         return True
@@ -2025,6 +2057,7 @@ class Daemon:
                     self.stop_event.wait(backoff_delay(retry.initial_backoff_seconds,
                                                        retry.max_backoff_seconds,
                                                        settle_backoff.failures))
+            self._release_labels()
             # Only a reset noticed after this poll returned makes its records stale (one
             # before it re-positioned the partition, and the poll read from there).
             self._reset_since_poll.clear()
@@ -2068,6 +2101,8 @@ class Daemon:
                     records = [r for r in records if f"{r.topic}:{r.partition}" not in reset]
                 if self.stop_event.is_set():
                     break
+            if records and self._pacer is not None:
+                records = self._pace_labels(records)
             if not records:
                 if self.until_drained and self._drained():
                     log.info("every partition is read up to its high watermark: stopping")
@@ -2075,7 +2110,9 @@ class Daemon:
                 (self.models or self.processor).expire_cache()  # type: ignore[union-attr]
                 self._maybe_checkpoint()
                 continue
-            self._handle(records)
+            again = self._handle(records)
+            if self._pacer is not None:
+                self._pacer.delivered(records, again)
             backoff.reset()
             if self.on_batch is not None:
                 self.on_batch(self)
@@ -2147,10 +2184,10 @@ class Daemon:
         except Exception:  # pragma: no cover - another kafka-python
             return False
 
-    def _handle(self, records: list[Any]) -> None:
+    def _handle(self, records: list[Any]) -> dict[str, int]:
+        """Handle a poll's records; returns the offsets read again (see _handle_batch)."""
         if self.models is None:
-            self._handle_batch(records)
-            return
+            return self._handle_batch(records)
         # The lock keeps a listener from publishing the models between learning a batch and
         # delivering its outputs (nothing published may run ahead of what was delivered).
         with self.models.lock:
@@ -2158,6 +2195,78 @@ class Daemon:
         self._read_again(again)
         if time.monotonic() - self._last_commit >= 1.0:
             self._commit()
+        return again
+
+    # -- late labels wait for their features (connectors.pacing) ---------------------------
+
+    def _input_positions(self) -> InputPositions:
+        """Position and high watermark of every input partition being read."""
+        consumer = self._consumer
+        topic = self.config.kafka.input_topic
+        owned = None if self.models is None else self.models.owned
+        inputs: dict[int, tuple[int | None, int | None]] = {}
+        for tp in consumer.assignment():
+            if tp.topic != topic or (owned is not None and tp.partition not in owned):
+                continue  # (a scoped partition not settled yet is paused, with its labels)
+            inputs[tp.partition] = (
+                _position(consumer, tp, self.config.kafka.poll_timeout_ms),
+                consumer.highwater(tp))
+        return inputs
+
+    def _pace_labels(self, records: list[Any]) -> list[Any]:
+        """The records to handle now: a label newer than what was read of the input
+        partitions its features may be in, while they have messages left to read, waits (its
+        partition is read again from it once they caught up, and paused until then)."""
+        from kafka import TopicPartition
+
+        pacer = self._pacer
+        assert pacer is not None
+        label_topic = self.config.kafka.label_topic
+        if not any(record.topic == label_topic for record in records):
+            return records
+        ready, held = pacer.split(records, self._input_positions())
+        for partition, offset in held.items():
+            tp = TopicPartition(label_topic, partition)
+            try:
+                self._consumer.seek(tp, offset)
+                self._consumer.pause(tp)
+            except Exception as exc:  # (revoked meanwhile by a join that outlived a poll)
+                pacer.forget([partition])
+                log.debug("label partition %s:%d moved on before it was held: %s",
+                          label_topic, partition, exc)
+        if held:
+            log.debug("late labels wait for their features from %s",
+                      {f"{label_topic}:{p}": o for p, o in held.items()})
+            now = time.monotonic()
+            if now - self._labels_waiting_said >= 60:
+                self._labels_waiting_said = now
+                log.info("late labels of %s wait until %s is read up to their timestamps "
+                         "(it has messages left to read): their features come first",
+                         ", ".join(f"{label_topic}:{p}" for p in sorted(pacer.held)),
+                         self.config.kafka.input_topic)
+        self.metrics.labels_waiting.set(len(pacer.held))
+        return ready
+
+    def _release_labels(self) -> None:
+        """Resume the label partitions whose first held label need not wait any more."""
+        from kafka import TopicPartition
+
+        pacer = self._pacer
+        if pacer is None or not pacer.held:
+            return
+        label_topic = self.config.kafka.label_topic
+        assigned = self._consumer.assignment()
+        owned = None if self.models is None else self.models.owned
+        gone = [p for p in pacer.held if TopicPartition(label_topic, p) not in assigned
+                or (owned is not None and p not in owned)]
+        pacer.forget(gone)  # (taken away or given up; a new assignment resumes them anew)
+        for partition in pacer.releasable(self._input_positions()):
+            try:
+                _resume(self._consumer, TopicPartition(label_topic, partition))
+            except Exception as exc:  # (revoked meanwhile)
+                log.debug("label partition %s:%d moved on before it was resumed: %s",
+                          label_topic, partition, exc)
+        self.metrics.labels_waiting.set(len(pacer.held))
 
     def _handle_batch(self, records: list[Any]) -> dict[str, int]:
         """Process, deliver, count; returns the offsets to read again (models that could not

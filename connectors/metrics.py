@@ -172,6 +172,12 @@ class Metrics:
             "Partitions with messages to read whose position has not moved for a minute",
             registry=r,
         )
+        self.labels_waiting = Gauge(
+            "stream_svm_label_partitions_waiting",
+            "Partitions of the label topic paused because their next label is newer than "
+            "what was read of the input topic, which has messages left to read",
+            registry=r,
+        )
         self.checkpoints = Counter(
             "stream_svm_checkpoints", "Checkpoints written", registry=r
         )

@@ -695,9 +695,10 @@ class Processor:
         """For a label of the label topic: the other cause of a label without features."""
         if self.label_topic is None or entry.record.topic != self.label_topic:
             return ""
-        return ("; or not read yet: the label topic and the input topic are read side by "
-                "side, and after a backlog the labels can run ahead of their features, so "
-                "send the label again from this dead letter")
+        return ("; or not read yet: a label waits until the input topic is read up to its "
+                "timestamp, so one stamped before its features (producers whose clocks "
+                "differ) or whose input partition stopped moving for a minute can run ahead "
+                "of them: send the label again from this dead letter")
 
     def _reject(self, entry: _Entry, reason: str, kind: str) -> None:
         entry.output = None

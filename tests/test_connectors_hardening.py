@@ -298,9 +298,10 @@ def test_a_label_read_polls_before_its_features_says_it_may_have_run_ahead():
     result = processor.process([_record(0, {"id": "u", "y": True}, topic="labels")])
     [letter] = result.dead_letters
     assert letter.record["reason"] == "unknown_id"
-    assert ("(never seen, expired, or already labelled; or not read yet: the label topic and "
-            "the input topic are read side by side, and after a backlog the labels can run "
-            "ahead of their features, so send the label again from this dead letter)"
+    assert ("(never seen, expired, or already labelled; or not read yet: a label waits until "
+            "the input topic is read up to its timestamp, so one stamped before its features "
+            "(producers whose clocks differ) or whose input partition stopped moving for a "
+            "minute can run ahead of them: send the label again from this dead letter)"
             ) in letter.record["error"]
     result = processor.process([_record(1, {"id": "w", "y": True})])  # (on the input topic)
     assert "run ahead" not in result.dead_letters[0].record["error"]

@@ -1,0 +1,229 @@
+"""Late labels wait for their features: a label on ``kafka.label_topic`` newer than what was
+read of the input topic is held back while the input topic has messages left to read.
+
+Without it, a daemon with a backlog read the small label messages much faster than the
+features they label, and dead-lettered them ``unknown_id``."""
+
+from __future__ import annotations
+
+import doctest
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+import connectors.pacing
+from connectors.config import load_config
+from connectors.daemon import Daemon, ensure_topics
+from connectors.pacing import LabelPacer
+from connectors.processor import Record
+from tests.connectors_helpers import broker, produce, read_all, unique  # noqa: F401
+
+
+def _input(partition: int, offset: int, timestamp: int) -> Record:
+    return Record("in", partition, offset, b"{}", timestamp)
+
+
+def _label(partition: int, offset: int, timestamp: int) -> Record:
+    return Record("labels", partition, offset, b"{}", timestamp)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_module_example_runs():
+    assert doctest.testmod(connectors.pacing).failed == 0
+
+
+def test_a_label_newer_than_the_input_read_waits_with_every_later_label_of_its_partition():
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    records = [_input(0, 10, 100), _label(0, 3, 90), _label(0, 4, 150), _label(0, 5, 95),
+               _label(1, 7, 105), _input(0, 11, 110), _label(1, 8, 120)]
+    # Input partition 0 has 50 messages left: labels up to timestamp 110 (the newest input
+    # of this poll) may go; the label at 150 waits, and so does the one behind it at 95.
+    # A global model's labels of every partition wait for it.
+    ready, held = pacer.split(records, {0: (12, 62)})
+    assert ready == [records[0], records[1], records[4], records[5]]
+    assert held == {0: 4, 1: 8}
+    assert pacer.held == {0: 150, 1: 120}
+    pacer.delivered(ready, {})  # (the daemon handles the ready records)
+    assert pacer.releasable({0: (40, 62)}) == []  # still reading, nothing newer read
+    pacer.delivered([_input(0, 40, 149)], {})
+    assert pacer.releasable({0: (41, 62)}) == [1]  # 120 <= 149; 150 waits
+    pacer.delivered([_input(0, 41, 150)], {})
+    assert pacer.releasable({0: (42, 62)}) == [0]
+    assert pacer.held == {}
+
+
+def test_a_global_model_waits_for_every_input_partition_a_scoped_one_for_its_own():
+    polled = [_input(0, 0, 500), _label(1, 0, 300)]
+    inputs = {0: (1, 1), 1: (0, 20)}  # partition 0 read to its end, partition 1 not begun
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    assert pacer.split(polled, inputs) == ([polled[0]], {1: 0})
+    scoped = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
+    assert scoped.split([_input(0, 0, 500), _label(0, 0, 300)], inputs)[1] == {}
+    assert scoped.split(polled, inputs)[1] == {1: 0}  # its own partition 1 has a backlog
+    # A partition whose input partition is not read here (not settled): nothing to wait for.
+    assert scoped.split([_label(2, 0, 300)], inputs)[1] == {}
+
+
+@pytest.mark.parametrize("inputs, timestamp", [
+    ({0: (20, 20)}, 10**12),      # the input is read to its end
+    ({0: (5, 20)}, -1),           # a label without a timestamp
+    ({}, 10**12),                 # no input partition
+])
+def test_a_label_does_not_wait_when_nothing_it_waits_for_can_come(inputs, timestamp):
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    assert pacer.split([_label(0, 0, timestamp)], inputs)[1] == {}
+
+
+def test_an_unknown_high_watermark_counts_as_messages_left_to_read():
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    assert pacer.split([_label(0, 0, 50)], {0: (0, None)})[1] == {0: 0}
+    assert pacer.releasable({0: (0, None)}) == []
+    assert pacer.releasable({0: (7, 7)}) == [0]
+
+
+def test_records_read_again_do_not_count_as_read():
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
+    pacer.delivered([_input(0, 5, 100), _input(0, 6, 200), _label(0, 9, 900)],
+                    {"in:0": 6})
+    assert pacer.split([_label(0, 0, 100)], {0: (6, 30)})[1] == {}
+    assert pacer.split([_label(0, 1, 101)], {0: (6, 30)})[1] == {0: 1}
+
+
+def test_an_input_partition_that_does_not_move_stops_holding_labels_back(caplog):
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=clock)
+    assert pacer.split([_label(0, 0, 50)], {0: (3, 9)})[1] == {0: 0}
+    clock.now = pacer.wait_seconds - 1
+    assert pacer.releasable({0: (3, 9)}) == []
+    clock.now = pacer.wait_seconds / 2 * 3  # moved meanwhile: another wait_seconds from now
+    assert pacer.releasable({0: (4, 9)}) == []
+    clock.now += pacer.wait_seconds - 1
+    assert pacer.releasable({0: (4, 9)}) == []
+    with caplog.at_level(logging.WARNING, logger="connectors.pacing"):
+        clock.now += 1
+        assert pacer.releasable({0: (4, 9)}) == [0]
+    assert "in:0 has messages to read but has not moved for 60 s" in caplog.text
+    assert "unknown_id" in caplog.text
+
+
+def test_forgotten_partitions_hold_nothing_and_start_unread():
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
+    pacer.delivered([_input(0, 0, 100), _input(1, 0, 100)], {})
+    assert pacer.split([_label(0, 0, 500), _label(1, 0, 500)], {0: (1, 5), 1: (1, 5)})[1] \
+        == {0: 0, 1: 0}
+    pacer.forget([1])
+    assert pacer.held == {0: 500}
+    # Read anew (a new owner resumes at the committed offset): nothing of partition 1 counts
+    # as read, and a label older than what was read of it before waits.
+    assert pacer.split([_label(1, 0, 90)], {0: (1, 5), 1: (1, 5)})[1] == {1: 0}
+    pacer.delivered([_input(0, 1, 500)], {})  # partition 0 keeps what was read of it
+    assert pacer.releasable({0: (2, 5), 1: (1, 5)}) == [0]
+
+
+# -- on the broker -----------------------------------------------------------------------------
+
+#: Enough bytes of features that the input topic takes several fetches (1 MB per partition)
+#: while its labels fit in one: without pacing, most labels were read before their features.
+FEATURES = 40
+MESSAGES = 2400
+
+
+def _features(rng: np.random.Generator, n: int) -> list[dict[str, float]]:
+    return [{f"f{j:02d}": round(float(v), 12) for j, v in enumerate(row)}
+            for row in rng.normal(size=(n, FEATURES))]
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("scope", ["global", "key"])
+def test_labels_sent_after_a_backlog_of_features_all_find_them(broker, tmp_path,  # noqa: F811
+                                                               scope):
+    rng = np.random.default_rng(7)
+    xs = _features(rng, MESSAGES)
+    names = {k: unique(f"pace-{k}") for k in ("input", "labels", "output", "dead")}
+    # Two partitions each: the client fetches them in turns, and the labels of one were read
+    # while the features of the other still waited (one partition each, the embedded broker
+    # answered a fetch with every feature at once).
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [names["input"], names["labels"]], partitions=2)
+    keys = [f"k{i % 4}".encode() for i in range(MESSAGES)]
+    features = [{"id": i, "x": x} for i, x in enumerate(xs)]
+    labelled = list(range(0, MESSAGES, 3))  # a label for every third point
+    labels = [{"id": i, "y": bool(xs[i]["f00"] > 0)} for i in labelled]
+    produce(broker.bootstrap_servers, names["input"], features, key_of=lambda m: keys[m["id"]])
+    produce(broker.bootstrap_servers, names["labels"], labels, key_of=lambda m: keys[m["id"]])
+    settings = {
+        "kafka.bootstrap_servers": broker.bootstrap_servers,
+        "kafka.input_topic": names["input"], "kafka.label_topic": names["labels"],
+        "kafka.output_topic": names["output"], "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": unique("pace-group"), "kafka.max_batch": 100,
+        "kafka.request_timeout_ms": 10000, "model.C": 1.0, "model.gamma": 0.01,
+        "checkpoint.dir": str(tmp_path / "checkpoints"), "metrics.enabled": "false",
+    }
+    if scope != "global":
+        settings.update({"model.scope": scope, "kafka.state_topic": unique("pace-state"),
+                         "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    daemon = Daemon(load_config(None, settings, environ={}), until_drained=True)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    assert daemon.summary.exit_code == 0
+    assert daemon.summary.messages == MESSAGES + len(labels)
+    dead = read_all(broker.bootstrap_servers, names["dead"], idle=0.5)
+    assert dead == []
+    outputs = read_all(broker.bootstrap_servers, names["output"], MESSAGES + len(labels))
+    acknowledged = sorted(o["id"] for o in outputs if o.get("op") == "label")
+    assert acknowledged == labelled
+
+
+@pytest.mark.broker
+def test_a_partition_paused_with_records_in_line_is_read_again_once_resumed(broker):  # noqa: F811
+    # kafka-python 3 parks the records fetched for a partition when it is paused and gives
+    # them back on resume only while no other partition's are in line: after a first poll,
+    # never. The partition was then not fetched again, for good.
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from connectors.daemon import _resume
+
+    topic = unique("pace-park")
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers}, [topic], partitions=2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=5)
+    for _ in range(300):
+        for partition in (0, 1):
+            producer.send(topic, value=b"x" * 200, partition=partition)
+    producer.flush(timeout=30)
+    producer.close(timeout=10)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        consumer.assign(tps)
+        polled: dict = {}
+        for _ in range(100):  # until one partition's records are in line, half read
+            polled = consumer.poll(timeout_ms=200, max_records=10)
+            if polled:
+                break
+        [tp] = list(polled)
+        consumer.pause(tp)
+        for _ in range(5):  # parks its records; the other partition's come in line
+            consumer.poll(timeout_ms=100, max_records=10)
+        consumer.seek(tp, 0)
+        _resume(consumer, tp)
+        offsets: list[int] = []
+        for _ in range(100):
+            offsets += [r.offset for r in consumer.poll(timeout_ms=100,
+                                                        max_records=50).get(tp, [])]
+            if offsets:
+                break
+        assert offsets[:1] == [0]
+    finally:
+        consumer.close()
