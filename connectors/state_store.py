@@ -95,6 +95,8 @@ Limits
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -461,6 +463,8 @@ class StateStore:
         self._late_follow: _OutOfTime | None = None
         #: models whose state was looked for in the whole topic in vain: when to look again
         self._reindex_after: dict[Hashable, float] = {}
+        #: what :meth:`index` knows of the topic and where its last read ended
+        self._index: _Index | None = None
         self._partition_count: int | None = None
         self._producer: Any = None
         self._closed = False
@@ -1203,6 +1207,59 @@ class StateStore:
                                    recreated and state is None)
         return state
 
+    #: Bytes of chunks of unfinished writes that :meth:`index` keeps between reads (a write
+    #: read in part, or one its writer never finished); past it, the next call reads the whole
+    #: topic again, which forgets them.
+    INDEX_KEEPS_BYTES = 64 << 20
+
+    def index(self, select: Callable[[Hashable], bool], *,
+              log_level: int = logging.INFO) -> dict[Hashable, StoredState]:
+        """The newest complete state of each model ``select`` accepts, as
+        ``restore(select=select, decode=False)`` finds it (metadata, no arrays: :meth:`fetch`
+        reads them), reading only what the topic gained since the last call.
+
+        The first call reads the whole topic, as :meth:`restore` does; each later one reads on
+        from where the last ended. What it keeps in between is small: per state its metadata
+        and where its chunks lie, and the chunks of writes not read whole yet. A topic found
+        recreated (another id or other partitions) is read whole again. A consumer group's
+        member calls it at every partition assignment: a whole read each time took longer
+        and longer under churn, as the topic grows until compaction reaches it (the embedded
+        broker never compacts)."""
+        started = time.monotonic()
+        known = self._index
+        start_at = None if known is None else _Followed(None, known.topic_id,
+                                                        dict(known.positions), {})
+        self._late_follow = None
+        try:
+            records = self._read(self._deadline(), start_at=start_at)
+        finally:
+            self._late_follow = None  # (a read that goes on and ran out: read again next time)
+        if known is None or not self._read_went_on:
+            known = _Index(self.topic_id)
+        self._index = None  # until applied whole (a newer format raises half-way)
+        report = RestoreReport(records=len(records))
+        known.apply(records, self, report)
+        known.topic_id = self.topic_id
+        known.positions = dict(self._last_positions)
+        if known.kept_bytes() <= self.INDEX_KEEPS_BYTES:
+            self._index = known
+        for (model, epoch, _), slot in known.slots.items():
+            if slot.state is not None and select(model):
+                view = self._views.setdefault(model, _ModelView())
+                view.complete[epoch] = max(view.complete.get(epoch, -1), slot.state.sequence)
+        states = known.newest(select)
+        for model, state in states.items():
+            self._views.setdefault(model, _ModelView()).newest = StoredState(
+                {}, {}, state.next_offset, state.epoch, state.sequence, state.location)
+        report.models = len(states)
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        log.log(log_level, "state topic %s: indexed %d models from %d records (%s) in %.3f s "
+                "(%d incomplete, %d corrupt skipped)", self.topic, report.models,
+                report.records, "read on" if start_at is not None and self._read_went_on
+                else "the whole topic", report.seconds, report.incomplete, report.corrupt)
+        return states
+
     def _take_newest(self, records: list[_Record], latest: dict[bytes, _Record],
                      wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
                      report: RestoreReport) -> None:
@@ -1516,6 +1573,185 @@ class _Followed:
     latest: dict[bytes, _Record]
     #: the topic was found recreated and no state of it was returned yet
     recreated: bool = False
+
+
+@dataclass
+class _Chunk:
+    """The newest record of one chunk key, as :meth:`StateStore.index` keeps it."""
+
+    partition: int
+    offset: int
+    header: dict[str, Any]
+    #: None once a complete state it is part of was assembled (``digest`` stands for it then)
+    data: bytes | None
+    digest: bytes
+
+
+@dataclass
+class _Write:
+    """One complete state assembled from a slot's chunks: chunk 0's header, the metadata, and
+    the digest of each chunk's data (a chunk whose data was dropped is told by it)."""
+
+    first: dict[str, Any]
+    metadata: dict[str, Any]
+    digests: list[bytes]
+
+
+@dataclass
+class _SlotIndex:
+    """One (model, epoch, slot): the newest record of each of its chunk keys, the complete
+    state they make up (metadata, no arrays) if they do, and the complete writes assembled
+    from the chunks still there (by sha256)."""
+
+    chunks: dict[int, _Chunk] = field(default_factory=dict)
+    state: StoredState | None = None
+    writes: dict[str, _Write] = field(default_factory=dict)
+
+
+class _Index:
+    """What :meth:`StateStore.index` knows of the topic: where its last read ended, and per
+    (model, epoch, slot) what :meth:`StateStore.restore` makes of the newest records of its
+    keys. Only chunks of writes never read whole keep their data."""
+
+    def __init__(self, topic_id: str | None) -> None:
+        self.topic_id = topic_id
+        self.positions: dict[int, int] = {}
+        self.slots: dict[tuple[Hashable, int, int], _SlotIndex] = {}
+
+    def newest(self, select: Callable[[Hashable], bool]) -> dict[Hashable, StoredState]:
+        """The newest complete state of each model ``select`` accepts (metadata copied: the
+        caller may change it)."""
+        states: dict[Hashable, StoredState] = {}
+        for (model, _, _), slot in self.slots.items():
+            if slot.state is None or not select(model):
+                continue
+            found = states.get(model)
+            if found is None or (slot.state.epoch, slot.state.sequence) > (found.epoch,
+                                                                           found.sequence):
+                states[model] = slot.state
+        return {model: dataclasses.replace(state, metadata=copy.deepcopy(state.metadata))
+                for model, state in states.items()}
+
+    def kept_bytes(self) -> int:
+        return sum(len(chunk.data) for slot in self.slots.values()
+                   for chunk in slot.chunks.values() if chunk.data is not None)
+
+    def apply(self, records: list[_Record], store: StateStore, report: RestoreReport) -> None:
+        """Records read in offset order: each replaces its key's newest record (a tombstone
+        or a record that is no valid chunk removes it); then every slot they touched is
+        assembled again."""
+        touched: set[tuple[Hashable, int, int]] = set()
+        for record in records:
+            parsed = _parse_key(record.key)
+            if record.value is None:
+                report.tombstones += 1
+            elif parsed is None:
+                report.corrupt += 1
+                log.warning("state topic %s: partition %d offset %d has a key this store did "
+                            "not write: skipped", store.topic, record.partition, record.offset)
+                continue
+            if parsed is None or parsed.slot is None:
+                continue  # (claims: the store's views keep them)
+            group = (parsed.model, parsed.epoch, parsed.slot)
+            chunk = None
+            if record.value is not None:
+                try:
+                    header, data = _decode_value(record.value)
+                    _check_header(header, parsed)
+                    chunk = _Chunk(record.partition, record.offset, header, data,
+                                   hashlib.sha256(data).digest())
+                except StateFromNewerVersion as exc:
+                    raise StateFromNewerVersion(
+                        f"state topic {store.topic}: partition {record.partition} offset "
+                        f"{record.offset} (model {_jsonable_id(parsed.model)} epoch "
+                        f"{parsed.epoch}) has {exc}") from None
+                except (ValueError, TypeError, KeyError) as exc:
+                    report.corrupt += 1
+                    log.warning("state topic %s: partition %d offset %d (model %s epoch %d) "
+                                "is not a valid chunk: %s; skipped", store.topic,
+                                record.partition, record.offset, _jsonable_id(parsed.model),
+                                parsed.epoch, exc)
+            slot = self.slots.setdefault(group, _SlotIndex())
+            if chunk is None:
+                slot.chunks.pop(parsed.chunk, None)  # type: ignore[arg-type]
+            else:
+                slot.chunks[parsed.chunk] = chunk  # type: ignore[index]
+            touched.add(group)
+        for group in touched:
+            self._assemble(group, store, report)
+
+    def _assemble(self, group: tuple[Hashable, int, int], store: StateStore,
+                  report: RestoreReport) -> None:
+        """What a whole read makes of the slot's chunks (``_assemble``), from the digests of
+        a write assembled before where the chunks are that write's."""
+        slot = self.slots[group]
+        slot.state = None
+        first = slot.chunks.get(0)
+        if first is not None:
+            slot.state = self._state_of(group, first.header, slot, store, report)
+        # Writes no chunk refers to any more are forgotten.
+        referred = {chunk.header["sha256"] for chunk in slot.chunks.values()}
+        slot.writes = {sha: write for sha, write in slot.writes.items() if sha in referred}
+        if not slot.chunks:
+            del self.slots[group]
+
+    def _state_of(self, group: tuple[Hashable, int, int], first: dict[str, Any],
+                  slot: _SlotIndex, store: StateStore, report: RestoreReport
+                  ) -> StoredState | None:
+        model, epoch, number = group
+        where = f"model {_jsonable_id(model)} epoch {epoch} slot {number}"
+        write = slot.writes.get(first["sha256"])
+        if write is not None and all(
+                (chunk := slot.chunks.get(index)) is not None
+                and all(chunk.header[name] == write.first[name] for name in _STATE_FIELDS)
+                and chunk.digest == write.digests[index]
+                for index in range(write.first["chunks"])):
+            report.complete += 1
+            return self._stored(write, slot, epoch)
+        if any(chunk.data is None for index, chunk in slot.chunks.items()
+               if index < first["chunks"]
+               and all(chunk.header[name] == first[name] for name in _STATE_FIELDS)):
+            # Chunks of an assembled write, one missing or of other data: nothing whole (a
+            # whole read finds the same, as incomplete or as a failed checksum).
+            report.incomplete += 1
+            return None
+        problem, payload, header = _assemble({
+            index: (chunk.header, b"" if chunk.data is None else chunk.data)
+            for index, chunk in slot.chunks.items()})
+        if problem is not None:
+            corrupt = problem.startswith("checksum")
+            if corrupt:
+                report.corrupt += 1
+            else:
+                report.incomplete += 1
+            log.log(logging.WARNING if corrupt else logging.DEBUG, "state topic %s: %s: %s; "
+                    "skipped", store.topic, where, problem)
+            return None
+        assert payload is not None and header is not None
+        report.complete += 1
+        try:
+            metadata = _decode_payload(payload, arrays=False)[1]
+        except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as exc:
+            report.corrupt += 1
+            log.warning("state topic %s: model %s epoch %d sequence %d does not load: %s; "
+                        "skipped", store.topic, _jsonable_id(model), epoch,
+                        header["sequence"], exc)
+            return None
+        write = _Write(header, metadata,
+                       [slot.chunks[index].digest for index in range(header["chunks"])])
+        slot.writes[header["sha256"]] = write
+        return self._stored(write, slot, epoch)
+
+    @staticmethod
+    def _stored(write: _Write, slot: _SlotIndex, epoch: int) -> StoredState:
+        """The write's state, located where its chunks now lie; their data is dropped."""
+        places = [slot.chunks[index] for index in range(write.first["chunks"])]
+        for chunk in places:
+            chunk.data = None
+        offsets = [chunk.offset for chunk in places]
+        return StoredState({}, write.metadata, write.first["next_offset"], epoch,
+                           write.first["sequence"],
+                           (places[0].partition, min(offsets), max(offsets)))
 
 
 class _OutOfTime(Exception):

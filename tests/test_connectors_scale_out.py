@@ -141,6 +141,9 @@ class _MemoryStore:
         self.claimed[model_id] = self.claimed.get(model_id, -1) + 1
         return self.claimed[model_id]
 
+    def index(self, select, log_level=None):
+        return self.restore(select=select, decode=False, log_level=log_level)
+
     def epochs(self, select):
         return {m: e for m, e in self.claimed.items() if select(m)}
 
@@ -1513,13 +1516,17 @@ def test_settling_partitions_reads_their_states_without_a_line_of_its_own():
     # counted as a model) came at INFO just before "partitions [0] ready: 0 models".
     store = _MemoryStore()
     levels = []
-    real = store.restore
+    real, real_index = store.restore, store.index
 
     def restore(*args, **kwargs):
         levels.append(kwargs.get("log_level"))
         return real(*args, **kwargs)
 
-    store.restore = restore
+    def index(*args, **kwargs):
+        levels.append(kwargs.get("log_level"))
+        return real_index(*args, **kwargs)
+
+    store.restore, store.index = restore, index
     models, _ = _scoped(max_models=4, store=store)
     models.check_group(6)
     models.assign({0})

@@ -346,6 +346,58 @@ def test_follow_reads_only_what_was_written_since_and_decodes_only_newer_states(
 
 
 @pytest.mark.broker
+def test_index_reads_on_from_its_last_read_and_finds_what_restore_finds(
+        broker, store_of, monkeypatch):  # noqa: F811
+    # A consumer group's member read the whole state topic at every partition assignment:
+    # under churn on the embedded broker (which never compacts) that grew to 22-29 s.
+    servers = broker.bootstrap_servers
+    topic = unique("state-index")
+    writer = store_of(topic, max_record_bytes=8192)
+    writer.ensure_topic()
+    for sequence in range(1, 4):
+        for model in ((0, "a"), (1, "b")):
+            writer.publish(model, arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                           epoch=0, sequence=sequence)
+    reader = store_of(topic)
+    everything = len(raw_records(servers, topic))
+    found = reader.index(lambda m: m[0] == 0)
+    assert list(found) == [(0, "a")] and found[(0, "a")].metadata == {"s": 3}
+    assert reader.last_report.records == everything
+    assert_same_arrays(reader.fetch((0, "a")).arrays, arrays_of(3))
+    # Nothing new: nothing read, the same answer (of any partition's models).
+    assert reader.index(lambda m: m[0] == 1)[(1, "b")].sequence == 3
+    assert reader.last_report.records == 0
+    # A state whose chunks come in two reads is found at the second.
+    real_send_all = writer._send_all
+    held = []
+
+    def first_chunk_only(records, partition, deadline, doing):
+        records = list(records)
+        held.append((records[1:], partition))
+        return real_send_all(records[:1], partition, deadline, doing)
+
+    monkeypatch.setattr(writer, "_send_all", first_chunk_only)
+    writer.publish((1, "b"), arrays_of(4), {"s": 4}, next_offset=4, epoch=0, sequence=4)
+    monkeypatch.undo()
+    assert reader.index(lambda m: True)[(1, "b")].sequence == 3
+    assert reader.last_report.records == 1 and reader.last_report.incomplete == 1
+    rest, partition = held[0]
+    real_send_all(rest, partition, time.monotonic() + TIMEOUT, "the rest")
+    writer.delete((0, "a"))
+    found = reader.index(lambda m: True)
+    assert (1, "b") in found and found[(1, "b")].metadata == {"s": 4}
+    assert (0, "a") not in found  # deleted
+    assert_same_arrays(reader.fetch((1, "b")).arrays, arrays_of(4))
+    assert {m: (s.sequence, s.metadata) for m, s in found.items()} == {
+        m: (s.sequence, s.metadata) for m, s in store_of(topic).restore(decode=False).items()}
+    # Past INDEX_KEEPS_BYTES of unfinished writes, the next call reads the whole topic.
+    monkeypatch.setattr(reader, "INDEX_KEEPS_BYTES", -1)
+    reader.index(lambda m: True)
+    reader.index(lambda m: True)
+    assert reader.last_report.records == len(raw_records(servers, topic))
+
+
+@pytest.mark.broker
 def test_a_publish_that_dies_half_way_leaves_the_previous_state(
     broker, store_of, monkeypatch, caplog  # noqa: F811
 ):
