@@ -1298,20 +1298,10 @@ class StateStore:
             assert parsed is not None
             if parsed.slot is None:
                 continue  # a claim
-            try:
-                header, data = _decode_value(record.value)  # type: ignore[arg-type]
-                _check_header(header, parsed)
-            except StateFromNewerVersion as exc:
-                raise StateFromNewerVersion(
-                    f"state topic {self.topic}: partition {record.partition} offset "
-                    f"{record.offset} (model {_jsonable_id(parsed.model)} epoch "
-                    f"{parsed.epoch}) has {exc}") from None
-            except (ValueError, TypeError, KeyError) as exc:
-                report.corrupt += 1
-                log.warning("state topic %s: partition %d offset %d (model %s epoch %d) is not "
-                            "a valid chunk: %s; skipped", self.topic, record.partition,
-                            record.offset, _jsonable_id(parsed.model), parsed.epoch, exc)
+            read = _read_chunk(record, parsed, self.topic, report)
+            if read is None:
                 continue
+            header, data = read
             group = (parsed.model, parsed.epoch, parsed.slot)
             groups.setdefault(group, {})[parsed.chunk] = (header, data)
             places.setdefault(group, {})[parsed.chunk] = (record.partition, record.offset)
@@ -1491,6 +1481,26 @@ def _claim_owner(record: _Record) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+def _read_chunk(record: _Record, parsed: _Key, topic: str, report: RestoreReport
+                ) -> tuple[dict[str, Any], bytes] | None:
+    """``(header, data)`` of a chunk record, or None when it is not a valid chunk (counted
+    and logged); StateFromNewerVersion, naming where, for a newer format."""
+    try:
+        header, data = _decode_value(record.value)  # type: ignore[arg-type]
+        _check_header(header, parsed)
+    except StateFromNewerVersion as exc:
+        raise StateFromNewerVersion(
+            f"state topic {topic}: partition {record.partition} offset {record.offset} "
+            f"(model {_jsonable_id(parsed.model)} epoch {parsed.epoch}) has {exc}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        report.corrupt += 1
+        log.warning("state topic %s: partition %d offset %d (model %s epoch %d) is not a valid "
+                    "chunk: %s; skipped", topic, record.partition, record.offset,
+                    _jsonable_id(parsed.model), parsed.epoch, exc)
+        return None
+    return header, data
+
+
 def _check_header(header: dict[str, Any], key: _Key) -> None:
     """Raise ValueError when a chunk's header does not describe the record its key names."""
     if header.get("kind") != "chunk":
@@ -1654,23 +1664,12 @@ class _Index:
                 continue  # (claims: the store's views keep them)
             group = (parsed.model, parsed.epoch, parsed.slot)
             chunk = None
-            if record.value is not None:
-                try:
-                    header, data = _decode_value(record.value)
-                    _check_header(header, parsed)
-                    chunk = _Chunk(record.partition, record.offset, header, data,
-                                   hashlib.sha256(data).digest())
-                except StateFromNewerVersion as exc:
-                    raise StateFromNewerVersion(
-                        f"state topic {store.topic}: partition {record.partition} offset "
-                        f"{record.offset} (model {_jsonable_id(parsed.model)} epoch "
-                        f"{parsed.epoch}) has {exc}") from None
-                except (ValueError, TypeError, KeyError) as exc:
-                    report.corrupt += 1
-                    log.warning("state topic %s: partition %d offset %d (model %s epoch %d) "
-                                "is not a valid chunk: %s; skipped", store.topic,
-                                record.partition, record.offset, _jsonable_id(parsed.model),
-                                parsed.epoch, exc)
+            read = None if record.value is None else _read_chunk(record, parsed, store.topic,
+                                                                 report)
+            if read is not None:
+                header, data = read
+                chunk = _Chunk(record.partition, record.offset, header, data,
+                               hashlib.sha256(data).digest())
             slot = self.slots.setdefault(group, _SlotIndex())
             if chunk is None:
                 slot.chunks.pop(parsed.chunk, None)  # type: ignore[arg-type]
