@@ -1248,12 +1248,7 @@ class StateStore:
                 view = self._views.setdefault(model, _ModelView())
                 view.complete[epoch] = max(view.complete.get(epoch, -1), slot.state.sequence)
         states = known.newest(select)
-        for model, state in states.items():
-            self._views.setdefault(model, _ModelView()).newest = StoredState(
-                {}, {}, state.next_offset, state.epoch, state.sequence, state.location)
-        report.models = len(states)
-        report.seconds = time.monotonic() - started
-        self.last_report = report
+        self._found(states, report, started)
         log.log(log_level, "state topic %s: indexed %d models from %d records (%s) in %.3f s "
                 "(%d incomplete, %d corrupt skipped)", self.topic, report.models,
                 report.records, "read on" if start_at is not None and self._read_went_on
@@ -1365,16 +1360,21 @@ class StateStore:
                 states[model] = StoredState(arrays, metadata, first["next_offset"], epoch,
                                             sequence, location)
                 break
+        self._found(states, report, started)
+        log.log(log_level, "state topic %s: restored %d models from %d records in %.3f s (%d "
+                "incomplete, %d corrupt skipped)", self.topic, report.models, report.records,
+                report.seconds, report.incomplete, report.corrupt)
+        return states
+
+    def _found(self, states: dict[Hashable, StoredState], report: RestoreReport,
+               started: float) -> None:
+        """Index the states found (for :meth:`fetch`) and complete the report."""
         for model, state in states.items():
             self._views.setdefault(model, _ModelView()).newest = StoredState(
                 {}, {}, state.next_offset, state.epoch, state.sequence, state.location)
         report.models = len(states)
         report.seconds = time.monotonic() - started
         self.last_report = report
-        log.log(log_level, "state topic %s: restored %d models from %d records in %.3f s (%d "
-                "incomplete, %d corrupt skipped)", self.topic, report.models, report.records,
-                report.seconds, report.incomplete, report.corrupt)
-        return states
 
     def newest(self, model_id: Any) -> StoredState | None:
         """The newest state of a model this store published or restored (without arrays), or
