@@ -95,7 +95,6 @@ Limits
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import io
@@ -1603,7 +1602,8 @@ class _Write:
     the digest of each chunk's data (a chunk whose data was dropped is told by it)."""
 
     first: dict[str, Any]
-    metadata: dict[str, Any]
+    #: as compact JSON (a third of the memory of the objects)
+    metadata: bytes
     digests: list[bytes]
 
 
@@ -1614,6 +1614,7 @@ class _SlotIndex:
     from the chunks still there (by sha256)."""
 
     chunks: dict[int, _Chunk] = field(default_factory=dict)
+    #: (its metadata as the write keeps it, compact JSON: :meth:`_Index.newest` decodes it)
     state: StoredState | None = None
     writes: dict[str, _Write] = field(default_factory=dict)
 
@@ -1639,7 +1640,7 @@ class _Index:
             if found is None or (slot.state.epoch, slot.state.sequence) > (found.epoch,
                                                                            found.sequence):
                 states[model] = slot.state
-        return {model: dataclasses.replace(state, metadata=copy.deepcopy(state.metadata))
+        return {model: dataclasses.replace(state, metadata=json.loads(state.metadata))
                 for model, state in states.items()}
 
     def kept_bytes(self) -> int:
@@ -1668,7 +1669,9 @@ class _Index:
                                                                  report)
             if read is not None:
                 header, data = read
-                chunk = _Chunk(record.partition, record.offset, header, data,
+                # (Only what tells the write apart: the rest is in the key.)
+                chunk = _Chunk(record.partition, record.offset,
+                               {name: header[name] for name in _STATE_FIELDS}, data,
                                hashlib.sha256(data).digest())
             slot = self.slots.setdefault(group, _SlotIndex())
             if chunk is None:
@@ -1736,7 +1739,7 @@ class _Index:
                         "skipped", store.topic, _jsonable_id(model), epoch,
                         header["sequence"], exc)
             return None
-        write = _Write(header, metadata,
+        write = _Write(header, json.dumps(metadata, separators=(",", ":")).encode(),
                        [slot.chunks[index].digest for index in range(header["chunks"])])
         slot.writes[header["sha256"]] = write
         return self._stored(write, slot, epoch)
