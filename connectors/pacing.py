@@ -6,18 +6,23 @@ at its own pace: after a backlog (a restart, a rebalance, a slow daemon) the sma
 before its features finds nothing to label. The daemon therefore holds a label back, as Kafka
 Streams holds back a join's faster side, while both of these are true:
 
-- the label is newer (by its Kafka timestamp) than every input message read so far from an
-  input partition its features may be in (the same partition index with ``model.scope``
-  partition or key, whose label topic is co-partitioned; every input partition of a global
-  model);
-- that input partition has messages left to read (its position is below its high watermark,
-  or no fetch has told its high watermark yet).
+- the label is not older (by its Kafka timestamp) than what was read so far of an input
+  partition its features may be in (the same partition index with ``model.scope`` partition
+  or key, whose label topic is co-partitioned; every input partition of a global model):
+  what was read there is older than the label, or as old (another message of the same
+  millisecond may follow);
+- that input partition has messages left to read: its position is below its high watermark,
+  or no fetch has told its high watermark yet, or the broker's end offset (asked for when the
+  client's high watermark says the partition is read to its end: the client updates it only
+  as it hands out what it fetched) lies past the position.
 
 A label whose features were sent before it is then read after them. An input partition that
 has not moved for :attr:`LabelPacer.wait_seconds` while labels waited for it (its leader is
 gone, the broker answers its fetches empty) no longer holds them back: the stream of labels
 must not stop for it, and a label that comes first is dead-lettered ``unknown_id`` as before,
-with the label in it to send again. Labels without a timestamp (``-1``) are never held.
+with the label in it to send again. Labels without a timestamp (``-1``) or stamped more than
+:attr:`LabelPacer.future_seconds` ahead of this machine's clock (a producer's clock that runs
+ahead: it would hold its partition until the input caught up with that clock) never wait.
 
 The pacer only decides; the daemon pauses a held label partition at its first held offset
 (nothing of it is handled or committed) and resumes it once :meth:`LabelPacer.releasable`
@@ -42,12 +47,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["InputPositions", "LabelPacer"]
+__all__ = ["EndOffsets", "InputPositions", "LabelPacer"]
 
 log = logging.getLogger(__name__)
 
 #: Per input partition: (position, high watermark); None where the client does not know it.
 InputPositions = Mapping[int, tuple[int | None, int | None]]
+#: The broker's end offsets of input partitions (None: not known), asked for only when the
+#: client's high watermark says a partition is read to its end.
+EndOffsets = Callable[[list[int]], Mapping[int, int | None]]
 
 
 class LabelPacer:
@@ -63,6 +71,8 @@ class LabelPacer:
     #: An input partition with messages to read that has not moved for this long while labels
     #: waited for it no longer holds labels back.
     wait_seconds = 60.0
+    #: A label stamped more than this ahead of this machine's clock never waits.
+    future_seconds = 300.0
 
     def __init__(self, input_topic: str, label_topic: str, *, per_partition: bool,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -86,20 +96,23 @@ class LabelPacer:
         with self._lock:
             return dict(self._held)
 
-    def split(self, records: Sequence[Any], inputs: InputPositions
-              ) -> tuple[list[Any], dict[int, int]]:
+    def split(self, records: Sequence[Any], inputs: InputPositions,
+              end_offsets: EndOffsets | None = None) -> tuple[list[Any], dict[int, int]]:
         """The records to handle now, in their order, and per label partition the offset of
         its first held label (that label and every later one of its partition wait).
 
         ``inputs``: the positions and high watermarks of the input partitions assigned, as
         they are once this poll's records are read. The input records of the poll count as
-        read (they are handled before the labels of the poll)."""
+        read (they are handled before the labels of the poll). ``end_offsets``: see
+        :data:`EndOffsets` (without it, the high watermark is taken as it is)."""
         with self._lock:
             delivered = dict(self._delivered)
             for record in records:
                 if record.topic == self.input_topic:
                     delivered[record.partition] = max(delivered.get(record.partition, -1),
                                                       record.timestamp)
+            labels = [(r.partition, r.timestamp) for r in records if r.topic == self.label_topic]
+            floors = self._floors(labels, inputs, delivered, end_offsets)
             held: dict[int, int] = {}
             ready: list[Any] = []
             for record in records:
@@ -107,25 +120,24 @@ class LabelPacer:
                     ready.append(record)
                 elif record.partition in held:
                     continue  # behind a held label of its partition: it waits too
-                elif self._waits(record.partition, record.timestamp, inputs, delivered):
+                elif self._waits(record.partition, record.timestamp, floors):
                     held[record.partition] = record.offset
                     self._held[record.partition] = record.timestamp
                 else:
                     ready.append(record)
-            if not self._held:
-                self._progress.clear()
             return ready, held
 
-    def releasable(self, inputs: InputPositions) -> list[int]:
+    def releasable(self, inputs: InputPositions,
+                   end_offsets: EndOffsets | None = None) -> list[int]:
         """The held label partitions whose first held label need not wait any more (they are
         no longer held: resume them)."""
         with self._lock:
+            floors = self._floors(list(self._held.items()), inputs, self._delivered,
+                                  end_offsets)
             released = [partition for partition, timestamp in self._held.items()
-                        if not self._waits(partition, timestamp, inputs, self._delivered)]
+                        if not self._waits(partition, timestamp, floors)]
             for partition in released:
                 del self._held[partition]
-            if not self._held:
-                self._progress.clear()
             return released
 
     def delivered(self, records: Iterable[Any], read_again: Mapping[str, int]) -> None:
@@ -150,26 +162,65 @@ class LabelPacer:
                 self._progress.pop(partition, None)
                 self._stuck.discard(partition)
 
-    # -- one label -------------------------------------------------------------------------
+    # -- deciding ------------------------------------------------------------------------------
 
-    def _waits(self, partition: int, timestamp: int, inputs: InputPositions,
-               delivered: Mapping[int, int]) -> bool:
-        if timestamp < 0:
-            return False  # no timestamp to compare
-        sources = ([partition] if partition in inputs else []) if self.per_partition \
-            else list(inputs)
-        waits = False
-        for source in sources:
-            if delivered.get(source, -1) >= timestamp:
-                continue  # read up to the label
+    def _floors(self, labels: list[tuple[int, int]], inputs: InputPositions,
+                delivered: Mapping[int, int], end_offsets: EndOffsets | None
+                ) -> dict[int, int]:
+        """Per input partition that holds labels back (messages left to read, moving): the
+        newest timestamp read of it. A label waits for one whose timestamp it is not older
+        than. Only the partitions some of ``labels`` (partition, timestamp) could wait for
+        are looked at, and the broker asked for the end offsets of those that seem read to
+        their end."""
+        limit = (time.time() + self.future_seconds) * 1000
+        newest: dict[int, int] = {}  # input partition -> the newest label that may wait for it
+        for partition, timestamp in labels:
+            if timestamp < 0 or timestamp > limit:
+                continue
+            for source in self._sources(partition, inputs):
+                newest[source] = max(newest.get(source, -1), timestamp)
+        floors: dict[int, int] = {}
+        seem_read: list[int] = []
+        watched: set[int] = set()  # (whether they move)
+        for source, timestamp in newest.items():
+            read = delivered.get(source, -1)
+            if read > timestamp:
+                continue  # read past every label that may wait for it
             position, high = inputs[source]
             if position is not None and high is not None and position >= high:
-                self._progress.pop(source, None)
-                continue  # read to its end: the label's features are not coming from there
-            if self._not_moving(source, position):
+                seem_read.append(source)
                 continue
-            waits = True
-        return waits
+            watched.add(source)
+            if not self._not_moving(source, position):
+                floors[source] = read
+        if seem_read and end_offsets is not None:
+            try:
+                ends = end_offsets(seem_read)
+            except Exception as exc:  # (the stream must not stop for it: as read to its end)
+                log.debug("the end offsets of %s are not known: %s", seem_read, exc)
+                ends = {}
+            for source in seem_read:
+                end, position = ends.get(source), inputs[source][0]
+                if end is not None and position is not None and end > position:
+                    watched.add(source)
+                    if not self._not_moving(source, position):
+                        floors[source] = delivered.get(source, -1)
+        for source in set(self._progress) - watched - self._stuck:
+            del self._progress[source]  # (not waited for now: a later wait times anew)
+        return floors
+
+    def _sources(self, partition: int, inputs: InputPositions) -> list[int]:
+        """The input partitions a label of ``partition`` may label features of."""
+        if self.per_partition:
+            return [partition] if partition in inputs else []
+        return list(inputs)
+
+    def _waits(self, partition: int, timestamp: int, floors: Mapping[int, int]) -> bool:
+        if timestamp < 0 or timestamp > (time.time() + self.future_seconds) * 1000:
+            return False
+        if self.per_partition:
+            return partition in floors and timestamp >= floors[partition]
+        return bool(floors) and timestamp >= min(floors.values())
 
     def _not_moving(self, source: int, position: int | None) -> bool:
         now = self.clock()

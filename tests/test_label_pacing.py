@@ -18,7 +18,7 @@ from connectors.config import load_config
 from connectors.daemon import Daemon, ensure_topics
 from connectors.pacing import LabelPacer
 from connectors.processor import Record
-from tests.connectors_helpers import broker, produce, read_all, unique  # noqa: F401
+from tests.connectors_helpers import broker, produce, read_all, unique, wait_for  # noqa: F401
 
 
 def _input(partition: int, offset: int, timestamp: int) -> Record:
@@ -57,7 +57,10 @@ def test_a_label_newer_than_the_input_read_waits_with_every_later_label_of_its_p
     pacer.delivered([_input(0, 40, 149)], {})
     assert pacer.releasable({0: (41, 62)}) == [1]  # 120 <= 149; 150 waits
     pacer.delivered([_input(0, 41, 150)], {})
-    assert pacer.releasable({0: (42, 62)}) == [0]
+    # Read up to the label's millisecond: another message of it may follow.
+    assert pacer.releasable({0: (42, 62)}) == []
+    pacer.delivered([_input(0, 42, 151)], {})
+    assert pacer.releasable({0: (43, 62)}) == [0]
     assert pacer.held == {}
 
 
@@ -94,7 +97,7 @@ def test_records_read_again_do_not_count_as_read():
     pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
     pacer.delivered([_input(0, 5, 100), _input(0, 6, 200), _label(0, 9, 900)],
                     {"in:0": 6})
-    assert pacer.split([_label(0, 0, 100)], {0: (6, 30)})[1] == {}
+    assert pacer.split([_label(0, 0, 99)], {0: (6, 30)})[1] == {}
     assert pacer.split([_label(0, 1, 101)], {0: (6, 30)})[1] == {0: 1}
 
 
@@ -115,6 +118,63 @@ def test_an_input_partition_that_does_not_move_stops_holding_labels_back(caplog)
     assert "unknown_id" in caplog.text
 
 
+def test_a_partition_the_client_thinks_read_to_its_end_is_asked_of_the_broker():
+    # kafka-python updates a partition's high watermark only as it hands out what it
+    # fetched: a burst fetched behind the labels left the input "read to its end".
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    asked: list[list[int]] = []
+
+    def ends(partitions):
+        asked.append(partitions)
+        return {0: 3000, 1: 7}
+
+    inputs = {0: (301, 301), 1: (7, 7)}
+    assert pacer.split([_label(0, 0, 50)], inputs, ends)[1] == {0: 0}
+    assert asked == [[0, 1]]
+    assert pacer.releasable(inputs, lambda partitions: {0: 301, 1: 7}) == [0]
+    # Nothing to ask when what was read is past the label, or without a way to ask.
+    pacer.delivered([_input(0, 300, 60), _input(1, 6, 60)], {})
+    assert pacer.split([_label(0, 1, 55)], inputs, ends)[1] == {} and len(asked) == 1
+    assert pacer.split([_label(0, 2, 70)], inputs)[1] == {}
+
+    def unreachable(partitions):
+        raise TimeoutError("no answer")
+
+    # A broker that does not answer: as read to its end (the stream must not stop for it).
+    assert pacer.split([_label(0, 3, 70)], inputs, unreachable)[1] == {}
+
+
+def test_a_label_stamped_ahead_of_this_clock_does_not_wait():
+    # A producer whose clock runs an hour ahead held its label partition until the input
+    # caught up with that clock.
+    import time
+
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    now = int(time.time() * 1000)
+    inputs = {0: (5, 50)}
+    assert pacer.split([_label(0, 0, now + 3_600_000)], inputs)[1] == {}
+    assert pacer.split([_label(0, 1, now + 1000)], inputs)[1] == {0: 1}
+
+
+def test_a_label_of_the_millisecond_read_last_waits_for_the_rest_of_it():
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
+    records = [_input(0, 0, 100), _label(0, 0, 100)]
+    assert pacer.split(records, {0: (1, 2)})[1] == {0: 0}  # one message left, maybe of 100
+    assert pacer.split(records, {0: (1, 1)})[1] == {}      # none left
+
+
+def test_an_input_partition_found_stuck_stays_so_while_it_does_not_move():
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=clock)
+    inputs = {0: (3, 9)}
+    assert pacer.split([_label(0, 0, 50)], inputs)[1] == {0: 0}
+    clock.now = pacer.wait_seconds
+    assert pacer.releasable(inputs) == [0]
+    clock.now += 1  # still not moving: the next labels do not wait a minute again
+    assert pacer.split([_label(0, 1, 50)], inputs)[1] == {}
+    assert pacer.split([_label(0, 2, 50)], {0: (4, 9)})[1] == {0: 2}  # it moves: they wait
+
+
 def test_forgotten_partitions_hold_nothing_and_start_unread():
     pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
     pacer.delivered([_input(0, 0, 100), _input(1, 0, 100)], {})
@@ -125,7 +185,7 @@ def test_forgotten_partitions_hold_nothing_and_start_unread():
     # Read anew (a new owner resumes at the committed offset): nothing of partition 1 counts
     # as read, and a label older than what was read of it before waits.
     assert pacer.split([_label(1, 0, 90)], {0: (1, 5), 1: (1, 5)})[1] == {1: 0}
-    pacer.delivered([_input(0, 1, 500)], {})  # partition 0 keeps what was read of it
+    pacer.delivered([_input(0, 1, 501)], {})  # partition 0 keeps what was read of it
     assert pacer.releasable({0: (2, 5), 1: (1, 5)}) == [0]
 
 
@@ -227,3 +287,60 @@ def test_a_partition_paused_with_records_in_line_is_read_again_once_resumed(brok
         assert offsets[:1] == [0]
     finally:
         consumer.close()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("scope", ["global", "key"])
+def test_a_burst_reaching_a_daemon_that_had_caught_up_keeps_its_labels_behind_its_features(
+        broker, tmp_path, scope):  # noqa: F811
+    # The client's high watermark of the input was that of the daemon's last fetch handed
+    # out: a burst of features fetched behind the labels looked like nothing left to read,
+    # and every label of the burst was dead-lettered unknown_id.
+    import time
+
+    rng = np.random.default_rng(3)
+    names = {k: unique(f"burst-{k}") for k in ("input", "labels", "output", "dead")}
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [names["input"], names["labels"]], partitions=1)
+    servers = broker.bootstrap_servers
+    key = (lambda m: b"k") if scope == "key" else None
+    produce(servers, names["input"], [{"id": -1, "x": _features(rng, 1)[0]}], key_of=key)
+    settings = {
+        "kafka.bootstrap_servers": servers,
+        "kafka.input_topic": names["input"], "kafka.label_topic": names["labels"],
+        "kafka.output_topic": names["output"], "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": unique("burst-group"), "kafka.request_timeout_ms": 10000,
+        "model.C": 1.0, "model.gamma": 0.01, "metrics.enabled": "false",
+        "checkpoint.dir": str(tmp_path / "checkpoints"),
+    }
+    if scope != "global":
+        settings.update({"model.scope": scope, "kafka.state_topic": unique("burst-state"),
+                         "kafka.session_timeout_ms": 3000, "kafka.heartbeat_interval_ms": 300})
+    busy, sleeping = threading.Event(), threading.Event()
+
+    def on_batch(_daemon):
+        if busy.is_set():  # busy with a batch while the burst arrives
+            busy.clear()
+            sleeping.set()
+            time.sleep(3)
+
+    daemon = Daemon(load_config(None, settings, environ={}), on_batch=on_batch)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: daemon.summary.messages >= 1, 60)
+        time.sleep(1)  # caught up: its position is the high watermark it knows
+        busy.set()
+        produce(servers, names["input"], [{"id": -2, "x": _features(rng, 1)[0]}], key_of=key)
+        assert sleeping.wait(30)
+        features = [{"id": i, "x": x} for i, x in enumerate(_features(rng, MESSAGES))]
+        produce(servers, names["input"], features, key_of=key)
+        labels = [{"id": i, "y": bool(i % 2)} for i in range(0, MESSAGES, 3)]
+        produce(servers, names["labels"], labels, key_of=key)
+        total = 2 + MESSAGES + len(labels)
+        assert wait_for(lambda: daemon.summary.messages >= total, 120)
+    finally:
+        daemon.stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive() and daemon.summary.exit_code == 0
+    assert read_all(servers, names["dead"], idle=0.5) == []
