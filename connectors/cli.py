@@ -1091,6 +1091,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             except DaemonError as exc:
                 print(f"stream-svm serve: {exc}", file=sys.stderr)
                 return 1
+            finally:
+                if argv is None:
+                    # Ignored at the level of the process from here: while the interpreter
+                    # shuts down it puts back the default action (termination) of a signal
+                    # whose handler is a Python function, and a supervisor's second SIGTERM
+                    # there still turned exit 0 into 143 on a busy machine.
+                    for number in stop_signals():
+                        signal.signal(number, signal.SIG_IGN)
         if args.command == "replay":
             sent = replay(
                 args.source,
