@@ -344,3 +344,124 @@ def test_a_burst_reaching_a_daemon_that_had_caught_up_keeps_its_labels_behind_it
         thread.join(timeout=60)
     assert not thread.is_alive() and daemon.summary.exit_code == 0
     assert read_all(servers, names["dead"], idle=0.5) == []
+
+
+# -- each rule of the pacer, and the daemon's use of it --------------------------------------
+
+
+def test_a_global_label_waits_for_the_input_partition_read_least():
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    pacer.delivered([_input(0, 0, 100), _input(1, 0, 200)], {})
+    # Partition 0 is read up to 100 only: the label at 150 may label features still in it.
+    ready, held = pacer.split([_label(0, 0, 150), _label(1, 0, 250)], {0: (1, 9), 1: (1, 9)})
+    assert held == {0: 0, 1: 0} and ready == []
+
+
+def test_labels_without_a_timestamp_or_ahead_of_the_clock_never_wait_beside_others():
+    import time
+
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=_Clock())
+    ahead = int(time.time() * 1000) + 3_600_000
+    records = [_label(0, 0, 50), _label(1, 0, -1), _label(2, 0, ahead)]
+    ready, held = pacer.split(records, {0: (0, 9)})  # nothing read yet of a backlog
+    assert held == {0: 0} and ready == records[1:]
+
+
+def test_a_broker_end_offset_holds_labels_from_what_was_read_not_from_the_start():
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=_Clock())
+    pacer.delivered([_input(0, 4, 100)], {})
+    records = [_label(0, 0, 90), _label(0, 1, 150)]
+    # The client thinks the input read to its end; the broker says 45 more messages.
+    ready, held = pacer.split(records, {0: (5, 5)}, lambda partitions: {0: 50})
+    assert ready == records[:1] and held == {0: 1}
+
+
+def test_only_time_labels_waited_counts_towards_an_input_partition_not_moving():
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=clock)
+    # A label ahead of the clock never waits: it starts no wait either.
+    import time
+    assert pacer.split([_label(0, 0, int(time.time() * 1000) + 3_600_000)],
+                       {0: (3, 9)})[1] == {}
+    clock.now = pacer.wait_seconds
+    assert pacer.split([_label(0, 1, 50)], {0: (3, 9)})[1] == {0: 1}  # waits from now
+    # Released as read to its end; more messages come later, the position unchanged.
+    clock.now += 1
+    assert pacer.releasable({0: (3, 3)}) == [0]
+    clock.now += pacer.wait_seconds
+    assert pacer.split([_label(0, 2, 60)], {0: (3, 20)})[1] == {0: 2}
+
+
+def test_a_partition_given_anew_is_timed_anew():
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=clock)
+    assert pacer.split([_label(0, 0, 50)], {0: (3, 9)})[1] == {0: 0}
+    pacer.forget([0])  # taken away; given back later, read again from offset 3
+    clock.now = pacer.wait_seconds
+    assert pacer.split([_label(0, 0, 50)], {0: (3, 9)})[1] == {0: 0}
+
+
+def test_a_stuck_partition_stays_stuck_through_polls_whose_labels_do_not_wait():
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=False, clock=clock)
+    inputs = {0: (3, 9)}
+    assert pacer.split([_label(0, 0, 50)], inputs)[1] == {0: 0}
+    clock.now = pacer.wait_seconds
+    assert pacer.releasable(inputs) == [0]
+    clock.now += 1
+    assert pacer.split([_label(0, 1, -1)], inputs)[1] == {}  # waits for nothing
+    clock.now += 1
+    assert pacer.split([_label(0, 2, 50)], inputs)[1] == {}  # still stuck: no new minute
+
+
+def test_a_held_label_partition_is_paused_at_its_first_held_label_and_resumed_once_free(
+        tmp_path):
+    from kafka import TopicPartition
+
+    class Consumer:  # records what the daemon asks of it
+        def __init__(self):
+            self.calls = []
+            self.end = 60
+            self.assigned = {TopicPartition("labels", 0), TopicPartition("in", 0)}
+
+        def seek(self, tp, offset):
+            self.calls.append(("seek", tp.partition, offset))
+
+        def pause(self, *tps):
+            self.calls += [("pause", tp.partition) for tp in tps]
+
+        def resume(self, *tps):
+            self.calls += [("resume", tp.partition) for tp in tps]
+
+        def assignment(self):
+            return self.assigned
+
+        def end_offsets(self, tps, timeout_ms=None):
+            return {tp: self.end for tp in tps}
+
+    settings = {"kafka.bootstrap_servers": "127.0.0.1:9", "kafka.input_topic": "in",
+                "kafka.label_topic": "labels", "kafka.output_topic": "out",
+                "kafka.group_id": "g", "metrics.enabled": "false",
+                "checkpoint.dir": str(tmp_path)}
+    daemon = Daemon(load_config(None, settings, environ={}))
+    daemon._consumer = consumer = Consumer()
+    # The client thinks the input read to its end; the broker has 20 messages more.
+    daemon._positions = {TopicPartition("in", 0): (40, 40)}
+    records = [_input(0, 39, 1000), _label(0, 7, 5000), _label(0, 8, 5001)]
+    assert daemon._pace_labels(records) == records[:1]
+    assert consumer.calls == [("seek", 0, 7), ("pause", 0)]
+    daemon._pacer.delivered(records[:1], {})
+    consumer.calls.clear()
+    daemon._release_labels()  # still 20 messages to read
+    assert consumer.calls == [] and daemon._pacer.held == {0: 5000}
+    daemon._positions = {TopicPartition("in", 0): (60, 60)}  # read to its end
+    daemon._release_labels()
+    assert consumer.calls == [("resume", 0)] and daemon._pacer.held == {}
+    # A held label partition taken away is forgotten, not resumed.
+    daemon._positions = {TopicPartition("in", 0): (60, 70)}
+    consumer.end = 70
+    daemon._pace_labels([_label(0, 9, 6000)])
+    consumer.assigned = {TopicPartition("in", 0)}
+    consumer.calls.clear()
+    daemon._release_labels()
+    assert consumer.calls == [] and daemon._pacer.held == {}

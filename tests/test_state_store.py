@@ -1071,3 +1071,46 @@ def test_an_unreachable_broker_is_a_clear_error_within_the_timeout():
         assert f"state topic {topic} at 127.0.0.1:{port}" in str(raised.value)
         assert "connecting within 1.5 s failed" in str(raised.value)
         assert elapsed < 5, (call, elapsed)
+
+
+# -- the index, and what a publish after it knows ------------------------------------------------
+
+
+@pytest.mark.broker
+def test_index_tells_the_sequences_it_found_to_publish(broker, store_of):  # noqa: F811
+    topic = unique("state-index-seq")
+    writer = store_of(topic, max_record_bytes=8192)
+    writer.ensure_topic()
+    for sequence in (1, 2, 3):
+        writer.publish("m", arrays_of(sequence), {"s": sequence}, next_offset=sequence,
+                       epoch=0, sequence=sequence)
+    reader = store_of(topic)
+    assert reader.index(lambda m: True)["m"].sequence == 3
+    assert reader.last_sequence("m", 0) == 3
+    with pytest.raises(ValueError, match="sequences must grow"):
+        reader.publish("m", arrays_of(9), {}, next_offset=9, epoch=0, sequence=3)
+
+
+@pytest.mark.broker
+def test_index_of_a_recreated_topic_forgets_the_states_of_the_old_one(
+        broker, store_of):  # noqa: F811
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.connectors_helpers import wait_for
+
+    servers = broker.bootstrap_servers
+    topic = unique("state-index-recreated")
+    writer = store_of(topic)
+    writer.ensure_topic()
+    writer.publish("old", arrays_of(1), {}, next_offset=1, epoch=0, sequence=1)
+    reader = store_of(topic)
+    assert list(reader.index(lambda m: True)) == ["old"]
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10000)
+    try:
+        admin.delete_topics([topic])
+        assert wait_for(lambda: topic not in admin.list_topics(), 20)
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    store_of(topic).publish("new", arrays_of(2), {}, next_offset=2, epoch=0, sequence=1)
+    assert list(reader.index(lambda m: True)) == ["new"]

@@ -278,3 +278,59 @@ def test_the_index_hands_out_copies_of_the_metadata():
                 store, RestoreReport())
     index.newest(lambda m: True)["m"].metadata["s"]["n"] = 99
     assert index.newest(lambda m: True)["m"].metadata == {"s": {"n": 1}}
+
+
+# -- the index where chunks are written again -------------------------------------------------
+
+
+def _index_and_whole(store: StateStore, records: list[_Record], batches: list[int]):
+    from connectors.state_store import RestoreReport, _Index
+
+    index, start = _Index(None), 0
+    for end in [*batches, len(records)]:
+        index.apply(records[start:end], store, RestoreReport())
+        start = end
+    whole = StateStore("127.0.0.1:9", "state", timeout=1.0)
+    want = whole._newest_states(records, {}, None, None, False, logging.DEBUG, time.monotonic())
+    return _comparable(index.newest(lambda m: True)), _comparable(want)
+
+
+def test_the_index_finds_a_chunk_of_an_indexed_state_replaced_by_other_data():
+    store = StateStore("127.0.0.1:9", "state", timeout=1.0, max_record_bytes=4096)
+    rng = np.random.default_rng(0)
+    records = state_records(store, "m", 0, 2, 0, {"w": rng.standard_normal(10)}, {"s": 2})
+    records += state_records(store, "m", 0, 3, len(records),
+                             {"w": rng.standard_normal(1800)}, {"s": 3})
+    indexed = len(records)
+    # Chunk 1 of sequence 3 written again with its header but other data (a bit flipped).
+    key = chunk_key("m", 0, 3, 1)
+    header, data = _decode_value(next(r.value for r in records if r.key == key))
+    records.append(_Record(0, len(records), key,
+                           _encode_value(header, bytes([data[0] ^ 1]) + data[1:])))
+    got, want = _index_and_whole(store, records, [indexed])
+    assert want["m"][1] == 2  # the checksum of sequence 3 fails: sequence 2
+    assert got == want
+
+
+def test_the_index_does_not_take_a_slots_chunks_of_two_writes_of_the_same_bytes():
+    store = StateStore("127.0.0.1:9", "state", timeout=1.0, max_record_bytes=4096)
+    payload = _encode_payload({"w": np.arange(1800.0)}, {"same": True})
+    records: list[_Record] = []
+    for sequence in (1, 3):  # the same bytes published again two sequences later
+        chunks = store._chunks("m", payload, epoch=0, sequence=sequence, next_offset=sequence)
+        if sequence == 3:
+            chunks = chunks[:1]  # only chunk 0 arrived yet
+        records += [_Record(0, len(records) + i, k, v) for i, (k, v) in enumerate(chunks)]
+    first_write = len(store._chunks("m", payload, epoch=0, sequence=1, next_offset=1))
+    got, want = _index_and_whole(store, records, [first_write])
+    assert want == {}  # chunk 0 of sequence 3, chunk 1 of sequence 1: nothing whole
+    assert got == want
+
+
+def test_the_index_counts_a_key_it_did_not_write_as_corrupt():
+    from connectors.state_store import RestoreReport, _Index
+
+    report = RestoreReport()
+    _Index(None).apply([_Record(0, 0, b"written by someone else", b"x")], offline_store(),
+                       report)
+    assert report.corrupt == 1
