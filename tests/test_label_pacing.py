@@ -465,3 +465,41 @@ def test_a_held_label_partition_is_paused_at_its_first_held_label_and_resumed_on
     consumer.calls.clear()
     daemon._release_labels()
     assert consumer.calls == [] and daemon._pacer.held == {}
+
+
+@pytest.mark.broker
+def test_labels_are_released_once_the_input_is_read_past_them_not_at_its_end(
+        broker, tmp_path):  # noqa: F811
+    # Labels sent between two backlogs of features: once the daemon has read past them in
+    # the input topic they go, while thousands of features are still to be read.
+    rng = np.random.default_rng(5)
+    names = {k: unique(f"past-{k}") for k in ("input", "labels", "output", "dead")}
+    servers = broker.bootstrap_servers
+    ensure_topics({"bootstrap_servers": servers}, [names["input"], names["labels"]],
+                  partitions=1)
+    first, second = 600, 3 * MESSAGES
+    xs = _features(rng, first + second)
+    produce(servers, names["input"], [{"id": i, "x": xs[i]} for i in range(first)])
+    labels = [{"id": i, "y": bool(xs[i]["f00"] > 0)} for i in range(0, first, 3)]
+    produce(servers, names["labels"], labels)
+    produce(servers, names["input"], [{"id": i, "x": xs[i]} for i in range(first, first + second)])
+    settings = {
+        "kafka.bootstrap_servers": servers,
+        "kafka.input_topic": names["input"], "kafka.label_topic": names["labels"],
+        "kafka.output_topic": names["output"], "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": unique("past-group"), "kafka.max_batch": 100,
+        "kafka.request_timeout_ms": 10000, "model.C": 1.0, "model.gamma": 0.01,
+        "checkpoint.dir": str(tmp_path / "checkpoints"), "metrics.enabled": "false",
+    }
+    daemon = Daemon(load_config(None, settings, environ={}), until_drained=True)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    thread.join(timeout=300)
+    assert not thread.is_alive() and daemon.summary.exit_code == 0
+    outputs = read_all(servers, names["output"], first + second + len(labels))
+    assert read_all(servers, names["dead"], idle=0.5) == []
+    acknowledged = [n for n, o in enumerate(outputs) if o.get("op") == "label"]
+    assert len(acknowledged) == len(labels)
+    # (The output topic has one partition: its order is the order of handling.)
+    features_after = len(outputs) - 1 - acknowledged[-1]
+    assert features_after >= 1000, features_after  # (0: the labels waited for the end)
