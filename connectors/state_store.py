@@ -464,6 +464,8 @@ class StateStore:
         self._reindex_after: dict[Hashable, float] = {}
         #: what :meth:`index` knows of the topic and where its last read ended
         self._index: _Index | None = None
+        #: per partition, the end offset the last read of the whole topic was taken to
+        self._last_ends: dict[int, int] = {}
         self._partition_count: int | None = None
         self._producer: Any = None
         self._closed = False
@@ -1010,8 +1012,13 @@ class StateStore:
                 bounds = {tp.partition: (None, ends[tp]) for tp in tps}
                 # (Where a read ended may lie past the end offset: Tansu's is the last record
                 # batch's base offset + 1.)
+                # Without topic ids (brokers before Kafka 2.8) a recreated topic is told by an
+                # end offset that went down: on one topic they only grow.
                 self._read_went_on = (start_at is not None and start_at.topic_id == self.topic_id
-                                      and set(start_at.positions) == set(bounds))
+                                      and set(start_at.positions) == set(bounds)
+                                      and all(end >= start_at.ends.get(p, 0)
+                                              for p, (_, end) in bounds.items()))
+                self._last_ends = {p: end for p, (_, end) in bounds.items()}
                 if self._read_went_on:
                     assert start_at is not None
                     bounds = {p: (start_at.positions[p], end) for p, (_, end) in bounds.items()}
@@ -1190,6 +1197,7 @@ class StateStore:
                 # to read would never be read (a whole-topic read goes on likewise).
                 read = [record for partition, position in late.positions.items()
                         if position is not None for record in late.records[partition]]
+                self._apply(read, rebuild=False)  # (claims and epochs: the views too)
                 self._take_newest(read, followed.latest, {model}, None, RestoreReport())
                 followed.positions.update({partition: position for partition, position
                                            in late.positions.items() if position is not None})
@@ -1203,7 +1211,7 @@ class StateStore:
                                      None if recreated else newer_than)
         state = states.get(model)
         self._followed = _Followed(model, self.topic_id, dict(self._last_positions), latest,
-                                   recreated and state is None)
+                                   recreated and state is None, dict(self._last_ends))
         return state
 
     #: Bytes of chunks of unfinished writes that :meth:`index` keeps between reads (a write
@@ -1227,21 +1235,41 @@ class StateStore:
         started = time.monotonic()
         known = self._index
         start_at = None if known is None else _Followed(None, known.topic_id,
-                                                        dict(known.positions), {})
+                                                        dict(known.positions), {},
+                                                        ends=dict(known.ends))
         self._late_follow = None
         try:
             records = self._read(self._deadline(), start_at=start_at)
-        finally:
-            self._late_follow = None  # (a read that goes on and ran out: read again next time)
+        except StateStoreError:
+            late, self._late_follow = self._late_follow, None
+            if late is not None and known is not None:
+                # What was read is kept and the next call goes on from there: read again
+                # from the same place, a topic that gains more than one timeout can read
+                # between two assignments would never be indexed (a whole read goes on from
+                # where it ran out likewise, see _partial_read).
+                read = [record for partition, position in late.positions.items()
+                        if position is not None for record in late.records[partition]]
+                self._apply(read, rebuild=False)
+                for partition, position in late.positions.items():
+                    if position is not None:
+                        self._read_until[partition] = max(self._read_until.get(partition, 0),
+                                                          position)
+                        known.positions[partition] = position
+                known.apply(read, self, RestoreReport(records=len(read)))
+            raise
         if known is None or not self._read_went_on:
             known = _Index(self.topic_id)
-        self._index = None  # until applied whole (a newer format raises half-way)
         report = RestoreReport(records=len(records))
         known.apply(records, self, report)
         known.topic_id = self.topic_id
         known.positions = dict(self._last_positions)
-        if known.kept_bytes() <= self.INDEX_KEEPS_BYTES:
-            self._index = known
+        known.ends = dict(self._last_ends)
+        self._index = known
+        if known.kept_bytes() > self.INDEX_KEEPS_BYTES:
+            self._index = None
+            log.warning("state topic %s: the index keeps %d bytes of states not read whole "
+                        "(more than %d): the next assignment reads the whole topic again",
+                        self.topic, known.kept_bytes(), self.INDEX_KEEPS_BYTES)
         for (model, epoch, _), slot in known.slots.items():
             if slot.state is not None and select(model):
                 view = self._views.setdefault(model, _ModelView())
@@ -1582,6 +1610,8 @@ class _Followed:
     latest: dict[bytes, _Record]
     #: the topic was found recreated and no state of it was returned yet
     recreated: bool = False
+    #: the end offsets the last read was taken to (see ``StateStore._read``)
+    ends: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -1594,6 +1624,8 @@ class _Chunk:
     #: None once a complete state it is part of was assembled (``digest`` stands for it then)
     data: bytes | None
     digest: bytes
+    #: a record of a newer format: what reading the model raises (StateFromNewerVersion)
+    newer: str | None = None
 
 
 @dataclass
@@ -1627,6 +1659,7 @@ class _Index:
     def __init__(self, topic_id: str | None) -> None:
         self.topic_id = topic_id
         self.positions: dict[int, int] = {}
+        self.ends: dict[int, int] = {}
         self.slots: dict[tuple[Hashable, int, int], _SlotIndex] = {}
 
     def newest(self, select: Callable[[Hashable], bool]) -> dict[Hashable, StoredState]:
@@ -1634,7 +1667,12 @@ class _Index:
         caller may change it)."""
         states: dict[Hashable, StoredState] = {}
         for (model, _, _), slot in self.slots.items():
-            if slot.state is None or not select(model):
+            if not select(model):
+                continue
+            for chunk in slot.chunks.values():
+                if chunk.newer is not None:  # (as a whole read raises for it)
+                    raise StateFromNewerVersion(chunk.newer)
+            if slot.state is None:
                 continue
             found = states.get(model)
             if found is None or (slot.state.epoch, slot.state.sequence) > (found.epoch,
@@ -1665,8 +1703,15 @@ class _Index:
                 continue  # (claims: the store's views keep them)
             group = (parsed.model, parsed.epoch, parsed.slot)
             chunk = None
-            read = None if record.value is None else _read_chunk(record, parsed, store.topic,
-                                                                 report)
+            try:
+                read = None if record.value is None else _read_chunk(record, parsed,
+                                                                     store.topic, report)
+            except StateFromNewerVersion as exc:
+                # Raised only for a model that is asked for and whose newest record of the
+                # key this still is, as a whole read does: a newer writer's record of another
+                # model, or one written over since, must not stop the reader.
+                read = None
+                chunk = _Chunk(record.partition, record.offset, {}, None, b"", str(exc))
             if read is not None:
                 header, data = read
                 # (Only what tells the write apart: the rest is in the key.)
@@ -1688,29 +1733,30 @@ class _Index:
         a write assembled before where the chunks are that write's."""
         slot = self.slots[group]
         slot.state = None
-        first = slot.chunks.get(0)
+        chunks = {index: chunk for index, chunk in slot.chunks.items() if chunk.newer is None}
+        first = chunks.get(0)
         if first is not None:
-            slot.state = self._state_of(group, first.header, slot, store, report)
+            slot.state = self._state_of(group, first.header, chunks, slot, store, report)
         # Writes no chunk refers to any more are forgotten.
-        referred = {chunk.header["sha256"] for chunk in slot.chunks.values()}
+        referred = {chunk.header["sha256"] for chunk in chunks.values()}
         slot.writes = {sha: write for sha, write in slot.writes.items() if sha in referred}
         if not slot.chunks:
             del self.slots[group]
 
     def _state_of(self, group: tuple[Hashable, int, int], first: dict[str, Any],
-                  slot: _SlotIndex, store: StateStore, report: RestoreReport
-                  ) -> StoredState | None:
+                  chunks: dict[int, _Chunk], slot: _SlotIndex, store: StateStore,
+                  report: RestoreReport) -> StoredState | None:
         model, epoch, number = group
         where = f"model {_jsonable_id(model)} epoch {epoch} slot {number}"
         write = slot.writes.get(first["sha256"])
         if write is not None and all(
-                (chunk := slot.chunks.get(index)) is not None
+                (chunk := chunks.get(index)) is not None
                 and all(chunk.header[name] == write.first[name] for name in _STATE_FIELDS)
                 and chunk.digest == write.digests[index]
                 for index in range(write.first["chunks"])):
             report.complete += 1
-            return self._stored(write, slot, epoch)
-        if any(chunk.data is None for index, chunk in slot.chunks.items()
+            return self._stored(write, chunks, epoch)
+        if any(chunk.data is None for index, chunk in chunks.items()
                if index < first["chunks"]
                and all(chunk.header[name] == first[name] for name in _STATE_FIELDS)):
             # Chunks of an assembled write, one missing or of other data: nothing whole (a
@@ -1719,7 +1765,7 @@ class _Index:
             return None
         problem, payload, header = _assemble({
             index: (chunk.header, b"" if chunk.data is None else chunk.data)
-            for index, chunk in slot.chunks.items()})
+            for index, chunk in chunks.items()})
         if problem is not None:
             corrupt = problem.startswith("checksum")
             if corrupt:
@@ -1740,14 +1786,14 @@ class _Index:
                         header["sequence"], exc)
             return None
         write = _Write(header, json.dumps(metadata, separators=(",", ":")).encode(),
-                       [slot.chunks[index].digest for index in range(header["chunks"])])
+                       [chunks[index].digest for index in range(header["chunks"])])
         slot.writes[header["sha256"]] = write
-        return self._stored(write, slot, epoch)
+        return self._stored(write, chunks, epoch)
 
     @staticmethod
-    def _stored(write: _Write, slot: _SlotIndex, epoch: int) -> StoredState:
+    def _stored(write: _Write, chunks: dict[int, _Chunk], epoch: int) -> StoredState:
         """The write's state, located where its chunks now lie; their data is dropped."""
-        places = [slot.chunks[index] for index in range(write.first["chunks"])]
+        places = [chunks[index] for index in range(write.first["chunks"])]
         for chunk in places:
             chunk.data = None
         offsets = [chunk.offset for chunk in places]

@@ -334,3 +334,144 @@ def test_the_index_counts_a_key_it_did_not_write_as_corrupt():
     _Index(None).apply([_Record(0, 0, b"written by someone else", b"x")], offline_store(),
                        report)
     assert report.corrupt == 1
+
+
+# -- the index against a topic in memory (a stand-in consumer, end offsets as Tansu's) ---------
+
+
+class _Topic:
+    """Partitions of record batches; end offsets as the embedded broker gives them (the last
+    batch's base offset + 1); ``poll_seconds`` slows every poll down."""
+
+    def __init__(self, topic_id: str | None = "id-1") -> None:
+        self.batches: list[list[tuple[int, bytes, bytes | None]]] = []
+        self.topic_id = topic_id
+        self.poll_seconds = 0.0
+
+    def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        base = sum(len(batch) for batch in self.batches)
+        self.batches.append([(base + i, k, v) for i, (k, v) in enumerate(records)])
+
+    def consumer(self) -> Any:
+        topic = self
+
+        class Cluster:
+            def topic_id(self, _name: str) -> str | None:
+                return topic.topic_id
+
+        class Consumer:
+            _client = type("Client", (), {"cluster": Cluster()})()
+
+            def __init__(self) -> None:
+                self.at: dict[Any, int] = {}
+
+            def partitions_for_topic(self, _name: str) -> set[int]:
+                return {0}
+
+            def end_offsets(self, tps: list[Any], timeout_ms: int | None = None) -> dict:
+                return {tp: topic.batches[-1][0][0] + 1 if topic.batches else 0 for tp in tps}
+
+            def assign(self, tps: list[Any]) -> None:
+                self.at = {tp: 0 for tp in tps}
+
+            def seek(self, tp: Any, offset: int) -> None:
+                self.at[tp] = offset
+
+            def seek_to_beginning(self, tp: Any) -> None:
+                self.at[tp] = 0
+
+            def position(self, tp: Any, timeout_ms: int | None = None) -> int:
+                return self.at[tp]
+
+            def pause(self, tp: Any) -> None:
+                pass
+
+            def poll(self, timeout_ms: int | None = None) -> dict:
+                time.sleep(topic.poll_seconds)
+                for tp, at in self.at.items():
+                    for batch in topic.batches:  # one batch per poll
+                        if batch[-1][0] >= at:
+                            self.at[tp] = batch[-1][0] + 1
+                            return {tp: [type("R", (), {"offset": o, "key": k, "value": v})()
+                                         for o, k, v in batch if o >= at]}
+                return {}
+
+            def close(self, **_: Any) -> None:
+                pass
+
+        return Consumer()
+
+
+def _store_on(topic: _Topic, timeout: float = 2.0) -> StateStore:
+    store = StateStore("127.0.0.1:9", "state", timeout=timeout)
+    store._consumer_for = lambda deadline: topic.consumer()  # type: ignore[method-assign]
+    return store
+
+
+def _publish(topic: _Topic, model: Any, epoch: int, sequence: int, newer: bool = False) -> list:
+    from connectors.state_store import _PREFIX, FORMAT_VERSION
+
+    records = offline_store()._chunks(model, _encode_payload({"w": np.ones(3)}, {"s": sequence}),
+                                      epoch=epoch, sequence=sequence, next_offset=sequence)
+    if newer:  # as a later stream-svm would write it
+        records = [(k, _PREFIX.pack(*_PREFIX.unpack_from(v)[:1], FORMAT_VERSION + 1,
+                                    _PREFIX.unpack_from(v)[2]) + v[_PREFIX.size:])
+                   for k, v in records]
+    topic.write(records)
+    return records
+
+
+def _found(states: dict[Any, Any]) -> dict[Any, tuple[int, int]]:
+    return {model: (state.epoch, state.sequence) for model, state in states.items()}
+
+
+def test_the_index_stops_for_a_newer_format_only_where_a_whole_read_does():
+    # It decoded every record read: a record of a later stream-svm for a model of another
+    # partition, or one written over since, refused the assignment (and every later one,
+    # on a broker that never compacts).
+    from connectors.state_store import StateFromNewerVersion
+
+    topic = _Topic()
+    _publish(topic, (0, "a"), 0, 1)
+    _publish(topic, (1, "b"), 0, 1, newer=True)                # another partition's model
+    overwritten = _publish(topic, (0, "a"), 1, 1, newer=True)
+    _publish(topic, (0, "a"), 2, 1)
+    topic.write([(key, None) for key, _ in overwritten])      # tombstoned by its next owner
+    first = lambda m: m[0] == 0  # noqa: E731
+    assert _found(_store_on(topic).index(first)) == _found(
+        _store_on(topic).restore(select=first, decode=False)) == {(0, "a"): (2, 1)}
+    # Asked for every model, both stop: the newest record of (1, "b") is a later version's.
+    with pytest.raises(StateFromNewerVersion, match="format version"):
+        _store_on(topic).index(lambda m: True)
+    with pytest.raises(StateFromNewerVersion, match="format version"):
+        _store_on(topic).restore(decode=False)
+
+
+def test_an_index_read_that_runs_out_of_time_goes_on_from_where_it_stopped():
+    # Each attempt began again where the last whole read had ended: once the topic gained
+    # more between two assignments than one timeout reads, no assignment ever settled.
+    from connectors.state_store import StateStoreError
+
+    topic = _Topic()
+    _publish(topic, (0, "a"), 0, 1)
+    store = _store_on(topic, timeout=1.0)
+    assert _found(store.index(lambda m: True)) == {(0, "a"): (0, 1)}
+    for sequence in range(2, 14):
+        _publish(topic, (0, "a"), 0, sequence)
+    topic.poll_seconds = 0.15  # twelve batches: about 1.8 s to read
+    with pytest.raises(StateStoreError, match="did not finish within 1 s"):
+        store.index(lambda m: True)
+    _publish(topic, (0, "a"), 0, 14)  # the topic goes on growing meanwhile
+    assert _found(store.index(lambda m: True)) == {(0, "a"): (0, 14)}
+
+
+def test_a_topic_recreated_on_a_broker_without_topic_ids_is_indexed_anew():
+    topic = _Topic(topic_id=None)
+    for sequence in range(1, 6):
+        _publish(topic, "group", 0, sequence)
+    store = _store_on(topic)
+    assert _found(store.index(lambda m: True)) == {"group": (0, 5)}
+    recreated = _Topic(topic_id=None)  # deleted and created again: its end offsets went down
+    _publish(recreated, (0, "x"), 0, 1)
+    store._consumer_for = lambda deadline: recreated.consumer()  # type: ignore[method-assign]
+    assert _found(store.index(lambda m: True)) == {(0, "x"): (0, 1)}
