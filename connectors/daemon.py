@@ -2218,8 +2218,13 @@ class Daemon:
         from kafka import TopicPartition
 
         tps = [TopicPartition(self.config.kafka.input_topic, p) for p in partitions]
+        # Within about a poll: a partition whose leader is gone made it wait the whole
+        # request timeout (30 s by default) at every poll with labels. Unanswered, the labels
+        # go as if the input were read (the stream must not stop for it).
+        kafka = self.config.kafka
+        timeout_ms = min(kafka.request_timeout_ms, max(1000, kafka.poll_timeout_ms))
         try:
-            ends = self._consumer.end_offsets(tps, timeout_ms=self.config.kafka.request_timeout_ms)
+            ends = self._consumer.end_offsets(tps, timeout_ms=timeout_ms)
         except TypeError:  # (kafka-python 2 takes no timeout)
             ends = self._consumer.end_offsets(tps)
         return {tp.partition: end for tp, end in ends.items()}

@@ -112,7 +112,10 @@ class LabelPacer:
                     delivered[record.partition] = max(delivered.get(record.partition, -1),
                                                       record.timestamp)
             labels = [(r.partition, r.timestamp) for r in records if r.topic == self.label_topic]
-            floors = self._floors(labels, inputs, delivered, end_offsets)
+            # (The held labels too: what they wait for stays watched, so that an input
+            # partition that does not move is timed from when they began to wait.)
+            floors = self._floors(labels + list(self._held.items()), inputs, delivered,
+                                  end_offsets)
             held: dict[int, int] = {}
             ready: list[Any] = []
             for record in records:
@@ -188,6 +191,9 @@ class LabelPacer:
                 continue  # read past every label that may wait for it
             position, high = inputs[source]
             if position is not None and high is not None and position >= high:
+                if source in self._stuck and self._progress.get(source, (None,))[0] == position:
+                    watched.add(source)  # (still stuck: not asked of the broker again)
+                    continue
                 seem_read.append(source)
                 continue
             watched.add(source)

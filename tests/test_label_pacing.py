@@ -392,6 +392,45 @@ def test_only_time_labels_waited_counts_towards_an_input_partition_not_moving():
     assert pacer.split([_label(0, 2, 60)], {0: (3, 20)})[1] == {0: 2}
 
 
+@pytest.mark.parametrize("per_partition", [True, False])
+def test_labels_of_other_partitions_flowing_do_not_restart_a_held_labels_minute(per_partition):
+    # Each poll's labels alone were judged: an input partition that only a held (paused)
+    # label partition waited for was no longer watched, and its minute began again at
+    # every poll, so the held labels waited for ever.
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=per_partition, clock=clock)
+    pacer.delivered([_input(0, 9, 200), _input(1, 2, 40)], {})
+    inputs = {0: (10, 10), 1: (3, 9)}  # input 1 has messages left and never moves
+    assert pacer.split([_label(1, 0, 50)], inputs)[1] == {1: 0}
+    released: list[int] = []
+    for step in range(9):
+        clock.now += 10
+        released += pacer.releasable(inputs)
+        assert pacer.split([_label(0, step, 150 if per_partition else 30)], inputs)[1] == {}
+    assert released == [1] and clock.now < 2 * pacer.wait_seconds
+
+
+def test_the_broker_is_not_asked_again_of_an_input_partition_found_stuck():
+    # Its leader gone, each question waited out a timeout, at every poll with labels.
+    clock = _Clock()
+    pacer = LabelPacer("in", "labels", per_partition=True, clock=clock)
+    asked: list[list[int]] = []
+
+    def ends(partitions):
+        asked.append(partitions)
+        return {0: 90}
+
+    inputs = {0: (30, 30)}  # the client thinks it read; the broker says 60 more
+    assert pacer.split([_label(0, 0, 50)], inputs, ends)[1] == {0: 0}
+    clock.now = pacer.wait_seconds
+    assert pacer.releasable(inputs, ends) == [0]  # stuck for a minute: labels go
+    count = len(asked)
+    assert pacer.split([_label(0, 1, 51)], inputs, ends)[1] == {}
+    assert len(asked) == count
+    assert pacer.split([_label(0, 2, 52)], {0: (31, 31)}, ends)[1] == {0: 2}  # it moved
+    assert len(asked) == count + 1
+
+
 def test_a_partition_given_anew_is_timed_anew():
     clock = _Clock()
     pacer = LabelPacer("in", "labels", per_partition=True, clock=clock)
@@ -503,3 +542,22 @@ def test_labels_are_released_once_the_input_is_read_past_them_not_at_its_end(
     # (The output topic has one partition: its order is the order of handling.)
     features_after = len(outputs) - 1 - acknowledged[-1]
     assert features_after >= 1000, features_after  # (0: the labels waited for the end)
+
+
+def test_the_daemon_asks_the_end_offsets_within_about_a_poll(tmp_path):
+    # A partition whose leader is gone made each question wait the request timeout (30 s).
+    asked = []
+
+    class Consumer:
+        def end_offsets(self, tps, timeout_ms=None):
+            asked.append(timeout_ms)
+            return {tp: 7 for tp in tps}
+
+    settings = {"kafka.bootstrap_servers": "127.0.0.1:9", "kafka.input_topic": "in",
+                "kafka.label_topic": "labels", "kafka.group_id": "g",
+                "metrics.enabled": "false", "checkpoint.dir": str(tmp_path),
+                "kafka.request_timeout_ms": 30000, "kafka.poll_timeout_ms": 200}
+    daemon = Daemon(load_config(None, settings, environ={}))
+    daemon._consumer = Consumer()
+    assert daemon._end_offsets([0, 1]) == {0: 7, 1: 7}
+    assert asked == [1000]
