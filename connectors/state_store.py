@@ -1190,17 +1190,11 @@ class StateStore:
         try:
             records = self._read(self._deadline(), start_at=followed)
         except StateStoreError:
-            late, self._late_follow = self._late_follow, None
-            if late is not None and followed is not None:
-                # What was read is kept and the next call goes on from there: read again
-                # from the start at every call, a state that takes longer than one timeout
-                # to read would never be read (a whole-topic read goes on likewise).
-                read = [record for partition, position in late.positions.items()
-                        if position is not None for record in late.records[partition]]
-                self._apply(read, rebuild=False)  # (claims and epochs: the views too)
+            kept = self._keep_late_read() if followed is not None else None
+            if kept is not None and followed is not None:
+                read, positions = kept
                 self._take_newest(read, followed.latest, {model}, None, RestoreReport())
-                followed.positions.update({partition: position for partition, position
-                                           in late.positions.items() if position is not None})
+                followed.positions.update(positions)
             raise
         went_on = self._read_went_on
         latest = followed.latest if followed is not None and went_on else {}
@@ -1241,21 +1235,11 @@ class StateStore:
         try:
             records = self._read(self._deadline(), start_at=start_at)
         except StateStoreError:
-            late, self._late_follow = self._late_follow, None
-            if late is not None and known is not None:
-                # What was read is kept and the next call goes on from there: read again
-                # from the same place, a topic that gains more than one timeout can read
-                # between two assignments would never be indexed (a whole read goes on from
-                # where it ran out likewise, see _partial_read).
-                read = [record for partition, position in late.positions.items()
-                        if position is not None for record in late.records[partition]]
-                self._apply(read, rebuild=False)
-                for partition, position in late.positions.items():
-                    if position is not None:
-                        self._read_until[partition] = max(self._read_until.get(partition, 0),
-                                                          position)
-                        known.positions[partition] = position
+            kept = self._keep_late_read() if known is not None else None
+            if kept is not None and known is not None:
+                read, positions = kept
                 known.apply(read, self, RestoreReport(records=len(read)))
+                known.positions.update(positions)
             raise
         if known is None or not self._read_went_on:
             known = _Index(self.topic_id)
@@ -1281,6 +1265,24 @@ class StateStore:
                 report.records, "read on" if start_at is not None and self._read_went_on
                 else "the whole topic", report.seconds, report.incomplete, report.corrupt)
         return states
+
+    def _keep_late_read(self) -> tuple[list[_Record], dict[int, int]] | None:
+        """What a read that went on (:meth:`follow`, :meth:`index`) read before it ran out of
+        time, applied to the views: its records of the partitions whose position is known,
+        and those positions, for the caller to go on from (None: nothing to keep). Read
+        again from the same place at every call, a topic that gains more than one timeout
+        can read between two calls would never be read (a whole read goes on from where it
+        ran out likewise, see ``_partial_read``)."""
+        late, self._late_follow = self._late_follow, None
+        if late is None:
+            return None
+        positions = {partition: position for partition, position in late.positions.items()
+                     if position is not None}
+        read = [record for partition in positions for record in late.records[partition]]
+        self._apply(read, rebuild=False)
+        for partition, position in positions.items():
+            self._read_until[partition] = max(self._read_until.get(partition, 0), position)
+        return read, positions
 
     def _take_newest(self, records: list[_Record], latest: dict[bytes, _Record],
                      wanted: set[Hashable] | None, select: Callable[[Hashable], bool] | None,
