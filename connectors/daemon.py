@@ -2230,7 +2230,7 @@ class Daemon:
         return {tp.partition: end for tp, end in ends.items()}
 
     def _pace_labels(self, records: list[Any]) -> list[Any]:
-        """The records to handle now: a label newer than what was read of the input
+        """The records to handle now: a label not older than what was read of the input
         partitions its features may be in, while they have messages left to read, waits (its
         partition is read again from it once they caught up, and paused until then)."""
         from kafka import TopicPartition
