@@ -615,6 +615,26 @@ def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     assert kept("Metadata refresh: failed KafkaConnectionError: timed out", "kafka.cluster")
 
 
+def test_a_read_of_a_socket_closed_by_its_own_client_is_left_out_of_kafka_pythons_log():
+    # kafka-python 3 logs at ERROR, with a traceback, its reader finding the socket that a
+    # close() set to None meanwhile: seen in about one stop of the daemon in ten.
+    from connectors.cli import _ConnectionRefusals
+
+    def kept(transport: str, error: BaseException) -> bool:
+        record = logging.LogRecord(
+            "kafka.net.transport", logging.ERROR, __file__, 1,
+            f"<KafkaTCPTransport [none] {transport}>: Error receiving network data closing "
+            "socket", None, (type(error), error, None))
+        return _ConnectionRefusals().filter(record)
+
+    closed = AttributeError("'NoneType' object has no attribute 'recv'")
+    assert not kept("(closed)", closed)
+    # A connection that fails while in use still shows, with its cause.
+    assert kept("(connected)", ConnectionResetError(104, "Connection reset by peer"))
+    assert kept("(connected)", closed)
+    assert kept("(closed)", ConnectionResetError(104, "Connection reset by peer"))
+
+
 def test_evaluate_skips_and_names_the_point_the_model_refuses(tmp_path, capsys, caplog):
     # As the daemon dead-letters such a message and goes on.
     source = tmp_path / "huge.jsonl"
