@@ -449,6 +449,7 @@ def test_b_left_unfixed_by_removals_is_centered_on_members_exactly_at_their_boun
     assert kkt_violation(model._engine) <= 1e-14 * C
 
 
+@pytest.mark.filterwarnings("ignore:a point far beyond")  # (its point is)
 def test_a_derailed_linear_model_is_told_of_a_remedy_it_has():
     # A linear kernel has no gamma: the error names the ridge only (and the model is kept).
     from stream_svm import IncrementalSVC

@@ -7,6 +7,7 @@ by learning its points afresh with the same engine."""
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,7 @@ def _with_an_outlier(count: int):
         yield i, ({"a": 1e5, "b": 1e5} if i == 10 else x)
 
 
+@pytest.mark.filterwarnings("ignore:a point far beyond")  # (its point is)
 def test_a_window_learns_on_once_its_outlier_slid_out():
     window = SlidingWindowSVC(window_size=20, kernel="linear")
     gone = None
@@ -274,3 +276,52 @@ def test_leave_one_out_equals_retraining_when_b_is_not_fixed():
         keep = [j for j in range(12) if j != i]
         without.update(X[keep], y[keep], keep)
         assert ours[i] == pytest.approx(without.decision_function(X[i : i + 1])[0], abs=1e-12)
+
+
+def _unit_points(model, count: int = 30) -> None:
+    rng = random.Random(0)
+    for key in range(count):
+        a = rng.uniform(-2, 2)
+        model.learn_one({"a": a, "b": rng.uniform(-2, 2)}, a > 0, key=key)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly"])
+def test_a_point_far_beyond_the_stored_kernel_scale_is_warned_of_by_name(kernel, monkeypatch):
+    # A unit slip among unit-scale features: learned without a word, it had 16 % of the next
+    # updates refused (each after trying to learn every stored point afresh).
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    model = IncrementalSVC(kernel=kernel, degree=2)
+    _unit_points(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.learn_one({"a": 100.0, "b": 0.5}, True, key="large")  # (not 1e8 times theirs)
+    with pytest.warns(UserWarning, match=r"far beyond the kernel scale of the stored points: "
+                      r"its K\(x, x\) = .* the largest of the 31 points stored .*its feature "
+                      r"'b' = 1e\+16\).*Forget the point") as said:
+        try:
+            model.learn_one({"a": 0.5, "b": 1e16}, True, key="glitch")
+        except ConvergenceError:  # (as the warning says it may be)
+            pass
+    assert len([w for w in said if "far beyond" in str(w.message)]) == 1
+
+
+def test_an_rbf_model_is_not_warned_of_far_points_and_the_warning_changes_nothing(monkeypatch):
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    rbf = IncrementalSVC(gamma=0.1)
+    _unit_points(rbf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rbf.learn_one({"a": 1e16, "b": 0.5}, True, key="far")  # K(x, x) = 1 for every x
+    # Made an error, the warning comes before anything is learned.
+    linear = IncrementalSVC(kernel="linear")
+    _unit_points(linear)
+    before = (linear.stored_keys(), linear.decision_function_one({"a": 1.0, "b": 1.0}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="far beyond"):
+            linear.learn_one({"a": 1e16, "b": 0.5}, True, key="glitch")
+    assert (linear.stored_keys(), linear.decision_function_one({"a": 1.0, "b": 1.0})) == before
