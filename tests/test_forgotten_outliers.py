@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import IncrementalSVC, SlidingWindowSVC
+from stream_svm import IncrementalSVC, IncrementalSVR, SlidingWindowSVC
 from stream_svm.engine import ConvergenceError, PathEngine, _Derailed
 from stream_svm.kernels import make_kernel
 from tests.oracle import assert_matches_batch, relative_kkt_violation
@@ -278,11 +278,11 @@ def test_leave_one_out_equals_retraining_when_b_is_not_fixed():
         assert ours[i] == pytest.approx(without.decision_function(X[i : i + 1])[0], abs=1e-12)
 
 
-def _unit_points(model, count: int = 30) -> None:
+def _unit_points(model, count: int = 30, regression: bool = False) -> None:
     rng = random.Random(0)
     for key in range(count):
         a = rng.uniform(-2, 2)
-        model.learn_one({"a": a, "b": rng.uniform(-2, 2)}, a > 0, key=key)
+        model.learn_one({"a": a, "b": rng.uniform(-2, 2)}, a if regression else a > 0, key=key)
 
 
 @pytest.mark.parametrize("kernel", ["linear", "poly"])
@@ -325,3 +325,33 @@ def test_an_rbf_model_is_not_warned_of_far_points_and_the_warning_changes_nothin
         with pytest.raises(UserWarning, match="far beyond"):
             linear.learn_one({"a": 1e16, "b": 0.5}, True, key="glitch")
     assert (linear.stored_keys(), linear.decision_function_one({"a": 1.0, "b": 1.0})) == before
+
+
+def test_learn_many_warns_of_its_far_point_and_a_users_kernel_is_not_called_for_it(monkeypatch):
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    model = IncrementalSVR(kernel="poly", degree=2)
+    _unit_points(model, regression=True)
+    frame = pd.DataFrame({"a": [0.1, 3e7, -0.2], "b": [0.5, 0.5, 0.4]}, index=[90, 91, 92])
+    with pytest.warns(UserWarning, match=r"largest of the 30 points stored .*'a' = 3e\+07"):
+        try:
+            model.learn_many(frame, pd.Series([0.1, 1.0, -0.2], index=frame.index))
+        except ConvergenceError:
+            pass
+    calls = []
+
+    def linear(A, B):
+        calls.append(len(A) * len(B))
+        return A @ B.T
+
+    users = IncrementalSVC(kernel=linear)
+    _unit_points(users)
+    before = len(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            users.learn_one({"a": 1e16, "b": 0.5}, True, key="glitch")
+        except ConvergenceError:
+            pass
+    assert calls[before:]  # (learned through it; not warned: an error here)
