@@ -601,7 +601,7 @@ class PathEngine:
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """f(x) for each row of X; columns beyond ``dim`` are features no stored point has."""
         X = np.atleast_2d(np.asarray(X, dtype=float))
-        features, coef = self._support_columns()  # (read once: another thread may update)
+        features, coef = self._support_columns()  # (one state's pair; not thread-safe: README)
         if coef.size == 0:
             return np.full(X.shape[0], self.b)
         kind, gamma, degree, coef0 = _compiled_kernel(self.kernel)
