@@ -327,7 +327,7 @@ def test_an_rbf_model_is_not_warned_of_far_points_and_the_warning_changes_nothin
     assert (linear.stored_keys(), linear.decision_function_one({"a": 1.0, "b": 1.0})) == before
 
 
-def test_learn_many_warns_of_its_far_point_and_a_users_kernel_is_not_called_for_it(monkeypatch):
+def test_learn_many_warns_of_its_far_point(monkeypatch):
     import stream_svm._engine_model as engine_model
 
     monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
@@ -339,19 +339,39 @@ def test_learn_many_warns_of_its_far_point_and_a_users_kernel_is_not_called_for_
             model.learn_many(frame, pd.Series([0.1, 1.0, -0.2], index=frame.index))
         except ConvergenceError:
             pass
+
+
+def test_a_polynomial_kernels_far_point_is_judged_by_its_kernel_value(monkeypatch):
+    # (gamma |x|^2 + coef0)^degree, not the squared norm: a feature of 100 among features
+    # below 1 is 2.2e10 times their largest K(x, x) under this cubic kernel, 900 times
+    # without the power.
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    model = IncrementalSVC(kernel="poly", degree=3, gamma=0.5, coef0=1.0)
+    rng = random.Random(1)
+    for key in range(30):
+        a = rng.uniform(-1, 1)
+        model.learn_one({"a": a, "b": rng.uniform(-1, 1)}, a > 0, key=key)
+    with pytest.warns(UserWarning, match=r"K\(x, x\) = 1.25e\+11 is 2.24e\+10 times"):
+        model._warn_of_outliers(np.array([100.0, 0.0]), [])
+
+
+def test_a_users_kernel_is_not_called_to_look_for_far_points(monkeypatch):
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
     calls = []
 
     def linear(A, B):
-        calls.append(len(A) * len(B))
+        calls.append(1)
         return A @ B.T
 
-    users = IncrementalSVC(kernel=linear)
-    _unit_points(users)
+    model = IncrementalSVC(kernel=linear)
+    _unit_points(model)
     before = len(calls)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        try:
-            users.learn_one({"a": 1e16, "b": 0.5}, True, key="glitch")
-        except ConvergenceError:
-            pass
-    assert calls[before:]  # (learned through it; not warned: an error here)
+        model._warn_of_outliers(np.array([1e16, 0.5]), [])
+        model._warn_of_outliers(np.array([[1e16, 0.5], [0.1, 0.2]]), [])
+    assert len(calls) == before
