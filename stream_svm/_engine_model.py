@@ -517,7 +517,7 @@ SCALE_CHECK_EVERY = 1000
 #: K(x, x) of an incoming point beyond this many times the stored points' largest (linear and
 #: polynomial kernels) is warned of, once OUTLIER_MIN_STORED points are stored: a feature of
 #: 1e4 among features of about 1 (K about 1e7 times theirs) left a linear IncrementalSVC
-#: learning as before; one of 1e5 (1e9 times) had 17 to 56 of the next 150 updates refused.
+#: learning as before; one of 1e5 (1e9 times) had 4 to 56 of the next 150 updates refused.
 OUTLIER_DIAGONAL_RATIO = 1e8
 OUTLIER_MIN_STORED = 10
 #: (model type, what was said) of the kernel-scale warnings given in this process.
@@ -1197,7 +1197,7 @@ class _EngineModel(FixedParameters):
         kernel whose values grow with the features (linear, polynomial), is more than
         OUTLIER_DIAGONAL_RATIO times the largest of the stored points': one message with a
         unit slip or a raw timestamp among unit-scale features. Learned, it stays, and its
-        terms swamp the others' conditions: 11 % to 37 % of the next 150 updates of a linear
+        terms swamp the others' conditions: 4 to 56 of the next 150 updates of a linear
         IncrementalSVC were refused (ConvergenceError, each after trying to learn every stored
         point afresh), without a word, until it was forgotten."""
         engine = self._engine
