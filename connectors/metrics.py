@@ -64,6 +64,14 @@ class Metrics:
             ["how"],
             registry=r,
         )
+        self.far_points = Counter(
+            "stream_svm_far_points",
+            "Points to learn (refused ones too) whose K(x, x) was more than 1e8 times the "
+            "largest of the points stored then (linear and polynomial kernels: a unit slip, an "
+            "unscaled feature); while one is stored, updates may be refused: send a forget for "
+            "it",
+            registry=r,
+        )
         self.update_breakpoints = Histogram(
             "stream_svm_update_breakpoints",
             "Breakpoints per model update",

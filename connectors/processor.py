@@ -117,7 +117,7 @@ _REFUSALS = (ValueError, KeyError, TypeError, ConvergenceError)
 
 
 #: The model's running totals an update's metrics are read from (0 for a model without).
-_UPDATE_TOTALS = ("breakpoints_total", "retries_total", "relearns_total")
+_UPDATE_TOTALS = ("breakpoints_total", "retries_total", "relearns_total", "far_points_total")
 
 #: Fewer feature dicts than this are predicted or learned one by one: a DataFrame's round trip
 #: (built here, turned back into dicts by the model) costs ~1.5 ms, some 40 single predictions.
@@ -892,14 +892,20 @@ class Processor:
         model = self.model
         before = [int(getattr(model, name, 0)) for name in _UPDATE_TOTALS]
         started = time.perf_counter()
-        update()
+        try:
+            update()
+        finally:
+            # (A far point's update is often refused: counted all the same.)
+            far_points = int(getattr(model, "far_points_total", 0)) - before[-1]
+            if far_points > 0 and self.metrics is not None:
+                self.metrics.far_points.inc(far_points)
         elapsed = time.perf_counter() - started
         if self.metrics is None:
             return
         # A buffered learn_one makes no update: count by the model's totals.
-        breakpoints, retries, relearns = (int(getattr(model, name, 0)) - was
-                                          for name, was in zip(_UPDATE_TOTALS, before,
-                                                               strict=True))
+        breakpoints, retries, relearns = (
+            int(getattr(model, name, 0)) - was
+            for name, was in zip(_UPDATE_TOTALS[:-1], before[:-1], strict=True))
         self.metrics.update_seconds.observe(elapsed)
         self.metrics.breakpoints.inc(breakpoints)
         self.metrics.update_breakpoints.observe(breakpoints)

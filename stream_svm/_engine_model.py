@@ -805,6 +805,15 @@ class _EngineModel(FixedParameters):
         return self._engine.retries_total
 
     @property
+    def far_points_total(self) -> int:
+        """Points given to learn (refused ones too) whose K(x, x) was more than
+        OUTLIER_DIAGONAL_RATIO (1e8) times the largest of the points stored then (linear and
+        polynomial kernels): warned of once per process and model type, each counted here
+        (the daemon's ``stream_svm_far_points_total``). While such a point is stored, updates
+        may be refused: forget it, or standardize the features."""
+        return getattr(self, "_far_points", 0)
+
+    @property
     def relearns_total(self) -> int:
         """Updates completed only by learning their points afresh (see ``PathEngine.update``)."""
         return self._engine.relearns_total
@@ -1223,6 +1232,7 @@ class _EngineModel(FixedParameters):
         beyond = np.isfinite(diagonal) & (diagonal > OUTLIER_DIAGONAL_RATIO * scale)
         if not scale > 0 or not beyond.any():
             return  # (a diagonal that is not finite is refused by _check_kernel_values)
+        self._far_points = getattr(self, "_far_points", 0) + int(beyond.sum())
         row = np.atleast_2d(incoming)[int(np.argmax(np.where(beyond, diagonal, -np.inf)))]
         column = int(np.argmax(np.abs(row)))
         names = self._features.names

@@ -1318,3 +1318,29 @@ def test_the_feature_names_a_model_holds_are_a_gauge(make):
         text = generate_latest(metrics.registry).decode()
         label = '{model="m1"}' if per_model else ""
         assert f"stream_svm_feature_names{label} 41.0" in text
+
+
+def test_far_points_are_counted_for_the_operator_refused_or_not(monkeypatch):
+    # Warned of once per process and model type (a log line); a count shows every one, with
+    # one model per key too, and the point's own update is often refused.
+    from prometheus_client import generate_latest
+
+    import stream_svm._engine_model as engine_model
+    from stream_svm import IncrementalSVR
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    model = IncrementalSVR(kernel="linear")
+    metrics = Metrics()
+    processor = Processor(model, metrics=metrics)
+    rng = np.random.default_rng(3)
+    documents = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": float(a)}
+                 for i, (a, b) in enumerate(rng.uniform(-2, 2, size=(30, 2)))]
+    documents.append({"id": "glitch", "x": {"a": 1e16, "b": 0.5}, "y": 1.0})
+    records = [Record("in", 0, i, json.dumps(d).encode(), 0) for i, d in enumerate(documents)]
+    processor.process(records[:30])
+    assert "stream_svm_far_points_total 0.0" in generate_latest(metrics.registry).decode()
+    with pytest.warns(UserWarning, match="far beyond"):
+        result = processor.process(records[30:])
+    refused = [d.record for d in result.dead_letters if d.record.get("reason") == "refused"]
+    assert refused and "glitch" not in model  # (this one's own update is refused)
+    assert "stream_svm_far_points_total 1.0" in generate_latest(metrics.registry).decode()

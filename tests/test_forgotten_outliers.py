@@ -375,3 +375,39 @@ def test_a_users_kernel_is_not_called_to_look_for_far_points(monkeypatch):
         model._warn_of_outliers(np.array([1e16, 0.5]), [])
         model._warn_of_outliers(np.array([[1e16, 0.5], [0.1, 0.2]]), [])
     assert len(calls) == before
+
+
+def test_every_far_point_is_counted_though_warned_of_once(monkeypatch):
+    # Each is counted as it comes, a refused one too (the model is otherwise unchanged);
+    # the warning is said once per process and model type.
+    import stream_svm._engine_model as engine_model
+
+    monkeypatch.setattr(engine_model, "_SCALE_WARNED", set())
+    models = [IncrementalSVC(kernel="linear"),
+              SlidingWindowSVC(kernel="linear", window_size=20),
+              IncrementalSVR(kernel="linear")]
+    with pytest.warns(UserWarning, match="far beyond") as said:
+        for model in models:
+            regression = isinstance(model, IncrementalSVR)
+            _unit_points(model, regression=regression)
+            model.learn_one({"a": 3.0, "b": -1.0}, 1.0 if regression else True, key="near")
+            assert model.far_points_total == 0
+            for count, value in enumerate((1e9, -1e12, 1e16), start=1):
+                key = f"far{count}"
+                try:
+                    model.learn_one({"a": value, "b": 0.5}, 1.0 if regression else value > 0,
+                                    key=key)
+                except ConvergenceError:
+                    assert key not in model
+                assert model.far_points_total == count
+                if key in model:
+                    model.forget_one(key=key)  # (the next one is far from the others again)
+        # A refused learn_many counts its far point too (checked before anything is learned).
+        frame = pd.DataFrame({"a": [0.1, 1e16], "b": [0.5, 0.5]}, index=["m1", "m2"])
+        labels = pd.Series([0.1, 1.0] if regression else [False, True], index=frame.index)
+        try:
+            model.learn_many(frame, labels)
+        except ConvergenceError:
+            assert "m2" not in model
+        assert model.far_points_total == 4
+    assert len([w for w in said if "far beyond" in str(w.message)]) == 3  # (one per type)
