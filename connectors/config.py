@@ -373,6 +373,9 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         # state is a matrix over the features); 0: no bound.
         "max_features": Setting(int, None, _non_negative, optional=True),
         "max_new_features": Setting(int, 1000, _non_negative),
+        # A point far beyond the stored points' kernel scale (linear and polynomial kernels):
+        # "refuse" dead-letters it (reason refused), "warn" learns it (see the README).
+        "far_points": Setting(str, "refuse", _one_of("warn", "refuse")),
     },
     # Standardization before the model, with statistics that never move once learning starts
     # (connectors.scaling): "warmup" measures them on the first warmup_messages feature

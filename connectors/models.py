@@ -31,7 +31,7 @@ __all__ = [
 
 #: Bounds on the input that do not change what the model learns from the points it accepts:
 #: applied to new and restored models alike, and free to change between restarts.
-_LIMITS = ("max_features", "max_new_features")
+_LIMITS = ("max_features", "max_new_features", "far_points")
 
 
 def _model_class(name: str) -> type:
@@ -76,14 +76,20 @@ def default_model_settings(model_type: str) -> dict[str, Any]:
     return {"type": model_type, **{name: SCHEMA["model"][name].default for name in names}}
 
 
-def limit_settings(config: Config) -> dict[str, int | None]:
-    """``max_features`` and ``max_new_features`` as the library takes them: 0 is no cap (None),
-    an unset ``max_features`` the model type's own default."""
+def limit_settings(config: Config) -> dict[str, Any]:
+    """``max_features`` and ``max_new_features`` as the library takes them (0 is no cap, None;
+    an unset ``max_features`` the model type's own default), and ``far_points`` where the
+    type takes it."""
     parameters = _parameters(config.model.type)
-    limits: dict[str, int | None] = {}
+    limits: dict[str, Any] = {}
     for name in _LIMITS:
+        if name not in parameters:
+            continue  # (far_points: the LS-SVMs hold no points, nor a kernel's scale)
         value = getattr(config.model, name)
-        limits[name] = parameters[name].default if value is None else value or None
+        if name == "far_points":
+            limits[name] = value
+        else:
+            limits[name] = parameters[name].default if value is None else value or None
     return limits
 
 

@@ -519,6 +519,8 @@ SCALE_CHECK_EVERY = 1000
 #: 1e4 among features of about 1 (K about 1e7 times theirs) left a linear IncrementalSVC
 #: learning as before; one of 1e5 (1e9 times) had 4 to 56 of the next 150 updates refused.
 OUTLIER_DIAGONAL_RATIO = 1e8
+#: What the models' ``far_points`` parameter takes.
+FAR_POINTS = ("warn", "refuse")
 OUTLIER_MIN_STORED = 10
 #: (model type, what was said) of the kernel-scale warnings given in this process.
 _SCALE_WARNED: set[tuple[str, str]] = set()
@@ -601,6 +603,12 @@ def _check_C(C: object) -> float:
     return float(C)
 
 
+def _check_far_points(value: object) -> None:
+    if value not in FAR_POINTS:
+        raise ValueError(f"far_points must be one of {', '.join(map(repr, FAR_POINTS))}, "
+                         f"got {value!r}")
+
+
 _PARAMETERS: dict[type, frozenset[str]] = {}
 
 
@@ -642,7 +650,7 @@ def _plain(value: Any) -> Any:
 
 #: Parameters that checkpoints of the first versions do not hold: those take their defaults
 #: (what the models were then).
-_ADDED_PARAMETERS = frozenset({"max_features", "max_new_features", "classes"})
+_ADDED_PARAMETERS = frozenset({"max_features", "max_new_features", "classes", "far_points"})
 
 
 def restored_params(cls: type, meta: Mapping[str, Any], given: Mapping[str, Any]
@@ -702,7 +710,9 @@ class FixedParameters:
 
     @property
     def _mutable_attributes(self) -> set[str]:
-        return {"max_features", "max_new_features"}
+        # (far_points: the models that take it, not the LS-SVMs)
+        return {"max_features", "max_new_features"} | (
+            {"far_points"} & _parameters_of(type(self)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if (name[:1] != "_" and self._built_by in self.__dict__
@@ -715,6 +725,8 @@ class FixedParameters:
             )
         if name in ("max_features", "max_new_features") and self._built_by in self.__dict__:
             _check_feature_limit(name, value)  # as the constructor checks it
+        if name == "far_points" and self._built_by in self.__dict__:
+            _check_far_points(value)
         object.__setattr__(self, name, value)
 
     def clone(self, new_params: dict[str, Any] | None = None,
@@ -776,6 +788,7 @@ class _EngineModel(FixedParameters):
                              f"got {self.max_breakpoints!r}")
         _check_feature_limit("max_features", self.max_features)
         _check_feature_limit("max_new_features", self.max_new_features)
+        _check_far_points(getattr(self, "far_points", "warn"))
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
         self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
                                   max_breakpoints=self.max_breakpoints)
@@ -1059,7 +1072,7 @@ class _EngineModel(FixedParameters):
         rows, new = vectorize()
         check_feature_names(new)
         self._check_kernel_scale(rows, values)
-        self._warn_of_outliers(rows, new)
+        self._judge_far_points(rows, new)
         arriving = rows.shape[0] if rows.ndim == 2 else 1
         if self.max_new_features is not None and len(new) > self.max_new_features:
             raise ValueError(
@@ -1201,14 +1214,15 @@ class _EngineModel(FixedParameters):
         self._warn_of_scale(incoming, values)  # (a warning made an error: checked again)
         self._next_scale_check = engine.updates_total + SCALE_CHECK_EVERY
 
-    def _warn_of_outliers(self, incoming: np.ndarray, new_names: list[Hashable]) -> None:
-        """Warn (once per process and model type) when an incoming point's K(x, x), under a
-        kernel whose values grow with the features (linear, polynomial), is more than
-        OUTLIER_DIAGONAL_RATIO times the largest of the stored points': one message with a
-        unit slip or a raw timestamp among unit-scale features. Learned, it stays, and its
-        terms swamp the others' conditions: 4 to 56 of the next 150 updates of a linear
-        IncrementalSVC were refused (ConvergenceError, each after trying to learn every stored
-        point afresh), without a word, until it was forgotten."""
+    def _judge_far_points(self, incoming: np.ndarray, new_names: list[Hashable]) -> None:
+        """Count, and warn of (once per process and model type) or refuse (ValueError, with
+        ``far_points="refuse"``), an incoming point whose K(x, x), under a kernel whose values
+        grow with the features (linear, polynomial), is more than OUTLIER_DIAGONAL_RATIO times
+        the largest of the stored points': one message with a unit slip or a raw timestamp
+        among unit-scale features. Learned, it stays, and its terms swamp the others'
+        conditions: 4 to 56 of the next 150 updates of a linear IncrementalSVC were refused
+        (ConvergenceError, each after trying to learn every stored point afresh), without a
+        word, until it was forgotten."""
         engine = self._engine
         kernel = engine.kernel
         # (RBF: K(x, x) = 1; a user's kernel: a call per point, not made here.)
@@ -1238,7 +1252,7 @@ class _EngineModel(FixedParameters):
         names = self._features.names
         name = names[column] if column < len(names) else new_names[column - len(names)]
         value = float(diagonal[beyond].max())
-        warn_kernel_scale(self, (
+        message = (
             f"a point far beyond the kernel scale of the stored points: its K(x, x) = "
             f"{value:.3g} is {value / scale:.3g} times the largest of the {engine.n} points "
             f"stored ({scale:.3g}; its feature {name!r} = {row[column]:.6g}). Once stored, "
@@ -1246,9 +1260,16 @@ class _EngineModel(FixedParameters):
             "to about 1e-16 of its size: this update and later ones may be refused "
             "(ConvergenceError; the daemon dead-letters them 'refused'), each refusal after "
             "trying to learn the stored points afresh (slow). A unit slip or an unscaled "
-            "feature (a raw timestamp)? Forget the point (forget_one with its key) or "
-            "standardize the features (River's preprocessing.StandardScaler; the daemon's "
-            "[scaler])"))
+            "feature (a raw timestamp)? Forget the point (forget_one with its key), refuse "
+            "such points (far_points='refuse'), or standardize the features (River's "
+            "preprocessing.StandardScaler; the daemon's [scaler])")
+        if getattr(self, "far_points", "warn") == "refuse":
+            raise ValueError(message.split(". Once stored")[0] + ": refused (far_points="
+                             "'refuse'), the model is unchanged: stored, it would swamp the "
+                             "other points' conditions. A unit slip or an unscaled feature (a "
+                             "raw timestamp)? Standardize the features, or learn it with "
+                             "far_points='warn'")
+        warn_kernel_scale(self, message)
 
     def _warn_of_scale(self, incoming: np.ndarray, values: Any) -> None:
         """Warn when the kernel's scale does not fit the points (see _check_kernel_scale)."""

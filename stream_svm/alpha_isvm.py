@@ -185,7 +185,7 @@ class AlphaISVC(_EngineClassifier):
         m in [0, 1]: a validation sample is an error when y f(x) < m (m = 0: when it is
         misclassified, the paper's rule); see above.
     C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features,
-    classes
+    classes, far_points
         As in :class:`stream_svm.IncrementalSVC` (``max_breakpoints`` bounds each engine
         update).
 
@@ -225,6 +225,7 @@ class AlphaISVC(_EngineClassifier):
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
         classes: list | tuple | None = None,
+        far_points: str = "warn",
     ) -> None:
         self.discard_ratio = discard_ratio
         self.cache_ratio = cache_ratio
@@ -243,6 +244,7 @@ class AlphaISVC(_EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.far_points = far_points
         self.classes = classes
         self._ratio_alpha = _check_ratio("discard_ratio", "alpha", discard_ratio, 0.0, 1.0)
         self._ratio_beta = _check_ratio("cache_ratio", "beta", cache_ratio, 0.0, 1.0)

@@ -328,6 +328,13 @@ class IncrementalSVC(_EngineClassifier):
     max_new_features
         Bound on the names one learn call may add (None: no bound), e.g. against one message
         with 40,000 keys.
+    far_points
+        What to do with a point whose K(x, x) is more than 1e8 times the largest of the points
+        stored (linear and polynomial kernels; 10 points stored at least): ``"warn"``
+        (default) learns it, with a warning once per process and model type; ``"refuse"``
+        raises ValueError and changes nothing. Either way ``far_points_total`` counts it.
+        Such a point (a unit slip, an unscaled feature) swamps the others' conditions while
+        it is stored: later updates may be refused (ConvergenceError), slowly.
     classes
         ``None`` (default): labels are booleans, True/1 positive, False/0/-1 negative. Or two
         labels ``[negative, positive]``, e.g. ``["ham", "spam"]``: learning takes exactly those
@@ -365,6 +372,7 @@ class IncrementalSVC(_EngineClassifier):
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
         classes: list | tuple | None = None,
+        far_points: str = "warn",
     ) -> None:
         self.C = C
         self.kernel = kernel
@@ -376,6 +384,7 @@ class IncrementalSVC(_EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.far_points = far_points
         self.classes = classes
         if reserve_epsilon is not None and (
             isinstance(reserve_epsilon, bool)
@@ -538,7 +547,7 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
     strategy
         ``"multiple"`` or ``"single"``.
     C, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features, max_new_features,
-    classes
+    classes, far_points
         As in :class:`IncrementalSVC`.
 
     Examples
@@ -568,6 +577,7 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
         classes: list | tuple | None = None,
+        far_points: str = "warn",
     ) -> None:
         self.window_size = window_size
         self.step = step
@@ -581,6 +591,7 @@ class SlidingWindowSVC(_SlidingWindow, _EngineClassifier):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.far_points = far_points
         self.classes = classes
         self._init_engine()
         self._init_window()

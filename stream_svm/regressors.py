@@ -409,7 +409,7 @@ class IncrementalSVR(_EngineRegressor):
         the current solution does not change, but such a sample can no longer come back into
         it later, the price of the smaller memory: the model is then the exact SVR of the
         samples it keeps, not of every sample seen (see :class:`stream_svm.IncrementalSVC`).
-    ridge, max_breakpoints, max_features, max_new_features
+    ridge, max_breakpoints, max_features, max_new_features, far_points
         As for :class:`stream_svm.IncrementalSVC`.
 
     Attributes ``n_margin`` (samples on the tube's edge), ``n_error`` (outside it),
@@ -444,6 +444,7 @@ class IncrementalSVR(_EngineRegressor):
         max_breakpoints: int | None = None,
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
+        far_points: str = "warn",
     ) -> None:
         self.C = C
         self.epsilon = epsilon
@@ -456,6 +457,7 @@ class IncrementalSVR(_EngineRegressor):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.far_points = far_points
         _check_nonnegative("reserve_epsilon", reserve_epsilon, allow_none=True)
         self._init_regressor()
         self.reserve_discarded = 0
@@ -624,7 +626,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
     strategy
         ``"multiple"`` or ``"single"``.
     C, epsilon, kernel, gamma, degree, coef0, ridge, max_breakpoints, max_features,
-    max_new_features
+    max_new_features, far_points
         As in :class:`IncrementalSVR`.
 
     Examples
@@ -654,6 +656,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         max_breakpoints: int | None = None,
         max_features: int | None = 10_000,
         max_new_features: int | None = None,
+        far_points: str = "warn",
     ) -> None:
         self.window_size = window_size
         self.step = step
@@ -668,6 +671,7 @@ class SlidingWindowSVR(_SlidingWindow, _EngineRegressor):
         self.max_breakpoints = max_breakpoints
         self.max_features = max_features
         self.max_new_features = max_new_features
+        self.far_points = far_points
         self._init_regressor()
         self._init_window()
 

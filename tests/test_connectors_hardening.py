@@ -1683,7 +1683,8 @@ def test_a_new_model_logs_its_input_limits_too(tmp_path, caplog):
     with caplog.at_level("INFO", logger="connectors.daemon"), \
             pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path, **{"model.max_features": 50})).run()
-    assert "(input limits {'max_features': 50, 'max_new_features': 1000})" in caplog.text
+    assert ("(input limits {'max_features': 50, 'max_new_features': 1000, "
+            "'far_points': 'refuse'})") in caplog.text
 
 
 def test_commits_that_raised_but_were_made_are_not_taken_for_another_daemons(tmp_path,

@@ -24,6 +24,7 @@ from connectors.models import (
 from connectors.processor import Processor, Record
 from stream_svm import (
     AlphaISVC,
+    ConvergenceError,
     IncrementalLSSVC,
     IncrementalLSSVR,
     IncrementalSVC,
@@ -60,12 +61,15 @@ def test_every_model_type_is_built_from_its_settings(model_type):
         if name != "type":
             assert getattr(model, name) == value, name
     # Every constructor parameter is a setting, with the constructor's default (but for the
-    # daemon's tighter max_new_features).
+    # daemon's tighter max_new_features, and far_points: a point far beyond the stored points'
+    # scale is dead-lettered by default, as a message the model cannot use).
     assert set(applicable_settings(model_type)) == set(model._get_params())
     defaults = type(model)().__dict__
     for name in applicable_settings(model_type):
-        if name not in ("max_features", "max_new_features"):
+        if name not in ("max_features", "max_new_features", "far_points"):
             assert getattr(model, name) == defaults[name], name
+    if "far_points" in applicable_settings(model_type):
+        assert (model.far_points, defaults["far_points"]) == ("refuse", "warn")
 
 
 def test_settings_reach_the_model():
@@ -442,3 +446,51 @@ def test_features_a_model_cannot_score_are_refused_not_internal_errors():
     assert errors["huge"].startswith("the model cannot score these features: ValueError: the "
                                      "features are too large for the random Fourier map")
     assert len(result.outputs) == 7 and model.n_samples_ == 7 and "c" in model.feature_names_
+
+
+def test_a_point_far_beyond_the_stored_scale_is_dead_lettered_by_default_and_counted():
+    # One unit slip among standardized features poisoned a linear model while stored: later
+    # valid messages were dead-lettered (ConvergenceError), at seconds each.
+    from connectors.metrics import Metrics
+
+    config = _config(type="IncrementalSVC", kernel="linear")
+    model = build_model(config)
+    metrics = Metrics()
+    processor = Processor(model, metrics=metrics)
+    rng = np.random.default_rng(4)
+    messages = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": bool(a > 0)}
+                for i, (a, b) in enumerate(rng.uniform(-2, 2, size=(40, 2)))]
+    processor.process(_records(messages[:30]))
+    before = model.decision_function_one({"a": 1.0, "b": 1.0})
+    result = processor.process(_records(
+        [{"id": "slip", "x": {"a": 0.5, "b": 2.5e9}, "y": True}], first_offset=30))
+    [letter] = [d.record for d in result.dead_letters]
+    assert letter["reason"] == "refused" and "slip" not in model
+    assert re.search(r"far beyond the kernel scale .*feature 'b' = 2\.5e\+09.*refused "
+                     r"\(far_points='refuse'\), the model is unchanged", letter["error"])
+    assert model.decision_function_one({"a": 1.0, "b": 1.0}) == before
+    result = processor.process(_records(messages[30:], first_offset=31))
+    assert not result.dead_letters and len(result.outputs) == 10
+    assert model.far_points_total == 1 and metrics.far_points._value.get() == 1.0
+
+
+def test_far_points_may_change_between_restarts():
+    # A bound on the input, as max_features: not a setting the model was made with.
+    model = build_model(_config(type="IncrementalSVR", kernel="linear"))
+    for i, x in enumerate(_points(30)):
+        model.learn_one(x, x["a"], key=i)
+    arrays, meta = model.to_checkpoint()
+    learning = restore_model(_config(type="IncrementalSVR", kernel="linear",
+                                     far_points="warn"), arrays, meta)
+    assert learning.far_points == "warn"
+    with pytest.warns(UserWarning, match="far beyond"):
+        try:
+            learning.learn_one({"a": 1e12, "b": 0.0}, 1.0, key="slip")
+        except ConvergenceError:
+            pass
+    assert learning.far_points_total == 1
+    # Checkpoints of earlier versions hold no far_points: the library's default ("warn").
+    del meta["params"]["far_points"]
+    assert IncrementalSVR.from_checkpoint(arrays, meta).far_points == "warn"
+    with pytest.raises(ConfigError, match="far_points"):
+        _config(type="IncrementalSVR", far_points="drop")

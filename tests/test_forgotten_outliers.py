@@ -143,6 +143,7 @@ def test_learning_afresh_that_fails_too_leaves_the_engine_unchanged(monkeypatch)
     assert relative_kkt_violation(engine) < 1e-8
 
 
+@pytest.mark.filterwarnings("ignore:a point far beyond")  # (its point is)
 def test_a_factor_refused_on_round_off_is_a_convergence_error_and_changes_nothing():
     # A quadratic kernel with one point at 1e5 (K ~ 4e20 beside values of 1): the factor of
     # the margin set is not positive definite to working precision in one slide, whose
@@ -354,7 +355,7 @@ def test_a_polynomial_kernels_far_point_is_judged_by_its_kernel_value(monkeypatc
         a = rng.uniform(-1, 1)
         model.learn_one({"a": a, "b": rng.uniform(-1, 1)}, a > 0, key=key)
     with pytest.warns(UserWarning, match=r"K\(x, x\) = 1.25e\+11 is 2.24e\+10 times"):
-        model._warn_of_outliers(np.array([100.0, 0.0]), [])
+        model._judge_far_points(np.array([100.0, 0.0]), [])
 
 
 def test_a_users_kernel_is_not_called_to_look_for_far_points(monkeypatch):
@@ -372,8 +373,8 @@ def test_a_users_kernel_is_not_called_to_look_for_far_points(monkeypatch):
     before = len(calls)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model._warn_of_outliers(np.array([1e16, 0.5]), [])
-        model._warn_of_outliers(np.array([[1e16, 0.5], [0.1, 0.2]]), [])
+        model._judge_far_points(np.array([1e16, 0.5]), [])
+        model._judge_far_points(np.array([[1e16, 0.5], [0.1, 0.2]]), [])
     assert len(calls) == before
 
 
@@ -411,3 +412,27 @@ def test_every_far_point_is_counted_though_warned_of_once(monkeypatch):
             assert "m2" not in model
         assert model.far_points_total == 4
     assert len([w for w in said if "far beyond" in str(w.message)]) == 3  # (one per type)
+
+
+@pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC, IncrementalSVR])
+def test_far_points_refuse_leaves_the_model_unchanged_and_counts_the_point(cls):
+    model = cls(kernel="poly", degree=2, coef0=1.0, far_points="refuse")
+    regression = cls is IncrementalSVR
+    _unit_points(model, regression=regression)
+    probe = {"a": 0.3, "b": -0.2}
+    before = (model.stored_keys(), model.decision_function_one(probe)
+              if not regression else model.predict_one(probe))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (refused, not warned of)
+        with pytest.raises(ValueError, match=r"its feature 'a' = 3000\). *refused "
+                                             r"\(far_points='refuse'\), the model is unchanged"):
+            model.learn_one({"a": 3000.0, "b": 0.5}, 1.0 if regression else True, key="slip")
+    assert (model.stored_keys(), model.decision_function_one(probe)
+            if not regression else model.predict_one(probe)) == before
+    assert model.far_points_total == 1
+    model.learn_one({"a": 30.0, "b": 0.5}, 1.0 if regression else True, key="large")  # (1e6)
+    assert "large" in model and model.far_points_total == 1
+    with pytest.raises(ValueError, match="far_points must be one of 'warn', 'refuse'"):
+        model.far_points = "drop"
+    with pytest.raises(ValueError, match="far_points must be one of"):
+        cls(far_points=True)
