@@ -772,6 +772,9 @@ class _EngineModel(FixedParameters):
     """The engine, the feature space and the keys of an engine-backed model (a mixin under a
     River base class); subclasses call :meth:`_init_common` from their constructor."""
 
+    #: (What a model pickled before the parameter existed does: its constructor's default.)
+    far_points = "warn"
+
     def _init_common(self) -> None:
         """Check the shared parameters and build the engine, the feature space and keys."""
         _check_C(self.C)
@@ -788,7 +791,7 @@ class _EngineModel(FixedParameters):
                              f"got {self.max_breakpoints!r}")
         _check_feature_limit("max_features", self.max_features)
         _check_feature_limit("max_new_features", self.max_new_features)
-        _check_far_points(getattr(self, "far_points", "warn"))
+        _check_far_points(self.far_points)
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
         self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
                                   max_breakpoints=self.max_breakpoints)
@@ -1263,7 +1266,7 @@ class _EngineModel(FixedParameters):
             "feature (a raw timestamp)? Forget the point (forget_one with its key), refuse "
             "such points (far_points='refuse'), or standardize the features (River's "
             "preprocessing.StandardScaler; the daemon's [scaler])")
-        if getattr(self, "far_points", "warn") == "refuse":
+        if self.far_points == "refuse":
             raise ValueError(message.split(". Once stored")[0] + ": refused (far_points="
                              "'refuse'), the model is unchanged: stored, it would swamp the "
                              "other points' conditions. A unit slip or an unscaled feature (a "
