@@ -519,9 +519,9 @@ SCALE_CHECK_EVERY = 1000
 #: 1e4 among features of about 1 (K about 1e7 times theirs) left a linear IncrementalSVC
 #: learning as before; one of 1e5 (1e9 times) had 4 to 56 of the next 150 updates refused.
 OUTLIER_DIAGONAL_RATIO = 1e8
+OUTLIER_MIN_STORED = 10
 #: What the models' ``far_points`` parameter takes.
 FAR_POINTS = ("warn", "refuse")
-OUTLIER_MIN_STORED = 10
 #: (model type, what was said) of the kernel-scale warnings given in this process.
 _SCALE_WARNED: set[tuple[str, str]] = set()
 #: gamma times the median squared distance between stored points beyond which an RBF kernel
@@ -1255,24 +1255,24 @@ class _EngineModel(FixedParameters):
         names = self._features.names
         name = names[column] if column < len(names) else new_names[column - len(names)]
         value = float(diagonal[beyond].max())
-        message = (
+        point = (
             f"a point far beyond the kernel scale of the stored points: its K(x, x) = "
             f"{value:.3g} is {value / scale:.3g} times the largest of the {engine.n} points "
-            f"stored ({scale:.3g}; its feature {name!r} = {row[column]:.6g}). Once stored, "
-            "its terms swamp the other points' conditions, which float64 then resolves only "
-            "to about 1e-16 of its size: this update and later ones may be refused "
+            f"stored ({scale:.3g}; its feature {name!r} = {row[column]:.6g})")
+        if self.far_points == "refuse":
+            raise ValueError(f"{point}: refused (far_points='refuse'), the model is unchanged: "
+                             "stored, it would swamp the other points' conditions. A unit slip "
+                             "or an unscaled feature (a raw timestamp)? Standardize the "
+                             "features, or learn it with far_points='warn'")
+        warn_kernel_scale(self, (
+            f"{point}. Once stored, its terms swamp the other points' conditions, which "
+            "float64 then resolves only to about 1e-16 of its size: this update and later ones "
+            "may be refused "
             "(ConvergenceError; the daemon dead-letters them 'refused'), each refusal after "
             "trying to learn the stored points afresh (slow). A unit slip or an unscaled "
             "feature (a raw timestamp)? Forget the point (forget_one with its key), refuse "
             "such points (far_points='refuse'), or standardize the features (River's "
-            "preprocessing.StandardScaler; the daemon's [scaler])")
-        if self.far_points == "refuse":
-            raise ValueError(message.split(". Once stored")[0] + ": refused (far_points="
-                             "'refuse'), the model is unchanged: stored, it would swamp the "
-                             "other points' conditions. A unit slip or an unscaled feature (a "
-                             "raw timestamp)? Standardize the features, or learn it with "
-                             "far_points='warn'")
-        warn_kernel_scale(self, message)
+            "preprocessing.StandardScaler; the daemon's [scaler])"))
 
     def _warn_of_scale(self, incoming: np.ndarray, values: Any) -> None:
         """Warn when the kernel's scale does not fit the points (see _check_kernel_scale)."""
