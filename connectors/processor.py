@@ -253,12 +253,11 @@ class Processor:
 
     @property
     def model_updates(self) -> int:
-        """The updates the model's predictions reflect: ``updates`` but a sliding window's
-        arrivals still waiting in its buffer (counted once they enter the window). Counting
-        them as they arrived made the number depend on where polls cut a slide: the same
-        model was reported as 48 updates by one run and 51 by a run restarted in between."""
-        if not self.sliding:
-            return self.updates
+        """The updates the model's predictions reflect: ``updates`` but the samples still
+        waiting in the model's buffer (a sliding window's arrivals until the next slide,
+        alpha-ISVM's until its batch is full), counted once learned. Counting them as they
+        arrived made the number depend on where polls cut a slide: the same model was
+        reported as 48 updates by one run and 51 by a run restarted in between."""
         return self.updates - int(getattr(self.model, "n_buffered", 0))
 
     # -- state -----------------------------------------------------------------------------

@@ -95,6 +95,8 @@ def state_of(processor: Processor, config: Config
         "group_id": config.kafka.group_id,
         "input_topic": config.kafka.input_topic,
         "updates": processor.updates,
+        # (what its predictions reflect: 0 while every sample learned waits in its buffer)
+        "model_updates": processor.model_updates,
         "offsets": dict(processor.offsets),
         "scaler": None if processor.scaler is None else processor.scaler.state(),
     }
@@ -234,10 +236,13 @@ class StateFollower:
             self._empty = self._refused = None
         if state is not None:
             self._seen_topic = topic_id
-        if state is not None and state.metadata.get("updates") == 0:
+        if state is not None and state.metadata.get(
+                "model_updates", state.metadata.get("updates")) == 0:
             # A learner that has learned nothing yet publishes at its checkpoints too: its
             # empty model answered every input with score 0, where a predictor waits for a
-            # model (or keeps serving the one it has).
+            # model (or keeps serving the one it has). Samples a sliding window or alpha-ISVM
+            # holds in its buffer are not learned yet (states of older versions tell only
+            # ``updates``, buffered samples included).
             if self._empty is None or (state.epoch, state.sequence) > self._empty:
                 log.info("state %s on %s holds a model that has learned nothing yet: not "
                          "served", generation(state.epoch, state.sequence),

@@ -577,7 +577,7 @@ def test_a_predictor_that_served_nothing_yet_follows_a_recreated_state_topic(
             writer.ensure_topic(partitions=1)
             arrays, metadata, next_offset = _state_with(config, 0)
             if first == "refused":
-                metadata = {**metadata, "format": 99, "updates": 5}
+                metadata = {**metadata, "format": 99, "updates": 5, "model_updates": 5}
             writer.publish(GLOBAL_MODEL_ID, arrays, metadata, next_offset, 2, 1)
         assert follower.refresh(store) == ("refused" if first == "refused" else "none")
         _recreate(servers, topics["state"])
@@ -736,3 +736,37 @@ def test_a_learner_whose_state_topic_vanished_creates_it_again_and_publishes_the
         assert state.epoch == epoch + 1 and model.n_stored == 20
     finally:
         embedded.stop()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("model", [
+    {"model.type": "SlidingWindowSVC", "model.window_size": 500, "model.step": 10},
+    {"model.type": "AlphaISVC", "model.batch_size": 20},
+])
+def test_a_predictor_does_not_serve_a_model_whose_samples_all_wait_in_its_buffer(
+        broker, tmp_path, model):  # noqa: F811
+    # A sliding window before its first slide (or alpha-ISVM before its first batch) holds
+    # its samples in a buffer, and its model is still empty; its state counted the buffered
+    # samples as updates, so a predictor served it: score 0 for every input.
+    from connectors.replica import StateFollower
+
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    produce(servers, topics["input"], _labelled(0, 5))
+    learner = _learner(broker, tmp_path, topics, **model)
+    assert Daemon(learner, until_drained=True).run() == 0
+    follower = StateFollower(_predictor(broker, topics, **model),
+                             lambda model: Processor(model), Metrics(), threading.Event())
+    store = StateStore(servers, topics["state"], timeout=10)
+    try:
+        assert follower.refresh(store) == "none" and follower.take() is None
+        buffered, _ = _published(servers, learner)
+        assert buffered.metadata["updates"] == 5 and buffered.metadata["model_updates"] == 0
+        produce(servers, topics["input"], _labelled(5, 25))
+        assert Daemon(learner, until_drained=True).run() == 0
+        assert follower.refresh(store) == "newer"
+        served = follower.take()
+        assert served.model_updates == 30 - served.model.n_buffered > 0
+        assert served.model.predict_one(BANANAS[0][0]) is not None
+    finally:
+        store.close()
