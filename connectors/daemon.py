@@ -710,6 +710,9 @@ class Daemon:
         # (monotonic), and those reported stalled (_watch_progress).
         self._progress: dict[str, tuple[int, float, int]] = {}
         self._stalled: set[str] = set()
+        # (topic, partition) of the consumer-lag series exported: a partition this process no
+        # longer owns must not keep its last lag beside its new owner's.
+        self._lag_series: set[tuple[str, str]] = set()
         # Partitions sought back to read again (a model the state topic did not give back),
         # and when: their position stays while their records come back every poll, no stall.
         self._read_again_at: dict[str, float] = {}
@@ -2457,12 +2460,16 @@ class Daemon:
                 continue
             lag = max(0, high - position)
             self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+            self._lag_series.add((tp.topic, str(tp.partition)))
             # (Records held back after a reconnect, or for a missing topic, are read again
             # from the same position: no stall.)
             held = bool(self._verify_until) or bool(self._missing_topics) or (
                 now - self._read_again_at.get(f"{tp.topic}:{tp.partition}", -math.inf)
                 < self.STALL_SECONDS)
             self._watch_progress(tp, position, lag, tp in paused or held, now)
+        for series in self._lag_series - {(tp.topic, str(tp.partition)) for tp in assigned}:
+            self.metrics.lag.remove(*series)
+            self._lag_series.discard(series)
         for name in set(self._progress) - {f"{tp.topic}:{tp.partition}" for tp in assigned}:
             del self._progress[name]
             self._stalled.discard(name)

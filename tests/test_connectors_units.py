@@ -784,6 +784,51 @@ def test_a_partition_with_messages_that_no_fetch_returns_is_reported_stalled(mon
         daemon.metrics.registry).decode()
 
 
+def test_the_lag_of_a_partition_given_up_is_no_longer_exported():
+    # A daemon of a consumer group that gave a partition up kept exporting the last lag it
+    # had seen of it (for 15 minutes in a soak), beside its new owner's series: the group's
+    # lag summed over its members was wrong.
+    from collections import namedtuple
+
+    from prometheus_client import generate_latest
+
+    from connectors.daemon import Daemon
+
+    Partition = namedtuple("Partition", "topic partition")
+    kept, given_up = Partition("in", 0), Partition("in", 1)
+
+    class Consumer:
+        def __init__(self):
+            self.assigned = {kept, given_up}
+
+        def assignment(self):
+            return set(self.assigned)
+
+        def paused(self):
+            return set()
+
+        def highwater(self, tp):
+            return 20
+
+        def position(self, tp, timeout_ms=None):
+            return 11
+
+    daemon = Daemon(load_config(None, {"metrics.enabled": False}, environ={}))
+    daemon._consumer = consumer = Consumer()
+    daemon._update_lag()
+    text = generate_latest(daemon.metrics.registry).decode()
+    assert 'stream_svm_consumer_lag{partition="1",topic="in"} 9.0' in text
+    consumer.assigned = {kept}
+    daemon._update_lag()
+    text = generate_latest(daemon.metrics.registry).decode()
+    assert 'stream_svm_consumer_lag{partition="0",topic="in"} 9.0' in text
+    assert 'partition="1"' not in text
+    consumer.assigned = {kept, given_up}  # given back: exported again
+    daemon._update_lag()
+    assert 'stream_svm_consumer_lag{partition="1",topic="in"} 9.0' in generate_latest(
+        daemon.metrics.registry).decode()
+
+
 @pytest.mark.parametrize("sliding", [False, True])
 def test_only_a_sliding_window_exports_window_points(sliding):
     from prometheus_client import generate_latest
