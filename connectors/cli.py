@@ -1005,7 +1005,16 @@ class _ConnectionRefusals(logging.Filter):
     itself, once per attempt of its own), and of metadata requests cancelled by the closing
     of their client, and reads of a socket its client has just closed. Every other failure
     (a TLS handshake, a name that does not resolve, authentication) still shows: there
-    kafka-python's line is the only one that gives the cause."""
+    kafka-python's line is the only one that gives the cause. A topic missing from the
+    cluster's metadata, which kafka-python logs at every metadata refresh (ten times a second
+    while the daemon waits for its input topic), shows once a minute per topic."""
+
+    #: Seconds between two records of one topic missing from the cluster's metadata.
+    REPEAT_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown: dict[str, float] = {}  # message -> when it was last let through
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -1013,6 +1022,12 @@ class _ConnectionRefusals(logging.Filter):
         except Exception:  # a malformed record is the handler's to report, not ours
             return True
         if record.name == "kafka.cluster":
+            if "not found in cluster metadata" in message:
+                last = self._shown.get(message)
+                if last is not None and record.created - last < self.REPEAT_SECONDS:
+                    return False
+                self._shown[message] = record.created
+                return True
             # A metadata request cancelled because its client closed (the state store's
             # readers close after every read): logged at ERROR, some fifteen times a minute
             # with per-key models, by a client that is gone and misses nothing.

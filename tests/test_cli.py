@@ -615,6 +615,24 @@ def test_only_refused_connections_are_left_out_of_kafka_pythons_log():
     assert kept("Metadata refresh: failed KafkaConnectionError: timed out", "kafka.cluster")
 
 
+def test_a_missing_topic_is_logged_once_a_minute_not_at_every_metadata_refresh():
+    # While the daemon waited for its input topic, kafka-python logged "Topic ... not found in
+    # cluster metadata" at ERROR about ten times a second (82 lines in 9 s).
+    from connectors.cli import _ConnectionRefusals
+
+    refusals = _ConnectionRefusals()
+
+    def kept(topic: str, at: float) -> bool:
+        record = logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1,
+                                   "Topic %s not found in cluster metadata", (topic,), None)
+        record.created = at
+        return refusals.filter(record)
+
+    shown = [at for at in (0.0, 0.1, 0.2, 30.0, 59.9, 60.0, 60.1, 130.0) if kept("in", at)]
+    assert shown == [0.0, 60.0, 130.0]
+    assert kept("other", 0.3)  # each topic's first record shows
+
+
 def test_a_read_of_a_socket_closed_by_its_own_client_is_left_out_of_kafka_pythons_log():
     # kafka-python 3 logs at ERROR, with a traceback, its reader finding the socket that a
     # close() set to None meanwhile: seen in about one stop of the daemon in ten.
