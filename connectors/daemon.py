@@ -1853,6 +1853,9 @@ class Daemon:
         if not self._verify_until:
             log.info("a connection to the broker closed: once reconnected, holding what is "
                      "read until the topics' metadata is checked again")
+        # A topic this daemon created may be another one after this (a broker that
+        # restarted empty, whose producers created it again): its reset no longer says so.
+        self._created_topics.clear()
         # As of the look before this close could have been followed by a reconnect.
         self._made_at_close = self._made_seen
         self._updates_at_close = self._metadata_updates
@@ -1942,12 +1945,17 @@ class Daemon:
         self.metrics.partition_resets.labels(
             topic=tp.topic, partition=str(tp.partition), cause=cause
         ).inc()
+        try:
+            partitions = consumer.partitions_for_topic(tp.topic)
+        except Exception:  # (the metadata is only a hint here)
+            partitions = None
         problem = (
             f"partition {name} no longer holds the offsets this model resumes from ({detail}): "
             "the topic was deleted and recreated, or the broker lost its data (the embedded "
             "broker keeps topics in memory only)" + (
                 f"; {tp.topic} was missing at this start, and this daemon created it anew "
-                "(kafka.create_topics)" if tp.topic in self._created_topics else "")
+                "(kafka.create_topics)" if tp.topic in self._created_topics else "") + (
+                f"; {tp.topic} has {len(partitions)} partition(s) now" if partitions else "")
         )
         if policy != "stop":
             assert self.processor is not None

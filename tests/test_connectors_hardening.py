@@ -1857,3 +1857,34 @@ def test_a_reset_that_stops_the_daemon_is_logged_once_per_partition(tmp_path, ca
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(lines) == 2 and "partition in:0 " in lines[0] and "partition in:1 " in lines[1]
     assert daemon.stop_event.is_set() and daemon.summary.exit_code == 1
+
+
+def test_a_reset_names_the_topic_created_at_this_start_only_while_no_reconnect_came_since(
+        tmp_path, caplog):
+    # The daemon created its input topic at its start; then the broker restarted empty and
+    # a producer created the topic again, with 4 partitions: the refusal still said the
+    # daemon had created it, and not how many partitions it had now.
+    from kafka import TopicPartition
+
+    class Partitioned(_Seeking):
+        def partitions_for_topic(self, topic: str) -> set[int]:
+            return {0, 1, 2, 3}
+
+    def refusal(daemon: Daemon) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="connectors.daemon"):
+            daemon._partition_reset(daemon._consumer, TopicPartition("in", 0), "beyond_end",
+                                    "the partition ends at 0")
+        return next(r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+
+    config = _settings(tmp_path)
+    for reconnected in (False, True):
+        daemon = Daemon(config)
+        daemon.processor = daemon._new_processor(build_model(config))
+        daemon._consumer = Partitioned()
+        daemon._created_topics.add("in")
+        if reconnected:
+            daemon._notice_reconnect()
+        told = refusal(daemon)
+        assert ("this daemon created it anew" in told) is not reconnected
+        assert "; in has 4 partition(s) now" in told
