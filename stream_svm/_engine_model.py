@@ -640,9 +640,11 @@ def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
 def _plain(value: Any) -> Any:
     """A parameter as JSON keeps it: numpy scalars (gamma=np.float32(0.5), or the classes
     of list(np.unique(y))) as the Python numbers, bools or strs they hold, also inside a
-    list or tuple."""
+    list or tuple, and a numpy or pandas array (classes=np.unique(y)) as a list."""
     if isinstance(value, np.generic):
         return value.item()
+    if not isinstance(value, (str, bytes, list, tuple)) and hasattr(value, "tolist"):
+        value = value.tolist()
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value

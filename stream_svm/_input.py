@@ -327,6 +327,9 @@ def check_classes(classes: object) -> tuple[object, object] | None:
     """
     if classes is None:
         return None
+    if not isinstance(classes, (str, bytes, list, tuple)) and hasattr(classes, "tolist"):
+        # a numpy or pandas array (a column's unique values), its scalars as Python's
+        classes = classes.tolist()
     if isinstance(classes, (str, bytes)) or not isinstance(classes, (list, tuple)):
         raise ValueError(
             "classes must be None or a list of two labels [negative, positive], got "

@@ -136,8 +136,11 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         return key in self._engine
 
     def stored_keys(self) -> list[Hashable]:
-        """Keys of the stored points (AutoKey for points learned without a key)."""
-        return self._engine.keys
+        """Keys of the stored points, oldest first (AutoKey for points learned without a
+        key; a relabelled point counts as new)."""
+        engine = self._engine
+        keys = engine.keys
+        return [keys[i] for i in np.argsort(engine.sequence, kind="stable")]
 
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], bool]:
         """The features (non-zero ones, as learned) and the label of a stored point.
@@ -265,7 +268,8 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         """
         check_checkpoint_meta(meta, {"class": JSON_TEXT})
         if meta["class"] != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+            raise ValueError(
+                f"checkpoint holds a model of class {meta['class']!r}, not {cls.__name__}")
         check_checkpoint_meta(meta, ENGINE_META)
         model = cls(**restored_params(cls, meta, callables))
         model._engine.set_state(dict(arrays), keys_from_arrays(arrays))
@@ -337,7 +341,8 @@ class IncrementalSVC(_EngineClassifier):
         it is stored: later updates may be refused (ConvergenceError), slowly.
     classes
         ``None`` (default): labels are booleans, True/1 positive, False/0/-1 negative. Or two
-        labels ``[negative, positive]``, e.g. ``["ham", "spam"]``: learning takes exactly those
+        labels ``[negative, positive]`` (a list, a tuple or a one-dimensional numpy or pandas
+        array), e.g. ``["ham", "spam"]``: learning takes exactly those
         values (anything else raises ValueError), predictions return them and
         ``predict_proba_one`` is keyed by them. Strings, numbers and booleans are allowed.
 

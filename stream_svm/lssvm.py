@@ -926,7 +926,8 @@ class _IncrementalLSSVM(FixedParameters):
         that is not passed back (a checkpoint holds no Python function)."""
         check_checkpoint_meta(meta, {"class": JSON_TEXT})
         if meta["class"] != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+            raise ValueError(
+                f"checkpoint holds a model of class {meta['class']!r}, not {cls.__name__}")
         check_checkpoint_meta(meta, {"params": JSON_TABLE, "features": JSON_LIST,
                                      "has_space": JSON_FLAG, "n_samples": JSON_COUNT})
         model = cls(**restored_params(cls, meta, callables))

@@ -183,8 +183,11 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         return self._engine.n_reserve
 
     def stored_keys(self) -> list[Hashable]:
-        """Keys of the stored samples (AutoKey for samples learned without a key)."""
-        return self._engine.keys
+        """Keys of the stored samples, oldest first (AutoKey for samples learned without a
+        key; a relabelled sample counts as new)."""
+        engine = self._engine
+        keys = engine.keys
+        return [keys[i] for i in np.argsort(engine.sequence, kind="stable")]
 
     def stored_point(self, key: Hashable) -> tuple[dict[Hashable, float], float]:
         """The features (non-zero ones, as learned) and the target of a stored sample.
@@ -356,7 +359,8 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         """
         check_checkpoint_meta(meta, {"class": JSON_TEXT})
         if meta["class"] != cls.__name__:
-            raise ValueError(f"checkpoint holds a {meta['class']!r}, not a {cls.__name__}")
+            raise ValueError(
+                f"checkpoint holds a model of class {meta['class']!r}, not {cls.__name__}")
         check_checkpoint_meta(meta, ENGINE_META)
         model = cls(**restored_params(cls, meta, callables))
         # (A regression's points always carry their linear terms and gaps: without them they

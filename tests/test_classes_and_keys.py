@@ -570,10 +570,29 @@ def test_a_clone_with_what_was_learned_cannot_take_other_fixed_parameters(make, 
 @pytest.mark.parametrize("labels", [np.array([0, 1]), np.array([False, True]),
                                     np.array(["ham", "spam"])])
 def test_classes_given_as_numpy_scalars_make_json_ready_checkpoints(cls, labels):
-    import json
-
     classes = list(np.unique(labels))  # numpy scalars: the everyday idiom
     model = cls(classes=classes)
+    _check_json_ready(cls, model, labels)
+
+
+@pytest.mark.parametrize("cls", [IncrementalSVC, SlidingWindowSVC, AlphaISVC, IncrementalLSSVC])
+@pytest.mark.parametrize("labels", [np.array([0, 1]), np.array(["ham", "spam"])])
+@pytest.mark.parametrize("kind", ["numpy", "pandas"])
+def test_classes_given_as_an_array_are_taken(cls, labels, kind):
+    # classes=np.array([...]) (or a column's unique values) raised ValueError where a tuple of
+    # the same labels was taken.
+    import pandas as pd
+
+    classes = np.unique(labels) if kind == "numpy" else pd.Series(labels).unique()
+    model = cls(classes=classes)
+    assert model._classes == tuple(labels.tolist())
+    _check_json_ready(cls, model, labels)
+    assert cls(classes=classes).clone()._classes == model._classes
+
+
+def _check_json_ready(cls, model, labels) -> None:
+    import json
+
     for value, label in zip([-1.0, 1.0, 2.0, -2.0], labels[[0, 1, 1, 0]], strict=True):
         model.learn_one({"a": value}, label)
     arrays, meta = model.to_checkpoint()
@@ -693,3 +712,29 @@ def test_a_boolean_names_no_arrival_waiting_in_a_windows_buffer(step):
             call()
     assert True not in window and 1 in window
     assert window.stored_point(1) == ({"a": 1.0}, True)
+
+
+@pytest.mark.parametrize("make", [lambda: IncrementalSVC(C=10.0),
+                                  lambda: SlidingWindowSVC(window_size=50, step=3),
+                                  lambda: __import__("stream_svm").IncrementalSVR(C=10.0),
+                                  lambda: __import__("stream_svm").SlidingWindowSVR(
+                                      window_size=50, step=3)],
+                         ids=["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR",
+                              "SlidingWindowSVR"])
+def test_stored_keys_are_oldest_first(make):
+    # They came in the engine's storage order, which removals shuffle: a window of 50 listed
+    # [99, 100, 102, ..., 119, 70, ..., 98, 101]; the LS-SVMs and AlphaISVC list oldest first.
+    model = make()
+    regression = "SVR" in type(model).__name__
+    for i in range(120):
+        value = (i * 7919 % 100) / 50 - 1
+        model.learn_one({"a": value}, value if regression else value > 0, key=i)
+    keys = model.stored_keys()
+    if hasattr(model, "window_size"):
+        assert keys == list(range(120 - model.n_buffered - 50, 120 - model.n_buffered))
+    else:
+        for key in (3, 50, 7):
+            model.forget_one(key=key)
+        model.relabel_one(5, 0.5 if regression else True)  # counts as new
+        keys = model.stored_keys()
+        assert keys == [k for k in range(120) if k not in (3, 50, 7, 5)] + [5]
