@@ -1068,6 +1068,8 @@ cdef enum:
     I_RECENT_NEXT_ = 8
     I_REUSED_ = 9
     I_Z_VALID_ = 10
+    I_ZERO_STEPS_ = 11
+    I_BLAND_ = 12
 
 DONE, NEED_COLUMN, NEED_CAPACITY, LIMIT, EMPTY_MARGIN, NON_FINITE = (
     DONE_, NEED_COLUMN_, NEED_CAPACITY_, LIMIT_, EMPTY_MARGIN_, NON_FINITE_)
@@ -1078,9 +1080,9 @@ F_B, F_T, F_ARRIVED, F_NO_IMBALANCE, F_DIAG_SCALE = (
     I_STEPS_, I_BREAKPOINTS_, I_FRESH_, I_PENDING_, I_K_, I_W_VALID_, I_LIMIT_,
     I_COLUMN_READY_, I_RECENT_NEXT_, I_REUSED_, I_Z_VALID_)
 #: Length of the ``ints`` array.
-N_INTS = 11
+N_INTS = 13
 cdef enum:
-    N_INTS_ = 11
+    N_INTS_ = 13
 
 # Migration counters (``counts``), in this order.
 MIGRATIONS = ("margin->error", "margin->reserve", "added->margin", "refused",
@@ -1203,6 +1205,7 @@ cdef class LoopArrays:
     cdef double[::1] change, point_eta, margin_events, fs, beta_D
     cdef signed char[::1] status
     cdef long[::1] slot_of, margin, store, recent_of, margin_candidate, ints, counts
+    cdef long[::1] zero_sets  # (see _sets_seen_again)
     cdef unsigned char[::1] blocked, adding, active
     cdef object margin_array  # the array ``margin`` views (a view's own copy is slower)
     cdef Py_ssize_t rows, capacity
@@ -1214,6 +1217,7 @@ cdef class LoopArrays:
         self.fs = np.empty(7)
         self.ints = np.zeros(N_INTS, dtype=np.int64)
         self.counts = np.zeros(len(MIGRATIONS), dtype=np.int64)
+        self.zero_sets = np.zeros(ZERO_SETS, dtype=np.int64)
         self.margin_array = np.empty(0, dtype=np.int64)
         self.margin = self.margin_array
 
@@ -1355,7 +1359,8 @@ cdef class LoopArrays:
                            self.adding, self.active, self.blocked, self.beta_D,
                            self.driven_effect, self.fs, self.ints, self.counts, self.column,
                            self.work, self.recent, self.recent_of, self.change,
-                           self.point_eta, self.margin_events, self.margin_candidate)
+                           self.point_eta, self.margin_events, self.margin_candidate,
+                           self.zero_sets)
         return code
 
     @property
@@ -1468,20 +1473,52 @@ cdef int _column_of(int kernel_kind, double gamma, int degree, double coef0, dou
     return 0
 
 
+cdef enum:
+    ZERO_SETS = 256  # the sets of the last this many zero steps are remembered
+
+
+cdef inline unsigned long long _mix(unsigned long long value) noexcept nogil:
+    # splitmix64's finalizer
+    value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL
+    value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL
+    return value ^ (value >> 31)
+
+
+cdef bint _sets_seen_again(signed char[::1] status, unsigned char[::1] blocked, Py_ssize_t n,
+                           long zero_steps, long[::1] zero_sets) noexcept nogil:
+    """Whether the points' sets (and refusals) are those of an earlier step of this run of
+    ``zero_steps`` zero steps (a hash of them, kept for the last ZERO_SETS steps)."""
+    cdef Py_ssize_t i, j
+    cdef unsigned long long code = 0
+    cdef long hashed
+    for i in range(n):
+        code += _mix(<unsigned long long>i * 16 + <unsigned long long>(status[i] * 2 + 8)
+                     + blocked[i])
+    hashed = <long>code
+    for j in range(zero_steps if zero_steps < ZERO_SETS else ZERO_SETS):
+        if zero_sets[j] == hashed:
+            return True
+    zero_sets[zero_steps % ZERO_SETS] = hashed
+    return False
+
+
 cdef Py_ssize_t _tied_event(double[::1] point_eta, double[::1] change, Py_ssize_t n,
                             long[::1] margin_candidate, double[::1] margin_events,
                             Py_ssize_t n_candidates, double window,
-                            Py_ssize_t* chosen) noexcept nogil:
+                            Py_ssize_t* chosen, bint lowest) noexcept nogil:
     """How many events lie within ``window``; ``chosen`` gets the position of the one of
     largest sensitivity (|change| of a point, |d alpha| of a margin member), then lowest
-    position."""
+    position; with ``lowest``, of lowest position (Bland's rule, see _follow)."""
     cdef Py_ssize_t i, c, n_ties = 0, best = -1
     cdef double best_sensitivity = 0.0, sensitivity
     i = stream_svm_next_at_most(0, n, &point_eta[0], window)
     while i < n:
         n_ties += 1
         sensitivity = fabs(change[i])
-        if best < 0 or sensitivity > best_sensitivity:
+        if lowest:
+            if best < 0:
+                best = i
+        elif best < 0 or sensitivity > best_sensitivity:
             best = i
             best_sensitivity = sensitivity
         i = stream_svm_next_at_most(i + 1, n, &point_eta[0], window)
@@ -1490,7 +1527,10 @@ cdef Py_ssize_t _tied_event(double[::1] point_eta, double[::1] change, Py_ssize_
             n_ties += 1
             sensitivity = margin_events[2 * c + 1]
             i = margin_candidate[c]
-            if (best < 0 or sensitivity > best_sensitivity
+            if lowest:
+                if best < 0 or i < best:
+                    best = i
+            elif (best < 0 or sensitivity > best_sensitivity
                     or (sensitivity == best_sensitivity and i < best)):
                 best = i
                 best_sensitivity = sensitivity
@@ -1511,7 +1551,7 @@ cdef int _follow(
     double[::1] fs, long[::1] ints, long[::1] counts, double[::1] column, double[::1] work,
     double[:, ::1] recent, long[::1] recent_of,
     double[::1] change, double[::1] point_eta, double[::1] margin_events,
-    long[::1] margin_candidate,
+    long[::1] margin_candidate, long[::1] zero_sets,
 ) noexcept nogil:
     cdef Py_ssize_t i, j, m = D.shape[0], k, chosen, index, slot, capacity = R.shape[0]
     cdef Py_ssize_t n_ties, n_candidates
@@ -1520,7 +1560,7 @@ cdef int _follow(
     cdef double beta_sum, beta_scale, beta_S_scale, db, scale, tol_g, tol_a, eta_min, step
     cdef double shifted_db, v_sum, value, eta_unit, coefficient_scale, window, s_max
     cdef double sens_max, d_alpha, margin_eta_min
-    cdef bint any_active, bias_only, finish, adds_done
+    cdef bint any_active, bias_only, finish, adds_done, bland
     cdef signed char state
     cdef Py_ssize_t lda_cols = columns.shape[1], lda_kd = K_D.shape[1]
     cdef double* leaving
@@ -1757,8 +1797,25 @@ cdef int _follow(
             for i in range(k):
                 z[i] *= value
         window = eta_min + 1e-13 * (eta_min if eta_min > 1.0 else 1.0)
+        # Where many points sit exactly at their events together (the margin of a model that
+        # has learned one class only holds every point at g = 0), steps of length 0 can take
+        # points in and out of S in a cycle that never ends (four negative points and one
+        # positive under a linear kernel cycled through eight sets until max_breakpoints):
+        # nothing moves in such a step, so the same sets lead to the same choice again. Once
+        # a run of zero steps comes back to sets it has been in, its ties go to the lowest
+        # position (Bland's rule for degenerate pivots), which breaks the cycle; every other
+        # path keeps its choices.
+        if step == 0.0:
+            if not ints[I_BLAND_]:
+                ints[I_BLAND_] = _sets_seen_again(status, blocked, n, ints[I_ZERO_STEPS_],
+                                                  zero_sets)
+            ints[I_ZERO_STEPS_] += 1
+        else:
+            ints[I_ZERO_STEPS_] = 0
+            ints[I_BLAND_] = 0
+        bland = ints[I_BLAND_] != 0
         n_ties = _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
-                             window, &chosen)
+                             window, &chosen, bland)
         if n_ties > 1:
             eta_unit = 1.0
             sens_max = stream_svm_largest_sensitivity(n, &change[0], &status[0], &blocked[0],
@@ -1774,7 +1831,7 @@ cdef int _follow(
                     eta_unit = coefficient_scale / beta_scale
             window = eta_min + 1e-13 * (eta_min if eta_min > eta_unit else eta_unit)
             _tied_event(point_eta, change, n, margin_candidate, margin_events, n_candidates,
-                        window, &chosen)
+                        window, &chosen, bland)
         if status[chosen] == RESERVE and change[chosen] > 0.0:
             # a flip: the point joins S on its other side
             y[chosen] = -y[chosen]

@@ -556,3 +556,31 @@ def test_a_state_saved_when_the_balance_was_judged_relative_to_c_is_restored_re_
     state["alpha"][np.flatnonzero(state["status"] == 0)[0]] *= 1.01
     with pytest.raises(ValueError, match=r"sum\(y alpha\) .* of sum\(alpha\)\): a damaged"):
         restored.set_state(state, keys)
+
+
+# Four negative points, then one positive, under a linear kernel (2-D, unit scale): the first
+# four leave every point exactly on the margin (g = 0, w = 0), and the positive one's path
+# took points in and out of S with steps of length 0, through eight sets again and again,
+# until max_breakpoints (in 24 of the 120 orders of learning the five points, and in
+# learn_many of them), at C = 1, 10 and 1000.
+DEGENERATE_CYCLE = np.array([(-0.774852, 0.040974), (-0.657468, 0.71817),
+                             (-0.893199, -0.72814), (0.78718, 2.221511),
+                             (-0.928855, 0.619033)])
+
+
+@pytest.mark.parametrize("C", [1.0, 10.0, 1000.0])
+def test_steps_of_length_zero_do_not_cycle(C):
+    import itertools
+
+    from tests.oracle import assert_matches_batch
+
+    X, y = DEGENERATE_CYCLE, np.array([-1.0, -1.0, -1.0, -1.0, 1.0])
+    probes = np.random.default_rng(0).normal(size=(30, 2))
+    for order in itertools.permutations(range(5)):
+        engine = PathEngine(make_kernel("linear"), C=C)
+        for i in order:
+            engine.update(X[i : i + 1], y[i : i + 1], [i])
+        assert_matches_batch(engine, probes, tol=1e-10)
+    engine = PathEngine(make_kernel("linear"), C=C)
+    engine.update(X, y, list(range(5)))
+    assert_matches_batch(engine, probes, tol=1e-10)
