@@ -1817,12 +1817,14 @@ class PathEngine:
             self.b = 0.0
             return True
         if self.b_is_fixed():
-            return False
+            if not self._free_by_round_off():
+                return False
+            refresh = True  # the members' coefficients move to their bounds: g follows
         self._before_change()
         self._ensure_columns()  # members leaving for E hand their columns to h
         margin = self._margin
         alpha = self._alpha[:n]
-        y, g, gap = self._y[:n], self._g[:n], self._gap[:n]
+        y, g = self._y[:n], self._g[:n]
         status = self._status[:n].copy()
         # Each member is at a bound in exact arithmetic (at most one lies between them, see
         # b_is_fixed): the nearer one.
@@ -1844,15 +1846,7 @@ class PathEngine:
             if self._refresh_g()[3]:  # h's drift may matter next to the KKT tolerance
                 self.recompute_error_contributions()
                 self._refresh_g()
-        c = g - y * self.b  # g = y (f - b) + p + y b
-        reserve, error = status == RESERVE, status == ERROR
-        up, down = y > 0, y < 0
-        # Reserve: 0 <= c + y b <= gap; error: c + y b <= 0.
-        lows = np.concatenate([-c[reserve & up], c[reserve & down] - gap[reserve & down],
-                               c[error & down]])
-        highs = np.concatenate([gap[reserve & up] - c[reserve & up], c[reserve & down],
-                                -c[error & up]])
-        low, high = lows.max(initial=-np.inf), highs.min(initial=np.inf)
+        low, high = self._b_interval(g, status)
         if not (low <= high) or not (np.isfinite(low) or np.isfinite(high)):
             return refresh  # nothing else changed
         if not (np.isfinite(low) and np.isfinite(high)):
@@ -1870,6 +1864,55 @@ class PathEngine:
         self._g[:n] += y * (middle - self.b)
         self.b = middle
         return True
+
+    def _b_interval(self, g: np.ndarray, status: np.ndarray) -> tuple[float, float]:
+        """The interval of b that keeps every point's condition, each in its set of
+        ``status`` (none in S), from its ``g`` at the current b."""
+        n = self.n
+        y, gap = self._y[:n], self._gap[:n]
+        c = g - y * self.b  # g = y (f - b) + p + y b
+        reserve, error = status == RESERVE, status == ERROR
+        up, down = y > 0, y < 0
+        # Reserve: 0 <= c + y b <= gap; error: c + y b <= 0.
+        lows = np.concatenate([-c[reserve & up], c[reserve & down] - gap[reserve & down],
+                               c[error & down]])
+        highs = np.concatenate([gap[reserve & up] - c[reserve & up], c[reserve & down],
+                                -c[error & up]])
+        return lows.max(initial=-np.inf), highs.min(initial=np.inf)
+
+    #: How far below C (or above 0), relative to C, a member of S may be left by round-off
+    #: and still count as at its bound for b (see _free_by_round_off).
+    ROUND_OFF_BAND = 1e-9
+
+    def _free_by_round_off(self) -> bool:
+        """Whether the members of S that seem free (so that b looks fixed) are at their
+        bounds but for round-off: copies of a point share one coefficient, and a path that
+        takes them all to C at its end can leave some of them 3e-12 C below it (three
+        copies, C K ~ 2e3), which fixed b at one end of its interval, by the order the points
+        came in (f(0) = -0.95 or +0.015 for the same eight points). They are taken as at
+        their bounds when every one lies within ROUND_OFF_BAND C of it, sum(y alpha) = 0
+        holds with them there to ``residual_tol``, and so does every point's condition, each
+        member as a point of its bound, for some b: the coefficients are then an optimum of
+        the problem to round-off, whose b is not unique."""
+        n, C = self.n, self.C
+        margin = self._margin
+        alpha = self._alpha[margin]
+        snapped = np.where(alpha > 0.5 * C, C, 0.0)
+        moved = snapped - alpha
+        if not np.all(np.abs(moved) <= self.ROUND_OFF_BAND * C):
+            return False
+        y = self._y[:n]
+        total = float(self._alpha[:n].sum())
+        if abs(float(y[margin] @ moved)) > self.residual_tol * total:
+            return False
+        self._ensure_columns()
+        k = margin.size
+        # g with the members at their bounds (their columns' contribution moved)
+        g = self._g[:n] + y * (self._columns[self._store[:k], :n].T @ (y[margin] * moved))
+        status = self._status[:n].copy()
+        status[margin] = np.where(snapped > 0.0, ERROR, RESERVE)
+        low, high = self._b_interval(g, status)
+        return bool(low <= high)
 
     def _b_to_finite_end(self, end: float) -> bool:
         """One class only: b's interval is half-open, and its finite end, where the point

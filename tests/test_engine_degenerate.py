@@ -584,3 +584,38 @@ def test_steps_of_length_zero_do_not_cycle(C):
     engine = PathEngine(make_kernel("linear"), C=C)
     engine.update(X, y, list(range(5)))
     assert_matches_batch(engine, probes, tol=1e-10)
+
+
+def test_b_is_centered_where_copies_leave_coefficients_a_round_off_below_c():
+    # Eight points with every coefficient at C (b not unique): three copies of one point
+    # shared their coefficient, and the path that took them to C left two of them 3e-12 C
+    # below it, which fixed b at an end of its interval by the order of the points (f(0) =
+    # -0.95 or +0.015); libsvm centers it (0.008512).
+    from stream_svm import IncrementalSVC, IncrementalSVR
+
+    copy = [-1.2954225535755381, -1.417001010604945, 0.9812034856641942]
+    X = np.array([[1.2377184818690774, -1.6194597983467527, 0.3201050648772154], copy,
+                  [-0.12989038619381682, -0.7010956402260364, 1.070104599488368], copy,
+                  [-0.3924705891626993, -0.4572822875324344, -1.2436507009497069], copy,
+                  [0.5912719019980882, -0.09719009154143551, 1.4532360292703597],
+                  [0.6819532798790994, 0.7736464069196792, 1.8290531438736908]])
+    y = [-1, -1, 1, -1, 1, -1, 1, 1]
+    rng = np.random.default_rng(1)
+    for order in [list(range(8))] + [list(rng.permutation(8)) for _ in range(8)]:
+        model = IncrementalSVC(C=0.015298534950491504, gamma=1.0, ridge=0.001,
+                               classes=[-1, 1])
+        for i in order:
+            model.learn_one(dict(zip("abc", X[i], strict=True)), y[i], key=int(i))
+        assert model.intercept == pytest.approx(0.008512, abs=5e-7), order
+    # The same with regression samples (three copies at C, the tube's interval).
+    x = [-0.0148111279589886, -0.742102902101766, -0.0148111279589886, -1.2537742313698383,
+         -1.3595116032656764, 0.42868195691204075, -0.0148111279589886, -1.3595116032656764,
+         -1.2537742313698383, -0.32155967895408905]
+    t = [-0.02882426771093134, -1.188535186647833, -0.02882426771093134, -0.3302574738400735,
+         -0.07127370235951103, 0.812505210453857, -0.02882426771093134, -0.2324574736550023,
+         -0.8159751255644884, -0.5928514998142533]
+    for order in [list(range(10))] + [list(rng.permutation(10)) for _ in range(8)]:
+        model = IncrementalSVR(C=0.014550514543841464, epsilon=0.001, ridge=0.001, gamma=1.0)
+        for i in order:
+            model.learn_one({"a": x[i]}, t[i], key=int(i))
+        assert model.intercept == pytest.approx(-0.126440, abs=5e-7), order
