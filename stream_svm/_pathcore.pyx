@@ -2131,15 +2131,16 @@ def rows_times(const double[:, ::1] rows, const double[::1] weights, double shif
             out[c] = stream_svm_dot(width, &rows[c, 0], &weights[0]) + shift
 
 
-def count_free(const long[::1] members, const double[::1] alpha, double upper) -> int:
-    """How many of ``members`` (positions) have 0 < alpha < ``upper``."""
+def count_free(const long[::1] members, const double[::1] alpha, double upper,
+               double lower=0.0) -> int:
+    """How many of ``members`` (positions) have ``lower`` < alpha < ``upper``."""
     cdef Py_ssize_t j, count = 0, n = alpha.shape[0]
     for j in range(members.shape[0]):
         if not 0 <= members[j] < n:
             raise ValueError(f"position {members[j]} is outside the {n} coefficients")
     with nogil:
         for j in range(members.shape[0]):
-            if 0.0 < alpha[members[j]] < upper:
+            if lower < alpha[members[j]] < upper:
                 count += 1
     return count
 

@@ -1896,11 +1896,12 @@ class PathEngine:
         the problem to round-off, whose b is not unique."""
         n, C = self.n, self.C
         margin = self._margin
+        band = self.ROUND_OFF_BAND * C
+        if _pathcore.count_free(margin, self._alpha, C - band, band):
+            return False  # (a member well inside: b is fixed, the common case, decided here)
         alpha = self._alpha[margin]
         snapped = np.where(alpha > 0.5 * C, C, 0.0)
         moved = snapped - alpha
-        if not np.all(np.abs(moved) <= self.ROUND_OFF_BAND * C):
-            return False
         y = self._y[:n]
         total = float(self._alpha[:n].sum())
         if abs(float(y[margin] @ moved)) > self.residual_tol * total:
