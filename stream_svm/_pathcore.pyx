@@ -2131,6 +2131,39 @@ def rows_times(const double[:, ::1] rows, const double[::1] weights, double shif
             out[c] = stream_svm_dot(width, &rows[c, 0], &weights[0]) + shift
 
 
+def fourier_angles(const double[:, ::1] rows, const double[:, ::1] frequencies,
+                   const double[::1] phase, double[:, ::1] out) -> None:
+    """``out[r] = (sum_j rows[r, j] frequencies[j]) + phase``, the sum taken over j in
+    ascending order with the zero features skipped (the angles of a random Fourier map).
+
+    A BLAS product's rounding depends on the matrix's shape (its blocking and kernels differ
+    with the inner dimension), so a sample's angles would change in their last bits once the
+    map has grown by a feature the sample reads as 0, and forgetting it would no longer
+    subtract exactly what learning it added. Here the additions are the same whatever the
+    width: a feature added later that reads 0 adds nothing."""
+    cdef Py_ssize_t r, j, c, m = rows.shape[0], width = rows.shape[1]
+    cdef Py_ssize_t components = frequencies.shape[1]
+    cdef double value
+    if (width > frequencies.shape[0] or phase.shape[0] != components
+            or out.shape[0] != m or out.shape[1] != components):
+        raise ValueError(f"{m} x {width} rows, {frequencies.shape[0]} x {components} "
+                         f"frequencies, {phase.shape[0]} phases, "
+                         f"{out.shape[0]} x {out.shape[1]} outputs")
+    with nogil:
+        for r in range(m):
+            for c in range(components):
+                out[r, c] = 0.0
+            for j in range(width):
+                value = rows[r, j]
+                if value != 0.0:
+                    for c in range(components):
+                        out[r, c] = out[r, c] + value * frequencies[j, c]
+            # The phase last, as in (rows @ frequencies) + phase: a sum of two features is
+            # then the same whichever comes first.
+            for c in range(components):
+                out[r, c] = out[r, c] + phase[c]
+
+
 def count_free(const long[::1] members, const double[::1] alpha, double upper,
                double lower=0.0) -> int:
     """How many of ``members`` (positions) have ``lower`` < alpha < ``upper``."""

@@ -50,6 +50,7 @@ import pandas as pd
 from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
+from stream_svm import _pathcore
 from stream_svm._engine_model import (
     JSON_COUNT,
     JSON_FLAG,
@@ -437,8 +438,10 @@ class _IncrementalLSSVM(FixedParameters):
         """Map input rows to the model's columns: (bias,) then phi(x)."""
         if self.features == "rff":
             assert omega is not None and phase is not None
+            angles = np.empty((len(rows), self.n_components))
             with np.errstate(over="ignore", invalid="ignore"):
-                angles = rows @ omega + phase
+                _pathcore.fourier_angles(np.ascontiguousarray(rows, dtype=float),
+                                         np.ascontiguousarray(omega), phase, angles)
             if not np.isfinite(angles).all():
                 raise ValueError(
                     "the features are too large for the random Fourier map (their products with "
