@@ -126,9 +126,19 @@ class CallableKernel(Kernel):
         return self.function(A, B)
 
 
+#: What a text given for gamma ("scale", "auto", as scikit-learn takes them) is told.
+GAMMA_TEXT_HINT = (
+    "a model that learns online keeps one kernel for every point it stores, so gamma is a "
+    "number it cannot rescale later, not 'scale' or 'auto': 1 / median ||x - x'||^2 over a "
+    "sample of the (scaled) features is a good start, and the models warn with that value "
+    "when gamma does not fit the features' scale"
+)
+
+
 def _check_positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
+        hint = f": {GAMMA_TEXT_HINT}" if name == "gamma" and isinstance(value, str) else ""
+        raise TypeError(f"{name} must be a number, got {value!r}{hint}")
     if not np.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)

@@ -90,6 +90,7 @@ from stream_svm._input import (
 from stream_svm._input import (
     key_list as keys_as_list,
 )
+from stream_svm.kernels import GAMMA_TEXT_HINT
 
 __all__ = ["IncrementalLSSVC", "IncrementalLSSVR"]
 
@@ -265,7 +266,8 @@ class _IncrementalLSSVM(FixedParameters):
         if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not (
             math.isfinite(gamma) and gamma > 0
         ):
-            raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
+            hint = f": {GAMMA_TEXT_HINT}" if isinstance(gamma, str) else ""
+            raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}{hint}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
                                  or seed < 0):
             raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")

@@ -13,7 +13,13 @@ import pandas as pd
 import pytest
 
 import stream_svm._engine_model as engine_model
-from stream_svm import AlphaISVC, IncrementalSVC, IncrementalSVR, SlidingWindowSVC
+from stream_svm import (
+    AlphaISVC,
+    IncrementalLSSVC,
+    IncrementalSVC,
+    IncrementalSVR,
+    SlidingWindowSVC,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -50,6 +56,18 @@ def test_a_narrow_kernel_is_reported_once_with_the_median_heuristic():
     squared = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)[np.triu_indices(50, k=1)]
     assert f"the median heuristic gives gamma = {1 / np.median(squared):.3g}." in message
     assert "nearly every point becomes a support vector of its own" in message
+
+
+@pytest.mark.parametrize("gamma", ["scale", "auto"])
+@pytest.mark.parametrize(("cls", "params", "error"), [
+    (IncrementalSVC, {}, TypeError), (SlidingWindowSVC, {}, TypeError),
+    (IncrementalLSSVC, {"features": "rff"}, ValueError)])
+def test_scikit_learns_gamma_names_are_answered_with_what_to_give(cls, params, error, gamma):
+    # "gamma must be a number, got 'scale'" and nothing more: the first thing a scikit-learn
+    # user tries, with no word of the median heuristic the models already compute.
+    with pytest.raises(error, match=f"got '{gamma}': a model that learns online keeps one "
+                                    r"kernel .* 1 / median \|\|x - x'\|\|\^2 over a sample"):
+        cls(gamma=gamma, **params)
 
 
 def test_a_kernel_that_fits_the_scale_is_not_reported():
