@@ -53,6 +53,21 @@ class Setting:
     optional: bool = False  # whether "" / missing means "not set" (None)
 
 
+def _given_here(source: str) -> bool:
+    """Whether a setting's source is a flag or an environment variable, which give it to this
+    process alone (not a file, which may serve others)."""
+    return source == "flag" or source.startswith("env ")
+
+
+def _text_hint(name: str) -> str:
+    """What a text in place of a number is told, where more can be said."""
+    if name != "model.gamma":
+        return ""
+    from stream_svm.kernels import GAMMA_TEXT_HINT  # (the library only when it is needed)
+
+    return f" ({GAMMA_TEXT_HINT})"
+
+
 def _positive(value: float) -> str | None:
     return None if value > 0 else "must be > 0"
 
@@ -428,7 +443,7 @@ class Config(SimpleNamespace):
 
 def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     where = f"setting {name} (from {source})"
-    if isinstance(raw, str) and (source == "flag" or source.startswith("env ")):
+    if isinstance(raw, str) and _given_here(source):
         raw = _unquoted(raw)
     if setting.optional and (raw is None or raw == ""):
         return None
@@ -442,10 +457,10 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
     if kind is dict:
         return _convert_table(where, setting, raw)
     if isinstance(raw, str) and kind is not str:
-        if source != "flag" and not source.startswith("env "):
+        if not _given_here(source):
             # A TOML file says what it means: C = "5" is a quoted mistake, not a number.
             raise ConfigError(f"{where}: {raw!r} is a string; write the {kind.__name__} "
-                              "without quotes")
+                              f"without quotes{_text_hint(name)}")
         text = raw.strip()
         if kind in (int, float) and (not text.isascii() or "_" in text):
             # (Python reads 1_0 as 10, and digits of every script as digits.)
@@ -460,7 +475,8 @@ def _convert(name: str, setting: Setting, raw: Any, source: str) -> Any:
                 raise ValueError(text)
             raw = kind(text)
         except ValueError:
-            raise ConfigError(f"{where}: {raw!r} is not a valid {kind.__name__}") from None
+            raise ConfigError(f"{where}: {raw!r} is not a valid {kind.__name__}"
+                              f"{_text_hint(name)}") from None
     if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
         raw = float(raw)
     if kind is bool and not isinstance(raw, bool):
@@ -860,14 +876,20 @@ def _check_role(config: Config) -> None:
                 "its learner's state from that broker (an embedded broker holds none)"
             )
         # A predictor keeps neither: said, not refused, since a learner's configuration file
-        # serves its predictors too (the README's replicas read the same file).
+        # serves its predictors too (the README's replicas read the same file). Given by a
+        # flag or the environment, for this process alone, they are a mistake worth a warning;
+        # read from a file, most likely the learner's, a line of information.
         unused = [f"{section}.{key}" for section in ("checkpoint", "cache")
                   for key, setting in SCHEMA[section].items()
                   if config.sources[f"{section}.{key}"] != "default"
                   and getattr(getattr(config, section), key) != setting.default]
-        if unused:
-            log.warning("settings %s are not used by a predictor (it learns nothing, caches no "
-                        "unlabelled message and writes no checkpoint)", ", ".join(unused))
+        for given_here in (True, False):
+            names = [name for name in unused if _given_here(config.sources[name]) == given_here]
+            if names:
+                log.log(logging.WARNING if given_here else logging.INFO,
+                        "settings %s %sare not used by a predictor (it learns nothing, caches "
+                        "no unlabelled message and writes no checkpoint)", ", ".join(names),
+                        "" if given_here else "of the configuration file ")
     else:
         for key, setting in SCHEMA["predictor"].items():
             name = f"predictor.{key}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import os
 import socket
@@ -260,6 +261,10 @@ def test_bootstrap_servers_in_every_form_kafka_clients_take():
         ({"model.type": "IncrementalLSSVC", "model.features": "rff",
           "model.n_components": "100000000"}, {}, "model.n_components"),
         ({}, {"STREAM_SVM_MODEL_C": "1_0"}, "model.C"),
+        # scikit-learn's gamma = "scale" is what its users try first: told what to give instead.
+        ({"model.gamma": "scale"}, {}, "is not a valid float [(]a model that learns online "
+                                       "keeps one kernel for every point it stores, so gamma is "
+                                       "a number it cannot rescale later, not 'scale' or 'auto'"),
         ({}, {"STREAM_SVM_MODEL_DEGREE": "\u0663"}, "model.degree"),
     ],
 )
@@ -268,15 +273,31 @@ def test_invalid_settings_fail_naming_the_setting(overrides, environ, named):
         load_config(None, overrides, environ)
 
 
-def test_settings_a_daemon_does_not_use_are_named_in_a_warning(caplog):
+def test_settings_a_daemon_does_not_use_are_named_in_a_warning(caplog, tmp_path):
     # Accepted without a word before: a predictor keeps no checkpoint and no cache, and a
     # learner that does not publish writes no state topic. Not refused: a learner's file
     # serves its predictors too, and publishing may be turned on later.
-    load_config(None, {"daemon.role": "predictor", "kafka.state_topic": "s.state",
-                       "kafka.group_id": "p", "kafka.bootstrap_servers": "h:9092",
-                       "checkpoint.every_messages": "1", "cache.max_size": "5"}, {})
-    assert ("settings checkpoint.every_messages, cache.max_size are not used by a predictor"
-            in caplog.text)
+    predictor = {"daemon.role": "predictor", "kafka.state_topic": "s.state",
+                 "kafka.group_id": "p", "kafka.bootstrap_servers": "h:9092"}
+    caplog.set_level(logging.INFO, logger="stream_svm.config")
+    load_config(None, {**predictor, "checkpoint.every_messages": "1", "cache.max_size": "5"},
+                {})
+    assert [record.levelname for record in caplog.records] == ["WARNING"]
+    assert caplog.records[0].getMessage().startswith(
+        "settings checkpoint.every_messages, cache.max_size are not used by a predictor")
+    # Read from the learner's file, as the README's replicas do: information, not a warning
+    # that following the README would raise at every start.
+    caplog.clear()
+    learner = tmp_path / "learner.toml"
+    learner.write_text("[checkpoint]\ndir = \"cp\"\nevery_messages = 7\n")
+    load_config(learner, {**predictor, "cache.max_size": "5"}, {})
+    assert [record.levelname for record in caplog.records] == ["WARNING", "INFO"]
+    assert caplog.records[0].getMessage().startswith(
+        "settings cache.max_size are not used by a predictor")
+    assert caplog.records[1].getMessage().startswith(
+        "settings checkpoint.dir, checkpoint.every_messages of the configuration file are not "
+        "used by a predictor")
+    caplog.clear()
     load_config(None, {"kafka.state_topic": "s.state"}, {})
     assert "setting kafka.state_topic = 's.state' is not written" in caplog.text
     caplog.clear()
