@@ -123,7 +123,18 @@ class CallableKernel(Kernel):
         self.name = getattr(function, "__name__", type(function).__name__)
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        return self.function(A, B)
+        try:
+            return self.function(A, B)
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as error:
+            # A function written for two single points (dicts, or 1-D vectors) fails deep in
+            # numpy ("shapes (1,2) and (1,2) not aligned"): say what it is given and owes.
+            # (Other errors, such as running out of memory, pass as they are.)
+            raise ValueError(
+                f"kernel {self.name!r} raised {type(error).__name__}: {error} (given A of shape "
+                f"{A.shape} and B of shape {B.shape}: a kernel function takes two 2-D arrays "
+                "whose rows are points, their features in the model's order, and returns the "
+                "len(A) x len(B) array of K(A[i], B[j]))"
+            ) from error
 
 
 #: What a text given for gamma ("scale", "auto", as scikit-learn takes them) is told.

@@ -484,6 +484,34 @@ def test_user_callable_kernel_matches_builtin():
         IncrementalSVC(kernel=lambda A, B: np.ones(3)).learn_one({"a": 1.0}, True)
 
 
+def test_a_callable_kernel_written_for_two_points_is_told_what_it_is_given():
+    # It failed deep in numpy ("shapes (1,2) and (1,2) not aligned", or an IndexError for one
+    # reading dicts), without a word of the contract.
+    model = IncrementalSVC(C=10.0, kernel=lambda a, b: float(np.dot(a, b)))
+    with pytest.raises(ValueError, match=r"kernel '<lambda>' raised ValueError: shapes .* "
+                                         r"\(given A of shape \(1, 2\) and B of shape \(1, 2\): "
+                                         "a kernel function takes two 2-D arrays whose rows"):
+        model.learn_one({"a": 1.0, "b": 2.0}, True)
+    assert model.n_stored == 0
+
+
+def _two_features_only(A, B):
+    if A.shape[1] > 2:
+        raise KeyError("c")
+    return my_rbf(A, B)
+
+
+def test_a_callable_kernel_that_fails_later_is_named_and_changes_nothing():
+    model = IncrementalSVC(C=10.0, kernel=_two_features_only)
+    model.learn_one({"a": 1.0, "b": 2.0}, True)
+    model.learn_one({"a": -1.0, "b": 0.0}, False)
+    before = model.decision_function_one({"a": 0.5, "b": 0.5}), model.n_stored
+    with pytest.raises(ValueError, match=r"kernel '_two_features_only' raised KeyError: 'c' "
+                                         r"\(given A of shape \(\d+, 3\)"):
+        model.learn_one({"a": 1.0, "b": 2.0, "c": 1.0}, False)
+    assert (model.decision_function_one({"a": 0.5, "b": 0.5}), model.n_stored) == before
+
+
 def _shifted_linear(A, B):
     """Not positive semi-definite: K(x, x) = |x|^2 - 2 is negative near the origin."""
     return A @ B.T - 2.0
