@@ -242,7 +242,8 @@ class _Backoff:
     def wait(self, stop: threading.Event, what: str, error: BaseException) -> None:
         self.failures += 1
         if self.attempts and self.failures >= self.attempts:
-            raise DaemonError(f"{what}: giving up after {self.failures} attempts: {error}")
+            attempts = "1 attempt" if self.failures == 1 else f"{self.failures} attempts"
+            raise DaemonError(f"{what}: giving up after {attempts}: {error}")
         delay = backoff_delay(self.initial, self.maximum, self.failures)
         log.warning(
             "%s (attempt %d): %s; retrying in %.1f s", what, self.failures, error, delay

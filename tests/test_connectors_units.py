@@ -1410,3 +1410,16 @@ def test_far_points_are_counted_for_the_operator_refused_or_not(monkeypatch):
     refused = [d.record for d in result.dead_letters if d.record.get("reason") == "refused"]
     assert refused and "glitch" not in model  # (this one's own update is refused)
     assert "stream_svm_far_points_total 1.0" in generate_latest(metrics.registry).decode()
+
+
+def test_giving_up_counts_its_attempts_in_words():
+    import threading
+
+    from connectors.daemon import DaemonError, _Backoff
+
+    for attempts, said in ((1, "giving up after 1 attempt: refused"),
+                           (2, "giving up after 2 attempts: refused")):
+        backoff = _Backoff(0.0, 0.0, attempts)
+        with pytest.raises(DaemonError, match=f"^broker: {said}$"):
+            for _ in range(attempts):
+                backoff.wait(threading.Event(), "broker", ConnectionRefusedError("refused"))
