@@ -342,9 +342,10 @@ class ScopedModels:
             # started at the same moment, all but the one whose record is the newest are
             # refused (what the topic keeps of one key).
             log.warning(
-                "a new consumer group %r on %s: every %s starts a new, empty model (if this "
-                "group served models before, they are gone: the state topic was deleted or the "
-                "broker lost its data)", self.config.kafka.group_id, self.store.topic,
+                "a new consumer group %r on %s: every %s starts a new, empty model (as "
+                "expected at the group's first start; if this group served models before, "
+                "they are gone: the state topic was deleted or the broker lost its data)",
+                self.config.kafka.group_id, self.store.topic,
                 self.scope)
             self.store.publish(GROUP_RECORD_ID, {}, self._group_metadata(partitions), 0, 0, 1)
         if found is None:
