@@ -757,6 +757,11 @@ class Daemon:
         #: the last attempt failed): published on an idle stream too
         self._state_behind = False
         self._fenced = False  # another learner took the model over: publish nothing more
+        #: a newer state of this model than the one restored, found on the state topic at the
+        #: start (local checkpoints that fell behind its publishes): its offsets where they are
+        #: ahead, which the model reads past before it publishes (predictors keep that state)
+        self._publish_from: dict[str, int] | None = None
+        self._last_read = time.monotonic()  # when the last records were read
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         self._lock_checked_at = 0.0  # (_check_the_lock)
@@ -1514,6 +1519,40 @@ class Daemon:
         self.metrics.replica[0].set(0)
         log.info("publishing the model's state on %s as model %s, epoch %d",
                  store.topic, list(GLOBAL_MODEL_ID), epoch)
+        self._publish_from = self._newer_published_offsets(store)
+
+    def _newer_published_offsets(self, store: StateStore) -> dict[str, int] | None:
+        """The offsets of the model's newest state on the state topic where they are ahead of
+        the restored model's (None when none is): its local checkpoints fell behind what it
+        published (a disk that could not be written, a checkpoint directory restored from a
+        backup). Published at once under the new epoch, the older model would have replaced
+        the newer one in every predictor, without a word, until the replay caught up."""
+        assert self.processor is not None
+        try:
+            state = store.restore([GLOBAL_MODEL_ID], decode=False,
+                                  log_level=logging.DEBUG).get(GLOBAL_MODEL_ID)
+        except StateStoreError as exc:
+            log.warning("reading the newest state of the model on %s failed (%s): publishing "
+                        "as usual", store.topic, exc)
+            return None
+        offsets = None if state is None else state.metadata.get("offsets")
+        if not isinstance(offsets, dict):
+            return None
+        ahead = {name: offset for name, offset in offsets.items()
+                 if isinstance(name, str) and isinstance(offset, int)
+                 and offset > self.processor.offsets.get(name, 0)}
+        if not ahead:
+            return None
+        assert state is not None
+        log.warning(
+            "the state topic %s holds a newer state of this model (generation %s, %s model "
+            "updates, offsets %s) than the one restored here (%d model updates, offsets %s): "
+            "the local checkpoints fell behind what was published (could they not be "
+            "written?). Predictors keep serving that state: this learner publishes once it has "
+            "read past those offsets", store.topic, generation(state.epoch, state.sequence),
+            state.metadata.get("model_updates"), offsets, self.processor.model_updates,
+            dict(self.processor.offsets))
+        return ahead
 
     def _written_topics(self) -> list[str]:
         kafka = self.config.kafka
@@ -1960,6 +1999,9 @@ class Daemon:
         )
         if policy != "stop":
             assert self.processor is not None
+            if self._publish_from is not None and policy != "resume":
+                # (read anew, it never reaches a state's offsets in the partition it lost)
+                self._publish_from.pop(name, None)
         if policy == "resume":
             # The operator vouches that the partition holds the same messages at the same
             # offsets (restored from a backup): keep reading at the model's offsets.
@@ -2354,6 +2396,8 @@ class Daemon:
         summary.skipped += result.skipped
         summary.batches += 1
         self._since_checkpoint += len(records) - result.skipped
+        if records:
+            self._last_read = time.monotonic()
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         if self.models is not None:
@@ -2698,6 +2742,22 @@ class Daemon:
         if processor.scaler is not None and not processor.scaler.frozen:
             log.debug("the scaler is warming up: no state to publish yet")
             return
+        if self._publish_from is not None:
+            behind = {name: offset for name, offset in self._publish_from.items()
+                      if processor.offsets.get(name, 0) < offset}
+            if not behind:
+                log.info("read past the offsets of the newer state on the state topic: "
+                         "publishing this model")
+            elif time.monotonic() - self._last_read >= self.config.checkpoint.every_seconds:
+                # Nothing more to read for a checkpoint interval: the input no longer holds
+                # those offsets (lost, or recreated shorter), and this model is the newest.
+                log.warning("read all the input holds without reaching %s, the offsets of the "
+                            "newer state on the state topic: publishing this model",
+                            behind)
+            else:
+                self._state_behind = True  # (tried again on an idle stream too)
+                return
+            self._publish_from = None
         _, outcomes, _, _ = self.metrics.replica
         self._last_publish = time.monotonic()
         arrays, metadata, next_offset = state_of(processor, self.config)
@@ -2937,7 +2997,10 @@ class Daemon:
             # model had nothing new to read): published at its stop, as the README says, or
             # predictors would serve an older one (or wait for one) until the next run.
             self._publish()
-            if self._state_behind:
+            if self._state_behind and self._publish_from is not None:
+                log.info("stopping before this learner read past the offsets of the newer "
+                         "state on the state topic: predictors keep serving that state")
+            elif self._state_behind:
                 log.error("stopping with the model's latest state unpublished: predictors "
                           "serve an older one until the next run of this learner publishes")
                 self.summary.exit_code = 1

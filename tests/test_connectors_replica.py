@@ -8,6 +8,8 @@ predictor are compared with the model rebuilt in this process from the state it 
 from __future__ import annotations
 
 import itertools
+import logging
+import shutil
 import threading
 import time
 from typing import Any
@@ -638,6 +640,37 @@ def test_a_learner_restored_over_an_empty_state_topic_claims_above_its_old_epoch
     assert daemon._epoch == 3
     newer, _ = _published(servers, recreated)
     assert (newer.epoch, newer.sequence) > (served.epoch, served.sequence)  # a predictor takes it
+
+
+@pytest.mark.broker
+def test_a_learner_restored_behind_its_published_state_publishes_once_it_has_caught_up(
+        broker, tmp_path, caplog):  # noqa: F811
+    # Local checkpoints that fell behind the publishes (a full disk: the learner publishes
+    # when its checkpoint fails): restarted, the learner restored its older checkpoint and
+    # published it at once under a new epoch, and every predictor swapped the newer model
+    # for it, without a word above INFO, until the replay caught up.
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    config = _learner(broker, tmp_path, topics, **{"checkpoint.every_messages": 5})
+    produce(servers, topics["input"], _labelled(0, 10))
+    assert Daemon(config, until_drained=True).run() == 0
+    older = tmp_path / "older-checkpoints"
+    shutil.copytree(config.checkpoint.dir, older, ignore=shutil.ignore_patterns(".lock"))
+    produce(servers, topics["input"], _labelled(10, 20))
+    assert Daemon(config, until_drained=True).run() == 0
+    served, _ = _published(servers, config)
+    assert (served.epoch, served.next_offset) == (1, 30)
+    shutil.rmtree(config.checkpoint.dir)
+    shutil.copytree(older, config.checkpoint.dir)
+    caplog.set_level(logging.INFO, logger="connectors.daemon")
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    assert "holds a newer state of this model (generation 1." in caplog.text
+    # Its replay checkpointed at 15, 20 and 25 without publishing: the first state of its
+    # epoch is the model that has read past what the predictors served.
+    state, model = _published(servers, config)
+    assert (state.epoch, state.sequence, state.next_offset) == (2, 1, 30)
+    assert model.n_stored == 30
 
 
 @pytest.mark.broker
