@@ -975,6 +975,13 @@ class Daemon:
         fresh = self._follower.take()
         if fresh is None:
             return
+        if fresh.model_updates < self.processor.model_updates:
+            # Served all the same (a learner's state is the model of record), but not without
+            # a word: its learner went back to an older model or a new one (--start-fresh).
+            log.warning("model generation %s has %d model updates, fewer than the %d of "
+                        "generation %s it replaces: its learner restarted from an older model "
+                        "or a new one", fresh.generation, fresh.model_updates,
+                        self.processor.model_updates, self.processor.generation)
         # The predictor's own progress through the input stays.
         fresh.offsets, fresh.topic_ids = self.processor.offsets, self.processor.topic_ids
         self.processor = fresh

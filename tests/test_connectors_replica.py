@@ -140,6 +140,45 @@ def test_a_predictor_processor_answers_everything_and_changes_nothing():
     assert trained.n_stored == 30 and processor.updates == 30 and len(processor.cache) == 0
 
 
+def test_a_predictor_says_when_a_newer_state_holds_fewer_updates(caplog):
+    # It swapped a model of 30 updates for one of 10 (a learner restarted from an older
+    # checkpoint, or a new model) with one INFO line, "serving model generation ...".
+    config = _predictor_settings()
+    daemon = Daemon(config)
+    serving = Processor(build_model(config), learns=False, metrics=Metrics())
+    serving.updates, serving.generation = 30, "1.4"
+    daemon.processor = serving
+    fresh = Processor(build_model(config), learns=False, metrics=Metrics())
+    fresh.updates, fresh.generation = 10, "2.1"
+
+    class _Follower:
+        taken = ((2, 1), 1)
+
+        def take(self) -> Processor | None:
+            return fresh
+
+    daemon._follower = _Follower()
+    with caplog.at_level(logging.WARNING, logger="connectors.daemon"):
+        daemon._swap_model()
+    assert daemon.processor is fresh
+    assert ("model generation 2.1 has 10 model updates, fewer than the 30 of generation 1.4 "
+            "it replaces: its learner restarted from an older model or a new one") in caplog.text
+    caplog.clear()
+    more = Processor(build_model(config), learns=False, metrics=Metrics())
+    more.updates, more.generation = 12, "2.2"
+    fresh = more
+    with caplog.at_level(logging.WARNING, logger="connectors.daemon"):
+        daemon._swap_model()
+    assert daemon.processor is more and not caplog.text
+
+
+def _predictor_settings():
+    return load_config(None, {
+        "daemon.role": "predictor", "kafka.bootstrap_servers": "127.0.0.1:9",
+        "kafka.state_topic": "learner.state", "kafka.group_id": "predictor",
+        "metrics.enabled": False}, environ={})
+
+
 class _FailingStore:
     """Stands for the state store: every publish raises ``error``."""
 
