@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +245,8 @@ class Processor:
         self.cache = UnlabelledCache(cache_max_size, cache_max_bytes, cache_max_age_seconds)
         self._evictions_reported: dict[str, int] = {}
         self.updates = 0
+        #: points a window left out of its buffer, to dead-letter: (source, id, why)
+        self._left_out: list[tuple[Source, Hashable, str]] = []
         self.scored = 0
         self.correct = 0
         self.absolute_error = 0.0  # regressors: sums over the scored predictions
@@ -397,6 +399,7 @@ class Processor:
         self._expire_cache()
         for entry in entries:
             self._emit(entry, result)
+        self._emit_left_out(result)
         self.offsets.update(advanced)
         if result.skipped:
             # (INFO: a consumer resumes from the last commit, which a model's state may be
@@ -740,7 +743,7 @@ class Processor:
                 keys = [e.op.id for e in head]  # type: ignore[union-attr]
                 frame = pd.DataFrame.from_records(xs)
                 labels = pd.Series([label_of(e.y) for e in head], dtype=object)  # type: ignore[arg-type]
-                self._timed(lambda: self.model.learn_many(frame, labels, keys=keys))
+                self._timed(lambda: self.model.learn_many(frame, labels, keys=keys), head[-1])
             except Exception as exc:  # the model is unchanged: learn point by point instead
                 log.warning("multiple update refused (%s); learning the batch point by point", exc)
             else:
@@ -752,9 +755,9 @@ class Processor:
                 label = label_of(entry.y)  # type: ignore[arg-type]
                 if self.keyed:
                     self._timed(lambda e=entry, y=label: self.model.learn_one(
-                        e.x, y, key=e.op.id))  # type: ignore[union-attr]
+                        e.x, y, key=e.op.id), entry)  # type: ignore[union-attr]
                 else:
-                    self._timed(lambda e=entry, y=label: self.model.learn_one(e.x, y))
+                    self._timed(lambda e=entry, y=label: self.model.learn_one(e.x, y), entry)
             except Exception as exc:  # a refused point leaves the model unchanged
                 self._refused(entry, "the point", exc)
                 if isinstance(entry.op, Label) and entry.error_kind == "refused":
@@ -801,7 +804,7 @@ class Processor:
             self._reject(entry, self._unknown("forget", op.id), "unknown_id")
             return
         try:
-            self._timed(lambda: self.model.forget_one(key=op.id))
+            self._timed(lambda: self.model.forget_one(key=op.id), entry)
         except KeyError:
             self._reject(entry, self._unknown("forget", op.id), "unknown_id")
             return
@@ -838,7 +841,7 @@ class Processor:
         # nothing (a refused learn puts the point back as it was).
         try:
             label = self.targets.model_label(op.y)
-            self._timed(lambda: self.model.relabel_one(op.id, label))
+            self._timed(lambda: self.model.relabel_one(op.id, label), entry)
         except Exception as exc:
             self._refused(entry, f"to relabel id {op.id!r}", exc)
             return
@@ -846,6 +849,36 @@ class Processor:
         entry.output = {"id": op.id, "op": "relabel", "ok": True,
                         "source": entry.source.as_dict()}
         self._count("relabeled")
+
+    def _take_left_out(self, trigger: _Entry) -> None:
+        """Points a window had buffered (answered ``learned: true``) and then left out, because
+        its slide was refused with them and went through without them: no longer counted as
+        learned, and each dead-lettered (``refused``) where the message that slid the window
+        was read."""
+        left_out = getattr(self.model, "refused_from_buffer", None)
+        if not left_out:
+            return
+        for key, why in left_out:
+            self.updates -= 1
+            self._left_out.append((trigger.source, key, why))
+            log.warning("point %r, buffered by the window, was left out when %s:%d:%d slid it: "
+                        "the slide was refused with it and went through without it (%s)", key,
+                        trigger.source.topic, trigger.source.partition, trigger.source.offset,
+                        why)
+        left_out.clear()
+
+    def _emit_left_out(self, result: BatchResult) -> None:
+        for source, key, why in self._left_out:
+            record = dead_letter(
+                f"the point {key!r}, buffered by the window (its message was answered "
+                "\"learned\": true), was left out: the window's slide was refused with it and "
+                f"went through without it ({why})", None, source, self.max_message_bytes,
+                reason="refused", fields={**self.output_fields, "id": key})
+            letter_key = f"{source.topic}:{source.partition}:{source.offset}".encode()
+            result.dead_letters.append(Produced(letter_key, record, encode(record)))
+            if self.metrics is not None:  # (its message was counted when it was answered)
+                self.metrics.dead_letters.labels(reason="refused").inc()
+        self._left_out.clear()
 
     def _emit(self, entry: _Entry, result: BatchResult) -> None:
         """Encode the message's outcome into ``result``: its output, or else a dead letter."""
@@ -887,7 +920,7 @@ class Processor:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
-    def _timed(self, update: Any) -> None:
+    def _timed(self, update: Any, trigger: _Entry) -> None:
         model = self.model
         before = [int(getattr(model, name, 0)) for name in _UPDATE_TOTALS]
         started = time.perf_counter()
@@ -898,6 +931,7 @@ class Processor:
             far_points = int(getattr(model, "far_points_total", 0)) - before[-1]
             if far_points > 0 and self.metrics is not None:
                 self.metrics.far_points.inc(far_points)
+            self._take_left_out(trigger)
         elapsed = time.perf_counter() - started
         if self.metrics is None:
             return

@@ -5,6 +5,7 @@ multiple path, or one sample at a time), all or nothing."""
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from stream_svm._engine_model import (
     refused_unchanged,
 )
 from stream_svm._input import check_findable_keys, check_paired
-from stream_svm.engine import UpdateStats
+from stream_svm.engine import ConvergenceError, UpdateStats
 
 
 class _SlidingWindow:
@@ -51,6 +52,9 @@ class _SlidingWindow:
         self._buffer_rows: list[np.ndarray] = []
         self._buffer_values: list[float] = []
         self._buffer_keys: list[Hashable] = []
+        #: (key, why) of each buffered sample left out because no slide could learn it (see
+        #: ``_buffer``), oldest first; the caller may clear it once read.
+        self.refused_from_buffer: list[tuple[Hashable, str]] = []
 
     @property
     def n_window(self) -> int:
@@ -124,8 +128,7 @@ class _SlidingWindow:
         row, new = self._admitted(lambda: self._row(x), values=value)
         self._check_kernel_values(row)
         point_key = key if key is not None else AutoKey(self._auto_keys + 1)
-        self._buffer([row], [value], [point_key], new, slide=len(self._buffer_keys) + 1
-                     >= self.step)
+        self._buffer([row], [value], [point_key], new, slide=None)
 
     @refused_unchanged
     def learn_many(
@@ -151,8 +154,57 @@ class _SlidingWindow:
         self._buffer(list(rows), values.tolist(), batch_keys, new, slide=True)
 
     def _buffer(self, rows: list[np.ndarray], values: list[float], keys: list[Hashable],
-                new: list[Hashable], slide: bool) -> None:
+                new: list[Hashable], slide: bool | None) -> None:
+        """Buffer arrivals and slide (``slide`` None: once ``step`` samples are buffered), all
+        or nothing for the arrivals.
+
+        A slide the engine refuses may fail for a sample an earlier call buffered (a point far
+        beyond the others' scale): every later slide would fail with it, and the window would
+        refuse all that comes after it, for good. So a refused slide is tried again without
+        each sample buffered before, oldest first: the first whose absence lets the slide
+        through is left out (listed in :attr:`refused_from_buffer`, with a warning), and the
+        window slides without it. When there is none, the arrivals are refused, and the samples
+        buffered before stay."""
+        try:
+            self._buffer_arrivals(rows, values, keys, new, slide)
+        except ConvergenceError as refused:
+            if not self._buffer_keys or not (
+                    slide or (slide is None and len(self._buffer_keys) + len(keys) >= self.step)):
+                raise  # (nothing buffered before: the arrivals themselves were refused)
+            for index in range(len(self._buffer_keys)):
+                left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
+                            self._buffer_keys.pop(index))
+                try:
+                    # (a slide now, whatever the buffer's length: it must show that the sample
+                    # left out is what the engine refused)
+                    self._buffer_arrivals(rows, values, keys, new, slide=True)
+                except ConvergenceError:
+                    self._put_back(index, *left_out)
+                    continue
+                except BaseException:
+                    self._put_back(index, *left_out)
+                    raise
+                key = left_out[2]
+                # (a model pickled before the list existed gets it here)
+                self.__dict__.setdefault("refused_from_buffer", []).append((key, str(refused)))
+                warnings.warn(
+                    f"the sample buffered under key {key!r} is left out: the window's slide was "
+                    f"refused with it ({refused}) and went through without it "
+                    "(refused_from_buffer lists such samples)", RuntimeWarning, stacklevel=3)
+                return
+            raise
+
+    def _put_back(self, index: int, row: np.ndarray, value: float, key: Hashable) -> None:
+        """Return a sample taken out of the buffer to its place."""
+        self._buffer_rows.insert(index, row)
+        self._buffer_values.insert(index, value)
+        self._buffer_keys.insert(index, key)
+
+    def _buffer_arrivals(self, rows: list[np.ndarray], values: list[float],
+                         keys: list[Hashable], new: list[Hashable], slide: bool | None) -> None:
         """Buffer arrivals (and slide), all or nothing."""
+        if slide is None:
+            slide = len(self._buffer_keys) + len(keys) >= self.step
         names, auto_keys, buffered = len(self._features), self._auto_keys, len(self._buffer_keys)
         try:
             self._features.add(new)

@@ -1045,6 +1045,37 @@ def test_a_windows_model_updates_do_not_depend_on_where_polls_or_restarts_cut_a_
         assert seen == expected, cut
 
 
+def test_a_point_a_window_leaves_out_of_its_buffer_is_dead_lettered_and_the_stream_goes_on():
+    # A point no slide could learn (1e6 among unit-scale features, linear kernel: a window of
+    # 8 never holds the 10 points the far-point check needs) was answered "learned": true
+    # when buffered, then every later message of the stream was dead-lettered "refused".
+    import warnings
+
+    from stream_svm import SlidingWindowSVR
+
+    rng = np.random.default_rng(5)
+    messages = [{"id": i, "x": {"u": float(u), "v": float(v)}, "y": float(u - v)}
+                for i, (u, v) in enumerate(rng.uniform(-1, 1, size=(12, 2)))]
+    messages.append({"id": "far", "x": {"u": 1e6}, "y": 0.5})
+    messages += [{"id": i, "x": {"u": float(u), "v": float(v)}, "y": float(u - v)}
+                 for i, (u, v) in enumerate(rng.uniform(-1, 1, size=(30, 2)), start=12)]
+    records = [Record("in", 0, i, json.dumps(m).encode(), 0) for i, m in enumerate(messages)]
+    processor = Processor(SlidingWindowSVR(window_size=8, step=3, kernel="linear"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the library's own warning of the same)
+        results = [processor.process(records[start : start + 5]) for start in range(0, 43, 5)]
+    letters = [letter.record for result in results for letter in result.dead_letters]
+    assert [(letter["id"], letter["reason"]) for letter in letters] == [("far", "refused")]
+    assert letters[0]["error"].startswith(
+        "the point 'far', buffered by the window (its message was answered \"learned\": true), "
+        "was left out: the window's slide was refused with it")
+    outputs = [output.record for result in results for output in result.outputs]
+    assert len(outputs) == 43 and all(output["learned"] for output in outputs)
+    # Its update is no longer counted: the count is that of the points the window took.
+    assert processor.model_updates == 42 - processor.model.n_buffered
+    assert "far" not in processor.model
+
+
 def test_a_daemon_checkpoint_loads_offline_and_predicts_as_the_daemon(tmp_path):
     from connectors.daemon import Daemon
     from connectors.models import build_model, load_served_model

@@ -4,6 +4,7 @@ checkpoints, bad input."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -215,6 +216,32 @@ def test_window_is_the_batch_optimum_of_its_latest_samples(step):
     assert_exact(model, probes)
     np.testing.assert_allclose([single.predict_one(x) for x in probes],
                                [model.predict_one(x) for x in probes], atol=1e-9)
+
+
+@pytest.mark.parametrize(("far_points", "window"), [("refuse", 8), ("warn", 20)])
+def test_a_buffered_sample_that_jams_every_slide_is_left_out_and_the_window_goes_on(
+        far_points, window):
+    # A sample the engine cannot learn (a feature of 1e6 among unit-scale ones under a linear
+    # kernel) went into the buffer of a window of step 3 without a word (a window of 8 never
+    # holds the 10 points the far-point check needs; "warn" lets it in): every later slide
+    # failed with it, and the window refused everything that came after it, for good.
+    model = SlidingWindowSVR(window_size=window, step=3, kernel="linear", far_points=far_points)
+    stream = sinc_stream(window + 34, 5)
+    for i, (x, t) in enumerate(stream[: window + 4]):
+        model.learn_one(x, t, key=i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ("warn": the far point's own warning)
+        model.learn_one({"u": 1e6}, 0.5, key="far")
+    assert "far" in model and model.n_buffered == 1
+    with pytest.warns(RuntimeWarning, match="the sample buffered under key 'far' is left out: the "
+                                            "window's slide was refused with it"):
+        for i, (x, t) in enumerate(stream[window + 4 :], start=window + 4):
+            model.learn_one(x, t, key=i)
+    assert "far" not in model and [key for key, _ in model.refused_from_buffer] == ["far"]
+    # The window holds the latest samples but the one left out, exactly.
+    in_window = len(stream) - model.n_buffered
+    assert sorted(model.stored_keys()) == list(range(in_window - window, in_window))
+    assert_exact(model, [x for x, _ in sinc_stream(20, 6)])
 
 
 def test_window_buffer_forget_stored_point_and_checkpoint():
