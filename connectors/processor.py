@@ -245,8 +245,8 @@ class Processor:
         self.cache = UnlabelledCache(cache_max_size, cache_max_bytes, cache_max_age_seconds)
         self._evictions_reported: dict[str, int] = {}
         self.updates = 0
-        #: points a window left out of its buffer, to dead-letter: (source, id, why)
-        self._left_out: list[tuple[Source, Hashable, str]] = []
+        #: points a model left out of its buffer, to dead-letter: (source, id or None, why)
+        self._left_out: list[tuple[Source, Hashable | None, str]] = []
         self.scored = 0
         self.correct = 0
         self.absolute_error = 0.0  # regressors: sums over the scored predictions
@@ -851,29 +851,35 @@ class Processor:
         self._count("relabeled")
 
     def _take_left_out(self, trigger: _Entry) -> None:
-        """Points a window had buffered (answered ``learned: true``) and then left out, because
-        its slide was refused with them and went through without them: no longer counted as
-        learned, and each dead-lettered (``refused``) where the message that slid the window
-        was read."""
+        """Points a window or an alpha-ISVM had buffered (answered ``learned: true``) and then
+        left out, because its update was refused with them and went through without them: no
+        longer counted as learned, and each dead-lettered (``refused``) where the message whose
+        arrival made the update was read."""
         left_out = getattr(self.model, "refused_from_buffer", None)
         if not left_out:
             return
         for key, why in left_out:
             self.updates -= 1
             self._left_out.append((trigger.source, key, why))
-            log.warning("point %r, buffered by the window, was left out when %s:%d:%d slid it: "
-                        "the slide was refused with it and went through without it (%s)", key,
+            log.warning("a point buffered by the model (id %r) was left out at %s:%d:%d: the "
+                        "update was refused with it and went through without it (%s)", key,
                         trigger.source.topic, trigger.source.partition, trigger.source.offset,
                         why)
         left_out.clear()
 
     def _emit_left_out(self, result: BatchResult) -> None:
         for source, key, why in self._left_out:
-            record = dead_letter(
-                f"the point {key!r}, buffered by the window (its message was answered "
-                "\"learned\": true), was left out: the window's slide was refused with it and "
-                f"went through without it ({why})", None, source, self.max_message_bytes,
-                reason="refused", fields={**self.output_fields, "id": key})
+            if key is None:  # (a model that keeps no id: its reason names the features)
+                error = (f"a point buffered by the model (its message was answered "
+                         f"\"learned\": true) was left out: {why}")
+                fields = dict(self.output_fields)
+            else:
+                error = (f"the point {key!r}, buffered by the window (its message was answered "
+                         "\"learned\": true), was left out: the window's slide was refused "
+                         f"with it and went through without it ({why})")
+                fields = {**self.output_fields, "id": key}
+            record = dead_letter(error, None, source, self.max_message_bytes, reason="refused",
+                                 fields=fields)
             letter_key = f"{source.topic}:{source.partition}:{source.offset}".encode()
             result.dead_letters.append(Produced(letter_key, record, encode(record)))
             if self.metrics is not None:  # (its message was counted when it was answered)

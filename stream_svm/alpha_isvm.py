@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+import warnings
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from stream_svm._engine_model import (
 )
 from stream_svm._input import check_paired
 from stream_svm.classifiers import _EngineClassifier
-from stream_svm.engine import MARGIN
+from stream_svm.engine import MARGIN, ConvergenceError
 
 __all__ = ["AlphaISVC", "IncrementStats"]
 
@@ -262,6 +263,10 @@ class AlphaISVC(_EngineClassifier):
         self._reset_sets(0)
         self._buffer_rows: list[np.ndarray] = []
         self._buffer_labels: list[float] = []
+        #: (None, why) for each buffered sample left out because the increment was refused
+        #: with it and went through without it (see ``_increment_with_buffer``), oldest first;
+        #: the caller may clear it once read. (None: this model keeps no key.)
+        self.refused_from_buffer: list[tuple[None, str]] = []
         self._clock = 0
         self._next_id = 0
         self._initialized = False
@@ -376,7 +381,7 @@ class AlphaISVC(_EngineClassifier):
             self._buffer_rows.append(row)
             self._buffer_labels.append(label)
             return
-        self._increment([*self._buffer_rows, row], [*self._buffer_labels, label], new)
+        self._increment_with_buffer([row], [label], new)
 
     @refused_unchanged
     def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
@@ -390,8 +395,44 @@ class AlphaISVC(_EngineClassifier):
             self._check_kernel_values(rows)
         if len(X) == 0 and not self._buffer_labels:
             return
-        self._increment(self._buffer_rows + list(rows), self._buffer_labels + labels.tolist(),
-                        new)
+        self._increment_with_buffer(list(rows), labels.tolist(), new)
+
+    def _increment_with_buffer(self, rows: list[np.ndarray], labels: list[float],
+                               new_features: list) -> None:
+        """One increment on the buffered samples and the arrivals. A sample an earlier call
+        buffered may be what the engine refuses (a point far beyond the others' scale): every
+        later increment would then fail with it, refusing all that comes after it, for good.
+        So a refused increment is tried again without each buffered sample, oldest first: the
+        first whose absence lets it through is left out (listed in
+        :attr:`refused_from_buffer`, with a warning); when there is none, the arrivals are
+        refused and the buffer stays as it was."""
+        try:
+            self._increment(self._buffer_rows + rows, self._buffer_labels + labels, new_features)
+            return
+        except ConvergenceError as refused:
+            if not self._buffer_labels:
+                raise
+            failure = refused
+        for index in range(len(self._buffer_labels)):
+            others = [i for i in range(len(self._buffer_labels)) if i != index]
+            row, names = self._buffer_rows[index], self._features.names
+            sample = ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},
+                      self._class(self._buffer_labels[index] > 0))
+            try:
+                self._increment([self._buffer_rows[i] for i in others] + rows,
+                                [self._buffer_labels[i] for i in others] + labels,
+                                new_features)
+            except ConvergenceError:
+                continue
+            # (_increment emptied the buffer: the sample left out is gone with it)
+            why = (f"the sample with features {sample[0]!r} and label {sample[1]!r} was left "
+                   f"out of the increment: it was refused with it ({failure}) and went through "
+                   "without it")
+            self.__dict__.setdefault("refused_from_buffer", []).append((None, why))
+            warnings.warn(f"{why} (refused_from_buffer lists such samples)", RuntimeWarning,
+                          stacklevel=3)
+            return
+        raise failure
 
     def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
                    ) -> None:

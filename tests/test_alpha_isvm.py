@@ -468,6 +468,24 @@ def test_a_sample_the_kernel_cannot_take_is_refused_before_it_is_buffered():
     assert model.increments_total == 6
 
 
+def test_a_buffered_sample_that_jams_every_increment_is_left_out_and_learning_goes_on():
+    # A finite point far beyond the others' scale passed the checks above and was buffered:
+    # every later increment was refused with it, so every later learn_one raised, for good.
+    rng = np.random.default_rng(0)
+    model = AlphaISVC(batch_size=3, kernel="linear", C=100.0)
+    for a, b, c in rng.uniform(-1, 1, size=(12, 3)):
+        model.learn_one({"a": a, "b": b, "c": c}, bool(a > 0))
+    model.learn_one({"a": 1e6}, False)
+    assert model.n_buffered == 1
+    with pytest.warns(RuntimeWarning, match=r"the sample with features \{'a': 1000000.0\} and "
+                                            "label False was left out of the increment"):
+        for j in range(20):
+            model.learn_one({"a": 0.05 * j - 0.5, "b": 0.3}, bool(j % 2))
+    assert len(model.refused_from_buffer) == 1 and model.refused_from_buffer[0][0] is None
+    assert model.increments_total == 4 + 7 and model.n_buffered == 0
+    assert all(abs(row[0]) < 1e3 for row in model._rows)  # (it is kept in no set)
+
+
 def test_checkpoint_roundtrip_continues_identically():
     X, y = ring(200, seed=8)
     model = AlphaISVC(discard_ratio=0.5, C=5.0, gamma=0.5, batch_size=7)

@@ -1076,6 +1076,31 @@ def test_a_point_a_window_leaves_out_of_its_buffer_is_dead_lettered_and_the_stre
     assert "far" not in processor.model
 
 
+def test_a_point_an_alpha_isvm_leaves_out_of_its_buffer_is_dead_lettered_by_its_features():
+    import warnings
+
+    from stream_svm import AlphaISVC
+
+    rng = np.random.default_rng(0)
+    messages = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": bool(a > 0)}
+                for i, (a, b) in enumerate(rng.uniform(-1, 1, size=(12, 2)))]
+    messages.append({"id": "far", "x": {"a": 1e6}, "y": False})
+    messages += [{"id": i, "x": {"a": 0.05 * i - 0.5, "b": 0.3}, "y": bool(i % 2)}
+                 for i in range(12, 32)]
+    records = [Record("in", 0, i, json.dumps(m).encode(), 0) for i, m in enumerate(messages)]
+    processor = Processor(AlphaISVC(batch_size=3, kernel="linear", C=100.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the library's own warning of the same)
+        results = [processor.process(records[start : start + 4]) for start in range(0, 33, 4)]
+    letters = [letter.record for result in results for letter in result.dead_letters]
+    assert [(letter.get("id"), letter["reason"]) for letter in letters] == [(None, "refused")]
+    assert letters[0]["error"].startswith(
+        "a point buffered by the model (its message was answered \"learned\": true) was left "
+        "out: the sample with features {'a': 1000000.0} and label False was left out")
+    assert letters[0]["source"]["offset"] == 14  # (the arrival that made the increment)
+    assert processor.model_updates == 32 - processor.model.n_buffered
+
+
 def test_a_daemon_checkpoint_loads_offline_and_predicts_as_the_daemon(tmp_path):
     from connectors.daemon import Daemon
     from connectors.models import build_model, load_served_model
