@@ -95,6 +95,16 @@ class IncrementStats:
         return self.n_working + self.n_caching + self.n_backup
 
 
+def _middle(low: float, high: float) -> float | None:
+    """The middle of [low, high], its finite end where the other is infinite (None where
+    both are)."""
+    if math.isfinite(low) and math.isfinite(high):
+        return 0.5 * low + 0.5 * high
+    if math.isfinite(low):
+        return low
+    return high if math.isfinite(high) else None
+
+
 def _check_ratio(name: str, symbol: str, value: object, low: float, high: float,
                  high_open: bool = False, low_open: bool = False) -> float:
     ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
@@ -162,7 +172,11 @@ class AlphaISVC(_EngineClassifier):
       ``validation_margin = m > 0`` it is an error when y f(x) < m. With m = 1 every error is
       a KKT violation, the search is Osuna's decomposition (the dual objective strictly
       improves every round, so it cannot cycle), and with alpha = 0 the final classifier is the
-      exact SVM on every sample seen.
+      exact SVM on every sample seen. With m > 0, where T's optimum leaves b free in an
+      interval (no coefficient strictly between 0 and C), b is the point of that interval that
+      serves the samples being validated (inside what they allow where possible, else nearest
+      to it), not its middle: a middle b let two samples take turns in T until
+      ``max_rounds``.
 
     Parameters
     ----------
@@ -523,6 +537,9 @@ class AlphaISVC(_EngineClassifier):
         return errors
 
     def _search(self, test: np.ndarray, stats: IncrementStats) -> None:
+        if self._fit_b():
+            # What earlier increments validated held at the former b: validated again.
+            test = ~self._in_T
         while True:
             errors = self._errors(test)
             stats.errors.append(int(errors.sum()))
@@ -536,8 +553,49 @@ class AlphaISVC(_EngineClassifier):
             caching = self._set == CACHING
             training = self._select_cache(caching) | working | errors
             self._train(training)
-            self._place(training, working, caching)
             test = ~training
+            self._fit_b()
+            self._place(training, working, caching)
+
+    def _fit_b(self) -> bool:
+        """With ``validation_margin`` > 0, where T's optimum leaves b free in an interval (no
+        coefficient strictly between 0 and C), take the b of that interval that serves the
+        kept samples outside T: inside what they allow, where that meets the interval (none is
+        then an error, and the classifier is the SVM of T and of them), else the nearest
+        point to it. Returns whether b moved. At an end of the interval, what pins it is on
+        the margin, a support vector kept in the next T, so that the errors added next cannot
+        be met by the same coefficients with another b, and the next training improves the
+        dual objective strictly. (With b in the interval's middle, two samples took turns in
+        T, each met by the b of the T without it, until max_rounds.)"""
+        engine = self._engine
+        test = ~self._in_T
+        if self._margin == 0.0 or not test.any():
+            return False
+        interval = engine.b_interval()
+        if interval is None:
+            return False
+        low, high = interval
+        kernel_part = engine.decision_function(self._rows[test]) - engine.b
+        y = self._labels[test]
+        need = self._margin - _MARGIN_SLACK  # y (kernel part + b) >= need
+        with np.errstate(invalid="ignore"):
+            test_low = float((need - kernel_part[y > 0]).max(initial=-np.inf))
+            test_high = float((-need - kernel_part[y < 0]).min(initial=np.inf))
+        if math.isnan(test_low) or math.isnan(test_high):
+            return False  # (a decision value that is not finite: _errors names it)
+        start, end = max(low, test_low), min(high, test_high)
+        if start <= end:
+            target = _middle(start, end)
+        elif test_low > high:
+            target = high
+        elif test_high < low:
+            target = low
+        else:  # the samples conflict among themselves, inside the interval
+            target = min(max(_middle(test_high, test_low), low), high)
+        if target is None or not math.isfinite(target) or target == engine.b:
+            return False
+        engine.move_b(target)
+        return True
 
     def _select_cache(self, caching: np.ndarray) -> np.ndarray:
         """S(C): the ceil(beta |C|) heaviest caching samples (ties: recently used, newest)."""

@@ -1793,6 +1793,33 @@ class PathEngine:
             return False
         return _pathcore.count_free(margin, self._alpha, self._upper_bound()) >= 2
 
+    def b_interval(self) -> tuple[float, float] | None:
+        """Where b is not unique (no coefficient strictly between 0 and C), the interval of b
+        that keeps every stored point's condition (an end is infinite when one class bounds
+        b from one side only); None where b is fixed (by round-off too: ends that cross), or
+        nothing is stored."""
+        n = self.n
+        if n == 0 or self._margin.size:
+            # (an update leaves S empty where b is not fixed: _center_b empties it)
+            return None
+        low, high = self._b_interval(self._g[:n], self._status[:n])
+        # (ends crossed by round-off, where points on both sides pin b: fixed but for it)
+        return (low, high) if low <= high else None
+
+    def move_b(self, b: float) -> None:
+        """Move b to ``b``, within :meth:`b_interval`: the coefficients stay, and the model
+        stays an optimum of the stored points. ValueError where b is fixed or ``b`` is outside
+        the interval."""
+        interval = self.b_interval()
+        if interval is None or not (interval[0] <= b <= interval[1]):
+            raise ValueError(f"b = {b!r} is not in the interval of optimal b ({interval})")
+        if b == self.b:
+            return
+        self._before_change()
+        n = self.n
+        self._g[:n] += self._y[:n] * (b - self.b)
+        self.b = float(b)
+
     def _upper_bound(self) -> float:
         """Where a coefficient of S is at C: a path that ends exactly where a member reaches C
         can leave it an ulp or two below (C - 1e-16), which must not decide b (the model would

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import AlphaISVC, ConvergenceError
+from stream_svm import AlphaISVC, ConvergenceError, IncrementalSVC
 from stream_svm.engine import MARGIN, PathEngine
 from tests.oracle import BatchOptimum, dual_objective, kkt_violation
 from tests.river_checks import run_river_checks
@@ -484,6 +484,28 @@ def test_a_buffered_sample_that_jams_every_increment_is_left_out_and_learning_go
     assert len(model.refused_from_buffer) == 1 and model.refused_from_buffer[0][0] is None
     assert model.increments_total == 4 + 7 and model.n_buffered == 0
     assert all(abs(row[0]) < 1e3 for row in model._rows)  # (it is kept in no set)
+
+
+def test_the_exact_mode_does_not_cycle_where_b_is_free_in_an_interval():
+    # validation_margin = 1 and no discard: Osuna's decomposition, whose every round improves
+    # the dual objective. Here the second increment's trainings left no coefficient strictly
+    # between 0 and C, b was centered in its interval, and two samples took turns in T (each
+    # met by the b of the T without it) until max_rounds: the classifier was 0.13 from the
+    # SVM of the 8 samples.
+    a = [0.9977114196036774, -0.0065410016301925555, -0.659082417282939, -0.9095468566156515,
+         0.4504975042790631, 0.6445959965975707, 0.597526857173335, -0.5825274163843823]
+    labels = [True, False, False, False, True, True, True, False]
+    params = dict(C=0.4013061354272847, kernel="rbf", gamma=3.0)
+    model = AlphaISVC(batch_size=4, discard_ratio=0.0, validation_margin=1.0, max_rounds=200,
+                      cache_ratio=0.5, **params)
+    for value, label in zip(a, labels, strict=True):
+        model.learn_one({"f0": value}, label)
+    assert model.last_increment.converged and model.last_increment.rounds <= 5
+    exact = IncrementalSVC(**params)
+    exact.learn_many(pd.DataFrame({"f0": a}), pd.Series(labels))
+    grid = pd.DataFrame({"f0": np.linspace(-1, 1, 41)})
+    np.testing.assert_allclose(model.decision_function_many(grid),
+                               exact.decision_function_many(grid), atol=1e-12)
 
 
 def test_checkpoint_roundtrip_continues_identically():

@@ -619,3 +619,25 @@ def test_b_is_centered_where_copies_leave_coefficients_a_round_off_below_c():
         for i in order:
             model.learn_one({"a": x[i]}, t[i], key=int(i))
         assert model.intercept == pytest.approx(-0.126440, abs=5e-7), order
+
+
+def test_b_moves_only_within_the_interval_that_keeps_every_condition():
+    # Two far-apart points of each class at C small enough that all four are at C: no free
+    # coefficient, so b is any value of an interval, and the model is an optimum for each.
+    engine = PathEngine(make_kernel("rbf", gamma=10.0), 0.1)
+    X = np.array([[-2.0], [-1.0], [1.0], [2.0]])
+    y = np.array([-1.0, -1.0, 1.0, 1.0])
+    engine.update(X, y, [0, 1, 2, 3])
+    low, high = engine.b_interval()
+    assert low < engine.b < high and np.isfinite([low, high]).all()
+    for b in (low, high, 0.25 * low + 0.75 * high):
+        engine.move_b(b)
+        assert engine.b == b and kkt_violation(engine) < 1e-12
+    for outside in (low - 1e-3, high + 1e-3):
+        with pytest.raises(ValueError, match="is not in the interval of optimal b"):
+            engine.move_b(outside)
+    assert engine.b == 0.25 * low + 0.75 * high
+    engine.update(np.array([[0.0]]), np.array([1.0]), [4])  # free coefficients fix b
+    assert engine.b_is_fixed() and engine.b_interval() is None
+    with pytest.raises(ValueError, match="is not in the interval of optimal b"):
+        engine.move_b(engine.b)
