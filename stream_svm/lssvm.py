@@ -287,7 +287,12 @@ class _IncrementalLSSVM(FixedParameters):
         self._space: FeatureSpace | None = None  # the input features, once one is learned
         self._omega: np.ndarray | None = None  # rff frequencies, (n_inputs, n_components)
         self._phase: np.ndarray | None = None  # rff phases, (n_components,)
-        self._fourier_seed: int | None = None  # the map's seed (``_map_seed``)
+        # The map's seed (``_map_seed``). Without ``seed``, drawn now, not at the first
+        # update: a copy, pickle or checkpoint taken before it would otherwise draw a map of
+        # its own, and predict otherwise than the original after the same updates.
+        self._fourier_seed: int | None = (
+            int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+            if features == "rff" and seed is None else None)
         # For the check of gamma against the features' scale ("rff"): each feature's mean and
         # sum of squared deviations over _scale_count of the samples added since the last
         # check (aggregates only: the model keeps no sample), the samples added in all, and
@@ -355,10 +360,10 @@ class _IncrementalLSSVM(FixedParameters):
         return space.vectorize_many(data)
 
     def _map_seed(self) -> int:
-        """The seed of the random Fourier map: ``seed``, or the one drawn for the model at its
-        first update (kept in its checkpoints, so that a restored model draws a new feature's
-        row as the original would), or a new one before that (kept by the update that commits
-        it)."""
+        """The seed of the random Fourier map: ``seed``, or the one drawn for the model when it
+        was made (kept in its checkpoints, so that a restored model draws a new feature's row
+        as the original would), or, for a model pickled before that was so, a new one (kept
+        by the update that commits it)."""
         if self._fourier_seed is not None:
             return self._fourier_seed
         if self.seed is not None:
@@ -1066,8 +1071,8 @@ _PARAMETERS_DOC = """
     fit_intercept
         Learn an unregularized bias b (it is not shrunk by rho, as in Suykens' LS-SVM).
     seed
-        Seed of the random Fourier map; the same seed gives the same map (None: one drawn at
-        the first update, and kept in the model's checkpoints).
+        Seed of the random Fourier map; the same seed gives the same map (None: one drawn when
+        the model is made, and kept by its copies and checkpoints).
     max_features
         Bound on the input feature names (None: no bound); an update that would exceed it
         raises ValueError and changes nothing. With ``"linear"`` the state is a J x J matrix
