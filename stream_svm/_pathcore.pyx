@@ -895,8 +895,19 @@ cdef extern from *:
         }
     }
 
+    /* y[i] += a x[i] for i < n: each element's one multiplication and one addition, the
+       same bits at every vector width (no fused multiply-add: see setup.py). */
+    STREAM_SVM_CLONES
+    static void stream_svm_axpy(Py_ssize_t n, double a, const double *STREAM_SVM_RESTRICT x,
+                                double *STREAM_SVM_RESTRICT y)
+    {
+        Py_ssize_t i;
+        for (i = 0; i < n; i++) y[i] = y[i] + a * x[i];
+    }
+
     """
     double stream_svm_dot(Py_ssize_t k, const double* a, const double* b) noexcept nogil
+    void stream_svm_axpy(Py_ssize_t n, double a, const double* x, double* y) noexcept nogil
     void stream_svm_poly_values(Py_ssize_t n, double gamma, double coef0, long degree,
                                 double* values) noexcept nogil
     void stream_svm_solve_transposed(Py_ssize_t k, const double* R, Py_ssize_t lda,
@@ -2149,6 +2160,8 @@ def fourier_angles(const double[:, ::1] rows, const double[:, ::1] frequencies,
         raise ValueError(f"{m} x {width} rows, {frequencies.shape[0]} x {components} "
                          f"frequencies, {phase.shape[0]} phases, "
                          f"{out.shape[0]} x {out.shape[1]} outputs")
+    if components == 0:
+        return
     with nogil:
         for r in range(m):
             for c in range(components):
@@ -2156,8 +2169,7 @@ def fourier_angles(const double[:, ::1] rows, const double[:, ::1] frequencies,
             for j in range(width):
                 value = rows[r, j]
                 if value != 0.0:
-                    for c in range(components):
-                        out[r, c] = out[r, c] + value * frequencies[j, c]
+                    stream_svm_axpy(components, value, &frequencies[j, 0], &out[r, 0])
             # The phase last, as in (rows @ frequencies) + phase: a sum of two features is
             # then the same whichever comes first.
             for c in range(components):
