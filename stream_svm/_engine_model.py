@@ -1058,6 +1058,30 @@ class _EngineModel(FixedParameters):
         ones not dropped yet)."""
         return len(self._features)
 
+    #: At most this many retries of a refused update, each without one buffered sample (see
+    #: ``_suspects_first``): each costs an update, which a refusal makes slow (the engine
+    #: tries to learn its points afresh first).
+    MAX_LEFT_OUT_TRIES = 4
+
+    def _suspects_first(self, rows: list[np.ndarray]) -> list[int]:
+        """Positions of buffered ``rows`` to leave out of a refused update, the likeliest
+        first: farthest from the mean of the stored points (a point far beyond the others'
+        scale is what makes an update fail), then oldest; at most MAX_LEFT_OUT_TRIES."""
+        stored = self._engine.X
+        width = max([stored.shape[1], *(row.size for row in rows)])
+        center = np.zeros(width)
+        if stored.shape[0]:
+            center[: stored.shape[1]] = stored.mean(axis=0)
+        distances = []
+        for row in rows:
+            padded = np.zeros(width)
+            padded[: row.size] = row
+            with np.errstate(over="ignore", invalid="ignore"):
+                distance = float(np.abs(padded - center).max(initial=0.0))
+            distances.append(distance if math.isfinite(distance) else math.inf)
+        order = sorted(range(len(rows)), key=lambda i: (-distances[i], i))
+        return order[: self.MAX_LEFT_OUT_TRIES]
+
     def _check_new_key(self, key: Hashable | None) -> None:
         """KeyError for a key the model holds, before anything is done (dropping unused
         feature names to make room included)."""

@@ -52,8 +52,8 @@ class _SlidingWindow:
         self._buffer_rows: list[np.ndarray] = []
         self._buffer_values: list[float] = []
         self._buffer_keys: list[Hashable] = []
-        #: (key, why) of each buffered sample left out because no slide could learn it (see
-        #: ``_buffer``), oldest first; the caller may clear it once read.
+        #: (key, why) of each buffered sample left out because the slide was refused with it (see
+        #: ``_buffer``), in the order they were left out; the caller may clear it once read.
         self.refused_from_buffer: list[tuple[Hashable, str]] = []
 
     @property
@@ -161,17 +161,18 @@ class _SlidingWindow:
         A slide the engine refuses may fail for a sample an earlier call buffered (a point far
         beyond the others' scale): every later slide would fail with it, and the window would
         refuse all that comes after it, for good. So a refused slide is tried again without
-        each sample buffered before, oldest first: the first whose absence lets the slide
-        through is left out (listed in :attr:`refused_from_buffer`, with a warning), and the
-        window slides without it. When there is none, the arrivals are refused, and the samples
-        buffered before stay."""
+        one sample buffered before, the farthest from the stored points first (at most
+        MAX_LEFT_OUT_TRIES of them): the first whose absence lets the slide through is left
+        out (listed in :attr:`refused_from_buffer`, with a warning), and the window slides
+        without it. When there is none, the arrivals are refused, and the samples buffered
+        before stay."""
         try:
             self._buffer_arrivals(rows, values, keys, new, slide)
         except ConvergenceError as refused:
             if not self._buffer_keys or not (
                     slide or (slide is None and len(self._buffer_keys) + len(keys) >= self.step)):
                 raise  # (nothing buffered before: the arrivals themselves were refused)
-            for index in range(len(self._buffer_keys)):
+            for index in self._suspects_first(self._buffer_rows):
                 left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
                             self._buffer_keys.pop(index))
                 try:

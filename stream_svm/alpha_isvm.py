@@ -278,7 +278,7 @@ class AlphaISVC(_EngineClassifier):
         self._buffer_rows: list[np.ndarray] = []
         self._buffer_labels: list[float] = []
         #: (None, why) for each buffered sample left out because the increment was refused
-        #: with it and went through without it (see ``_increment_with_buffer``), oldest first;
+        #: with it and went through without it (see ``_increment_with_buffer``), in that order;
         #: the caller may clear it once read. (None: this model keeps no key.)
         self.refused_from_buffer: list[tuple[None, str]] = []
         self._clock = 0
@@ -416,10 +416,10 @@ class AlphaISVC(_EngineClassifier):
         """One increment on the buffered samples and the arrivals. A sample an earlier call
         buffered may be what the engine refuses (a point far beyond the others' scale): every
         later increment would then fail with it, refusing all that comes after it, for good.
-        So a refused increment is tried again without each buffered sample, oldest first: the
-        first whose absence lets it through is left out (listed in
-        :attr:`refused_from_buffer`, with a warning); when there is none, the arrivals are
-        refused and the buffer stays as it was."""
+        So a refused increment is tried again without one buffered sample, the farthest from
+        the stored points first (at most MAX_LEFT_OUT_TRIES of them): the first whose absence
+        lets it through is left out (listed in :attr:`refused_from_buffer`, with a warning);
+        when there is none, the arrivals are refused and the buffer stays as it was."""
         try:
             self._increment(self._buffer_rows + rows, self._buffer_labels + labels, new_features)
             return
@@ -427,7 +427,7 @@ class AlphaISVC(_EngineClassifier):
             if not self._buffer_labels:
                 raise
             failure = refused
-        for index in range(len(self._buffer_labels)):
+        for index in self._suspects_first(self._buffer_rows):
             others = [i for i in range(len(self._buffer_labels)) if i != index]
             row, names = self._buffer_rows[index], self._features.names
             sample = ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},

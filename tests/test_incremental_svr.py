@@ -244,6 +244,28 @@ def test_a_buffered_sample_that_jams_every_slide_is_left_out_and_the_window_goes
     assert_exact(model, [x for x, _ in sinc_stream(20, 6)])
 
 
+def test_the_buffered_sample_farthest_from_the_stored_ones_is_the_first_left_out():
+    # Tried oldest first, a far point buffered after five others took six refused updates to
+    # find (each slow: the engine learns its points afresh before refusing); and at most
+    # MAX_LEFT_OUT_TRIES are tried.
+    model = SlidingWindowSVR(window_size=10, step=8, kernel="linear", far_points="warn")
+    stream = sinc_stream(40, 7)
+    for i, (x, t) in enumerate(stream[:16]):
+        model.learn_one(x, t, key=i)
+    for i, (x, t) in enumerate(stream[16:21], start=16):
+        model.learn_one(x, t, key=i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.learn_one({"u": 1e6}, 0.5, key="far")
+        model.learn_one(*stream[21], key=21)
+        assert model.n_buffered == 7 and model.MAX_LEFT_OUT_TRIES < 6
+        before = model._engine.updates_total
+        model.learn_one(*stream[22], key=22)  # the slide
+    assert [key for key, _ in model.refused_from_buffer] == ["far"]
+    assert model._engine.updates_total - before == 1  # (refused updates are not counted)
+    assert sorted(model.stored_keys()) == list(range(13, 23))
+
+
 def test_window_buffer_forget_stored_point_and_checkpoint():
     stream = sinc_stream(30, 12)
     model = SlidingWindowSVR(window_size=10, step=4, C=5.0, epsilon=0.05, gamma=0.5)
