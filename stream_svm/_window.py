@@ -160,40 +160,53 @@ class _SlidingWindow:
 
         A slide the engine refuses may fail for a sample an earlier call buffered (a point far
         beyond the others' scale): every later slide would fail with it, and the window would
-        refuse all that comes after it, for good. So a refused slide is tried again without
-        one sample buffered before, the farthest from the stored points first (at most
-        MAX_LEFT_OUT_TRIES of them): the first whose absence lets the slide through is left
-        out (listed in :attr:`refused_from_buffer`, with a warning), and the window slides
-        without it. When there is none, the arrivals are refused, and the samples buffered
-        before stay."""
+        refuse all that comes after it, for good. So where a slide with samples buffered
+        before is refused, those samples slide by themselves first: as they are, or where
+        the engine refuses that too, without one of them, the farthest from the stored points
+        first (at most MAX_LEFT_OUT_TRIES): the first whose absence lets them through is left
+        out (listed in :attr:`refused_from_buffer`, with a warning). Then the arrivals are
+        taken again, on their own; refused, their call raises. (An arrival that made the
+        slide fail never has a sample buffered before left out in its place.)"""
         try:
             self._buffer_arrivals(rows, values, keys, new, slide)
-        except ConvergenceError as refused:
+        except ConvergenceError:
             if not self._buffer_keys or not (
                     slide or (slide is None and len(self._buffer_keys) + len(keys) >= self.step)):
                 raise  # (nothing buffered before: the arrivals themselves were refused)
-            for index in self._suspects_first(self._buffer_rows):
-                left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
-                            self._buffer_keys.pop(index))
-                try:
-                    # (a slide now, whatever the buffer's length: it must show that the sample
-                    # left out is what the engine refused)
-                    self._buffer_arrivals(rows, values, keys, new, slide=True)
-                except ConvergenceError:
-                    self._put_back(index, *left_out)
-                    continue
-                except BaseException:
-                    self._put_back(index, *left_out)
-                    raise
-                key = left_out[2]
-                # (a model pickled before the list existed gets it here)
-                self.__dict__.setdefault("refused_from_buffer", []).append((key, str(refused)))
-                warnings.warn(
-                    f"the sample buffered under key {key!r} is left out: the window's slide was "
-                    f"refused with it ({refused}) and went through without it "
-                    "(refused_from_buffer lists such samples)", RuntimeWarning, stacklevel=3)
-                return
-            raise
+            if not self._slide_buffered():
+                raise
+            self._buffer_arrivals(rows, values, keys, new, slide)
+
+    def _slide_buffered(self) -> bool:
+        """Slide what earlier calls buffered, by itself (see ``_buffer``); whether it slid."""
+        try:
+            self._slide()
+        except ConvergenceError as refused:
+            why = str(refused)
+        else:
+            self._after_learning()
+            return True
+        for index in self._suspects_first(self._buffer_rows):
+            left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
+                        self._buffer_keys.pop(index))
+            try:
+                self._slide()
+            except ConvergenceError:
+                self._put_back(index, *left_out)
+                continue
+            except BaseException:
+                self._put_back(index, *left_out)
+                raise
+            key = left_out[2]
+            # (a model pickled before the list existed gets it here)
+            self.__dict__.setdefault("refused_from_buffer", []).append((key, why))
+            warnings.warn(
+                f"the sample buffered under key {key!r} is left out: the window's slide was "
+                f"refused with it ({why}) and went through without it (refused_from_buffer "
+                "lists such samples)", RuntimeWarning, stacklevel=4)
+            self._after_learning()
+            return True
+        return False
 
     def _put_back(self, index: int, row: np.ndarray, value: float, key: Hashable) -> None:
         """Return a sample taken out of the buffer to its place."""

@@ -263,7 +263,23 @@ def test_the_buffered_sample_farthest_from_the_stored_ones_is_the_first_left_out
         model.learn_one(*stream[22], key=22)  # the slide
     assert [key for key, _ in model.refused_from_buffer] == ["far"]
     assert model._engine.updates_total - before == 1  # (refused updates are not counted)
-    assert sorted(model.stored_keys()) == list(range(13, 23))
+    # What was buffered before slid without it; the arrival waits in the buffer, as any.
+    assert sorted(model.stored_keys()) == list(range(12, 22)) and model.n_buffered == 1
+
+
+def test_an_arrival_that_makes_the_slide_fail_never_has_a_buffered_sample_left_out():
+    # Tried without each sample buffered before, the slide went through without the good
+    # sample 24 (and with the far arrival): 24 was left out in the far point's place.
+    model = SlidingWindowSVR(window_size=20, step=3, kernel="linear", far_points="warn")
+    stream = sinc_stream(26, 0)
+    for i, (x, t) in enumerate(stream):
+        model.learn_one(x, t, key=i)
+    assert model._buffer_keys == [24, 25]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the far point's own warning)
+        model.learn_one({"u": 1e6}, 0.5, key="far")
+    assert not model.refused_from_buffer
+    assert 24 in model.stored_keys() and 25 in model.stored_keys()
 
 
 def test_window_buffer_forget_stored_point_and_checkpoint():
