@@ -173,19 +173,31 @@ class _SlidingWindow:
             if not self._buffer_keys or not (
                     slide or (slide is None and len(self._buffer_keys) + len(keys) >= self.step)):
                 raise  # (nothing buffered before: the arrivals themselves were refused)
-            if not self._slide_buffered():
-                raise
-            self._buffer_arrivals(rows, values, keys, new, slide)
+            # All or nothing: refused, the call leaves the model as it was, buffer included.
+            with self._all_or_nothing():
+                slid, left_out = self._slide_buffered()
+                if not slid:
+                    raise
+                self._buffer_arrivals(rows, values, keys, new, slide)
+            if left_out is not None:
+                key, why = left_out
+                # (a model pickled before the list existed gets it here)
+                self.__dict__.setdefault("refused_from_buffer", []).append(left_out)
+                warnings.warn(
+                    f"the sample buffered under key {key!r} is left out: the window's slide was "
+                    f"refused with it ({why}) and went through without it (refused_from_buffer "
+                    "lists such samples)", RuntimeWarning, stacklevel=3)
 
-    def _slide_buffered(self) -> bool:
-        """Slide what earlier calls buffered, by itself (see ``_buffer``); whether it slid."""
+    def _slide_buffered(self) -> tuple[bool, tuple[Hashable, str] | None]:
+        """Slide what earlier calls buffered, by itself (see ``_buffer``): whether it slid,
+        and the (key, why) of the sample left out for it, if one was."""
         try:
             self._slide()
         except ConvergenceError as refused:
             why = str(refused)
         else:
             self._after_learning()
-            return True
+            return True, None
         for index in self._suspects_first(self._buffer_rows):
             left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
                         self._buffer_keys.pop(index))
@@ -197,16 +209,9 @@ class _SlidingWindow:
             except BaseException:
                 self._put_back(index, *left_out)
                 raise
-            key = left_out[2]
-            # (a model pickled before the list existed gets it here)
-            self.__dict__.setdefault("refused_from_buffer", []).append((key, why))
-            warnings.warn(
-                f"the sample buffered under key {key!r} is left out: the window's slide was "
-                f"refused with it ({why}) and went through without it (refused_from_buffer "
-                "lists such samples)", RuntimeWarning, stacklevel=4)
             self._after_learning()
-            return True
-        return False
+            return True, (left_out[2], why)
+        return False, None
 
     def _put_back(self, index: int, row: np.ndarray, value: float, key: Hashable) -> None:
         """Return a sample taken out of the buffer to its place."""

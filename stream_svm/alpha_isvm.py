@@ -395,7 +395,7 @@ class AlphaISVC(_EngineClassifier):
             self._buffer_rows.append(row)
             self._buffer_labels.append(label)
             return
-        self._increment_with_buffer([row], [label], new)
+        self._increment_with_buffer([row], [label], new, buffering=True)
 
     @refused_unchanged
     def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
@@ -412,41 +412,66 @@ class AlphaISVC(_EngineClassifier):
         self._increment_with_buffer(list(rows), labels.tolist(), new)
 
     def _increment_with_buffer(self, rows: list[np.ndarray], labels: list[float],
-                               new_features: list) -> None:
-        """One increment on the buffered samples and the arrivals. A sample an earlier call
-        buffered may be what the engine refuses (a point far beyond the others' scale): every
-        later increment would then fail with it, refusing all that comes after it, for good.
-        So a refused increment is tried again without one buffered sample, the farthest from
-        the stored points first (at most MAX_LEFT_OUT_TRIES of them): the first whose absence
-        lets it through is left out (listed in :attr:`refused_from_buffer`, with a warning);
-        when there is none, the arrivals are refused and the buffer stays as it was."""
+                               new_features: list, buffering: bool = False) -> None:
+        """One increment on the buffered samples and the arrivals (``buffering``: one sample
+        of ``learn_one``, buffered instead where the buffer is emptied first).
+
+        A sample an earlier call buffered may be what the engine refuses (a point far beyond
+        the others' scale): every later increment would then fail with it, refusing all that
+        comes after it, for good. So where an increment with samples buffered before is
+        refused, those samples go through an increment by themselves first: as they are, or
+        where the engine refuses that too, without one of them, the farthest from the stored
+        points first (at most MAX_LEFT_OUT_TRIES): the first whose absence lets them through
+        is left out (listed in :attr:`refused_from_buffer`, with a warning). Then the
+        arrivals are taken again, on their own; refused, their call raises."""
         try:
             self._increment(self._buffer_rows + rows, self._buffer_labels + labels, new_features)
             return
-        except ConvergenceError as refused:
+        except ConvergenceError:
             if not self._buffer_labels:
                 raise
+            # All or nothing: refused, the call leaves the model as it was, buffer included.
+            with self._all_or_nothing():
+                went, left_out = self._increment_buffered()
+                if not went:
+                    raise
+                if buffering and len(rows) < self.batch_size:
+                    self._features.add(new_features)
+                    self._buffer_rows.extend(rows)
+                    self._buffer_labels.extend(labels)
+                else:
+                    self._increment(rows, labels, new_features)
+        if left_out is not None:
+            # (a model pickled before the list existed gets it here)
+            self.__dict__.setdefault("refused_from_buffer", []).append((None, left_out))
+            warnings.warn(f"{left_out} (refused_from_buffer lists such samples)",
+                          RuntimeWarning, stacklevel=3)
+
+    def _increment_buffered(self) -> tuple[bool, str | None]:
+        """An increment on what earlier calls buffered, by itself (see
+        ``_increment_with_buffer``): whether it went through, and what was left out for it,
+        if anything was."""
+        try:
+            self._increment(self._buffer_rows, self._buffer_labels, [])
+        except ConvergenceError as refused:
             failure = refused
+        else:
+            return True, None
         for index in self._suspects_first(self._buffer_rows):
             others = [i for i in range(len(self._buffer_labels)) if i != index]
             row, names = self._buffer_rows[index], self._features.names
             sample = ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},
                       self._class(self._buffer_labels[index] > 0))
             try:
-                self._increment([self._buffer_rows[i] for i in others] + rows,
-                                [self._buffer_labels[i] for i in others] + labels,
-                                new_features)
+                self._increment([self._buffer_rows[i] for i in others],
+                                [self._buffer_labels[i] for i in others], [])
             except ConvergenceError:
                 continue
             # (_increment emptied the buffer: the sample left out is gone with it)
-            why = (f"the sample with features {sample[0]!r} and label {sample[1]!r} was left "
-                   f"out of the increment: it was refused with it ({failure}) and went through "
-                   "without it")
-            self.__dict__.setdefault("refused_from_buffer", []).append((None, why))
-            warnings.warn(f"{why} (refused_from_buffer lists such samples)", RuntimeWarning,
-                          stacklevel=3)
-            return
-        raise failure
+            return True, (f"the sample with features {sample[0]!r} and label {sample[1]!r} was "
+                          f"left out of the increment: it was refused with it ({failure}) and "
+                          "went through without it")
+        return False, None
 
     def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
                    ) -> None:

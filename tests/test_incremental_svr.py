@@ -282,6 +282,30 @@ def test_an_arrival_that_makes_the_slide_fail_never_has_a_buffered_sample_left_o
     assert 24 in model.stored_keys() and 25 in model.stored_keys()
 
 
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_refused_slide_leaves_the_window_as_it_was_buffer_included(limit):
+    # Refused, the call changes nothing: not even the samples buffered before, which a
+    # refused slide first tries to slide by themselves.
+    model = SlidingWindowSVR(window_size=12, step=3, C=5.0, gamma=0.5)
+    stream = sinc_stream(40, 8)
+    for i, (x, t) in enumerate(stream[:20]):
+        model.learn_one(x, t, key=i)
+    assert model.n_buffered == 2
+    before = model.to_checkpoint()
+    model._engine.max_breakpoints = limit
+    frame = pd.DataFrame([x for x, _ in stream[20:30]])
+    try:
+        model.learn_many(frame, pd.Series([t for _, t in stream[20:30]]),
+                         keys=list(range(20, 30)))
+    except Exception:
+        after = model.to_checkpoint()
+        assert before[1] == after[1] and before[0].keys() == after[0].keys()
+        for name in before[0]:
+            np.testing.assert_array_equal(before[0][name], after[0][name])
+    else:
+        pytest.fail(f"ten samples slid within {limit} breakpoints")
+
+
 def test_window_buffer_forget_stored_point_and_checkpoint():
     stream = sinc_stream(30, 12)
     model = SlidingWindowSVR(window_size=10, step=4, C=5.0, epsilon=0.05, gamma=0.5)
