@@ -178,7 +178,9 @@ class _SlidingWindow:
                 slid, left_out = self._slide_buffered()
                 if not slid:
                     raise
-                self._buffer_arrivals(rows, values, keys, new, slide)
+                # (where the sample left out was all there was, nothing slid yet to show that
+                # it was the one refused: the arrivals must slide without it now)
+                self._buffer_arrivals(rows, values, keys, new, True if slid == 1 else slide)
             if left_out is not None:
                 key, why = left_out
                 # (a model pickled before the list existed gets it here)
@@ -188,19 +190,23 @@ class _SlidingWindow:
                     f"refused with it ({why}) and went through without it (refused_from_buffer "
                     "lists such samples)", RuntimeWarning, stacklevel=3)
 
-    def _slide_buffered(self) -> tuple[bool, tuple[Hashable, str] | None]:
-        """Slide what earlier calls buffered, by itself (see ``_buffer``): whether it slid,
-        and the (key, why) of the sample left out for it, if one was."""
+    def _slide_buffered(self) -> tuple[int, tuple[Hashable, str] | None]:
+        """Slide what earlier calls buffered, by itself (see ``_buffer``): 2 when it slid, 1
+        when the one sample buffered was taken out with nothing left to slide (not shown yet
+        to be what was refused), 0 when nothing worked; and the (key, why) of the sample left
+        out, if one was."""
         try:
             self._slide()
         except ConvergenceError as refused:
             why = str(refused)
         else:
             self._after_learning()
-            return True, None
+            return 2, None
         for index in self._suspects_first(self._buffer_rows):
             left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
                         self._buffer_keys.pop(index))
+            if not self._buffer_keys:
+                return 1, (left_out[2], why)
             try:
                 self._slide()
             except ConvergenceError:
@@ -210,8 +216,8 @@ class _SlidingWindow:
                 self._put_back(index, *left_out)
                 raise
             self._after_learning()
-            return True, (left_out[2], why)
-        return False, None
+            return 2, (left_out[2], why)
+        return 0, None
 
     def _put_back(self, index: int, row: np.ndarray, value: float, key: Hashable) -> None:
         """Return a sample taken out of the buffer to its place."""

@@ -435,7 +435,9 @@ class AlphaISVC(_EngineClassifier):
                 went, left_out = self._increment_buffered()
                 if not went:
                     raise
-                if buffering and len(rows) < self.batch_size:
+                # (where the sample left out was all there was, no increment yet showed that
+                # it was the one refused: the arrivals must go through one without it now)
+                if buffering and len(rows) < self.batch_size and went == 2:
                     self._features.add(new_features)
                     self._buffer_rows.extend(rows)
                     self._buffer_labels.extend(labels)
@@ -447,31 +449,36 @@ class AlphaISVC(_EngineClassifier):
             warnings.warn(f"{left_out} (refused_from_buffer lists such samples)",
                           RuntimeWarning, stacklevel=3)
 
-    def _increment_buffered(self) -> tuple[bool, str | None]:
+    def _increment_buffered(self) -> tuple[int, str | None]:
         """An increment on what earlier calls buffered, by itself (see
-        ``_increment_with_buffer``): whether it went through, and what was left out for it,
-        if anything was."""
+        ``_increment_with_buffer``): 2 when one went through, 1 when the one sample buffered
+        was taken out with nothing left (not shown yet to be what was refused), 0 when
+        nothing worked; and what was left out, if anything was."""
         try:
             self._increment(self._buffer_rows, self._buffer_labels, [])
         except ConvergenceError as refused:
             failure = refused
         else:
-            return True, None
+            return 2, None
         for index in self._suspects_first(self._buffer_rows):
             others = [i for i in range(len(self._buffer_labels)) if i != index]
             row, names = self._buffer_rows[index], self._features.names
             sample = ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},
                       self._class(self._buffer_labels[index] > 0))
+            why = (f"the sample with features {sample[0]!r} and label {sample[1]!r} was left "
+                   f"out of the increment: it was refused with it ({failure}) and went through "
+                   "without it")
+            if not others:
+                self._buffer_rows, self._buffer_labels = [], []
+                return 1, why
             try:
                 self._increment([self._buffer_rows[i] for i in others],
                                 [self._buffer_labels[i] for i in others], [])
             except ConvergenceError:
                 continue
             # (_increment emptied the buffer: the sample left out is gone with it)
-            return True, (f"the sample with features {sample[0]!r} and label {sample[1]!r} was "
-                          f"left out of the increment: it was refused with it ({failure}) and "
-                          "went through without it")
-        return False, None
+            return 2, why
+        return 0, None
 
     def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
                    ) -> None:

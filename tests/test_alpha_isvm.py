@@ -487,6 +487,28 @@ def test_a_buffered_sample_that_jams_every_increment_is_left_out_and_learning_go
     assert all(abs(row[0]) < 1e3 for row in model._rows)  # (it is kept in no set)
 
 
+def test_a_model_that_refuses_every_update_leaves_no_buffered_sample_out(monkeypatch):
+    # Taken out of a buffer of one, the sample left nothing to learn, which "went through":
+    # it was left out although nothing showed it was what the engine refused.
+    rng = np.random.default_rng(1)
+    model = AlphaISVC(batch_size=2, kernel="linear", C=10.0)
+    for a, b in rng.uniform(-1, 1, size=(6, 2)):
+        model.learn_one({"a": a, "b": b}, bool(a > 0))
+    # (misclassified, so that learning it takes an engine update)
+    model.learn_one({"a": 0.9, "b": 0.1}, False)
+    assert model.n_buffered == 1
+    before = state(model)
+
+    def refuse(engine, *args, **kwargs):
+        raise ConvergenceError("refused for the test; the model is unchanged")
+
+    monkeypatch.setattr(PathEngine, "update", refuse)
+    with pytest.raises(ConvergenceError, match="refused for the test"):
+        model.learn_one({"a": -0.9, "b": 0.4}, True)
+    assert_same_state(before, state(model))
+    assert model.n_buffered == 1 and not model.refused_from_buffer
+
+
 def test_the_exact_mode_does_not_cycle_where_b_is_free_in_an_interval():
     # validation_margin = 1 and no discard: Osuna's decomposition, whose every round improves
     # the dual objective. Here the second increment's trainings left no coefficient strictly
