@@ -52,7 +52,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -761,7 +761,6 @@ class Daemon:
         #: start (local checkpoints that fell behind its publishes): its offsets where they are
         #: ahead, which the model reads past before it publishes (predictors keep that state)
         self._publish_from: dict[str, int] | None = None
-        self._last_read = time.monotonic()  # when the last records were read
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         self._lock_checked_at = 0.0  # (_check_the_lock)
@@ -1527,6 +1526,24 @@ class Daemon:
         log.info("publishing the model's state on %s as model %s, epoch %d",
                  store.topic, list(GLOBAL_MODEL_ID), epoch)
         self._publish_from = self._newer_published_offsets(store)
+
+    def _read_to_the_end(self, names: Mapping[str, int]) -> bool:
+        """Whether the model has read every partition of ``names`` to the end its last fetch
+        showed (the high watermark; not known before a fetch returned: False)."""
+        from kafka import TopicPartition
+
+        assert self.processor is not None
+        if self._consumer is None:
+            return False
+        for name in names:
+            topic, _, partition = name.rpartition(":")
+            try:
+                high = self._consumer.highwater(TopicPartition(topic, int(partition)))
+            except (ValueError, AssertionError):  # (a partition no longer assigned)
+                return False
+            if high is None or self.processor.offsets.get(name, 0) < high:
+                return False
+        return True
 
     def _newer_published_offsets(self, store: StateStore) -> dict[str, int] | None:
         """The offsets of the model's newest state on the state topic where they are ahead of
@@ -2403,8 +2420,6 @@ class Daemon:
         summary.skipped += result.skipped
         summary.batches += 1
         self._since_checkpoint += len(records) - result.skipped
-        if records:
-            self._last_read = time.monotonic()
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         if self.models is not None:
@@ -2755,9 +2770,9 @@ class Daemon:
             if not behind:
                 log.info("read past the offsets of the newer state on the state topic: "
                          "publishing this model")
-            elif time.monotonic() - self._last_read >= self.config.checkpoint.every_seconds:
-                # Nothing more to read for a checkpoint interval: the input no longer holds
-                # those offsets (lost, or recreated shorter), and this model is the newest.
+            elif self._read_to_the_end(behind):
+                # The input ends before those offsets (lost, or recreated shorter): this
+                # model, which has read all of it, is the newest there is.
                 log.warning("read all the input holds without reaching %s, the offsets of the "
                             "newer state on the state topic: publishing this model",
                             behind)

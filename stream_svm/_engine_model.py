@@ -1058,29 +1058,47 @@ class _EngineModel(FixedParameters):
         ones not dropped yet)."""
         return len(self._features)
 
-    #: At most this many retries of a refused update, each without one buffered sample (see
-    #: ``_suspects_first``): each costs an update, which a refusal makes slow (the engine
-    #: tries to learn its points afresh first).
+    #: At most this many buffered samples are left out of one refused update (see
+    #: ``_far_suspects``); each try costs an update, which a refusal makes slow.
     MAX_LEFT_OUT_TRIES = 4
+    #: A buffered sample is suspected of making an update refused where it lies this many
+    #: times farther from the stored points' mean than the farthest of them (a unit slip).
+    FAR_SUSPECT_FACTOR = 1e3
 
-    def _suspects_first(self, rows: list[np.ndarray]) -> list[int]:
-        """Positions of buffered ``rows`` to leave out of a refused update, the likeliest
-        first: farthest from the mean of the stored points (a point far beyond the others'
-        scale is what makes an update fail), then oldest; at most MAX_LEFT_OUT_TRIES."""
+    def _far_suspects(self, rows: list[np.ndarray]) -> list[int]:
+        """Positions of buffered ``rows`` far beyond the stored points' scale (see
+        FAR_SUSPECT_FACTOR), the farthest first, at most MAX_LEFT_OUT_TRIES: the samples a
+        refused update may be tried again without. None where nothing is stored."""
         stored = self._engine.X
+        if not stored.shape[0] or not rows:
+            return []
         width = max([stored.shape[1], *(row.size for row in rows)])
         center = np.zeros(width)
-        if stored.shape[0]:
-            center[: stored.shape[1]] = stored.mean(axis=0)
+        center[: stored.shape[1]] = stored.mean(axis=0)
+        reach = float(np.abs(stored - center[: stored.shape[1]]).max(initial=0.0))
+        if not math.isfinite(reach):
+            return []
         distances = []
         for row in rows:
             padded = np.zeros(width)
             padded[: row.size] = row
             with np.errstate(over="ignore", invalid="ignore"):
                 distance = float(np.abs(padded - center).max(initial=0.0))
-            distances.append(distance if math.isfinite(distance) else math.inf)
-        order = sorted(range(len(rows)), key=lambda i: (-distances[i], i))
-        return order[: self.MAX_LEFT_OUT_TRIES]
+            distances.append(distance if not math.isnan(distance) else math.inf)
+        far = [i for i, distance in enumerate(distances)
+               if distance > self.FAR_SUSPECT_FACTOR * max(reach, np.finfo(float).tiny)]
+        far.sort(key=lambda i: (-distances[i], i))
+        return far[: self.MAX_LEFT_OUT_TRIES]
+
+    def _note_left_out(self, key: Hashable | None, why: str) -> None:
+        """Record a buffered sample left out (the last thousand are kept), and warn."""
+        # (a model pickled before the list existed gets it here)
+        left_out = self.__dict__.setdefault("refused_from_buffer", [])
+        left_out.append((key, why))
+        del left_out[:-1000]
+        named = "a buffered sample" if key is None else f"the sample buffered under key {key!r}"
+        warnings.warn(f"{named} is left out: {why} (refused_from_buffer lists such samples)",
+                      RuntimeWarning, stacklevel=4)
 
     def _check_new_key(self, key: Hashable | None) -> None:
         """KeyError for a key the model holds, before anything is done (dropping unused

@@ -5,7 +5,6 @@ multiple path, or one sample at a time), all or nothing."""
 from __future__ import annotations
 
 import numbers
-import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -25,7 +24,7 @@ from stream_svm._engine_model import (
     refused_unchanged,
 )
 from stream_svm._input import check_findable_keys, check_paired
-from stream_svm.engine import ConvergenceError, UpdateStats
+from stream_svm.engine import BreakpointLimit, ConvergenceError, UpdateStats
 
 
 class _SlidingWindow:
@@ -159,71 +158,41 @@ class _SlidingWindow:
         or nothing for the arrivals.
 
         A slide the engine refuses may fail for a sample an earlier call buffered (a point far
-        beyond the others' scale): every later slide would fail with it, and the window would
-        refuse all that comes after it, for good. So where a slide with samples buffered
-        before is refused, those samples slide by themselves first: as they are, or where
-        the engine refuses that too, without one of them, the farthest from the stored points
-        first (at most MAX_LEFT_OUT_TRIES): the first whose absence lets them through is left
-        out (listed in :attr:`refused_from_buffer`, with a warning). Then the arrivals are
-        taken again, on their own; refused, their call raises. (An arrival that made the
-        slide fail never has a sample buffered before left out in its place.)"""
+        beyond the others' scale, taken into the buffer unchecked): every later slide would
+        fail with it, and the window would refuse all that comes after it, for good. So a
+        refused slide (not one stopped by ``max_breakpoints``) with such samples in the buffer,
+        far beyond the stored points' scale (``_far_suspects``), is tried again without them,
+        the farthest first, one more each time: those it goes through without are left out
+        (listed in :attr:`refused_from_buffer`, with a warning). Otherwise the arrivals are
+        refused, and the model is as it was, buffer included."""
         try:
             self._buffer_arrivals(rows, values, keys, new, slide)
+        except BreakpointLimit:
+            raise
         except ConvergenceError:
-            if not self._buffer_keys or not (
+            suspects = self._far_suspects(self._buffer_rows)
+            if not suspects or not (
                     slide or (slide is None and len(self._buffer_keys) + len(keys) >= self.step)):
-                raise  # (nothing buffered before: the arrivals themselves were refused)
-            # All or nothing: refused, the call leaves the model as it was, buffer included.
-            with self._all_or_nothing():
-                slid, left_out = self._slide_buffered()
-                if not slid:
-                    raise
-                # (where the sample left out was all there was, nothing slid yet to show that
-                # it was the one refused: the arrivals must slide without it now)
-                self._buffer_arrivals(rows, values, keys, new, True if slid == 1 else slide)
-            if left_out is not None:
-                key, why = left_out
-                # (a model pickled before the list existed gets it here)
-                self.__dict__.setdefault("refused_from_buffer", []).append(left_out)
-                warnings.warn(
-                    f"the sample buffered under key {key!r} is left out: the window's slide was "
-                    f"refused with it ({why}) and went through without it (refused_from_buffer "
-                    "lists such samples)", RuntimeWarning, stacklevel=3)
-
-    def _slide_buffered(self) -> tuple[int, tuple[Hashable, str] | None]:
-        """Slide what earlier calls buffered, by itself (see ``_buffer``): 2 when it slid, 1
-        when the one sample buffered was taken out with nothing left to slide (not shown yet
-        to be what was refused), 0 when nothing worked; and the (key, why) of the sample left
-        out, if one was."""
-        try:
-            self._slide()
-        except ConvergenceError as refused:
-            why = str(refused)
-        else:
-            self._after_learning()
-            return 2, None
-        for index in self._suspects_first(self._buffer_rows):
-            left_out = (self._buffer_rows.pop(index), self._buffer_values.pop(index),
-                        self._buffer_keys.pop(index))
-            if not self._buffer_keys:
-                return 1, (left_out[2], why)
-            try:
-                self._slide()
-            except ConvergenceError:
-                self._put_back(index, *left_out)
-                continue
-            except BaseException:
-                self._put_back(index, *left_out)
                 raise
-            self._after_learning()
-            return 2, (left_out[2], why)
-        return 0, None
-
-    def _put_back(self, index: int, row: np.ndarray, value: float, key: Hashable) -> None:
-        """Return a sample taken out of the buffer to its place."""
-        self._buffer_rows.insert(index, row)
-        self._buffer_values.insert(index, value)
-        self._buffer_keys.insert(index, key)
+            waiting = list(zip(self._buffer_rows, self._buffer_values, self._buffer_keys,
+                               strict=True))
+            with self._all_or_nothing():
+                for count in range(1, len(suspects) + 1):
+                    left = set(suspects[:count])
+                    kept = [sample for i, sample in enumerate(waiting) if i not in left]
+                    self._buffer_rows = [row for row, _, _ in kept]
+                    self._buffer_values = [value for _, value, _ in kept]
+                    self._buffer_keys = [key for _, _, key in kept]
+                    try:
+                        self._buffer_arrivals(rows, values, keys, new, True)
+                    except ConvergenceError:
+                        continue
+                    break
+                else:
+                    raise
+            for index in suspects[:count]:
+                self._note_left_out(waiting[index][2], "the window's slide was refused with it "
+                                                       "and went through without it")
 
     def _buffer_arrivals(self, rows: list[np.ndarray], values: list[float],
                          keys: list[Hashable], new: list[Hashable], slide: bool | None) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import numbers
 import time
-import warnings
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,7 +39,7 @@ from stream_svm._engine_model import (
 )
 from stream_svm._input import check_paired
 from stream_svm.classifiers import _EngineClassifier
-from stream_svm.engine import MARGIN, ConvergenceError
+from stream_svm.engine import MARGIN, BreakpointLimit, ConvergenceError
 
 __all__ = ["AlphaISVC", "IncrementStats"]
 
@@ -395,7 +394,7 @@ class AlphaISVC(_EngineClassifier):
             self._buffer_rows.append(row)
             self._buffer_labels.append(label)
             return
-        self._increment_with_buffer([row], [label], new, buffering=True)
+        self._increment_with_buffer([row], [label], new)
 
     @refused_unchanged
     def learn_many(self, X: pd.DataFrame, y: pd.Series) -> None:
@@ -412,73 +411,49 @@ class AlphaISVC(_EngineClassifier):
         self._increment_with_buffer(list(rows), labels.tolist(), new)
 
     def _increment_with_buffer(self, rows: list[np.ndarray], labels: list[float],
-                               new_features: list, buffering: bool = False) -> None:
-        """One increment on the buffered samples and the arrivals (``buffering``: one sample
-        of ``learn_one``, buffered instead where the buffer is emptied first).
+                               new_features: list) -> None:
+        """One increment on the buffered samples and the arrivals.
 
-        A sample an earlier call buffered may be what the engine refuses (a point far beyond
-        the others' scale): every later increment would then fail with it, refusing all that
-        comes after it, for good. So where an increment with samples buffered before is
-        refused, those samples go through an increment by themselves first: as they are, or
-        where the engine refuses that too, without one of them, the farthest from the stored
-        points first (at most MAX_LEFT_OUT_TRIES): the first whose absence lets them through
-        is left out (listed in :attr:`refused_from_buffer`, with a warning). Then the
-        arrivals are taken again, on their own; refused, their call raises."""
+        A sample an earlier call buffered (unchecked) may be what the engine refuses: a point
+        far beyond the others' scale, with which every later increment would fail, refusing
+        all that comes after it, for good. So a refused increment (not one stopped by
+        ``max_breakpoints``) with such samples in the buffer (``_far_suspects``) is tried again
+        without them, the farthest first, one more each time: those it goes through without
+        are left out (listed in :attr:`refused_from_buffer`, with a warning naming their
+        features and labels). Otherwise the arrivals are refused, and the model is as it was,
+        buffer included."""
         try:
             self._increment(self._buffer_rows + rows, self._buffer_labels + labels, new_features)
             return
-        except ConvergenceError:
-            if not self._buffer_labels:
-                raise
-            # All or nothing: refused, the call leaves the model as it was, buffer included.
-            with self._all_or_nothing():
-                went, left_out = self._increment_buffered()
-                if not went:
-                    raise
-                # (where the sample left out was all there was, no increment yet showed that
-                # it was the one refused: the arrivals must go through one without it now)
-                if buffering and len(rows) < self.batch_size and went == 2:
-                    self._features.add(new_features)
-                    self._buffer_rows.extend(rows)
-                    self._buffer_labels.extend(labels)
-                else:
-                    self._increment(rows, labels, new_features)
-        if left_out is not None:
-            # (a model pickled before the list existed gets it here)
-            self.__dict__.setdefault("refused_from_buffer", []).append((None, left_out))
-            warnings.warn(f"{left_out} (refused_from_buffer lists such samples)",
-                          RuntimeWarning, stacklevel=3)
-
-    def _increment_buffered(self) -> tuple[int, str | None]:
-        """An increment on what earlier calls buffered, by itself (see
-        ``_increment_with_buffer``): 2 when one went through, 1 when the one sample buffered
-        was taken out with nothing left (not shown yet to be what was refused), 0 when
-        nothing worked; and what was left out, if anything was."""
-        try:
-            self._increment(self._buffer_rows, self._buffer_labels, [])
+        except BreakpointLimit:
+            raise
         except ConvergenceError as refused:
+            suspects = self._far_suspects(self._buffer_rows)
+            if not suspects:
+                raise
             failure = refused
-        else:
-            return 2, None
-        for index in self._suspects_first(self._buffer_rows):
-            others = [i for i in range(len(self._buffer_labels)) if i != index]
-            row, names = self._buffer_rows[index], self._features.names
-            sample = ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},
-                      self._class(self._buffer_labels[index] > 0))
-            why = (f"the sample with features {sample[0]!r} and label {sample[1]!r} was left "
-                   f"out of the increment: it was refused with it ({failure}) and went through "
-                   "without it")
-            if not others:
-                self._buffer_rows, self._buffer_labels = [], []
-                return 1, why
+        names = self._features.names
+        described = [
+            ({names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])},
+             self._class(label > 0))
+            for row, label in zip(self._buffer_rows, self._buffer_labels, strict=True)]
+        for count in range(1, len(suspects) + 1):
+            left = set(suspects[:count])
+            kept = [i for i in range(len(self._buffer_labels)) if i not in left]
             try:
-                self._increment([self._buffer_rows[i] for i in others],
-                                [self._buffer_labels[i] for i in others], [])
+                self._increment([self._buffer_rows[i] for i in kept] + rows,
+                                [self._buffer_labels[i] for i in kept] + labels, new_features)
             except ConvergenceError:
                 continue
-            # (_increment emptied the buffer: the sample left out is gone with it)
-            return 2, why
-        return 0, None
+            break
+        else:
+            raise failure
+        # (_increment emptied the buffer: the samples left out are gone with it)
+        for index in suspects[:count]:
+            x, label = described[index]
+            self._note_left_out(None, f"the sample with features {x!r} and label {label!r} "
+                                      "was refused with it and the increment went through "
+                                      f"without it ({failure})")
 
     def _increment(self, rows: list[np.ndarray], labels: list[float], new_features: list
                    ) -> None:

@@ -179,6 +179,10 @@ class ConvergenceError(RuntimeError):
     derailed on a numerically singular kernel); the model was left as it was before."""
 
 
+class BreakpointLimit(ConvergenceError):
+    """An update stopped at ``max_breakpoints``: its size, not any one of its points, is why."""
+
+
 class _Derailed(ConvergenceError):
     """Round-off derailed an update even one point at a time."""
 
@@ -2047,7 +2051,7 @@ class PathEngine:
                         "large for this kernel); the model is unchanged"
                     )
                 elif code == _pathcore.LIMIT:
-                    raise ConvergenceError(
+                    raise BreakpointLimit(
                         f"update stopped after {arrays.steps} steps "
                         f"(max_breakpoints={limit}); the model is unchanged"
                     )

@@ -1096,7 +1096,7 @@ def test_a_point_an_alpha_isvm_leaves_out_of_its_buffer_is_dead_lettered_by_its_
     assert [(letter.get("id"), letter["reason"]) for letter in letters] == [(None, "refused")]
     assert letters[0]["error"].startswith(
         "a point buffered by the model (its message was answered \"learned\": true) was left "
-        "out: the sample with features {'a': 1000000.0} and label False was left out")
+        "out: the sample with features {'a': 1000000.0} and label False was refused with it")
     assert letters[0]["source"]["offset"] == 14  # (the arrival that made the increment)
     assert processor.model_updates == 32 - processor.model.n_buffered
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stream_svm import AutoKey, IncrementalSVR, SlidingWindowSVR
+from stream_svm import AutoKey, ConvergenceError, IncrementalSVR, SlidingWindowSVR
 from stream_svm.kernels import make_kernel
 from tests.river_checks import run_river_checks
 from tests.test_engine_regression import RegressionOptimum
@@ -246,8 +246,8 @@ def test_a_buffered_sample_that_jams_every_slide_is_left_out_and_the_window_goes
 
 def test_the_buffered_sample_farthest_from_the_stored_ones_is_the_first_left_out():
     # Tried oldest first, a far point buffered after five others took six refused updates to
-    # find (each slow: the engine learns its points afresh before refusing); and at most
-    # MAX_LEFT_OUT_TRIES are tried.
+    # find (each slow: the engine learns its points afresh before refusing); only samples far
+    # beyond the stored points' scale are tried, the farthest first.
     model = SlidingWindowSVR(window_size=10, step=8, kernel="linear", far_points="warn")
     stream = sinc_stream(40, 7)
     for i, (x, t) in enumerate(stream[:16]):
@@ -263,23 +263,27 @@ def test_the_buffered_sample_farthest_from_the_stored_ones_is_the_first_left_out
         model.learn_one(*stream[22], key=22)  # the slide
     assert [key for key, _ in model.refused_from_buffer] == ["far"]
     assert model._engine.updates_total - before == 1  # (refused updates are not counted)
-    # What was buffered before slid without it; the arrival waits in the buffer, as any.
-    assert sorted(model.stored_keys()) == list(range(12, 22)) and model.n_buffered == 1
+    assert sorted(model.stored_keys()) == list(range(13, 23)) and model.n_buffered == 0
 
 
 def test_an_arrival_that_makes_the_slide_fail_never_has_a_buffered_sample_left_out():
     # Tried without each sample buffered before, the slide went through without the good
-    # sample 24 (and with the far arrival): 24 was left out in the far point's place.
+    # sample 24 (and with the far arrival): 24 was left out in the far point's place, and the
+    # far point, in the window, made it refuse 32 of the next 34 samples. The arrival that
+    # makes the slide fail is refused, and the buffer stays.
     model = SlidingWindowSVR(window_size=20, step=3, kernel="linear", far_points="warn")
-    stream = sinc_stream(26, 0)
-    for i, (x, t) in enumerate(stream):
+    stream = sinc_stream(60, 0)
+    for i, (x, t) in enumerate(stream[:26]):
         model.learn_one(x, t, key=i)
     assert model._buffer_keys == [24, 25]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (the far point's own warning)
-        model.learn_one({"u": 1e6}, 0.5, key="far")
-    assert not model.refused_from_buffer
-    assert 24 in model.stored_keys() and 25 in model.stored_keys()
+        with pytest.raises(ConvergenceError):
+            model.learn_one({"u": 1e6}, 0.5, key="far")
+    assert not model.refused_from_buffer and model._buffer_keys == [24, 25]
+    for i, (x, t) in enumerate(stream[26:], start=26):
+        model.learn_one(x, t, key=i)
+    assert "far" not in model and model.n_window == 20
 
 
 @pytest.mark.parametrize("limit", [1, 2])
