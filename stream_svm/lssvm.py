@@ -440,15 +440,22 @@ class _IncrementalLSSVM(FixedParameters):
         return (rows if omega is None else np.vstack([omega, rows])), phase
 
     def _design(
-        self, rows: np.ndarray, omega: np.ndarray | None, phase: np.ndarray | None
+        self, rows: np.ndarray, omega: np.ndarray | None, phase: np.ndarray | None,
+        learning: bool = True,
     ) -> np.ndarray:
-        """Map input rows to the model's columns: (bias,) then phi(x)."""
+        """Map input rows to the model's columns: (bias,) then phi(x). ``learning``: the
+        angles summed in a fixed order (what forgetting a sample must subtract again, to the
+        bit, whatever the map's width by then); a prediction takes the BLAS's product, up to
+        6x faster on wide dense rows."""
         if self.features == "rff":
             assert omega is not None and phase is not None
-            angles = np.empty((len(rows), self.n_components))
             with np.errstate(over="ignore", invalid="ignore"):
-                _pathcore.fourier_angles(np.ascontiguousarray(rows, dtype=float),
-                                         np.ascontiguousarray(omega), phase, angles)
+                if learning:
+                    angles = np.empty((len(rows), self.n_components))
+                    _pathcore.fourier_angles(np.ascontiguousarray(rows, dtype=float),
+                                             np.ascontiguousarray(omega), phase, angles)
+                else:
+                    angles = rows @ omega + phase
             if not np.isfinite(angles).all():
                 raise ValueError(
                     "the features are too large for the random Fourier map (their products with "
@@ -474,7 +481,7 @@ class _IncrementalLSSVM(FixedParameters):
         # A feature never learned has a linear weight of 0, and no row of Fourier frequencies
         # yet (it reads 0, as a missing one does): its columns are dropped.
         rows = rows[:, : len(self._space)]
-        return self._design(rows, self._omega, self._phase)
+        return self._design(rows, self._omega, self._phase, learning=False)
 
     def _decisions(self, data: list[Mapping[Hashable, object]] | pd.DataFrame) -> np.ndarray:
         design = self._prediction_design(data)
