@@ -1273,8 +1273,9 @@ class _EngineModel(FixedParameters):
         engine = self._engine
         kernel = engine.kernel
         # (RBF: K(x, x) = 1; a user's kernel: a call per point, not made here.)
-        if not isinstance(kernel, (LinearKernel, PolynomialKernel)) or (
-                engine.n < OUTLIER_MIN_STORED):
+        # (a window of fewer points is judged when full: it never held OUTLIER_MIN_STORED)
+        needed = min(OUTLIER_MIN_STORED, getattr(self, "window_size", OUTLIER_MIN_STORED))
+        if not isinstance(kernel, (LinearKernel, PolynomialKernel)) or engine.n < needed:
             return
         scale = engine._diag_scale
         if incoming.ndim == 1:

@@ -655,3 +655,18 @@ def test_predict_many_returns_the_labels_predict_one_returns(make):
     one = [model.predict_one(row) for row in X.to_dict(orient="records")]
     assert many.tolist() == one == [negative, negative, positive, positive]
     assert [type(label) for label in many] == [type(label) for label in one]
+
+
+def test_a_window_of_fewer_points_than_the_far_point_check_needs_is_checked_when_full():
+    # The check waited for 10 stored points, which a window of 8 never holds: a unit slip went
+    # in under far_points="refuse", and the window refused the samples after it.
+    from stream_svm import SlidingWindowSVC
+
+    rng = np.random.default_rng(3)
+    window = SlidingWindowSVC(window_size=8, step=1, kernel="linear", far_points="refuse")
+    for a, b in rng.uniform(-1, 1, size=(8, 2)):
+        window.learn_one({"a": a, "b": b}, bool(a > b))
+    with pytest.raises(ValueError, match="a point far beyond the kernel scale of the stored "
+                                         "points: .* the largest of the 8 points stored"):
+        window.learn_one({"a": 1e6, "b": 0.0}, True)
+    assert window.n_window == 8 and window.far_points_total == 1
