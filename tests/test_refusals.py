@@ -666,7 +666,7 @@ def test_a_window_of_fewer_points_than_the_far_point_check_needs_is_checked_when
     window = SlidingWindowSVC(window_size=8, step=1, kernel="linear", far_points="refuse")
     for a, b in rng.uniform(-1, 1, size=(8, 2)):
         window.learn_one({"a": a, "b": b}, bool(a > b))
-    with pytest.raises(ValueError, match="a point far beyond the kernel scale of the stored "
-                                         "points: .* the largest of the 8 points stored"):
+    with pytest.raises(ValueError, match=r"a point far beyond the kernel scale of the stored "
+                                         r"points: .* the largest of the 8 points stored"):
         window.learn_one({"a": 1e6, "b": 0.0}, True)
     assert window.n_window == 8 and window.far_points_total == 1
