@@ -583,13 +583,12 @@ class AlphaISVC(_EngineClassifier):
             return False
         low, high = interval
         kernel_part = engine.decision_function(self._rows[test]) - engine.b
+        if not np.isfinite(kernel_part).all():
+            return False  # (_errors names a decision value that is not finite)
         y = self._labels[test]
         need = self._margin - _MARGIN_SLACK  # y (kernel part + b) >= need
-        with np.errstate(invalid="ignore"):
-            test_low = float((need - kernel_part[y > 0]).max(initial=-np.inf))
-            test_high = float((-need - kernel_part[y < 0]).min(initial=np.inf))
-        if math.isnan(test_low) or math.isnan(test_high):
-            return False  # (a decision value that is not finite: _errors names it)
+        test_low = float((need - kernel_part[y > 0]).max(initial=-np.inf))
+        test_high = float((-need - kernel_part[y < 0]).min(initial=np.inf))
         start, end = max(low, test_low), min(high, test_high)
         if start <= end:
             target = _middle(start, end)
