@@ -70,6 +70,10 @@ class Source:
     def as_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
 
+    def letter_key(self) -> bytes:
+        """The Kafka key of a dead letter of this message: where it was read."""
+        return f"{self.topic}:{self.partition}:{self.offset}".encode()
+
 
 @dataclass(frozen=True)
 class Observe:

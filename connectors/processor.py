@@ -880,8 +880,7 @@ class Processor:
                 fields = {**self.output_fields, "id": key}
             record = dead_letter(error, None, source, self.max_message_bytes, reason="refused",
                                  fields=fields)
-            letter_key = f"{source.topic}:{source.partition}:{source.offset}".encode()
-            result.dead_letters.append(Produced(letter_key, record, encode(record)))
+            result.dead_letters.append(Produced(source.letter_key(), record, encode(record)))
             if self.metrics is not None:  # (its message was counted when it was answered)
                 self.metrics.dead_letters.labels(reason="refused").inc()
         self._left_out.clear()
@@ -908,7 +907,7 @@ class Processor:
                 result.input_timestamps.append(int(entry.record.timestamp or 0))
                 return
         source = entry.source
-        key = f"{source.topic}:{source.partition}:{source.offset}".encode()
+        key = source.letter_key()
         record = dead_letter(
             entry.error or "", entry.record.value, source, self.max_message_bytes,
             reason=entry.error_kind, fields=self.output_fields,

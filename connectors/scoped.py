@@ -682,8 +682,7 @@ class ScopedModels:
             self.config.kafka.max_message_bytes)
         self.metrics.dead_letters.labels(reason="malformed").inc()
         self.metrics.count_messages("dead_lettered")
-        return Produced(f"{record.topic}:{record.partition}:{record.offset}".encode(), letter,
-                        encode(letter))
+        return Produced(source.letter_key(), letter, encode(letter))
 
     def _get(self, model_id: ModelId) -> _Live:
         live = self.live.get(model_id)
