@@ -1820,9 +1820,13 @@ class PathEngine:
         if b == self.b:
             return
         self._before_change()
+        self._shift_b(float(b))
+
+    def _shift_b(self, b: float) -> None:
+        """b becomes ``b``, and every point's g follows (g = y (f - b) + ... + y b)."""
         n = self.n
         self._g[:n] += self._y[:n] * (b - self.b)
-        self.b = float(b)
+        self.b = b
 
     def _upper_bound(self) -> float:
         """Where a coefficient of S is at C: a path that ends exactly where a member reaches C
@@ -1855,7 +1859,7 @@ class PathEngine:
         self._ensure_columns()  # members leaving for E hand their columns to h
         margin = self._margin
         alpha = self._alpha[:n]
-        y, g = self._y[:n], self._g[:n]
+        g = self._g[:n]
         status = self._status[:n].copy()
         # Each member is at a bound in exact arithmetic (at most one lies between them, see
         # b_is_fixed): the nearer one.
@@ -1892,8 +1896,7 @@ class PathEngine:
             if status[position] == ERROR:
                 self._move_error_columns(column, self._y[position : position + 1],
                                          joining=True)
-        self._g[:n] += y * (middle - self.b)
-        self.b = middle
+        self._shift_b(middle)
         return True
 
     def _b_interval(self, g: np.ndarray, status: np.ndarray) -> tuple[float, float]:
