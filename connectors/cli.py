@@ -1110,7 +1110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 return daemon.run()
             except DaemonError as exc:
-                print(f"stream-svm serve: {exc}", file=sys.stderr)
+                # A log record, not a bare line: whatever collects the daemon's log (a
+                # handler of the operator's, a service manager's journal) gets the reason it
+                # stopped with a time and a level, and no --log-level hides it.
+                log.critical("stream-svm serve: %s", exc)
                 return 1
             finally:
                 if argv is None:

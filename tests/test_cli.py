@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -206,6 +207,10 @@ def test_serve_reports_an_unreachable_broker_once_per_attempt_without_kafka_pyth
     assert "unreachable (attempt 1)" in result.stderr
     assert f"broker at 127.0.0.1:{closed} unreachable: giving up after 2 attempts" \
         in result.stderr
+    # The reason it stopped is a log record (time, level, logger), as the lines before it.
+    (stop,) = [line for line in result.stderr.splitlines() if "giving up after" in line]
+    assert re.match(r"\d{4}-\d\d-\d\d \S+ CRITICAL stream_svm\.connectors: stream-svm serve: "
+                    r"broker at", stop), stop
     # ...and kafka-python's line for every refused connection is left out.
     assert "ECONNREFUSED" not in result.stderr
     assert "KafkaConnectionError" not in result.stderr
