@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from _common import limit_blas_threads
 
 from stream_svm import IncrementalLSSVC
 
@@ -263,6 +264,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     parser.add_argument("--no-shuttle", action="store_true")
     args = parser.parse_args()
+    # One BLAS thread whatever the environment says: the ratios compare our updates with
+    # refits in one process, and a second thread would time the other jobs on the machine.
+    blas_limit = limit_blas_threads()  # noqa: F841 (kept alive)
 
     steps = 2000 if args.quick else 10_000
     print(f"### Drift after {steps} mixed single-sample updates (relative error on w)\n")
