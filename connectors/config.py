@@ -318,6 +318,8 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "predict_per_poll": Setting(bool, False),
         "max_message_bytes": Setting(int, 1_000_000, _message_limit),
         "linger_ms": Setting(int, 2, _non_negative_int32),
+        "isolation_level": Setting(str, "read_committed",
+                                   _one_of("read_committed", "read_uncommitted")),
         "on_partition_reset": Setting(
             str, "stop", _one_of("stop", "earliest", "latest", "resume")
         ),

@@ -68,6 +68,7 @@ from connectors.checkpoint import (
     DirectoryLock,
 )
 from connectors.config import Config, kafka_client_settings, tls_context
+from connectors.messages import UnreadableRecord
 from connectors.metrics import Metrics
 from connectors.models import (
     build_model,
@@ -478,6 +479,66 @@ def _locked(directory: Path) -> Iterator[DirectoryLock]:
         lock.release()
 
 
+#: kafka-python's functions that turn a fetched batch into records (3.x, then 2.x): an exception
+#: raised within them is about the bytes of one partition's records, not the connection.
+_RECORD_READERS = frozenset({"_unpack_records", "_unpack_message_set"})
+
+
+def _partition_being_read(exc: BaseException) -> Any:
+    """The TopicPartition whose fetched records kafka-python was reading when ``exc`` was
+    raised (found in its traceback, or its cause's), or None when it was raised elsewhere."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        trace = error.__traceback__
+        while trace is not None:
+            code = trace.tb_frame.f_code
+            if code.co_name in _RECORD_READERS and "kafka" in code.co_filename:
+                tp = trace.tb_frame.f_locals.get("tp")
+                if hasattr(tp, "topic") and hasattr(tp, "partition"):
+                    return tp
+            trace = trace.tb_next
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _unreadable_record(exc: BaseException, consumer: Any) -> UnreadableRecord | None:
+    """The record a poll raised ``exc`` on, when it was raised reading the records of a fetched
+    batch (its checksum does not match, its bytes do not decompress, its codec is not
+    installed, a header's name is not UTF-8...), or None for any other exception. The client
+    stops at such a record: every later poll raised again (or, with kafka-python 3, never
+    returned), and the partitions behind it, the others too, were read no more."""
+    tp = _partition_being_read(exc)
+    if tp is None:
+        return None
+    try:
+        offset = consumer.position(tp)  # the first offset the client has not handed out
+    except Exception:
+        return None
+    if not isinstance(offset, int):
+        return None
+    return UnreadableRecord(
+        tp.topic, tp.partition, offset,
+        f"the Kafka client cannot read the message at {tp.topic}:{tp.partition}:{offset} "
+        f"({type(exc).__name__}: {exc}): its record batch is damaged, or compressed with a "
+        "codec this installation lacks. It was neither answered nor learned; the partition "
+        "reads on after it")
+
+
+def _isolation(level: str) -> dict[str, str]:
+    """The consumer's setting for kafka.isolation_level. A kafka-python without the setting
+    (an old one) reads every message, aborted transactions' too: said once, at the start."""
+    from kafka import KafkaConsumer
+
+    if "isolation_level" in KafkaConsumer.DEFAULT_CONFIG:
+        return {"isolation_level": level}
+    if level != "read_uncommitted":
+        log.warning("kafka.isolation_level = %r: this kafka-python reads every message, those "
+                    "of aborted transactions too (a newer one reads only committed ones)", level)
+    return {}
+
+
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
     """Have ``listener`` called at every update of the consumer's cluster metadata (kafka-python
     keeps listeners on its client's cluster object; nothing happens with a client without)."""
@@ -717,6 +778,8 @@ class Daemon:
         # Partitions sought back to read again (a model the state topic did not give back),
         # and when: their position stays while their records come back every poll, no stall.
         self._read_again_at: dict[str, float] = {}
+        #: per "topic:partition", the offset of its latest unreadable record
+        self._last_unreadable: dict[str, int] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -1122,6 +1185,7 @@ class Daemon:
                     allow_auto_create_topics=False,
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
                     fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
+                    **_isolation(config.kafka.isolation_level),
                 )
                 _forbid_auto_creation(consumer)
                 if not config.kafka.create_topics:
@@ -2156,10 +2220,15 @@ class Daemon:
                     self.metrics.broker_errors.inc()
                     backoff.wait(self.stop_event, "poll failed", exc)
                 continue
-            except KafkaError as exc:
-                self.metrics.broker_errors.inc()
-                backoff.wait(self.stop_event, "poll failed", exc)
-                continue
+            except Exception as exc:
+                unreadable = _unreadable_record(exc, self._consumer)
+                if unreadable is None:
+                    if not isinstance(exc, KafkaError):
+                        raise
+                    self.metrics.broker_errors.inc()
+                    backoff.wait(self.stop_event, "poll failed", exc)
+                    continue
+                polled = {None: [self._pass_unreadable(unreadable)]}
             records = [record for batch in polled.values() for record in batch]
             self._note_poll(records)
             self._watch_group()
@@ -2196,6 +2265,21 @@ class Daemon:
             backoff.reset()
             if self.on_batch is not None:
                 self.on_batch(self)
+
+    def _pass_unreadable(self, record: UnreadableRecord) -> UnreadableRecord:
+        """Move the client past a record it cannot read; ``record`` then stands for it in the
+        batch (dead-lettered as ``unreadable``, its offset committed with the others). Each
+        offset of a damaged batch is met one poll after the other: the first of a run is an
+        ERROR, the rest DEBUG (the dead letters name every one)."""
+        from kafka import TopicPartition
+
+        name = f"{record.topic}:{record.partition}"
+        following = self._last_unreadable.get(name) == record.offset - 1
+        self._last_unreadable[name] = record.offset
+        log.log(logging.DEBUG if following else logging.ERROR,
+                "%s; dead-lettered as unreadable", record.error)
+        self._consumer.seek(TopicPartition(record.topic, record.partition), record.offset + 1)
+        return record
 
     def _watch_group(self) -> None:
         """With model.scope partition or key: warn when a join of the consumer group has not

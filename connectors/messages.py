@@ -37,6 +37,7 @@ __all__ = [
     "Relabel",
     "Source",
     "Targets",
+    "UnreadableRecord",
     "dead_letter",
     "encode",
     "features_of",
@@ -73,6 +74,23 @@ class Source:
     def letter_key(self) -> bytes:
         """The Kafka key of a dead letter of this message: where it was read."""
         return f"{self.topic}:{self.partition}:{self.offset}".encode()
+
+
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """In place of a Kafka record the client could not read (its batch damaged, or compressed
+    with a codec this installation lacks): dead-lettered as ``unreadable`` with ``error``, and
+    its offset passed, so that the partition behind it moves on. It has no key, value,
+    headers or timestamp (-1, as Kafka writes "none"), since none of them could be read."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    key: None = None
+    value: None = None
+    headers: tuple = ()
+    timestamp: int = -1
 
 
 @dataclass(frozen=True)
@@ -485,7 +503,7 @@ def dead_letter(
 ) -> dict[str, Any]:
     """The dead-letter record of a message: what is wrong (``error``, a sentence), the kind of
     problem (``reason``: malformed, unknown_id, duplicate_id, unsupported, unknown_feature,
-    non_finite, refused, internal),
+    non_finite, refused, unreadable, internal),
     the original bytes, where it was read, and ``fields`` (the model that refused it).
 
     The bytes are kept as text when they are UTF-8, otherwise in base64, and cut short

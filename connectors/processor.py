@@ -43,6 +43,7 @@ from connectors.messages import (
     Operation,
     Relabel,
     Source,
+    UnreadableRecord,
     dead_letter,
     encode,
     encode_key,
@@ -497,6 +498,9 @@ class Processor:
         )
 
     def _parse(self, entry: _Entry) -> None:
+        if isinstance(entry.record, UnreadableRecord):
+            entry.error, entry.error_kind = entry.record.error, "unreadable"
+            return
         try:
             if entry.record.topic == self.label_topic:
                 entry.op = parse_label(entry.record.value, self.max_message_bytes, self.targets)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from connectors.config import Config
-from connectors.messages import Source, dead_letter, encode
+from connectors.messages import Source, UnreadableRecord, dead_letter, encode
 from connectors.metrics import Metrics
 from connectors.models import (
     checkpoint_bounds,
@@ -626,9 +626,16 @@ class ScopedModels:
         groups: dict[ModelId, list[Any]] = {}
         for record in records:
             if record.partition in self.owned:
+                if isinstance(record, UnreadableRecord):
+                    # (Its key could not be read either: no model is fetched for it.)
+                    merged.dead_letters.append(self._letter(record, record.error, "unreadable"))
+                    continue
                 key = getattr(record, "key", None)
                 if self.scope == "key" and key is not None and len(key) > MAX_MODEL_KEY_BYTES:
-                    merged.dead_letters.append(self._long_key_letter(record, len(key)))
+                    merged.dead_letters.append(self._letter(
+                        record, f"the message's Kafka key has {len(key)} bytes: with "
+                        "model.scope = \"key\" it names a model, and may have at most "
+                        f"{MAX_MODEL_KEY_BYTES}", "malformed"))
                     continue
                 groups.setdefault(model_id_of(self.scope, record.partition, key),
                                   []).append(record)
@@ -674,13 +681,12 @@ class ScopedModels:
         self._gauge()
         return merged, retry
 
-    def _long_key_letter(self, record: Any, length: int) -> Produced:
+    def _letter(self, record: Any, error: str, reason: str) -> Produced:
+        """The dead letter of a record no model handles."""
         source = Source(record.topic, record.partition, record.offset)
-        letter = dead_letter(
-            f"the message's Kafka key has {length} bytes: with model.scope = \"key\" it names "
-            f"a model, and may have at most {MAX_MODEL_KEY_BYTES}", record.value, source,
-            self.config.kafka.max_message_bytes)
-        self.metrics.dead_letters.labels(reason="malformed").inc()
+        letter = dead_letter(error, record.value, source, self.config.kafka.max_message_bytes,
+                             reason=reason)
+        self.metrics.dead_letters.labels(reason=reason).inc()
         self.metrics.count_messages("dead_lettered")
         return Produced(source.letter_key(), letter, encode(letter))
 

@@ -1,0 +1,223 @@
+"""Records the Kafka client cannot read: a record batch whose checksum does not match, whose
+bytes do not decompress, whose codec is not installed, or a header whose name is not UTF-8.
+The client stops at such a record at every poll; the daemon dead-letters each one as
+``unreadable``, reads on after it, on that partition and the others, and commits past it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from connectors.config import load_config
+from connectors.daemon import Daemon, ensure_topics
+from stream_svm import IncrementalSVC
+from tests.connectors_helpers import broker, committed, read_all, unique  # noqa: F401
+
+pytestmark = pytest.mark.broker
+
+
+def _message(i: int) -> bytes:
+    a = (i % 7) / 3.0 - 1.0
+    return json.dumps({"id": f"m{i}", "x": {"a": a, "b": (i % 5) / 2.0 - 1.0},
+                       "y": a > 0}).encode()
+
+
+class _HeaderName(str):
+    """A header name whose bytes on the wire are not UTF-8 (the protocol allows any)."""
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        return b"\xff\xfe"
+
+
+@contextlib.contextmanager
+def _damaged(kind: str) -> Iterator[dict[str, Any]]:
+    """What the producer does to the batch of the damaged messages (the send's options)."""
+    import kafka.record.default_records as records
+
+    if kind == "checksum":
+        build = records.DefaultRecordBatchBuilder.build
+
+        def flipped(self: Any) -> Any:
+            buffer = build(self)
+            buffer[-3] ^= 1  # one bit of the last value, after the checksum was computed
+            return buffer
+
+        records.DefaultRecordBatchBuilder.build = flipped
+        try:
+            yield {}
+        finally:
+            records.DefaultRecordBatchBuilder.build = build
+    elif kind == "gzip":
+        encode = records.gzip_encode
+        # A gzip header and then nothing gzip can inflate; the checksum covers these bytes.
+        records.gzip_encode = lambda data: b"\x1f\x8b" + b"\x00" * 5 + b"not gzip at all"
+        try:
+            yield {"compression_type": "gzip"}
+        finally:
+            records.gzip_encode = encode
+    elif kind == "header":
+        yield {"headers": [(_HeaderName("trace"), b"1")]}
+    else:
+        raise AssertionError(kind)
+
+
+def _produce(servers: str, topic: str, partition: int, first: int, count: int,
+             kind: str | None = None) -> None:
+    from kafka import KafkaProducer
+
+    with _damaged(kind) if kind else contextlib.nullcontext({}) as options:
+        headers = options.pop("headers", None)
+        # One batch: all sent within the linger, then flushed.
+        producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
+                                 **options)
+        try:
+            for i in range(first, first + count):
+                producer.send(topic, value=_message(i), partition=partition, headers=headers)
+            producer.flush(timeout=30)
+        finally:
+            producer.close(timeout=10)
+
+
+def _config(servers: str, tmp_path, partitions: int = 1, **extra: Any):
+    names = {k: unique(f"unreadable-{k}") for k in ("input", "output", "dead")}
+    config = load_config(None, {
+        "kafka.bootstrap_servers": servers,
+        "kafka.input_topic": names["input"],
+        "kafka.output_topic": names["output"],
+        "kafka.dead_letter_topic": names["dead"],
+        "kafka.group_id": unique("unreadable-group"),
+        "kafka.request_timeout_ms": 5000,
+        "model.C": 1.0,
+        "model.gamma": 0.5,
+        "checkpoint.dir": str(tmp_path / "checkpoints"),
+        "metrics.enabled": False,
+        "retry.initial_backoff_seconds": 0.1,
+        "retry.max_backoff_seconds": 0.5,
+        **extra,
+    }, environ={})
+    ensure_topics({"bootstrap_servers": servers}, [names["input"]], partitions=partitions)
+    ensure_topics({"bootstrap_servers": servers}, [names["output"], names["dead"]])
+    return config
+
+
+@pytest.mark.parametrize("kind, damaged", [("checksum", 3), ("gzip", 3), ("header", 1)])
+def test_an_unreadable_batch_is_dead_lettered_and_the_partition_reads_on(
+        broker, tmp_path, kind, damaged):  # noqa: F811
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 4)
+    _produce(servers, topic, 0, 4, damaged, kind)
+    _produce(servers, topic, 0, 4 + damaged, 4)
+    total = 8 + damaged
+
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    outputs = read_all(servers, config.kafka.output_topic, 8)
+    dead = read_all(servers, config.kafka.dead_letter_topic, damaged)
+    good = [f"m{i}" for i in range(total) if not 4 <= i < 4 + damaged]
+    assert [o["id"] for o in outputs] == good
+    assert [letter["reason"] for letter in dead] == ["unreadable"] * damaged
+    assert [letter["source"] for letter in dead] == [
+        {"topic": topic, "partition": 0, "offset": offset} for offset in range(4, 4 + damaged)]
+    assert all("cannot read the message" in letter["error"] for letter in dead)
+    assert daemon.summary.messages == total and daemon.summary.dead_letters == damaged
+    assert committed(servers, config.kafka.group_id, topic) == total
+    # The model learned the readable messages, and only them.
+    reference = IncrementalSVC(C=1.0, gamma=0.5)
+    for i in range(total):
+        if not 4 <= i < 4 + damaged:
+            message = json.loads(_message(i))
+            reference.learn_one(message["x"], message["y"], key=message["id"])
+    model = daemon.processor.model
+    assert sorted(model.stored_keys()) == sorted(good)
+    probe = {"a": 0.3, "b": -0.2}
+    assert model.decision_function_one(probe) == pytest.approx(
+        reference.decision_function_one(probe), abs=1e-9)
+
+    # A restart reads on from the commit: the damaged records are not met again.
+    again = Daemon(config, until_drained=True)
+    assert again.run() == 0
+    assert again.summary.dead_letters == 0 and again.summary.messages == 0
+
+
+SCOPES = {"one model": {},
+          "a model per key": {"model.scope": "key", "kafka.session_timeout_ms": 3000,
+                              "kafka.heartbeat_interval_ms": 300}}
+
+
+@pytest.mark.parametrize("scope", list(SCOPES))
+def test_an_unreadable_batch_holds_up_no_other_partition(broker, tmp_path,  # noqa: F811
+                                                         scope):
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, partitions=2, **SCOPES[scope])
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 1, 100, 2)
+    _produce(servers, topic, 1, 102, 3, "gzip")
+    _produce(servers, topic, 0, 0, 6)
+    _produce(servers, topic, 1, 105, 2)
+
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    outputs = read_all(servers, config.kafka.output_topic, 10)
+    dead = read_all(servers, config.kafka.dead_letter_topic, 3)
+    assert sorted(o["id"] for o in outputs) == sorted(
+        [f"m{i}" for i in range(6)] + ["m100", "m101", "m105", "m106"])
+    assert [(d["reason"], d["source"]["partition"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", 1, 2), ("unreadable", 1, 3), ("unreadable", 1, 4)]
+    assert committed(servers, config.kafka.group_id, topic, 0) == 6
+    assert committed(servers, config.kafka.group_id, topic, 1) == 7
+
+
+def test_a_batch_of_a_codec_not_installed_is_dead_lettered(broker, tmp_path,  # noqa: F811
+                                                           monkeypatch):
+    import kafka.codec as codecs
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 2)
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
+                             compression_type="lz4")
+    for i in range(2, 5):
+        producer.send(topic, value=_message(i))
+    producer.flush(timeout=30)
+    producer.close(timeout=10)
+    _produce(servers, topic, 0, 5, 2)
+    # The daemon's client as on a machine without the lz4 module.
+    monkeypatch.setattr(codecs, "has_lz4", lambda: False)
+
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    dead = read_all(servers, config.kafka.dead_letter_topic, 3)
+    assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", 2), ("unreadable", 3), ("unreadable", 4)]
+    assert "UnsupportedCodecError" in dead[0]["error"]
+    outputs = read_all(servers, config.kafka.output_topic, 4)
+    assert [o["id"] for o in outputs] == ["m0", "m1", "m5", "m6"]
+
+
+
+@pytest.mark.parametrize("settings, level", [
+    ({}, "read_committed"),
+    ({"kafka.isolation_level": "read_uncommitted"}, "read_uncommitted"),
+])
+def test_the_consumer_reads_transactions_as_kafka_isolation_level_says(
+        broker, tmp_path, settings, level):  # noqa: F811
+    """By default only committed transactions' messages are read: an aborted transaction's
+    messages must not be learned. (The embedded broker does not send a fetch the aborted
+    transactions' list that lets a client leave their messages out: there a consumer reads them
+    at either level, so what is checked here is the setting the client gets.)"""
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **settings)
+    _produce(servers, config.kafka.input_topic, 0, 0, 2)
+    daemon = Daemon(config, until_drained=True)
+    assert daemon.run() == 0
+    assert daemon.summary.messages == 2
+    assert daemon._consumer.config["isolation_level"] == level
