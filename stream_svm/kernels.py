@@ -124,7 +124,9 @@ class CallableKernel(Kernel):
 
     def _block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         try:
-            return self.function(A, B)
+            # Read-only views: these may be the model's own stored points, which a function
+            # normalizing its arguments in place rewrote without a word.
+            return self.function(_read_only(A), _read_only(B))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError) as error:
             # A function written for two single points (dicts, or 1-D vectors) fails deep in
             # numpy ("shapes (1,2) and (1,2) not aligned"): say what it is given and owes.
@@ -135,6 +137,12 @@ class CallableKernel(Kernel):
                 "whose rows are points, their features in the model's order, and returns the "
                 "len(A) x len(B) array of K(A[i], B[j]))"
             ) from error
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 #: What a text given for gamma ("scale", "auto", as scikit-learn takes them) is told.

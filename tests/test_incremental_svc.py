@@ -495,6 +495,20 @@ def test_a_callable_kernel_written_for_two_points_is_told_what_it_is_given():
     assert model.n_stored == 0
 
 
+def _normalizing_in_place(A, B):
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    return A @ B.T
+
+
+def test_a_callable_kernel_cannot_rewrite_the_points_it_is_given():
+    # It turned the learned point {a: 3, b: 4} into the stored {a: 0.6, b: 0.8}, silently.
+    model = IncrementalSVC(C=10.0, kernel=_normalizing_in_place)
+    with pytest.raises(ValueError, match="read-only"):
+        model.learn_one({"a": 3.0, "b": 4.0}, True, key="p")
+    assert model.n_stored == 0
+
+
 def _two_features_only(A, B):
     if A.shape[1] > 2:
         raise KeyError("c")

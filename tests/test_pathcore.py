@@ -686,7 +686,9 @@ def test_a_callable_kernel_predicts_against_support_vectors_kept_row_by_row():
     seen.clear()
     first = engine.decision_function(queries)
     assert engine.decision_function(queries).tobytes() == first.tobytes()
-    assert seen[0] is seen[1] and seen[0].flags.c_contiguous
+    # The same kept array both times (given as a read-only view of it), not a new copy.
+    assert seen[0].base is seen[1].base is not None and seen[0].flags.c_contiguous
+    assert not seen[0].flags.writeable
     support, coef = engine._support()
     np.testing.assert_array_equal(seen[0], support)
     np.testing.assert_allclose(first, queries @ support.T @ coef + engine.b, rtol=1e-12)
