@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
+import decimal
+import fractions
 import functools
 import inspect
 import json
@@ -27,6 +29,7 @@ from stream_svm._input import (
     check_findable_keys,
     check_paired,
     key_list,
+    real_to_float,
 )
 from stream_svm.engine import PathEngine, UpdateStats, check_self_similarity
 from stream_svm.kernels import (
@@ -596,7 +599,8 @@ def warn_kernel_scale(model: object, message: str | None) -> None:
 
 
 def _check_C(C: object) -> float:
-    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not math.isfinite(float(C)):
+    if (isinstance(C, bool) or not isinstance(C, numbers.Real)
+            or not math.isfinite(real_to_float(C))):
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
     if C <= 0:
         raise ValueError(f"C must be > 0, got {C!r}")
@@ -640,9 +644,13 @@ def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
 def _plain(value: Any) -> Any:
     """A parameter as JSON keeps it: numpy scalars (gamma=np.float32(0.5), or the classes
     of list(np.unique(y))) as the Python numbers, bools or strs they hold, also inside a
-    list or tuple, and a numpy or pandas array (classes=np.unique(y)) as a list."""
+    list or tuple, a Fraction or a Decimal as a float, and a numpy or pandas array
+    (classes=np.unique(y)) as a list."""
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, (fractions.Fraction, decimal.Decimal)):
+        # Taken as numbers by the checks, and the same model as their floats, but no JSON.
+        return float(value)
     if not isinstance(value, (str, bytes, list, tuple)) and hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
@@ -781,7 +789,7 @@ class _EngineModel(FixedParameters):
         """Check the shared parameters and build the engine, the feature space and keys."""
         _check_C(self.C)
         if (isinstance(self.ridge, bool) or not isinstance(self.ridge, numbers.Real)
-                or self.ridge < 0 or not math.isfinite(self.ridge)):
+                or self.ridge < 0 or not math.isfinite(real_to_float(self.ridge))):
             raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
         if self.max_breakpoints is not None and (
             isinstance(self.max_breakpoints, bool)

@@ -37,7 +37,7 @@ from stream_svm._engine_model import (
     check_checkpoint_meta,
     refused_unchanged,
 )
-from stream_svm._input import check_paired
+from stream_svm._input import check_paired, real_to_float
 from stream_svm.classifiers import _EngineClassifier
 from stream_svm.engine import MARGIN, BreakpointLimit, ConvergenceError
 
@@ -107,7 +107,7 @@ def _middle(low: float, high: float) -> float | None:
 def _check_ratio(name: str, symbol: str, value: object, low: float, high: float,
                  high_open: bool = False, low_open: bool = False) -> float:
     ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
-          and math.isfinite(float(value)))
+          and math.isfinite(real_to_float(value)))
     if ok:
         v = float(value)
         ok = (low < v if low_open else low <= v) and (v < high if high_open else v <= high)

@@ -46,6 +46,7 @@ from stream_svm._input import (
     key_list,
     label_sign,
     label_signs,
+    real_to_float,
 )
 from stream_svm._window import _SlidingWindow
 
@@ -394,7 +395,7 @@ class IncrementalSVC(_EngineClassifier):
         if reserve_epsilon is not None and (
             isinstance(reserve_epsilon, bool)
             or not isinstance(reserve_epsilon, numbers.Real)
-            or not math.isfinite(reserve_epsilon)
+            or not math.isfinite(real_to_float(reserve_epsilon))
             or reserve_epsilon < 0
         ):
             raise ValueError(

@@ -86,6 +86,7 @@ from stream_svm._input import (
     finite_scores,
     label_signs,
     real_target,
+    real_to_float,
 )
 from stream_svm._input import (
     key_list as keys_as_list,
@@ -227,6 +228,19 @@ _PHASE_STREAM = 1
 SCALE_CHECK_STRIDE = 10
 
 
+#: The most random Fourier features a model takes: it keeps two n_components x n_components
+#: matrices (4.3 GB at this bound) and factorizes one at every update (O(n_components^3)).
+MAX_COMPONENTS = 16_384
+
+
+def _finite_positive(value: object) -> bool:
+    """A real number (not a bool) that is finite and > 0 (not one too large for a float, an
+    int of 400 digits, whose check raised OverflowError, naming no parameter)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return math.isfinite(real_to_float(value)) and value > 0
+
+
 class _IncrementalLSSVM(FixedParameters):
     """Shared engine of :class:`IncrementalLSSVC` and :class:`IncrementalLSSVR`."""
 
@@ -253,24 +267,26 @@ class _IncrementalLSSVM(FixedParameters):
         max_features: int | None = 1000,
         max_new_features: int | None = None,
     ) -> None:
-        if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not (
-            math.isfinite(rho) and rho > 0
-        ):
+        if not _finite_positive(rho):
             raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
-        if features not in _FEATURE_MAPS:
+        if not isinstance(features, str) or features not in _FEATURE_MAPS:
             raise ValueError(f"features must be one of {_FEATURE_MAPS}, got {features!r}")
         if isinstance(n_components, bool) or not isinstance(n_components, numbers.Integral) or (
-            n_components < 1
+            not 1 <= n_components <= MAX_COMPONENTS
         ):
-            raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}")
-        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not (
-            math.isfinite(gamma) and gamma > 0
-        ):
+            raise ValueError(f"n_components must be an integer from 1 to {MAX_COMPONENTS}, got "
+                             f"{n_components!r} (the model keeps two n_components x "
+                             "n_components matrices and factorizes one at every update)")
+        if not _finite_positive(gamma):
             hint = f": {GAMMA_TEXT_HINT}" if isinstance(gamma, str) else ""
             raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}{hint}")
+        if not isinstance(fit_intercept, (bool, np.bool_)):
+            # (Read by truth value, the text "False" from a configuration file fitted one.)
+            raise TypeError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
-                                 or seed < 0):
-            raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
+                                 or not 0 <= seed < 2**64):
+            # (A checkpoint keeps the map's seed as a 64-bit integer.)
+            raise ValueError(f"seed must be None or an integer from 0 to 2**64 - 1, got {seed!r}")
         _check_feature_limit("max_features", max_features)
         _check_feature_limit("max_new_features", max_new_features)
         self.rho = rho

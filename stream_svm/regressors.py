@@ -48,6 +48,7 @@ from stream_svm._input import (
     finite_scores,
     key_list,
     real_target,
+    real_to_float,
 )
 from stream_svm._window import _SlidingWindow
 from stream_svm.kernels import CallableKernel
@@ -108,7 +109,7 @@ def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> No
     if value is None and allow_none:
         return
     if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value < 0):
+            or not math.isfinite(real_to_float(value)) or value < 0):
         raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a finite number "
                          f">= 0, got {value!r}")
 

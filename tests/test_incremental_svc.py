@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from river import datasets, evaluate, metrics, multiclass, preprocessing
 from sklearn.svm import SVC
 
+import stream_svm
 from stream_svm import AlphaISVC, ConvergenceError, IncrementalSVC, SlidingWindowSVC
 from tests.oracle import assert_matches_batch, kkt_violation
 from tests.river_checks import run_river_checks
@@ -677,3 +678,16 @@ def test_a_window_refuses_a_batch_with_a_key_it_holds_in_the_window_or_its_buffe
     model.learn_many(batch, pd.Series([True, False], index=batch.index))
     # p, q, r, s, t, u learned in that order into a window of 4: p and q left first.
     assert sorted(model.stored_keys()) == ["r", "s", "t", "u"]
+
+
+@pytest.mark.parametrize("name, make", [
+    ("C", lambda: IncrementalSVC(C=10**400)),
+    ("ridge", lambda: IncrementalSVC(ridge=10**400)),
+    ("reserve_epsilon", lambda: IncrementalSVC(reserve_epsilon=10**400)),
+    ("epsilon", lambda: stream_svm.IncrementalSVR(epsilon=10**400)),
+    ("discard_ratio", lambda: stream_svm.AlphaISVC(discard_ratio=10**400)),
+])
+def test_a_parameter_too_large_for_a_float_is_refused_by_name(name, make):
+    # It raised OverflowError: int too large to convert to float, naming no parameter.
+    with pytest.raises(ValueError, match=name):
+        make()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import doctest
+import json
 import math
 import pickle
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -13,7 +15,7 @@ import pytest
 from river import checks
 
 import stream_svm.lssvm
-from stream_svm import IncrementalLSSVC, IncrementalLSSVR
+from stream_svm import AlphaISVC, IncrementalLSSVC, IncrementalLSSVR, IncrementalSVC, IncrementalSVR
 
 # ------------------------------------------------------------------------------------ oracle
 
@@ -546,11 +548,45 @@ def test_a_restored_rff_model_draws_a_new_features_row_as_the_original_does():
     "params",
     [{"rho": 0.0}, {"rho": -1.0}, {"rho": math.inf}, {"features": "poly"},
      {"n_components": 0}, {"gamma": 0.0}, {"seed": "x"}, {"seed": 1.5}, {"seed": -1},
-     {"seed": True}],
+     {"seed": True},
+     # A seed a checkpoint cannot keep: the model learned, and its checkpoint was refused on
+     # restore (after a crash, say).
+     {"features": "rff", "seed": 2**64},
+     # Too many to allocate: it spent 20 s and 16 GB before failing in numpy's words.
+     {"features": "rff", "n_components": 10**6},
+     # Too large for a float: OverflowError, naming nothing.
+     {"rho": 10**400}, {"gamma": 10**400},
+     {"features": ["rff"]}],
 )
 def test_bad_parameters(params):
-    with pytest.raises(ValueError, match=next(iter(params))):
+    name = "seed" if "seed" in params else next(reversed(params))
+    with pytest.raises(ValueError, match=name):
         IncrementalLSSVC(**params)
+
+
+@pytest.mark.parametrize("value", ["False", None, math.nan, [0]])
+def test_fit_intercept_must_be_a_boolean(value):
+    # Read by truth value, the text "False" from a configuration file fitted an intercept.
+    with pytest.raises(TypeError, match="fit_intercept must be True or False"):
+        IncrementalLSSVC(fit_intercept=value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: IncrementalSVC(C=Fraction(1, 3)),
+    lambda: IncrementalLSSVC(rho=Fraction(1, 2), gamma=Fraction(1, 2), features="rff", seed=1),
+    lambda: AlphaISVC(discard_ratio=Fraction(1, 2), batch_size=1),
+    lambda: IncrementalSVR(epsilon=Fraction(1, 10)),
+])
+def test_fractions_make_checkpoints_json_keeps(make):
+    # Taken as numbers, they made metadata json.dumps refused ("Fraction is not JSON
+    # serializable"), in a checkpoint the README calls JSON-ready.
+    model = make()
+    label = 1.0 if isinstance(model, IncrementalSVR) else True
+    model.learn_one({"a": 1.0}, label)
+    model.learn_one({"a": -1.0}, -label if label is not True else False)
+    arrays, meta = model.to_checkpoint()
+    restored = type(model).from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    assert restored.predict_one({"a": 0.3}) == model.predict_one({"a": 0.3})
 
 
 def test_probabilities_before_and_after_training():
