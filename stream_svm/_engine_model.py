@@ -608,7 +608,7 @@ def _check_C(C: object) -> float:
 
 
 def _check_far_points(value: object) -> None:
-    if value not in FAR_POINTS:
+    if not isinstance(value, str) or value not in FAR_POINTS:
         raise ValueError(f"far_points must be one of {', '.join(map(repr, FAR_POINTS))}, "
                          f"got {value!r}")
 

@@ -98,7 +98,8 @@ def _equals_itself(key: object) -> bool:
 
 def key_list(keys: Any, what: str = "keys") -> list:
     """``keys`` as a list; TypeError for a single str or bytes, which would otherwise be taken
-    key by character ("ab" forgetting the points keyed "a" and "b").
+    key by character ("ab" forgetting the points keyed "a" and "b"), and for a key that is not
+    hashable (which no model can hold), naming it.
 
     >>> key_list(("a", 2))
     ['a', 2]
@@ -107,10 +108,17 @@ def key_list(keys: Any, what: str = "keys") -> list:
         raise TypeError(f"{what} must be a collection of keys, not the single key {keys!r}: "
                         f"pass [{keys!r}]")
     try:
-        return list(keys)
+        keys = list(keys)
     except TypeError:
         raise TypeError(f"{what} must be a collection of keys, got {type(keys).__name__}"
                         ) from None
+    for key in keys:
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"key {shown(key)} in {what} is not hashable "
+                            f"({type(key).__name__}): no model holds such a key") from None
+    return keys
 
 
 def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: str = "X"
@@ -138,6 +146,9 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
     strided) are rows' labels, compared as such, except beside labels of another kind (a
     date index against a slice of a numbered y: by position).
     """
+    if not isinstance(X, pd.DataFrame):
+        # (A dict of columns has one "row" per column name, and None no length at all.)
+        raise TypeError(f"{rows} must be a pandas DataFrame, got {type(X).__name__}")
     if isinstance(y, pd.DataFrame):
         # len() and iteration of a frame are its columns: its column labels would be learned.
         raise TypeError(f"{what} must be a Series (one value per row), got a DataFrame with "
@@ -218,6 +229,10 @@ def real_to_float(value: Any) -> float:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf  # (copysign would convert it too)
+    except ValueError:
+        if isinstance(value, decimal.Decimal) and value.is_snan():
+            return math.nan  # (a signaling NaN has no float: a NaN, for the checks to name)
+        raise
 
 
 def real_target(y: object) -> float:
@@ -473,6 +488,12 @@ def _feature_value(name: Hashable, value: object) -> float:
         value = float("nan") if value.is_snan() else float(value)
     if type(value) is np.ndarray and value.shape == () and value.dtype.kind in "biuf":
         value = value.item()  # a 0-d array holds one number (what some numpy reductions give)
+    if isinstance(value, (np.timedelta64, np.datetime64)):
+        # (numpy counts a timedelta64 among its integers, so it passed for a number.)
+        raise TypeError(
+            f"feature {name!r} has the non-numeric value {shown(value)} "
+            f"({type(value).__name__}); encode it as a number first (e.g. a duration in "
+            "seconds: value / np.timedelta64(1, 's'))")
     if not isinstance(value, numbers.Real):
         if _is_pandas_missing(value):  # pd.NA, pd.NaT: missing, as learn_many reads them
             return 0.0

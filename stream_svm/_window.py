@@ -46,7 +46,7 @@ class _SlidingWindow:
                 "keeps the newest window_size of the step arrivals, so the others would never "
                 "be learned"
             )
-        if self.strategy not in ("multiple", "single"):
+        if not isinstance(self.strategy, str) or self.strategy not in ("multiple", "single"):
             raise ValueError(f"strategy must be 'multiple' or 'single', got {self.strategy!r}")
         self._buffer_rows: list[np.ndarray] = []
         self._buffer_values: list[float] = []

@@ -505,6 +505,9 @@ class IncrementalSVC(_EngineClassifier):
             rows, new = self._admitted(lambda: self._frame(X_add))
             add_keys = self._update_keys(X_add, keys, forget_keys)
         else:
+            if y_add is not None:  # (labels for no rows: taken for nothing, silently)
+                check_paired(pd.DataFrame() if X_add is None else X_add, y_add, "y_add",
+                             rows="X_add")
             labels, rows, new, add_keys = np.zeros(0), np.zeros((0, 0)), [], []
         for key in forget_keys:
             if key not in self._engine:

@@ -158,9 +158,17 @@ def _check_positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
         hint = f": {GAMMA_TEXT_HINT}" if name == "gamma" and isinstance(value, str) else ""
         raise TypeError(f"{name} must be a number, got {value!r}{hint}")
-    if not np.isfinite(value) or value <= 0:
+    if not np.isfinite(_as_float(value)) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def _as_float(value: int | float | np.number) -> float:
+    """A number as a float, one too large for a float (an int of 400 digits) as infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return np.inf
 
 
 def make_kernel(
@@ -192,7 +200,7 @@ def make_kernel(
     g = _check_positive("gamma", gamma)
     if isinstance(coef0, bool) or not isinstance(coef0, (int, float, np.number)):
         raise TypeError(f"coef0 must be a number, got {coef0!r}")
-    if not np.isfinite(coef0) or coef0 < 0:
+    if not np.isfinite(_as_float(coef0)) or coef0 < 0:
         # A negative offset makes the polynomial kernel indefinite.
         raise ValueError(f"coef0 must be finite and >= 0 for a positive semi-definite kernel, "
                          f"got {coef0!r}")

@@ -570,6 +570,9 @@ class IncrementalSVR(_EngineRegressor):
             rows, new = self._admitted(lambda: self._frame(X_add), values=targets)
             add_keys = self._update_keys(X_add, keys, forget_keys)
         else:
+            if y_add is not None:  # (targets for no rows: taken for nothing, silently)
+                check_paired(pd.DataFrame() if X_add is None else X_add, y_add, "y_add",
+                             "targets", "X_add")
             targets, rows, new, add_keys = np.zeros(0), np.zeros((0, self._engine.dim)), [], []
         self._update(rows, targets, new, add_keys, forget_keys)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -689,5 +691,75 @@ def test_a_window_refuses_a_batch_with_a_key_it_holds_in_the_window_or_its_buffe
 ])
 def test_a_parameter_too_large_for_a_float_is_refused_by_name(name, make):
     # It raised OverflowError: int too large to convert to float, naming no parameter.
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+def _trained(cls, **params):
+    model = cls(**params)
+    regressor = cls in (stream_svm.IncrementalSVR, stream_svm.SlidingWindowSVR,
+                        stream_svm.IncrementalLSSVR)
+    for i, key in enumerate(["k", "j"]):
+        model.learn_one({"a": float(i)}, float(i) if regressor else bool(i), key=key)
+    return model
+
+
+# What each call raised before: an error from inside numpy or float() that named nothing, or
+# (update_many) nothing at all.
+NAMED_REFUSALS = {
+    "a timedelta64 feature": (
+        lambda m: m.learn_one({"a": np.timedelta64(5, "s")}, True), TypeError,
+        r"feature 'a' has the non-numeric value .*timedelta64"),
+    "a timedelta64 feature to predict": (
+        lambda m: m.predict_one({"a": np.timedelta64(5, "s")}), TypeError,
+        r"feature 'a' has the non-numeric value"),
+    "a signaling NaN label": (
+        lambda m: m.learn_one({"a": 1.0}, Decimal("sNaN")), ValueError,
+        r"label Decimal\('sNaN'\) is not binary"),
+    "learn_many without a frame": (
+        lambda m: m.learn_many(None, pd.Series([True, False])), TypeError,
+        "X must be a pandas DataFrame, got NoneType"),
+    "learn_many with a dict of columns": (
+        lambda m: m.learn_many({"a": [1.0] * 6}, pd.Series([True, False] * 3)), TypeError,
+        "X must be a pandas DataFrame, got dict"),
+    "an unhashable key to forget": (
+        lambda m: m.forget_many([["k"]]), TypeError, r"key \['k'\] in keys is not hashable"),
+    "labels for no rows": (
+        lambda m: m.update_many(None, pd.Series([True, False]), ["k"]), ValueError,
+        "y_add has 2 labels for 0 rows of X_add"),
+}
+
+
+@pytest.mark.parametrize("case", list(NAMED_REFUSALS))
+def test_bad_input_is_refused_naming_it_and_changes_nothing(case):
+    call, error, message = NAMED_REFUSALS[case]
+    model = _trained(IncrementalSVC, C=1.0)
+    before = pickle.dumps(model)
+    with pytest.raises(error, match=message):
+        call(model)
+    assert pickle.dumps(model) == before
+
+
+@pytest.mark.parametrize("cls", [SlidingWindowSVC, stream_svm.SlidingWindowSVR,
+                                 stream_svm.IncrementalLSSVR, stream_svm.IncrementalSVR])
+def test_an_unhashable_key_to_forget_is_named_by_every_keyed_model(cls):
+    model = _trained(cls, **({"window_size": 5} if "Window" in cls.__name__ else {}))
+    before = pickle.dumps(model)
+    forget = (lambda: model.forget_many(keys=[["k"]])) if "LSSV" in cls.__name__ else (
+        lambda: model.forget_many([["k"]]))
+    with pytest.raises(TypeError, match=r"key \['k'\] in keys is not hashable"):
+        forget()
+    assert pickle.dumps(model) == before
+
+
+@pytest.mark.parametrize("name, make", [
+    ("gamma", lambda: IncrementalSVC(kernel="poly", gamma=10**400)),
+    ("coef0", lambda: IncrementalSVC(kernel="poly", coef0=10**400)),
+    ("far_points", lambda: IncrementalSVC(far_points=np.array(["warn", "refuse"]))),
+    ("strategy", lambda: SlidingWindowSVC(strategy=["single"])),
+])
+def test_a_parameter_of_the_wrong_kind_is_named(name, make):
+    # (An OverflowError or TypeError from numpy, or "the truth value of an array is
+    # ambiguous".)
     with pytest.raises(ValueError, match=name):
         make()
