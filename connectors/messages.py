@@ -459,7 +459,7 @@ def parse_message(raw: bytes | None, max_bytes: int, targets: Targets = _BINARY)
             if "y" not in document:
                 raise Malformed("a relabel needs 'y'")
             return Relabel(_id(document), _label(document, targets))
-        raise Malformed(f"unknown op {shown(op)} (known: 'forget', 'relabel')")
+        raise Malformed(f'unknown op {_as_json(op)} (known: "forget", "relabel")')
     if "x" not in document:
         if "y" in document:
             _check_fields(document, "label")

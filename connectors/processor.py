@@ -156,6 +156,14 @@ def _keeps_points_by_key(model: Any) -> bool:
     return learns_by_key and hasattr(model, "relabel_one") and hasattr(model, "forget_one")
 
 
+def _keyed_model_types() -> list[str]:
+    """The daemon's model types that keep points by key (model.type)."""
+    import stream_svm
+    from connectors.config import MODEL_TYPES
+
+    return [name for name in MODEL_TYPES if _keeps_points_by_key(getattr(stream_svm, name))]
+
+
 def _learn_many_is_exact(model: Any) -> bool:
     """Whether one ``learn_many`` of a run gives the model that learning it point by point
     gives: true of the exact models (the solution depends on the set of points only), not of
@@ -783,7 +791,7 @@ class Processor:
         self._reject(
             entry,
             f"{type(self.model).__name__} keeps no point by id, so it cannot {what}; "
-            "IncrementalSVC, SlidingWindowSVC and the LS-SVMs can",
+            f"{', '.join(_keyed_model_types())} can",
             "unsupported",
         )
         return True

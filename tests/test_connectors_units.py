@@ -1359,6 +1359,8 @@ def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
     (b"[1, 2]", "a message must be a JSON object, got [1, 2]"),
     (b'{"id": 1, "x": null}', "'x' must be an object of feature: number, got null"),
     (b'{"id": 1, "x": {"a": true}}', "feature 'a' must be a finite number, got true"),
+    (b'{"id": 1, "op": null}', 'unknown op null (known: "forget", "relabel")'),
+    (b'{"id": 1, "op": ["forget"]}', 'unknown op ["forget"] (known: "forget", "relabel")'),
     (b'{"id": 1, "x": {"a": "3.5"}}', "feature 'a' must be a finite number, got \"3.5\""),
     (b'{"id": 1, "y": null}', "label null is not one of the two classes (true/1 positive, "
                               "false/0/-1 negative)"),
