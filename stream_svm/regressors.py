@@ -105,6 +105,10 @@ def _targets(ys: Iterable[object]) -> np.ndarray:
     return np.array([real_target(y) for y in ys], dtype=float)
 
 
+#: The largest epsilon: far beyond any target a float holds, and 2 epsilon stays finite.
+MAX_EPSILON = 1e300
+
+
 def _check_nonnegative(name: str, value: object, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -135,6 +139,10 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
 
     def _init_regressor(self) -> None:
         _check_nonnegative("epsilon", self.epsilon)
+        if self.epsilon > MAX_EPSILON:
+            # The tube's width, 2 epsilon, overflowed from 9e307 on: b, to be centered in
+            # its interval, came out at -epsilon.
+            raise ValueError(f"epsilon must be at most {MAX_EPSILON:g}, got {self.epsilon!r}")
         self._init_common()
         # Each stored sample's target, as learned (the engine keeps epsilon -+ t, whose
         # difference does not give t back to the last bit).

@@ -135,6 +135,10 @@ def test_bad_input_changes_nothing():
         model.forget_one(key="missing")
     with pytest.raises(ValueError, match="epsilon must be a finite number >= 0"):
         IncrementalSVR(epsilon=-0.1)
+    # (2 epsilon overflowed, and b, every target inside the tube, came out at -epsilon.)
+    for cls in (IncrementalSVR, SlidingWindowSVR):
+        with pytest.raises(ValueError, match="epsilon must be at most 1e"):
+            cls(epsilon=9e307)
     after = model.to_checkpoint()[0]
     assert state.keys() == after.keys()
     assert all(np.array_equal(state[name], after[name]) for name in state)
