@@ -541,6 +541,7 @@ def test_a_state_saved_when_the_balance_was_judged_relative_to_c_is_restored_re_
 
         then.setattr(PathEngine, "_refresh_g", refresh_relative_to_c)
         then.setattr(PathEngine, "_relative_imbalance", lambda self, imbalance: imbalance / self.C)
+        then.setattr(PathEngine, "REFINE_TOL", 1e-9)  # (then: S re-solved from 1e-9 on)
         saved = engine_of_then()
         state, keys = saved.get_state(), saved.keys
     assert abs(float(state["alpha"] @ state["y"])) / state["alpha"].sum() > 1e-8
