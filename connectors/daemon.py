@@ -479,14 +479,10 @@ def _locked(directory: Path) -> Iterator[DirectoryLock]:
         lock.release()
 
 
-#: kafka-python's functions that turn a fetched batch into records (3.x, then 2.x): an exception
-#: raised within them is about the bytes of one partition's records, not the connection.
-_RECORD_READERS = frozenset({"_unpack_records", "_unpack_message_set"})
-
-
-def _partition_being_read(exc: BaseException) -> Any:
+def _records_being_read(exc: BaseException) -> tuple[Any, Any] | None:
     """The TopicPartition whose fetched records kafka-python was reading when ``exc`` was
-    raised (found in its traceback, or its cause's), or None when it was raised elsewhere."""
+    raised, and its reader of them (a ``PartitionRecords``), both found in the traceback of
+    ``exc`` or of its cause; None when it was raised elsewhere."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
@@ -494,49 +490,62 @@ def _partition_being_read(exc: BaseException) -> Any:
         trace = error.__traceback__
         while trace is not None:
             code = trace.tb_frame.f_code
-            if code.co_name in _RECORD_READERS and "kafka" in code.co_filename:
-                tp = trace.tb_frame.f_locals.get("tp")
+            if code.co_name == "_unpack_records" and "kafka" in code.co_filename:
+                local = trace.tb_frame.f_locals
+                tp = local.get("tp")
                 if hasattr(tp, "topic") and hasattr(tp, "partition"):
-                    return tp
+                    return tp, local.get("self")
             trace = trace.tb_next
         error = error.__cause__ or error.__context__
     return None
 
 
+def _set_aside(reader: Any) -> None:
+    """Drop kafka-python's reader of a fetched batch whose reading raised: left in place, it
+    yielded nothing at every later poll, which never returned once the reader's offset was the
+    partition's position."""
+    drain = getattr(reader, "drain", None)
+    if callable(drain):
+        drain()
+
+
 def _unreadable_record(exc: BaseException, consumer: Any) -> UnreadableRecord | None:
     """The record a poll raised ``exc`` on, when it was raised reading the records of a fetched
     batch (its checksum does not match, its bytes do not decompress, its codec is not
-    installed, a header's name is not UTF-8...), or None for any other exception. The client
-    stops at such a record: every later poll raised again (or, with kafka-python 3, never
-    returned), and the partitions behind it, the others too, were read no more."""
-    tp = _partition_being_read(exc)
-    if tp is None:
+    installed, a header's name is not UTF-8...), or None for any other exception (running out
+    of memory included: that one may pass, and the batch is read again). The client stops at
+    such a record: every later poll raised again, or never returned (its reader of the batch,
+    stopped by the error, matched the partition's position and yielded nothing, for good), and
+    no partition was read any more. The reader is set aside here, so that the next fetch reads
+    anew."""
+    found = _records_being_read(exc)
+    if found is None:
         return None
+    tp, reader = found
     try:
-        offset = consumer.position(tp)  # the first offset the client has not handed out
+        position = consumer.position(tp)  # the first offset the client has not handed out
     except Exception:
         return None
-    if not isinstance(offset, int):
+    if not isinstance(position, int):
         return None
+    if isinstance(exc, MemoryError):
+        # (Memory may be there at the next attempt: the batch is read again, from the same
+        # position, after the poll's back-off.)
+        _set_aside(reader)
+        consumer.seek(tp, position)
+        return None
+    # The reader may be past the position: it passes a transaction's marker (or an aborted
+    # transaction's batch) without handing out a record. It may also be behind it: a batch is
+    # read from its start, and the record the error came from may lie before the position.
+    reached = getattr(reader, "next_fetch_offset", None)
+    offset = max(position, reached) if isinstance(reached, int) else position
+    _set_aside(reader)
     return UnreadableRecord(
         tp.topic, tp.partition, offset,
         f"the Kafka client cannot read the message at {tp.topic}:{tp.partition}:{offset} "
-        f"({type(exc).__name__}: {exc}): its record batch is damaged, or compressed with a "
-        "codec this installation lacks. It was neither answered nor learned; the partition "
-        "reads on after it")
-
-
-def _isolation(level: str) -> dict[str, str]:
-    """The consumer's setting for kafka.isolation_level. A kafka-python without the setting
-    (an old one) reads every message, aborted transactions' too: said once, at the start."""
-    from kafka import KafkaConsumer
-
-    if "isolation_level" in KafkaConsumer.DEFAULT_CONFIG:
-        return {"isolation_level": level}
-    if level != "read_uncommitted":
-        log.warning("kafka.isolation_level = %r: this kafka-python reads every message, those "
-                    "of aborted transactions too (a newer one reads only committed ones)", level)
-    return {}
+        f"({type(exc).__name__}: {exc}): it, or a record before it in its record batch, is "
+        "damaged, or the batch is compressed with a codec this installation lacks. It was "
+        "neither answered nor learned; the partition reads on after it")
 
 
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
@@ -1185,7 +1194,7 @@ class Daemon:
                     allow_auto_create_topics=False,
                     max_partition_fetch_bytes=max(1_048_576, config.kafka.max_message_bytes),
                     fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
-                    **_isolation(config.kafka.isolation_level),
+                    isolation_level=config.kafka.isolation_level,
                 )
                 _forbid_auto_creation(consumer)
                 if not config.kafka.create_topics:
@@ -2223,7 +2232,7 @@ class Daemon:
             except Exception as exc:
                 unreadable = _unreadable_record(exc, self._consumer)
                 if unreadable is None:
-                    if not isinstance(exc, KafkaError):
+                    if not isinstance(exc, (KafkaError, MemoryError)):
                         raise
                     self.metrics.broker_errors.inc()
                     backoff.wait(self.stop_event, "poll failed", exc)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from connectors.config import Config
-from connectors.messages import Source, UnreadableRecord, dead_letter, encode
+from connectors.messages import Source, dead_letter, encode
 from connectors.metrics import Metrics
 from connectors.models import (
     checkpoint_bounds,
@@ -626,10 +626,6 @@ class ScopedModels:
         groups: dict[ModelId, list[Any]] = {}
         for record in records:
             if record.partition in self.owned:
-                if isinstance(record, UnreadableRecord):
-                    # (Its key could not be read either: no model is fetched for it.)
-                    merged.dead_letters.append(self._letter(record, record.error, "unreadable"))
-                    continue
                 key = getattr(record, "key", None)
                 if self.scope == "key" and key is not None and len(key) > MAX_MODEL_KEY_BYTES:
                     merged.dead_letters.append(self._letter(

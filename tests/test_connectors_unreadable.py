@@ -221,3 +221,102 @@ def test_the_consumer_reads_transactions_as_kafka_isolation_level_says(
     assert daemon.run() == 0
     assert daemon.summary.messages == 2
     assert daemon._consumer.config["isolation_level"] == level
+
+
+def _run_bounded(daemon: Daemon, seconds: float = 60.0) -> int:
+    """The daemon's run in a thread: a stall inside the client fails the test, not the suite."""
+    import threading
+
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", daemon.run()),
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        daemon.stop_event.set()
+        thread.join(10)
+        pytest.fail(f"the daemon was still running after {seconds:.0f} s")
+    return result["code"]
+
+
+def test_a_damaged_batch_after_a_transactions_marker_is_the_one_dead_lettered(
+        broker, tmp_path):  # noqa: F811
+    # The client's reader passes the commit marker (offset 3) without handing out a record:
+    # the partition's position stayed at the marker, the marker was dead-lettered in the
+    # damaged record's place, and the next poll never returned.
+    from kafka import KafkaProducer
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{"kafka.max_batch": 3})
+    topic = config.kafka.input_topic
+    producer = KafkaProducer(bootstrap_servers=servers, transactional_id=unique("tx"),
+                             acks="all")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, value=_message(i), partition=0)
+        producer.commit_transaction()  # offsets 0-2, the marker at 3
+    finally:
+        producer.close(timeout=10)
+    _produce(servers, topic, 0, 4, 2, "checksum")
+    _produce(servers, topic, 0, 6, 2)
+
+    daemon = Daemon(config, until_drained=True)
+    assert _run_bounded(daemon) == 0
+    dead = read_all(servers, config.kafka.dead_letter_topic, 2)
+    assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", 4), ("unreadable", 5)]
+    outputs = read_all(servers, config.kafka.output_topic, 5)
+    assert [o["id"] for o in outputs] == ["m0", "m1", "m2", "m6", "m7"]
+
+
+def test_unreadable_records_are_dead_lettered_once_across_restarts_with_a_model_per_partition(
+        broker, tmp_path):  # noqa: F811
+    # Dead-lettered beside the partition's model, they were not in its offsets: every restart
+    # resumed from the model's offsets before them and dead-lettered them again.
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{"model.scope": "partition",
+                                            "kafka.session_timeout_ms": 3000,
+                                            "kafka.heartbeat_interval_ms": 300})
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 4)
+    _produce(servers, topic, 0, 4, 3, "checksum")
+    for _ in range(3):
+        assert _run_bounded(Daemon(config, until_drained=True)) == 0
+    dead = read_all(servers, config.kafka.dead_letter_topic, 4, timeout=5)
+    assert [d["source"]["offset"] for d in dead] == [4, 5, 6]
+
+
+def test_running_out_of_memory_reading_a_batch_reads_it_again(broker, tmp_path,  # noqa: F811
+                                                              monkeypatch):
+    # Memory may be there at the next attempt: the batch is not dead-lettered for it.
+    import kafka.codec as codecs
+    import kafka.record.default_records as records
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 3)
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
+                             compression_type="gzip")
+    for i in range(3, 6):
+        producer.send(topic, value=_message(i))
+    producer.flush(timeout=30)
+    producer.close(timeout=10)
+    decode, failures = codecs.gzip_decode, []
+
+    def out_of_memory_once(payload: bytes) -> bytes:
+        if not failures:
+            failures.append(1)
+            raise MemoryError
+        return decode(payload)
+
+    monkeypatch.setattr(records, "gzip_decode", out_of_memory_once)
+    daemon = Daemon(config, until_drained=True)
+    assert _run_bounded(daemon) == 0
+    assert failures and daemon.summary.dead_letters == 0
+    outputs = read_all(servers, config.kafka.output_topic, 6)
+    assert [o["id"] for o in outputs] == [f"m{i}" for i in range(6)]
