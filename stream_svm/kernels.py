@@ -128,6 +128,13 @@ class CallableKernel(Kernel):
             # normalizing its arguments in place rewrote without a word.
             return self.function(_read_only(A), _read_only(B))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError) as error:
+            if "read-only" in str(error) or "not writable" in str(error):
+                raise ValueError(
+                    f"kernel {self.name!r} raised {type(error).__name__}: {error}: it is given "
+                    "the model's own points, read-only (a kernel that writes into its arguments "
+                    "changed the stored points); one that needs writable arrays (ctypes' "
+                    "from_buffer, a Cython memoryview without const) must copy them first, "
+                    "np.array(A)") from error
             # A function written for two single points (dicts, or 1-D vectors) fails deep in
             # numpy ("shapes (1,2) and (1,2) not aligned"): say what it is given and owes.
             # (Other errors, such as running out of memory, pass as they are.)

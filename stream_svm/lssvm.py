@@ -280,7 +280,8 @@ class _IncrementalLSSVM(FixedParameters):
         if not _finite_positive(gamma):
             hint = f": {GAMMA_TEXT_HINT}" if isinstance(gamma, str) else ""
             raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}{hint}")
-        if not isinstance(fit_intercept, (bool, np.bool_)):
+        if not (isinstance(fit_intercept, (bool, np.bool_))
+                or (isinstance(fit_intercept, numbers.Integral) and fit_intercept in (0, 1))):
             # (Read by truth value, the text "False" from a configuration file fitted one.)
             raise TypeError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)

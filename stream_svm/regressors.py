@@ -139,7 +139,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
 
     def _init_regressor(self) -> None:
         _check_nonnegative("epsilon", self.epsilon)
-        if self.epsilon > MAX_EPSILON:
+        if real_to_float(self.epsilon) > MAX_EPSILON:
             # The tube's width, 2 epsilon, overflowed from 9e307 on: b, to be centered in
             # its interval, came out at -epsilon.
             raise ValueError(f"epsilon must be at most {MAX_EPSILON:g}, got {self.epsilon!r}")

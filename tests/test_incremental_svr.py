@@ -139,6 +139,9 @@ def test_bad_input_changes_nothing():
     for cls in (IncrementalSVR, SlidingWindowSVR):
         with pytest.raises(ValueError, match="epsilon must be at most 1e"):
             cls(epsilon=9e307)
+        with warnings.catch_warnings():  # (compared as a float32, the bound overflowed)
+            warnings.simplefilter("error")
+            cls(epsilon=np.float32(0.1))
     after = model.to_checkpoint()[0]
     assert state.keys() == after.keys()
     assert all(np.array_equal(state[name], after[name]) for name in state)

@@ -571,6 +571,16 @@ def test_fit_intercept_must_be_a_boolean(value):
         IncrementalLSSVC(fit_intercept=value)
 
 
+@pytest.mark.parametrize("value", [0, 1, np.bool_(True), np.int64(0)])
+def test_fit_intercept_takes_0_and_1(value):
+    # (Checkpoints were written with what was given: 1 among them.)
+    model = IncrementalLSSVC(fit_intercept=value)
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": -1.0}, False)
+    arrays, meta = model.to_checkpoint()
+    assert IncrementalLSSVC.from_checkpoint(arrays, meta).intercept == model.intercept
+
+
 @pytest.mark.parametrize("make", [
     lambda: IncrementalSVC(C=Fraction(1, 3)),
     lambda: IncrementalLSSVC(rho=Fraction(1, 2), gamma=Fraction(1, 2), features="rff", seed=1),
