@@ -66,10 +66,14 @@ def _damaged(kind: str) -> Iterator[dict[str, Any]]:
 
 
 def _produce(servers: str, topic: str, partition: int, first: int, count: int,
-             kind: str | None = None) -> None:
+             kind: str | None = None, compression: str | None = None) -> None:
+    """Messages ``first`` .. ``first + count - 1`` in one batch, damaged as ``kind`` says, or
+    compressed with ``compression``."""
     from kafka import KafkaProducer
 
     with _damaged(kind) if kind else contextlib.nullcontext({}) as options:
+        if compression is not None:
+            options["compression_type"] = compression
         headers = options.pop("headers", None)
         # One batch: all sent within the linger, then flushed.
         producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
@@ -181,14 +185,7 @@ def test_a_batch_of_a_codec_not_installed_is_dead_lettered(broker, tmp_path,  # 
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _produce(servers, topic, 0, 0, 2)
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
-                             compression_type="lz4")
-    for i in range(2, 5):
-        producer.send(topic, value=_message(i))
-    producer.flush(timeout=30)
-    producer.close(timeout=10)
+    _produce(servers, topic, 0, 2, 3, compression="lz4")
     _produce(servers, topic, 0, 5, 2)
     # The daemon's client as on a machine without the lz4 module.
     monkeypatch.setattr(codecs, "has_lz4", lambda: False)
@@ -298,14 +295,7 @@ def test_running_out_of_memory_reading_a_batch_reads_it_again(broker, tmp_path, 
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _produce(servers, topic, 0, 0, 3)
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=200,
-                             compression_type="gzip")
-    for i in range(3, 6):
-        producer.send(topic, value=_message(i))
-    producer.flush(timeout=30)
-    producer.close(timeout=10)
+    _produce(servers, topic, 0, 3, 3, compression="gzip")
     decode, failures = codecs.gzip_decode, []
 
     def out_of_memory_once(payload: bytes) -> bytes:
