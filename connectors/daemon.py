@@ -246,8 +246,9 @@ class _Backoff:
             attempts = "1 attempt" if self.failures == 1 else f"{self.failures} attempts"
             raise DaemonError(f"{what}: giving up after {attempts}: {error}")
         delay = backoff_delay(self.initial, self.maximum, self.failures)
-        log.warning(
-            "%s (attempt %d): %s; retrying in %.1f s", what, self.failures, error, delay
+        log.warning(  # (a MemoryError's text is empty: its name then)
+            "%s (attempt %d): %s; retrying in %.1f s", what, self.failures,
+            error if str(error) else type(error).__name__, delay
         )
         stop.wait(delay)
 
@@ -479,10 +480,11 @@ def _locked(directory: Path) -> Iterator[DirectoryLock]:
         lock.release()
 
 
-def _records_being_read(exc: BaseException) -> tuple[Any, Any] | None:
+def _records_being_read(exc: BaseException) -> tuple[Any, Any, Any] | None:
     """The TopicPartition whose fetched records kafka-python was reading when ``exc`` was
-    raised, and its reader of them (a ``PartitionRecords``), both found in the traceback of
-    ``exc`` or of its cause; None when it was raised elsewhere."""
+    raised, its reader of them (a ``PartitionRecords``) and the record batch it was at (None
+    before the first), all found in the traceback of ``exc`` or of its cause; None when it was
+    raised elsewhere."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
@@ -494,7 +496,7 @@ def _records_being_read(exc: BaseException) -> tuple[Any, Any] | None:
                 local = trace.tb_frame.f_locals
                 tp = local.get("tp")
                 if hasattr(tp, "topic") and hasattr(tp, "partition"):
-                    return tp, local.get("self")
+                    return tp, local.get("self"), local.get("batch")
             trace = trace.tb_next
         error = error.__cause__ or error.__context__
     return None
@@ -509,30 +511,51 @@ def _set_aside(reader: Any) -> None:
         drain()
 
 
-def _unreadable_record(exc: BaseException, consumer: Any) -> UnreadableRecord | None:
-    """The record a poll raised ``exc`` on, when it was raised reading the records of a fetched
-    batch (its checksum does not match, its bytes do not decompress, its codec is not
-    installed, a header's name is not UTF-8...), or None for any other exception (running out
-    of memory included: that one may pass, and the batch is read again). The client stops at
-    such a record: every later poll raised again, or never returned (its reader of the batch,
-    stopped by the error, matched the partition's position and yielded nothing, for good), and
-    no partition was read any more. The reader is set aside here, so that the next fetch reads
-    anew."""
+def _last_offset_of(batch: Any, offset: int, high: Any) -> int:
+    """The last offset of the record batch the client failed in, when its header can be
+    trusted (a batch of the current format whose checksum holds: a codec it lacks, bytes that
+    do not decompress, a header name that is not UTF-8), below the partition's high watermark;
+    otherwise ``offset`` alone (a damaged header may name any range). The client reads a batch
+    from its start, so none of its records from ``offset`` on can be read: met one poll per
+    offset, each poll fetching and checking the whole batch again, a batch of 10,000 records
+    took 15 minutes."""
+    last = offset
+    try:
+        if batch is not None and batch.magic == 2 and batch.validate_crc():
+            last = max(offset, int(batch.last_offset))
+    except Exception:  # (a header that cannot even be read)
+        return offset
+    if isinstance(high, int):
+        last = min(last, high - 1)
+    return max(last, offset)
+
+
+#: Times a batch the client ran out of memory reading is read again before its records are
+#: dead-lettered as unreadable (a batch may inflate a thousandfold: 12.8 KB of zstd to 400 MB).
+MEMORY_ATTEMPTS = 3
+
+
+def _unreadable_records(exc: BaseException, consumer: Any,
+                        memory_failures: dict[tuple[str, int, int], int]
+                        ) -> list[UnreadableRecord] | None:
+    """The records a poll raised ``exc`` on, when it was raised reading the records of a
+    fetched batch (its checksum does not match, its bytes do not decompress, its codec is not
+    installed, a header's name is not UTF-8...), or None for any other exception. The client
+    stops at such a record: every later poll raised again, or never returned (its reader of
+    the batch, stopped by the error, matched the partition's position and yielded nothing, for
+    good), and no partition was read any more. The reader is set aside here, so that the next
+    fetch reads anew. Running out of memory is not taken for damaged bytes until it happened
+    MEMORY_ATTEMPTS times at the same offset (``memory_failures`` counts them): before, the
+    batch is read again after the poll's back-off (None)."""
     found = _records_being_read(exc)
     if found is None:
         return None
-    tp, reader = found
+    tp, reader, batch = found
     try:
         position = consumer.position(tp)  # the first offset the client has not handed out
     except Exception:
         return None
     if not isinstance(position, int):
-        return None
-    if isinstance(exc, MemoryError):
-        # (Memory may be there at the next attempt: the batch is read again, from the same
-        # position, after the poll's back-off.)
-        _set_aside(reader)
-        consumer.seek(tp, position)
         return None
     # The reader may be past the position: it passes a transaction's marker (or an aborted
     # transaction's batch) without handing out a record. It may also be behind it: a batch is
@@ -540,12 +563,29 @@ def _unreadable_record(exc: BaseException, consumer: Any) -> UnreadableRecord | 
     reached = getattr(reader, "next_fetch_offset", None)
     offset = max(position, reached) if isinstance(reached, int) else position
     _set_aside(reader)
-    return UnreadableRecord(
-        tp.topic, tp.partition, offset,
-        f"the Kafka client cannot read the message at {tp.topic}:{tp.partition}:{offset} "
-        f"({type(exc).__name__}: {exc}): it, or a record before it in its record batch, is "
-        "damaged, or the batch is compressed with a codec this installation lacks. It was "
-        "neither answered nor learned; the partition reads on after it")
+    where = (tp.topic, tp.partition, offset)
+    if isinstance(exc, MemoryError):
+        failures = memory_failures.get(where, 0) + 1
+        memory_failures.clear()
+        memory_failures[where] = failures
+        if failures < MEMORY_ATTEMPTS:
+            consumer.seek(tp, position)
+            log.warning("ran out of memory reading the messages at %s:%d:%d (attempt %d of "
+                        "%d): reading them again", *where, failures, MEMORY_ATTEMPTS)
+            return None
+    try:
+        high = consumer.highwater(tp)
+    except Exception:
+        high = None
+    last = _last_offset_of(batch, offset, high)
+    cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return [UnreadableRecord(
+        tp.topic, tp.partition, at,
+        f"the Kafka client cannot read the message at {tp.topic}:{tp.partition}:{at} "
+        f"({cause}): it, or a record before it in its record batch, is damaged, or the batch "
+        "is compressed with a codec this installation lacks (or does not fit in memory "
+        "decompressed). It was neither answered nor learned; the partition reads on after it")
+        for at in range(offset, last + 1)]
 
 
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
@@ -789,6 +829,8 @@ class Daemon:
         self._read_again_at: dict[str, float] = {}
         #: per "topic:partition", the offset of its latest unreadable record
         self._last_unreadable: dict[str, int] = {}
+        #: (topic, partition, offset) -> times the client ran out of memory reading there
+        self._memory_failures: dict[tuple[str, int, int], int] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -2230,14 +2272,14 @@ class Daemon:
                     backoff.wait(self.stop_event, "poll failed", exc)
                 continue
             except Exception as exc:
-                unreadable = _unreadable_record(exc, self._consumer)
+                unreadable = _unreadable_records(exc, self._consumer, self._memory_failures)
                 if unreadable is None:
                     if not isinstance(exc, (KafkaError, MemoryError)):
                         raise
                     self.metrics.broker_errors.inc()
                     backoff.wait(self.stop_event, "poll failed", exc)
                     continue
-                polled = {None: [self._pass_unreadable(unreadable)]}
+                polled = {None: self._pass_unreadable(unreadable)}
             records = [record for batch in polled.values() for record in batch]
             self._note_poll(records)
             self._watch_group()
@@ -2275,20 +2317,22 @@ class Daemon:
             if self.on_batch is not None:
                 self.on_batch(self)
 
-    def _pass_unreadable(self, record: UnreadableRecord) -> UnreadableRecord:
-        """Move the client past a record it cannot read; ``record`` then stands for it in the
-        batch (dead-lettered as ``unreadable``, its offset committed with the others). Each
-        offset of a damaged batch is met one poll after the other: the first of a run is an
-        ERROR, the rest DEBUG (the dead letters name every one)."""
+    def _pass_unreadable(self, records: list[UnreadableRecord]) -> list[UnreadableRecord]:
+        """Move the client past records it cannot read (a run of one partition's offsets);
+        ``records`` then stand for them in the batch (dead-lettered as ``unreadable``, their
+        offsets committed with the others). The first of a run is an ERROR, a run going on
+        (met at the next poll) DEBUG: the dead letters name every offset."""
         from kafka import TopicPartition
 
-        name = f"{record.topic}:{record.partition}"
-        following = self._last_unreadable.get(name) == record.offset - 1
-        self._last_unreadable[name] = record.offset
+        first, last = records[0], records[-1]
+        name = f"{first.topic}:{first.partition}"
+        following = self._last_unreadable.get(name) == first.offset - 1
+        self._last_unreadable[name] = last.offset
+        span = "" if last is first else f" (and the {len(records) - 1} after it in its batch)"
         log.log(logging.DEBUG if following else logging.ERROR,
-                "%s; dead-lettered as unreadable", record.error)
-        self._consumer.seek(TopicPartition(record.topic, record.partition), record.offset + 1)
-        return record
+                "%s%s; dead-lettered as unreadable", first.error, span)
+        self._consumer.seek(TopicPartition(first.topic, first.partition), last.offset + 1)
+        return records
 
     def _watch_group(self) -> None:
         """With model.scope partition or key: warn when a join of the consumer group has not

@@ -310,3 +310,59 @@ def test_running_out_of_memory_reading_a_batch_reads_it_again(broker, tmp_path, 
     assert failures and daemon.summary.dead_letters == 0
     outputs = read_all(servers, config.kafka.output_topic, 6)
     assert [o["id"] for o in outputs] == [f"m{i}" for i in range(6)]
+
+
+def test_a_batch_that_never_fits_in_memory_is_dead_lettered_after_a_few_attempts(
+        broker, tmp_path, monkeypatch, caplog):  # noqa: F811
+    # Read again for good, its partition stuck and the log saying "poll failed: ;" (a
+    # MemoryError's text is empty).
+    import kafka.record.default_records as records
+
+    from connectors.daemon import MEMORY_ATTEMPTS
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 2)
+    _produce(servers, topic, 0, 2, 3, compression="gzip")
+    _produce(servers, topic, 0, 5, 2)
+    attempts = []
+
+    def out_of_memory(payload: bytes) -> bytes:
+        attempts.append(1)
+        raise MemoryError
+
+    monkeypatch.setattr(records, "gzip_decode", out_of_memory)
+    daemon = Daemon(config, until_drained=True)
+    with caplog.at_level("WARNING", logger="connectors.daemon"):
+        assert _run_bounded(daemon) == 0
+    assert len(attempts) == MEMORY_ATTEMPTS
+    dead = read_all(servers, config.kafka.dead_letter_topic, 3)
+    assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", 2), ("unreadable", 3), ("unreadable", 4)]
+    assert "(MemoryError)" in dead[0]["error"]
+    assert f"ran out of memory reading the messages at {topic}:0:2 (attempt 1 of" in caplog.text
+    outputs = read_all(servers, config.kafka.output_topic, 4)
+    assert [o["id"] for o in outputs] == ["m0", "m1", "m5", "m6"]
+
+
+def test_a_large_unreadable_batch_is_passed_at_once_when_its_header_holds(
+        broker, tmp_path, monkeypatch):  # noqa: F811
+    # Its checksum holds (a codec not installed): every offset of it is known unreadable. Met
+    # one poll per offset, each fetching and checking the whole batch again, a batch of 10,000
+    # records took 15 minutes.
+    import kafka.codec as codecs
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 1)
+    _produce(servers, topic, 0, 1, 1500, compression="lz4")
+    _produce(servers, topic, 0, 1501, 1)
+    monkeypatch.setattr(codecs, "has_lz4", lambda: False)
+    daemon = Daemon(config, until_drained=True)
+    assert _run_bounded(daemon, 120) == 0
+    assert daemon.summary.dead_letters == 1500 and daemon.summary.messages == 1502
+    # One poll per record batch (the producer cut the 1,500 into a few), not one per offset.
+    assert daemon.summary.batches <= 20
+    assert committed(servers, config.kafka.group_id, topic) == 1502
