@@ -86,6 +86,16 @@ def _produce(servers: str, topic: str, partition: int, first: int, count: int,
             producer.close(timeout=10)
 
 
+def _around(servers: str, topic: str, before: int, middle: int, after: int,
+            kind: str | None = None, compression: str | None = None) -> None:
+    """On partition 0: ``before`` good messages, one batch of ``middle`` damaged as ``kind``
+    says (or compressed with ``compression``), then ``after`` good ones; numbered on."""
+    _produce(servers, topic, 0, 0, before)
+    _produce(servers, topic, 0, before, middle, kind, compression)
+    if after:
+        _produce(servers, topic, 0, before + middle, after)
+
+
 def _config(servers: str, tmp_path, partitions: int = 1, **extra: Any):
     names = {k: unique(f"unreadable-{k}") for k in ("input", "output", "dead")}
     config = load_config(None, {
@@ -114,9 +124,7 @@ def test_an_unreadable_batch_is_dead_lettered_and_the_partition_reads_on(
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 4)
-    _produce(servers, topic, 0, 4, damaged, kind)
-    _produce(servers, topic, 0, 4 + damaged, 4)
+    _around(servers, topic, 4, damaged, 4, kind)
     total = 8 + damaged
 
     daemon = Daemon(config, until_drained=True)
@@ -184,9 +192,7 @@ def test_a_batch_of_a_codec_not_installed_is_dead_lettered(broker, tmp_path,  # 
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 2)
-    _produce(servers, topic, 0, 2, 3, compression="lz4")
-    _produce(servers, topic, 0, 5, 2)
+    _around(servers, topic, 2, 3, 2, compression="lz4")
     # The daemon's client as on a machine without the lz4 module.
     monkeypatch.setattr(codecs, "has_lz4", lambda: False)
 
@@ -277,8 +283,7 @@ def test_unreadable_records_are_dead_lettered_once_across_restarts_with_a_model_
                                             "kafka.session_timeout_ms": 3000,
                                             "kafka.heartbeat_interval_ms": 300})
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 4)
-    _produce(servers, topic, 0, 4, 3, "checksum")
+    _around(servers, topic, 4, 3, 0, "checksum")
     for _ in range(3):
         assert _run_bounded(Daemon(config, until_drained=True)) == 0
     dead = read_all(servers, config.kafka.dead_letter_topic, 4, timeout=5)
@@ -294,8 +299,7 @@ def test_running_out_of_memory_reading_a_batch_reads_it_again(broker, tmp_path, 
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 3)
-    _produce(servers, topic, 0, 3, 3, compression="gzip")
+    _around(servers, topic, 3, 3, 0, compression="gzip")
     decode, failures = codecs.gzip_decode, []
 
     def out_of_memory_once(payload: bytes) -> bytes:
@@ -323,9 +327,7 @@ def test_a_batch_that_never_fits_in_memory_is_dead_lettered_after_a_few_attempts
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 2)
-    _produce(servers, topic, 0, 2, 3, compression="gzip")
-    _produce(servers, topic, 0, 5, 2)
+    _around(servers, topic, 2, 3, 2, compression="gzip")
     attempts = []
 
     def out_of_memory(payload: bytes) -> bytes:
@@ -356,9 +358,7 @@ def test_a_large_unreadable_batch_is_passed_at_once_when_its_header_holds(
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
-    _produce(servers, topic, 0, 0, 1)
-    _produce(servers, topic, 0, 1, 1500, compression="lz4")
-    _produce(servers, topic, 0, 1501, 1)
+    _around(servers, topic, 1, 1500, 1, compression="lz4")
     monkeypatch.setattr(codecs, "has_lz4", lambda: False)
     daemon = Daemon(config, until_drained=True)
     assert _run_bounded(daemon, 120) == 0
