@@ -480,11 +480,9 @@ def _locked(directory: Path) -> Iterator[DirectoryLock]:
         lock.release()
 
 
-def _records_being_read(exc: BaseException) -> tuple[Any, Any, Any] | None:
-    """The TopicPartition whose fetched records kafka-python was reading when ``exc`` was
-    raised, its reader of them (a ``PartitionRecords``) and the record batch it was at (None
-    before the first), all found in the traceback of ``exc`` or of its cause; None when it was
-    raised elsewhere."""
+def _kafka_frame(exc: BaseException, function: str) -> dict[str, Any] | None:
+    """The local variables of kafka-python's ``function`` where ``exc`` (or its cause) was
+    raised through it, or None."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
@@ -492,14 +490,23 @@ def _records_being_read(exc: BaseException) -> tuple[Any, Any, Any] | None:
         trace = error.__traceback__
         while trace is not None:
             code = trace.tb_frame.f_code
-            if code.co_name == "_unpack_records" and "kafka" in code.co_filename:
-                local = trace.tb_frame.f_locals
-                tp = local.get("tp")
-                if hasattr(tp, "topic") and hasattr(tp, "partition"):
-                    return tp, local.get("self"), local.get("batch")
+            if code.co_name == function and "kafka" in code.co_filename:
+                return trace.tb_frame.f_locals
             trace = trace.tb_next
         error = error.__cause__ or error.__context__
     return None
+
+
+def _records_being_read(exc: BaseException) -> tuple[Any, Any, Any] | None:
+    """The TopicPartition whose fetched records kafka-python was reading when ``exc`` was
+    raised, its reader of them (a ``PartitionRecords``) and the record batch it was at (None
+    before the first), all found in the traceback of ``exc`` or of its cause; None when it was
+    raised elsewhere."""
+    local = _kafka_frame(exc, "_unpack_records")
+    tp = None if local is None else local.get("tp")
+    if not (hasattr(tp, "topic") and hasattr(tp, "partition")):
+        return None
+    return tp, local.get("self"), local.get("batch")
 
 
 def _set_aside(reader: Any) -> None:
@@ -586,6 +593,41 @@ def _unreadable_records(exc: BaseException, consumer: Any,
         "is compressed with a codec this installation lacks (or does not fit in memory "
         "decompressed). It was neither answered nor learned; the partition reads on after it")
         for at in range(offset, last + 1)]
+
+
+#: Fetches in a row of one offset that must bring the broker's CORRUPT_MESSAGE, or bytes holding
+#: no complete record batch, before the offset is dead-lettered as unreadable: a response cut
+#: short by a fault on the way, or a broker's passing error, reads whole at the next fetch.
+UNFETCHABLE_ATTEMPTS = 3
+
+
+def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str] | None:
+    """(TopicPartition, offset, what the broker sent) when kafka-python raised ``exc`` handling
+    a fetch response that cannot give the partition's record at its position: the broker
+    answered CORRUPT_MESSAGE (its log is damaged there), or sent bytes holding no complete
+    record batch (a batch whose length field is damaged claims more bytes than there are).
+    The client raises again at every fetch of that offset, for good: it does not move past a
+    record by itself. None for any other exception."""
+    from kafka.errors import CorruptRecordError
+
+    local = _kafka_frame(exc, "_parse_fetched_data")
+    if local is None:
+        return None
+    tp, offset = local.get("tp"), local.get("fetch_offset")
+    if not (hasattr(tp, "topic") and hasattr(tp, "partition") and isinstance(offset, int)):
+        return None
+    if local.get("error_type") is CorruptRecordError:
+        return tp, offset, "the broker answered CORRUPT_MESSAGE: its log is damaged there"
+    records = local.get("records")
+    try:
+        incomplete = (records is not None and records.size_in_bytes() > 0
+                      and not records.has_next())
+    except Exception:
+        incomplete = False
+    if incomplete:
+        return tp, offset, ("the broker sent bytes holding no complete record batch: the "
+                            "batch's length field is damaged")
+    return None
 
 
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
@@ -831,6 +873,9 @@ class Daemon:
         self._last_unreadable: dict[str, int] = {}
         #: (topic, partition, offset) -> times the client ran out of memory reading there
         self._memory_failures: dict[tuple[str, int, int], int] = {}
+        #: per "topic:partition", the offset its fetches failed at (_unfetchable), and how many
+        #: times in a row
+        self._unfetchable_tries: dict[str, tuple[int, int]] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -2274,6 +2319,8 @@ class Daemon:
             except Exception as exc:
                 unreadable = _unreadable_records(exc, self._consumer, self._memory_failures)
                 if unreadable is None:
+                    unreadable = self._unfetchable(exc)
+                if unreadable is None:
                     if not isinstance(exc, (KafkaError, MemoryError)):
                         raise
                     self.metrics.broker_errors.inc()
@@ -2316,6 +2363,31 @@ class Daemon:
             backoff.reset()
             if self.on_batch is not None:
                 self.on_batch(self)
+
+    def _unfetchable(self, exc: BaseException) -> list[UnreadableRecord] | None:
+        """The record a fetch of its partition cannot give (_unfetchable_offset), once its
+        fetch failed so UNFETCHABLE_ATTEMPTS times in a row, or at once right after the
+        offset before it was found unreadable (a damaged batch spans offsets; a broker finds
+        it again for each). Before that, None (the poll backs off and fetches it again), with
+        a WARNING naming the offset."""
+        found = _unfetchable_offset(exc)
+        if found is None:
+            return None
+        tp, offset, what = found
+        name = f"{tp.topic}:{tp.partition}"
+        at, tries = self._unfetchable_tries.get(name, (offset, 0))
+        tries = tries + 1 if at == offset else 1
+        if tries < UNFETCHABLE_ATTEMPTS and self._last_unreadable.get(name) != offset - 1:
+            self._unfetchable_tries[name] = (offset, tries)
+            log.warning("cannot fetch the message at %s:%d (attempt %d of %d): %s; fetching "
+                        "it again", name, offset, tries, UNFETCHABLE_ATTEMPTS, what)
+            return None
+        self._unfetchable_tries.pop(name, None)
+        cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return [UnreadableRecord(
+            tp.topic, tp.partition, offset,
+            f"the Kafka client cannot read the message at {name}:{offset}: {what} ({cause}). "
+            "It was neither answered nor learned; the partition reads on after it")]
 
     def _pass_unreadable(self, records: list[UnreadableRecord]) -> list[UnreadableRecord]:
         """Move the client past records it cannot read (a run of one partition's offsets);

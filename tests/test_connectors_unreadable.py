@@ -366,3 +366,107 @@ def test_a_large_unreadable_batch_is_passed_at_once_when_its_header_holds(
     # One poll per record batch (the producer cut the 1,500 into a few), not one per offset.
     assert daemon.summary.batches <= 20
     assert committed(servers, config.kafka.group_id, topic) == 1502
+
+
+class _Answer:
+    """A partition's part of a fetch response as the broker might have sent it instead."""
+
+    def __init__(self, data: Any, **changed: Any) -> None:
+        self._data, self._changed = data, changed
+
+    def __getattr__(self, name: str) -> Any:
+        return self._changed[name] if name in self._changed else getattr(self._data, name)
+
+
+def _first_batch_in(buffer: bytes, offsets: range) -> int | None:
+    """Where in ``buffer`` the first record batch starting in ``offsets`` is, if one does."""
+    import struct
+
+    at = 0
+    while at + 12 <= len(buffer):
+        base, length = struct.unpack_from(">qi", buffer, at)
+        if base in offsets:
+            return at
+        at += 12 + length
+    return None
+
+
+@contextlib.contextmanager
+def _fetches_damaged(topic: str, offsets: range, kind: str, times: int) -> Iterator[list[int]]:
+    """The first ``times`` fetch responses of ``topic`` that reach ``offsets`` damaged as a
+    broker whose log is damaged there sends them: ``length``, the length field of the batch
+    claims more bytes than there are; ``corrupt``, the error CORRUPT_MESSAGE and no records
+    (a fetch from an offset before them reads up to them). Yields the offsets of the fetches
+    damaged so far."""
+    import struct
+
+    from kafka.consumer import fetcher
+
+    parse, damaged = fetcher.Fetcher._parse_fetched_data, []
+
+    def answered(self: Any, completed: Any) -> Any:
+        data = completed.partition_data
+        if completed.topic_partition.topic == topic and len(damaged) < times:
+            buffer = bytes(data.records or b"")
+            at = _first_batch_in(buffer, offsets)
+            if kind == "corrupt" and completed.fetched_offset in offsets:
+                data = _Answer(data, error_code=2, records=b"")
+                damaged.append(completed.fetched_offset)
+            elif kind == "corrupt" and at is not None:  # what it reads up to the damage
+                data = _Answer(data, records=buffer[:at])
+            elif at is not None:
+                damaged_length = buffer[:at + 8] + struct.pack(">i", 0x7FFFFFFF)
+                data = _Answer(data, records=damaged_length + buffer[at + 12:])
+                damaged.append(completed.fetched_offset)
+            completed = completed._replace(partition_data=data)
+        return parse(self, completed)
+
+    fetcher.Fetcher._parse_fetched_data = answered
+    try:
+        yield damaged
+    finally:
+        fetcher.Fetcher._parse_fetched_data = parse
+
+
+@pytest.mark.parametrize("kind, error", [
+    ("length", "no complete record batch"), ("corrupt", "CORRUPT_MESSAGE")])
+def test_a_batch_the_broker_cannot_send_whole_is_dead_lettered_after_a_few_fetches(
+        broker, tmp_path, caplog, kind, error):  # noqa: F811
+    # The client raised at every fetch of its first offset ("Failed to make progress reading
+    # messages", or CorruptRecordError): the partition stayed there for good.
+    from connectors.daemon import UNFETCHABLE_ATTEMPTS
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _around(servers, topic, 4, 3, 4)
+    with _fetches_damaged(topic, range(4, 7), kind, times=10**6) as damaged, \
+            caplog.at_level("WARNING", logger="connectors.daemon"):
+        daemon = Daemon(config, until_drained=True)
+        assert _run_bounded(daemon) == 0
+    # Its first offset fetched a few times; the next ones, in the same damaged batch, once.
+    # (A fetch from before it reads the batches before it.)
+    assert [at for at in damaged if at >= 4] == [4] * UNFETCHABLE_ATTEMPTS + [5, 6]
+    assert f"cannot fetch the message at {topic}:0:4 (attempt 1 of" in caplog.text
+    dead = read_all(servers, config.kafka.dead_letter_topic, 3)
+    assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", 4), ("unreadable", 5), ("unreadable", 6)]
+    assert all(error in d["error"] for d in dead)
+    outputs = read_all(servers, config.kafka.output_topic, 8)
+    assert [o["id"] for o in outputs] == [f"m{i}" for i in (0, 1, 2, 3, 7, 8, 9, 10)]
+    assert committed(servers, config.kafka.group_id, topic) == 11
+
+
+@pytest.mark.parametrize("kind", ["length", "corrupt"])
+def test_a_response_damaged_once_is_fetched_again(broker, tmp_path, kind):  # noqa: F811
+    # A fault on the way, or a broker's passing error, must not cost a message.
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _around(servers, topic, 0, 3, 2)
+    with _fetches_damaged(topic, range(0, 3), kind, times=1) as damaged:
+        daemon = Daemon(config, until_drained=True)
+        assert _run_bounded(daemon) == 0
+    assert damaged == [0] and daemon.summary.dead_letters == 0
+    outputs = read_all(servers, config.kafka.output_topic, 5)
+    assert [o["id"] for o in outputs] == [f"m{i}" for i in range(5)]
