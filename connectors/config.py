@@ -317,6 +317,9 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "max_batch": Setting(int, 500, _at_most(1_000_000, "messages handled per poll")),
         "predict_per_poll": Setting(bool, False),
         "max_message_bytes": Setting(int, 1_000_000, _message_limit),
+        # The most bytes a compressed record batch may inflate to (connectors.inflate): beyond,
+        # its records are dead-lettered unreadable instead of filling the memory.
+        "max_inflated_batch_bytes": Setting(int, 256 * 1024 * 1024, _positive),
         "linger_ms": Setting(int, 2, _non_negative_int32),
         "isolation_level": Setting(str, "read_committed",
                                    _one_of("read_committed", "read_uncommitted")),
@@ -775,6 +778,13 @@ def _cross_checks(config: Config) -> None:
             f"{config.sources['kafka.fetch_max_wait_ms']}) must be below kafka.request_timeout_ms "
             f"({kafka.request_timeout_ms}, {config.sources['kafka.request_timeout_ms']}): a fetch "
             "is a request")
+    if kafka.max_inflated_batch_bytes < kafka.max_message_bytes:
+        raise ConfigError(
+            f"setting kafka.max_inflated_batch_bytes ({kafka.max_inflated_batch_bytes}, "
+            f"{config.sources['kafka.max_inflated_batch_bytes']}) must be at least "
+            f"kafka.max_message_bytes ({kafka.max_message_bytes}, "
+            f"{config.sources['kafka.max_message_bytes']}): a batch of one message that size "
+            "must inflate")
     if kafka.linger_ms + kafka.request_timeout_ms > KAFKA_DELIVERY_TIMEOUT_MS:
         # (The Kafka client refused it only once connected, in its own words.)
         raise ConfigError(

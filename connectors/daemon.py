@@ -68,6 +68,7 @@ from connectors.checkpoint import (
     DirectoryLock,
 )
 from connectors.config import Config, kafka_client_settings, tls_context
+from connectors.inflate import limit_inflation
 from connectors.messages import UnreadableRecord
 from connectors.metrics import Metrics
 from connectors.models import (
@@ -1264,6 +1265,7 @@ class Daemon:
                     break
                 if cause is not None:
                     raise OSError(cause)
+                limit_inflation(config.kafka.max_inflated_batch_bytes)
                 consumer = KafkaConsumer(
                     **client,
                     **self._group_settings(),

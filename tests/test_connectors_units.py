@@ -138,6 +138,17 @@ def test_checkpoints_an_earlier_version_kept_under_a_literal_tilde_are_named(mon
     assert load_config(None, {"checkpoint.dir": "~/ck"}, {}).checkpoint.dir == str(home / "ck")
 
 
+def test_a_batch_must_be_allowed_to_inflate_to_one_message_at_its_largest():
+    assert load_config(None, {}, {}).kafka.max_inflated_batch_bytes == 256 * 1024 * 1024
+    with pytest.raises(ConfigError, match=(
+            r"kafka.max_inflated_batch_bytes \(4000, flag\) must be at least "
+            r"kafka.max_message_bytes \(5000, flag\)")):
+        load_config(None, {"kafka.max_message_bytes": 5000,
+                           "kafka.max_inflated_batch_bytes": 4000}, {})
+    assert load_config(None, {"kafka.max_message_bytes": 5000,
+                              "kafka.max_inflated_batch_bytes": 5000}, {})
+
+
 def test_a_misspelt_setting_in_the_environment_is_named_with_the_variable_meant():
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODEL_GAMA: unknown setting model.gama; "
                                           r"did you mean STREAM_SVM_MODEL_GAMMA\?"):

@@ -470,3 +470,26 @@ def test_a_response_damaged_once_is_fetched_again(broker, tmp_path, kind):  # no
     assert damaged == [0] and daemon.summary.dead_letters == 0
     outputs = read_all(servers, config.kafka.output_topic, 5)
     assert [o["id"] for o in outputs] == [f"m{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd", "snappy"])
+def test_a_batch_inflating_beyond_the_bound_is_dead_lettered(broker, tmp_path,  # noqa: F811
+                                                             codec):
+    # kafka-python inflated a batch whole into memory: 12.8 KB of zstd took 400 MB, and a
+    # batch made to inflate further had the daemon killed for its memory at every start.
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, **{"kafka.max_message_bytes": 1000,
+                                            "kafka.max_inflated_batch_bytes": 4000})
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 4, compression=codec)  # about 300 bytes inflated
+    _produce(servers, topic, 0, 4, 100, compression=codec)  # about 7,000
+    _produce(servers, topic, 0, 104, 2)
+    daemon = Daemon(config, until_drained=True)
+    assert _run_bounded(daemon) == 0
+    dead = read_all(servers, config.kafka.dead_letter_topic, 100)
+    assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
+        ("unreadable", offset) for offset in range(4, 104)]
+    assert (f"InflateLimitError: a {codec} record batch inflates beyond 4000 bytes "
+            "(kafka.max_inflated_batch_bytes)") in dead[0]["error"]
+    outputs = read_all(servers, config.kafka.output_topic, 6)
+    assert [o["id"] for o in outputs] == ["m0", "m1", "m2", "m3", "m104", "m105"]
