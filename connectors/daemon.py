@@ -1051,12 +1051,23 @@ class Daemon:
             return
         self.broker = EmbeddedBroker().start()
         config.kafka.bootstrap_servers = self.broker.bootstrap_servers
+        if config.model.scope == "global" and config.sources.get(
+                "kafka.on_partition_reset") == "default":
+            # Its topics are new at every start: a checkpoint's offsets cannot be theirs, and
+            # every restart refused to start ("no longer holds the offsets") until told to.
+            config.kafka.on_partition_reset = "earliest"
+            config.sources["kafka.on_partition_reset"] = "the embedded broker"
+            then = ("a restart keeps the model it restores and reads the new topics from "
+                    "their start (kafka.on_partition_reset = 'earliest' here, unless set)")
+        elif config.model.scope == "global":
+            then = (f"a restart that restores a checkpoint finds its offsets gone "
+                    f"(kafka.on_partition_reset = {config.kafka.on_partition_reset!r})")
+        else:
+            then = f"so does its state topic {config.kafka.state_topic}, which holds the models"
         log.warning(
             "no kafka.bootstrap_servers configured: started the embedded broker at %s (memory "
-            "only: its topics vanish when the daemon stops, so a restart that restores a "
-            "checkpoint finds its offsets gone and stops, unless kafka.on_partition_reset "
-            "(--on-partition-reset, for a global model) says what to do then)",
-            self.broker.bootstrap_servers,
+            "only: its topics vanish when the daemon stops; %s)",
+            self.broker.bootstrap_servers, then,
         )
 
     def _new_processor(self, model: Any, metrics: Any = None) -> Processor:

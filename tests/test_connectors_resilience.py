@@ -560,3 +560,18 @@ def test_serve_without_bootstrap_servers_runs_and_stops_its_embedded_broker(tmp_
     for pid, started in brokers.items():
         assert not _same_process_alive(pid, started), f"orphan broker process {pid}"
     assert _next_offset(checkpoints, topics["input"]) == len(messages)
+
+    # Started again, it brings a new broker, its topics empty: the model restored learns on,
+    # the new topic read from its start. (It refused to start: "no longer holds the offsets".)
+    more = [{**m, "id": 100 + m["id"]} for m in _stream(10, seed=4)]
+    with Serve(config, tmp_path / "again.log") as serve:
+        servers = serve.wait_log(r"started the embedded broker at (127\.0\.0\.1:\d+) .*a "
+                                 r"restart keeps the model", timeout=30)[0].group(1)
+        serve.children = _children(serve.process.pid)
+        serve.wait_log(rf"connected to {re.escape(servers)}:", timeout=30)
+        produce(servers, topics["input"], more)
+        answered = read_all(servers, topics["output"], expected=len(more), timeout=30)
+        assert sorted(o["source"]["offset"] for o in answered) == list(range(len(more)))
+        assert serve.signal(signal.SIGTERM, timeout=20) == 0, serve.tail()
+    assert "kafka.on_partition_reset = 'earliest': the model is kept" in serve.text()
+    _assert_model_learned_each_once(checkpoints, messages + more)
