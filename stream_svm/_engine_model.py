@@ -49,6 +49,27 @@ class AutoKey:
     number: int
 
 
+def unknown_key(what: str, key: Hashable, stored: Iterable[Hashable],
+                reason: str = "") -> KeyError:
+    """KeyError "no ``what`` has key ``key``"; when the model holds points learned without a
+    key, it says where their automatic keys come from: a row number of a DataFrame with
+    pandas' default index is not one (the usual surprise of a first ``forget_many``).
+
+    >>> print(unknown_key("stored point", 100, [AutoKey(1)]).args[0])  # doctest: +ELLIPSIS
+    no stored point has key 100; the points ... automatic keys, such as AutoKey(number=1): ...
+    """
+    message = f"no {what} has key {key!r}{reason}"
+    if not isinstance(key, AutoKey):
+        automatic = next((k for k in stored if isinstance(k, AutoKey)), None)
+        if automatic is not None:
+            message += (
+                "; the points learned without a key (learn_one without key=, or learn_many "
+                "rows of a DataFrame with pandas' default index) have automatic keys, such as "
+                f"{automatic!r}: stored_keys() lists them; to forget by keys of your own, "
+                "learn with them (key=, keys=, or a DataFrame index of your own)")
+    return KeyError(message)
+
+
 def plain_key(key: Hashable) -> Hashable:
     """A numpy scalar key as the Python value it holds (equal to it, with the same hash): one
     compared with a tuple in a list gives an array instead of False, which breaks ``in``.
@@ -1236,7 +1257,7 @@ class _EngineModel(FixedParameters):
         reason = (" (reserve truncation may have discarded it; forget only the keys in "
                   "stored_keys())" if getattr(self, "reserve_epsilon", None) is not None
                   else "")
-        return KeyError(f"no stored {noun} has key {key!r}{reason}")
+        return unknown_key(f"stored {noun}", key, self._engine._pos, reason)
 
     def _forgotten(self) -> None:
         """After a forget: the feature names only the forgotten points had go at once (a

@@ -4,6 +4,7 @@ multiple path, or one sample at a time), all or nothing."""
 
 from __future__ import annotations
 
+import itertools
 import numbers
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
@@ -22,6 +23,7 @@ from stream_svm._engine_model import (
     plain_key,
     refuse_key_with_value,
     refused_unchanged,
+    unknown_key,
 )
 from stream_svm._input import check_findable_keys, check_paired
 from stream_svm.engine import BreakpointLimit, ConvergenceError, UpdateStats
@@ -224,6 +226,10 @@ class _SlidingWindow:
         if slide:
             self._after_learning()
 
+    def _unknown(self, key: Hashable) -> KeyError:
+        return unknown_key("sample in the window", key,
+                           itertools.chain(self._buffer_keys, self._engine._pos))
+
     def forget_one(
         self, x: Mapping | None = None, y: object = None, key: Hashable | None = None
     ) -> None:
@@ -241,7 +247,7 @@ class _SlidingWindow:
         elif self._in_engine(key):
             self._engine_update(np.zeros((0, self._engine.dim)), np.zeros(0), [], [key])
         else:
-            raise KeyError(f"no sample in the window has key {key!r}")
+            raise self._unknown(key)
         self._forgotten()
 
     def _leaving_positions(self, arriving: int, slides: bool) -> np.ndarray:
@@ -283,7 +289,7 @@ class _SlidingWindow:
                 raise KeyError("keys repeat: each sample is forgotten once")
             for key in found:
                 if self._buffered_at(key) is None and not self._in_engine(key):
-                    raise KeyError(f"no sample in the window has key {key!r}")
+                    raise self._unknown(key)
         buffered = set(self._buffer_keys).intersection(found)
         stored = [key for key in found if key not in buffered]
         if stored:  # (raises with the engine unchanged, before the buffer changes)

@@ -154,7 +154,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         ({'a': 2.0}, True)
         """
         if key not in self._engine:
-            raise KeyError(f"no stored point has key {key!r}")
+            raise self._unknown_key(key)
         position = self._engine.position(key)
         row = self._engine.X[position]
         names = self._features.names

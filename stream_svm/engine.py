@@ -1584,7 +1584,7 @@ class PathEngine:
             removing: set = set()
             for key in remove:
                 if key not in self:
-                    raise KeyError(f"no stored point has key {key!r}")
+                    raise self._unknown(key)
                 if key in removing:
                     raise KeyError(f"key {key!r} is listed twice for removal")
                 removing.add(key)
@@ -2196,6 +2196,11 @@ class PathEngine:
         return np.flatnonzero((self._status[:n] == RESERVE) & (g >= least)
                               & (self._gap[:n] - g >= least))
 
+    def _unknown(self, key: Hashable) -> KeyError:
+        from stream_svm._engine_model import unknown_key  # (it imports this module)
+
+        return unknown_key("stored point", key, self._pos)
+
     def discard(self, keys: Sequence[Hashable]) -> None:
         """Forget stored reserve points (alpha = 0) without a path: the coefficients do not
         change; where b is not unique it is centered again among the points that remain (as a
@@ -2204,7 +2209,7 @@ class PathEngine:
         positions = []
         for key in keys:
             if key not in self:
-                raise KeyError(f"no stored point has key {key!r}")
+                raise self._unknown(key)
             positions.append(self._pos[key])
         if len(set(positions)) != len(positions):
             raise KeyError("a key is listed twice")

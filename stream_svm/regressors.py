@@ -207,7 +207,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         ({'a': 2.0}, 1.5)
         """
         if key not in self:
-            raise KeyError(f"no stored sample has key {key!r}")
+            raise self._unknown_key(key, "sample")
         row = self._engine.X[self._engine.position(key)]
         names = self._features.names
         return {names[i]: float(row[i]) for i in np.flatnonzero(row[: len(names)])}, \

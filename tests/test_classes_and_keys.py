@@ -738,3 +738,30 @@ def test_stored_keys_are_oldest_first(make):
         model.relabel_one(5, 0.5 if regression else True)  # counts as new
         keys = model.stored_keys()
         assert keys == [k for k in range(120) if k not in (3, 50, 7, 5)] + [5]
+
+
+@pytest.mark.parametrize("make, y_of", [
+    (lambda: IncrementalSVC(C=1.0, gamma=0.5), lambda X: X["a"] > 0),
+    (lambda: SlidingWindowSVC(window_size=50, C=1.0, gamma=0.5), lambda X: X["a"] > 0),
+    (lambda: IncrementalSVR(C=1.0, gamma=0.5), lambda X: X["b"]),
+    (lambda: SlidingWindowSVR(window_size=50, C=1.0, gamma=0.5), lambda X: X["b"]),
+], ids=["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR", "SlidingWindowSVR"])
+def test_forgetting_a_row_number_of_a_default_index_says_where_the_keys_are(make, y_of):
+    # Rows of pandas' default numbering get automatic keys: forget_many(range(100, 110))
+    # after learning rows 100-199 said only "no stored point has key 100".
+    rows = pd.DataFrame(np.random.default_rng(1).normal(size=(200, 2)), columns=["a", "b"])
+    model = make()
+    model.learn_many(rows.iloc[100:].reset_index(drop=True), y_of(rows.iloc[100:]).reset_index(
+        drop=True))
+    stored = model.stored_keys()
+    with pytest.raises(KeyError, match=r"has key 100; the points learned without a key .* "
+                       r"automatic keys, such as AutoKey\(number=\d+\): stored_keys\(\) lists"):
+        model.forget_many(list(range(100, 110)))
+    assert model.stored_keys() == stored
+    # Learned under keys of its own, the model has nothing to explain.
+    named = make()
+    named.learn_one({"a": 1.0, "b": 0.5}, y_of(pd.DataFrame({"a": [1.0], "b": [0.5]}))[0],
+                    key="k")
+    with pytest.raises(KeyError) as refused:
+        named.forget_one(key="z")
+    assert "automatic" not in str(refused.value) and "has key 'z'" in str(refused.value)
