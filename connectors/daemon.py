@@ -597,14 +597,17 @@ def _unreadable_records(exc: BaseException, consumer: Any,
 
 
 #: Fetches in a row of one offset that must bring the broker's CORRUPT_MESSAGE, or bytes holding
-#: no complete record batch, before the offset is dead-lettered as unreadable: a response cut
-#: short by a fault on the way, or a broker's passing error, reads whole at the next fetch.
+#: no complete record batch, over at least UNFETCHABLE_SECONDS, before the offset is
+#: dead-lettered as unreadable: a response cut short by a fault on the way, or a broker's
+#: passing error, reads whole at a later fetch.
 UNFETCHABLE_ATTEMPTS = 3
+UNFETCHABLE_SECONDS = 30.0
 
 
-def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str] | None:
-    """(TopicPartition, offset, what the broker sent) when kafka-python raised ``exc`` handling
-    a fetch response that cannot give the partition's record at its position: the broker
+def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str, int | None] | None:
+    """(TopicPartition, offset, what the broker sent, the base offset of the batch the
+    response starts with, when it can be read) when kafka-python raised ``exc`` handling a
+    fetch response that cannot give the partition's record at its position: the broker
     answered CORRUPT_MESSAGE (its log is damaged there), or sent bytes holding no complete
     record batch (a batch whose length field is damaged claims more bytes than there are).
     The client raises again at every fetch of that offset, for good: it does not move past a
@@ -618,17 +621,29 @@ def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str] | None:
     if not (hasattr(tp, "topic") and hasattr(tp, "partition") and isinstance(offset, int)):
         return None
     if local.get("error_type") is CorruptRecordError:
-        return tp, offset, "the broker answered CORRUPT_MESSAGE: its log is damaged there"
+        return tp, offset, "the broker answered CORRUPT_MESSAGE: its log is damaged there", None
     records = local.get("records")
     try:
         incomplete = (records is not None and records.size_in_bytes() > 0
                       and not records.has_next())
+        raw = bytes(local["completed_fetch"].partition_data.records or b"")
+        base = struct.unpack_from(">q", raw)[0] if len(raw) >= 8 else None
     except Exception:
-        incomplete = False
+        incomplete, base = False, None
     if incomplete:
         return tp, offset, ("the broker sent bytes holding no complete record batch: the "
-                            "batch's length field is damaged")
+                            "batch's length field is damaged"), base
     return None
+
+
+def _end_offset(consumer: Any, tp: Any) -> int | None:
+    """The partition's end offset (the last stable one with read_committed) asked of the
+    broker now, or None if it cannot be had."""
+    try:
+        end = consumer.end_offsets([tp]).get(tp)
+    except Exception:
+        return None
+    return end if isinstance(end, int) else None
 
 
 def _on_metadata(consumer: Any, listener: Callable[[Any], None]) -> None:
@@ -874,9 +889,9 @@ class Daemon:
         self._last_unreadable: dict[str, int] = {}
         #: (topic, partition, offset) -> times the client ran out of memory reading there
         self._memory_failures: dict[tuple[str, int, int], int] = {}
-        #: per "topic:partition", the offset its fetches failed at (_unfetchable), and how many
-        #: times in a row
-        self._unfetchable_tries: dict[str, tuple[int, int]] = {}
+        #: per "topic:partition", the offset its fetches failed at (_unfetchable), how many
+        #: times in a row, and since when (monotonic)
+        self._unfetchable_tries: dict[str, tuple[int, int, float]] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -1590,6 +1605,7 @@ class Daemon:
         (:meth:`_settle`, after the poll)."""
         self._rebalancing = False
         self._joined_once = True
+        self._unfetchable_tries.clear()  # (failures in a row: an ownership ago is not in a row)
         if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
             self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
@@ -2340,6 +2356,10 @@ class Daemon:
                     backoff.wait(self.stop_event, "poll failed", exc)
                     continue
                 polled = {None: self._pass_unreadable(unreadable)}
+            if self._unfetchable_tries:  # (a partition that delivered is past its failures)
+                for tp in polled:
+                    if tp is not None:
+                        self._unfetchable_tries.pop(f"{tp.topic}:{tp.partition}", None)
             records = [record for batch in polled.values() for record in batch]
             self._note_poll(records)
             self._watch_group()
@@ -2379,21 +2399,42 @@ class Daemon:
 
     def _unfetchable(self, exc: BaseException) -> list[UnreadableRecord] | None:
         """The record a fetch of its partition cannot give (_unfetchable_offset), once its
-        fetch failed so UNFETCHABLE_ATTEMPTS times in a row, or at once right after the
-        offset before it was found unreadable (a damaged batch spans offsets; a broker finds
-        it again for each). Before that, None (the poll backs off and fetches it again), with
-        a WARNING naming the offset."""
+        fetch failed so UNFETCHABLE_ATTEMPTS times in a row over UNFETCHABLE_SECONDS at least,
+        or at once when the response
+        starts with the damaged batch whose previous offset was just found unreadable (a
+        damaged batch spans offsets; a broker sends it again for each), and only below the
+        partition's end (a record must be there). Before that, None: the poll backs off and
+        fetches it again, with a WARNING naming the offset. A response to a fetch from
+        before the latest seek is not counted (None)."""
         found = _unfetchable_offset(exc)
         if found is None:
             return None
-        tp, offset, what = found
+        tp, offset, what, base = found
         name = f"{tp.topic}:{tp.partition}"
-        at, tries = self._unfetchable_tries.get(name, (offset, 0))
-        tries = tries + 1 if at == offset else 1
-        if tries < UNFETCHABLE_ATTEMPTS and self._last_unreadable.get(name) != offset - 1:
-            self._unfetchable_tries[name] = (offset, tries)
-            log.warning("cannot fetch the message at %s:%d (attempt %d of %d): %s; fetching "
-                        "it again", name, offset, tries, UNFETCHABLE_ATTEMPTS, what)
+        try:
+            position = self._consumer.position(tp)
+        except Exception:
+            position = None
+        if position != offset:
+            return None
+        now = time.monotonic()
+        at, tries, since = self._unfetchable_tries.get(name, (offset, 0, now))
+        tries, since = (tries + 1, since) if at == offset else (1, now)
+        self._unfetchable_tries[name] = (offset, tries, since)
+        previous = self._last_unreadable.get(name)
+        same_batch = previous == offset - 1 and base is not None and base <= previous
+        if not same_batch and (tries < UNFETCHABLE_ATTEMPTS
+                               or now - since < UNFETCHABLE_SECONDS):
+            log.warning("cannot fetch the message at %s:%d (attempt %d, for %.0f s): %s; "
+                        "fetching it again (it is dead-lettered as unreadable once %d "
+                        "attempts over %.0f s failed)", name, offset, tries, now - since, what,
+                        UNFETCHABLE_ATTEMPTS, UNFETCHABLE_SECONDS)
+            return None
+        end = _end_offset(self._consumer, tp)
+        if end is None or offset >= end:
+            log.warning("cannot fetch at %s:%d (attempt %d): %s; the partition ends at %s, so "
+                        "no message is there to pass: fetching again", name, offset, tries,
+                        what, "an offset the broker does not tell" if end is None else end)
             return None
         self._unfetchable_tries.pop(name, None)
         cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

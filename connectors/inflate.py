@@ -44,52 +44,54 @@ class InflateLimitError(ValueError):
     """A compressed record batch inflates beyond the bound of :func:`limit_inflation`."""
 
 
-def _too_large(codec: str) -> InflateLimitError:
-    return InflateLimitError(f"a {codec} record batch inflates beyond {_limit} bytes "
+def _too_large(codec: str, limit: int) -> InflateLimitError:
+    return InflateLimitError(f"a {codec} record batch inflates beyond {limit} bytes "
                              "(kafka.max_inflated_batch_bytes)")
 
 
-def _read_bounded(read: Callable[[int], bytes], codec: str) -> bytes:
-    """All ``read`` gives (a stream's read), refused one byte past the bound."""
+def _read_bounded(read: Callable[[int], bytes], codec: str, limit: int) -> bytes:
+    """All ``read`` gives (a stream's read), refused one byte past ``limit``."""
     parts, total = [], 0
     while True:
-        part = read(min(_CHUNK, _limit + 1 - total))
+        part = read(min(_CHUNK, limit + 1 - total))
         if not part:
             return b"".join(parts)
         parts.append(part)
         total += len(part)
-        if total > _limit:
-            raise _too_large(codec)
+        if total > limit:
+            raise _too_large(codec, limit)
 
 
 def _gzip_decode(payload: Any) -> bytes:
+    limit = _limit  # (one bound for the whole batch, whatever a later call sets)
     with gzip.GzipFile(fileobj=io.BytesIO(payload), mode="rb") as stream:
-        return _read_bounded(stream.read, "gzip")
+        return _read_bounded(stream.read, "gzip", limit)
 
 
 def _zstd_decode(payload: Any) -> bytes:
     import zstandard
 
+    limit = _limit
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload),
                                                     read_across_frames=True) as stream:
-        return _read_bounded(stream.read, "zstd")
+        return _read_bounded(stream.read, "zstd", limit)
 
 
 def _lz4_decode(payload: Any) -> bytes:
+    """As ``lz4.frame.decompress``, kafka-python's decoder: the first frame, what follows it
+    ignored, an incomplete one refused (RuntimeError)."""
     import lz4.frame
 
-    parts, total, rest = [], 0, bytes(payload)
-    while rest:  # one frame after another, as lz4.frame.decompress reads them
-        frame = lz4.frame.LZ4FrameDecompressor()
-        part = frame.decompress(rest, max_length=_limit + 1 - total)
-        total += len(part)
-        if total > _limit or not (frame.eof or frame.needs_input):
-            raise _too_large("lz4")
-        if not frame.eof:
-            raise RuntimeError("the lz4 frame ends early: the batch is damaged")
-        parts.append(part)
-        rest = frame.unused_data
-    return b"".join(parts)
+    limit, data = _limit, bytes(payload)
+    if not data:
+        return lz4.frame.decompress(data)  # (its own error for no frame at all)
+    frame = lz4.frame.LZ4FrameDecompressor()
+    inflated = frame.decompress(data, max_length=limit + 1)
+    if len(inflated) > limit:
+        raise _too_large("lz4", limit)
+    if not frame.eof:
+        raise RuntimeError("Frame incomplete: the lz4 batch ends within its frame")
+    return inflated
 
 
 def _varint(data: bytes, at: int) -> int:
@@ -121,8 +123,13 @@ def _snappy_inflated(payload: bytes) -> int:
 
 def _bounded_snappy(decode: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
     def snappy_decode(payload: Any) -> bytes:
-        if _snappy_inflated(bytes(payload)) > _limit:
-            raise _too_large("snappy")
+        limit = _limit
+        try:
+            inflated = _snappy_inflated(bytes(payload))
+        except ValueError:  # (a length that cannot be read: the decoder says what is wrong)
+            inflated = 0
+        if inflated > limit:
+            raise _too_large("snappy", limit)
         return decode(payload)
 
     return snappy_decode

@@ -290,25 +290,34 @@ def test_unreadable_records_are_dead_lettered_once_across_restarts_with_a_model_
     assert [d["source"]["offset"] for d in dead] == [4, 5, 6]
 
 
+def _inflating_runs_out_of_memory(monkeypatch: Any, when: Any) -> None:
+    """Inflating a compressed record batch raises MemoryError whenever ``when()`` says so."""
+    import kafka.record.default_records as records
+
+    inflate = records.DefaultRecordBatch._maybe_uncompress
+
+    def maybe_out_of_memory(self: Any) -> None:
+        if not self._decompressed and self.compression_type != self.CODEC_NONE and when():
+            raise MemoryError
+        inflate(self)
+
+    monkeypatch.setattr(records.DefaultRecordBatch, "_maybe_uncompress", maybe_out_of_memory)
+
+
 def test_running_out_of_memory_reading_a_batch_reads_it_again(broker, tmp_path,  # noqa: F811
                                                               monkeypatch):
     # Memory may be there at the next attempt: the batch is not dead-lettered for it.
-    import kafka.codec as codecs
-    import kafka.record.default_records as records
-
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _around(servers, topic, 3, 3, 0, compression="gzip")
-    decode, failures = codecs.gzip_decode, []
+    failures: list[int] = []
 
-    def out_of_memory_once(payload: bytes) -> bytes:
-        if not failures:
-            failures.append(1)
-            raise MemoryError
-        return decode(payload)
+    def out_of_memory_once() -> bool:
+        failures.append(1)
+        return len(failures) == 1
 
-    monkeypatch.setattr(records, "gzip_decode", out_of_memory_once)
+    _inflating_runs_out_of_memory(monkeypatch, out_of_memory_once)
     daemon = Daemon(config, until_drained=True)
     assert _run_bounded(daemon) == 0
     assert failures and daemon.summary.dead_letters == 0
@@ -320,21 +329,14 @@ def test_a_batch_that_never_fits_in_memory_is_dead_lettered_after_a_few_attempts
         broker, tmp_path, monkeypatch, caplog):  # noqa: F811
     # Read again for good, its partition stuck and the log saying "poll failed: ;" (a
     # MemoryError's text is empty).
-    import kafka.record.default_records as records
-
     from connectors.daemon import MEMORY_ATTEMPTS
 
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _around(servers, topic, 2, 3, 2, compression="gzip")
-    attempts = []
-
-    def out_of_memory(payload: bytes) -> bytes:
-        attempts.append(1)
-        raise MemoryError
-
-    monkeypatch.setattr(records, "gzip_decode", out_of_memory)
+    attempts: list[int] = []
+    _inflating_runs_out_of_memory(monkeypatch, lambda: attempts.append(1) or True)
     daemon = Daemon(config, until_drained=True)
     with caplog.at_level("WARNING", logger="connectors.daemon"):
         assert _run_bounded(daemon) == 0
@@ -392,26 +394,30 @@ def _first_batch_in(buffer: bytes, offsets: range) -> int | None:
 
 
 @contextlib.contextmanager
-def _fetches_damaged(topic: str, offsets: range, kind: str, times: int) -> Iterator[list[int]]:
-    """The first ``times`` fetch responses of ``topic`` that reach ``offsets`` damaged as a
-    broker whose log is damaged there sends them: ``length``, the length field of the batch
-    claims more bytes than there are; ``corrupt``, the error CORRUPT_MESSAGE and no records
-    (a fetch from an offset before them reads up to them). Yields the offsets of the fetches
-    damaged so far."""
+def _fetches_damaged(topic: str, offsets: range, kind: str, times: int,
+                     seconds: float | None = None) -> Iterator[list[int]]:
+    """The first ``times`` fetch responses of ``topic`` that reach ``offsets`` (for ``seconds``
+    from the first, if given) damaged as a broker whose log is damaged there sends them:
+    ``length``, the length field of the batch claims more bytes than there are; ``corrupt``,
+    the error CORRUPT_MESSAGE and no records (a fetch from an offset before them reads up to
+    them). Yields the offsets of the fetches damaged so far."""
     import struct
+    import time
 
     from kafka.consumer import fetcher
 
-    parse, damaged = fetcher.Fetcher._parse_fetched_data, []
+    parse, damaged, since = fetcher.Fetcher._parse_fetched_data, [], []
 
     def answered(self: Any, completed: Any) -> Any:
         data = completed.partition_data
-        if completed.topic_partition.topic == topic and len(damaged) < times:
+        over = seconds is not None and since and time.monotonic() > since[0] + seconds
+        if completed.topic_partition.topic == topic and len(damaged) < times and not over:
             buffer = bytes(data.records or b"")
             at = _first_batch_in(buffer, offsets)
             if kind == "corrupt" and completed.fetched_offset in offsets:
                 data = _Answer(data, error_code=2, records=b"")
                 damaged.append(completed.fetched_offset)
+                since[:] = since or [time.monotonic()]
             elif kind == "corrupt" and at is not None:  # what it reads up to the damage
                 data = _Answer(data, records=buffer[:at])
             elif at is not None:
@@ -428,26 +434,47 @@ def _fetches_damaged(topic: str, offsets: range, kind: str, times: int) -> Itera
         fetcher.Fetcher._parse_fetched_data = parse
 
 
+def _serve_damaged(config: Any, offsets: range, kind: str, times: int = 10**6,
+                   seconds: float | None = None, window: float = 30.0
+                   ) -> tuple[Daemon, list[int]]:
+    """A daemon run to the end of its input, with its fetches damaged (_fetches_damaged) and
+    UNFETCHABLE_SECONDS = ``window``; it and the offsets of the fetches damaged."""
+    import connectors.daemon as daemon_module
+
+    kept, daemon_module.UNFETCHABLE_SECONDS = daemon_module.UNFETCHABLE_SECONDS, window
+    try:
+        with _fetches_damaged(config.kafka.input_topic, offsets, kind, times,
+                              seconds) as damaged:
+            daemon = Daemon(config, until_drained=True)
+            assert _run_bounded(daemon) == 0
+    finally:
+        daemon_module.UNFETCHABLE_SECONDS = kept
+    return daemon, damaged
+
+
 @pytest.mark.parametrize("kind, error", [
     ("length", "no complete record batch"), ("corrupt", "CORRUPT_MESSAGE")])
 def test_a_batch_the_broker_cannot_send_whole_is_dead_lettered_after_a_few_fetches(
         broker, tmp_path, caplog, kind, error):  # noqa: F811
     # The client raised at every fetch of its first offset ("Failed to make progress reading
     # messages", or CorruptRecordError): the partition stayed there for good.
-    from connectors.daemon import UNFETCHABLE_ATTEMPTS
-
+    from connectors.daemon import UNFETCHABLE_ATTEMPTS as attempts
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _around(servers, topic, 4, 3, 4)
-    with _fetches_damaged(topic, range(4, 7), kind, times=10**6) as damaged, \
-            caplog.at_level("WARNING", logger="connectors.daemon"):
-        daemon = Daemon(config, until_drained=True)
-        assert _run_bounded(daemon) == 0
-    # Its first offset fetched a few times; the next ones, in the same damaged batch, once.
-    # (A fetch from before it reads the batches before it.)
-    assert [at for at in damaged if at >= 4] == [4] * UNFETCHABLE_ATTEMPTS + [5, 6]
-    assert f"cannot fetch the message at {topic}:0:4 (attempt 1 of" in caplog.text
+    with caplog.at_level("WARNING", logger="connectors.daemon"):
+        _, damaged = _serve_damaged(config, range(4, 7), kind, window=0.5)
+    # Its first offset fetched a few times; with a damaged length, the next ones, which the
+    # broker answers with the same damaged batch, once. (A fetch from before it reads the
+    # batches before it.)
+    fetched = [at for at in damaged if at >= 4]
+    assert fetched == sorted(fetched) and fetched.count(4) >= attempts
+    if kind == "length":
+        assert fetched.count(5) == fetched.count(6) == 1
+    else:  # (nothing to tell the same damage by: each offset is tried as the first was)
+        assert fetched.count(5) >= attempts and fetched.count(6) >= attempts
+    assert f"cannot fetch the message at {topic}:0:4 (attempt 1, for 0 s)" in caplog.text
     dead = read_all(servers, config.kafka.dead_letter_topic, 3)
     assert [(d["reason"], d["source"]["offset"]) for d in dead] == [
         ("unreadable", 4), ("unreadable", 5), ("unreadable", 6)]
@@ -464,9 +491,7 @@ def test_a_response_damaged_once_is_fetched_again(broker, tmp_path, kind):  # no
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _around(servers, topic, 0, 3, 2)
-    with _fetches_damaged(topic, range(0, 3), kind, times=1) as damaged:
-        daemon = Daemon(config, until_drained=True)
-        assert _run_bounded(daemon) == 0
+    daemon, damaged = _serve_damaged(config, range(0, 3), kind, times=1)
     assert damaged == [0] and daemon.summary.dead_letters == 0
     outputs = read_all(servers, config.kafka.output_topic, 5)
     assert [o["id"] for o in outputs] == [f"m{i}" for i in range(5)]
@@ -493,3 +518,35 @@ def test_a_batch_inflating_beyond_the_bound_is_dead_lettered(broker, tmp_path,  
             "(kafka.max_inflated_batch_bytes)") in dead[0]["error"]
     outputs = read_all(servers, config.kafka.output_topic, 6)
     assert [o["id"] for o in outputs] == ["m0", "m1", "m2", "m3", "m104", "m105"]
+
+
+def test_errors_at_the_end_of_the_partition_pass_nothing(broker, tmp_path):  # noqa: F811
+    # A consumer that has read everything fetches at the partition's end, where no message
+    # is: three errors there dead-lettered that empty offset, and the position one past the
+    # end stopped the daemon ("no longer holds the offsets").
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 4)
+    daemon, damaged = _serve_damaged(config, range(4, 5), "corrupt", times=4, window=0.0)
+    assert damaged == [4] * 4 and daemon.summary.dead_letters == 0
+    assert committed(servers, config.kafka.group_id, topic) == 4
+
+
+def test_a_passing_fault_after_a_dead_letter_costs_no_message(broker, tmp_path):  # noqa: F811
+    # The offset after one dead-lettered was passed at its first error, with no evidence of
+    # the same damage: a broker's errors for 2 s past a damaged batch dead-lettered every
+    # message it then met, 35 of 40. A fault must last UNFETCHABLE_SECONDS to cost one.
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _around(servers, topic, 4, 3, 0, "checksum")
+    for i in range(7, 27):
+        _produce(servers, topic, 0, i, 1)
+    daemon, damaged = _serve_damaged(config, range(7, 27), "corrupt", seconds=2.0, window=5.0)
+    assert damaged
+    dead = read_all(servers, config.kafka.dead_letter_topic, 3)
+    assert [d["source"]["offset"] for d in dead] == [4, 5, 6]
+    assert daemon.summary.dead_letters == 3
+    outputs = read_all(servers, config.kafka.output_topic, 24)
+    assert [o["id"] for o in outputs] == [f"m{i}" for i in (0, 1, 2, 3, *range(7, 27))]

@@ -57,10 +57,33 @@ def test_snappy_blocks_are_counted_together_and_raw_snappy_too(originals):
             kafka_codec.snappy_decode(payload)
 
 
-def test_a_damaged_lz4_frame_is_an_error_not_short_bytes(originals):
-    payload = _encode("lz4", os.urandom(50_000))
-    with pytest.raises(RuntimeError, match="ends early"):
-        kafka_codec.lz4_decode(payload[:-100])
+def test_lz4_reads_as_kafka_pythons_decoder_does(originals):
+    # The first frame only, what follows it ignored; an incomplete frame or none refused.
+    frame = _encode("lz4", os.urandom(5_000))
+    decode, original = kafka_codec.lz4_decode, originals["lz4_decode"]
+    for payload in (frame + b"\0" * 8, frame + b"garbage!", frame + frame):
+        assert decode(payload) == original(payload)
+    for payload in (frame[:-100], b""):
+        with pytest.raises(RuntimeError):
+            original(payload)
+        with pytest.raises(RuntimeError):
+            decode(payload)
+
+
+def test_a_bound_set_while_a_batch_inflates_does_not_change_its_bound(originals, monkeypatch):
+    # Read again at every chunk, a bound lowered meanwhile made gzip read with no bound at all.
+    import gzip
+
+    inflate.limit_inflation(3_000_000)
+    monkeypatch.setattr(inflate, "_CHUNK", 1_000_000)
+    stream_read = gzip.GzipFile.read
+
+    def read_and_lower(self, size=-1):
+        inflate.limit_inflation(10)
+        return stream_read(self, size)
+
+    monkeypatch.setattr(gzip.GzipFile, "read", read_and_lower)
+    assert len(kafka_codec.gzip_decode(gzip.compress(b"q" * 2_500_000))) == 2_500_000
 
 
 @pytest.mark.parametrize("bound", [0, -1, 1.5, True, "1000"])
