@@ -776,12 +776,15 @@ def _settings(tmp_path: Path, **extra: Any):
     }, environ={})
 
 
-def _checkpoint_a_model(config) -> Path:
+def _checkpoint_a_model(config, also_read: dict[str, int] | None = None) -> Path:
+    """A checkpoint of a model that read 12 messages of "in" (and the partitions
+    ``also_read`` names up to their offsets)."""
     daemon = Daemon(config)
     daemon._store = CheckpointStore(config.checkpoint.dir)
     daemon.processor = daemon._new_processor(build_model(config))
     daemon.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
                               for i in range(12)])
+    daemon.processor.offsets.update(also_read or {})
     daemon._since_checkpoint = 12
     daemon.checkpoint()
     return Path(config.checkpoint.dir)
@@ -873,6 +876,24 @@ def test_a_checkpoint_of_another_input_topic_stops_and_touches_nothing(tmp_path)
     # With its own input topic (a label topic added meanwhile), it restores.
     with pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path, **{"kafka.label_topic": "labels"})).run()
+    assert _files(directory) == before
+
+
+def test_a_checkpoint_of_another_input_topic_is_refused_even_with_the_same_label_topic(
+        tmp_path):
+    # One topic in common was enough: a stream on another input topic with the label topic of
+    # the checkpoint's stream was merged into its model, with no more than an INFO line.
+    directory = _checkpoint_a_model(_settings(tmp_path, **{"kafka.label_topic": "labels"}),
+                                    also_read={"labels:0": 3})
+    before = _files(directory)
+    for other in ({"kafka.input_topic": "other.input", "kafka.label_topic": "labels"},
+                  {"kafka.input_topic": "other.input", "kafka.label_topic": "in"}):
+        with pytest.raises(StartRefused, match=r"hold a model that read in, labels, not "):
+            Daemon(_settings(tmp_path, **other)).run()
+        assert _files(directory) == before
+    # Its own input, with the label topic dropped, restores.
+    with pytest.raises(DaemonError, match=r"unreachable|giving up"):
+        Daemon(_settings(tmp_path)).run()
     assert _files(directory) == before
 
 
