@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from connectors.checkpoint import CheckpointError, CheckpointStore, MemberCheck
+from connectors.checkpoint import (
+    CheckpointError,
+    CheckpointMismatch,
+    CheckpointStore,
+    MemberCheck,
+)
 from connectors.config import DAEMON_MODEL_SETTINGS, MODEL_TYPES, SCHEMA, Config, ConfigError
 from connectors.messages import MAX_ID_LENGTH, Malformed, features_of
 from connectors.scaling import FeatureScaler
@@ -298,9 +303,14 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
         if columns is not None and name in ("X", "aisvc_rows", "omega") and len(shape) == 2:
             features = shape[0] if name == "omega" else shape[1]
             if features > columns:
-                raise CheckpointError(
-                    f"member {name!r} holds {features} features, more than "
-                    f"model.max_features={columns}"
+                # (the shape agrees with the manifest and the bytes stored: no damage, a
+                # model made while the setting was higher; set aside, the checkpoint before
+                # it was restored and the messages since were learned again, or refused)
+                raise CheckpointMismatch(
+                    f"the checkpoint's model holds {features} features (member {name!r}), more "
+                    f"than model.max_features={columns} allows. Nothing was changed. Set "
+                    f"model.max_features to {features} at least: it may change between "
+                    "restarts, but not below what the model holds."
                 )
         if width is not None and name in _LSSVM_STATE and any(n > width for n in shape):
             raise CheckpointError(

@@ -1059,9 +1059,32 @@ def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_pa
     store.save(arrays, meta, {})
     ((_, path),) = store.paths()
     narrow = load_config(None, {"model.max_features": "4"}, environ={})
-    with pytest.raises(CheckpointError, match=r"6 features, more than model\.max_features=4"):
+    with pytest.raises(CheckpointMismatch, match=r"holds 6 features \(member 'X'\), more than "
+                       r"model\.max_features=4 allows\. Nothing was changed\. Set "
+                       r"model\.max_features to 6 at least"):
         store.read(path, check=checkpoint_bounds(narrow))
     assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
+
+
+def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_aside(tmp_path):
+    # Taken for a damaged file, the newest checkpoint was set aside, the one before restored,
+    # and the messages learned since read again: acknowledged learns rolled back, and all of
+    # them refused for their features, with exit 0.
+    daemon = Daemon(_settings(tmp_path))
+    daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(daemon.config))
+    for first, features in ((0, ("a", "b")), (6, ("a", "b", "c"))):
+        daemon.processor.process([
+            _record(i, {"id": i, "x": {f: (i + 1) / (7 + j) for j, f in enumerate(features)},
+                        "y": i % 2 == 0}) for i in range(first, first + 6)])
+        daemon._since_checkpoint = 6
+        daemon.checkpoint()
+    directory = Path(daemon.config.checkpoint.dir)
+    before = _files(directory)
+    with pytest.raises(StartRefused, match=r"holds 3 features .* more than "
+                       r"model\.max_features=2 allows\. Nothing was changed"):
+        Daemon(_settings(tmp_path, **{"model.max_features": 2})).run()
+    assert _files(directory) == before
 
 
 def test_a_window_checkpoint_with_more_key_bytes_than_its_ids_can_hold_is_refused(tmp_path):
