@@ -1699,6 +1699,8 @@ class Daemon:
             self._state_store = state_store_for(self.config)
         store = self._state_store
         store.ensure_topic(partitions=1)  # one model: one partition holds all its records
+        published = self._published_state(store)
+        self._refuse_another_models_state(store, published)
         try:
             # Above the epoch its checkpoint published under: a state topic recreated since
             # starts again at 0, below what the predictors already serve.
@@ -1715,12 +1717,13 @@ class Daemon:
         self.metrics.replica[0].set(0)
         log.info("publishing the model's state on %s as model %s, epoch %d",
                  store.topic, list(GLOBAL_MODEL_ID), epoch)
-        self._publish_from = self._newer_published_offsets(store)
+        self._publish_from = self._newer_published_offsets(store, published)
 
     def _read_to_the_end(self, names: Mapping[str, int]) -> bool:
         """Whether the model has read every partition of ``names`` to the end its last fetch
         showed (the high watermark; not known before a fetch returned: False)."""
         from kafka import TopicPartition
+        from kafka.errors import IllegalStateError
 
         assert self.processor is not None
         if self._consumer is None:
@@ -1729,26 +1732,54 @@ class Daemon:
             topic, _, partition = name.rpartition(":")
             try:
                 high = self._consumer.highwater(TopicPartition(topic, int(partition)))
-            except (ValueError, AssertionError):  # (a partition no longer assigned)
+            except (ValueError, AssertionError, IllegalStateError):  # (no longer assigned)
                 return False
             if high is None or self.processor.offsets.get(name, 0) < high:
                 return False
         return True
 
-    def _newer_published_offsets(self, store: StateStore) -> dict[str, int] | None:
-        """The offsets of the model's newest state on the state topic where they are ahead of
-        the restored model's (None when none is): its local checkpoints fell behind what it
-        published (a disk that could not be written, a checkpoint directory restored from a
-        backup). Published at once under the new epoch, the older model would have replaced
-        the newer one in every predictor, without a word, until the replay caught up."""
-        assert self.processor is not None
+    @staticmethod
+    def _published_state(store: StateStore) -> Any:
+        """The newest state of the model on the state topic, its arrays not decoded (None
+        when there is none, or it cannot be read: then publishing goes on as usual)."""
         try:
-            state = store.restore([GLOBAL_MODEL_ID], decode=False,
-                                  log_level=logging.DEBUG).get(GLOBAL_MODEL_ID)
+            return store.restore([GLOBAL_MODEL_ID], decode=False,
+                                 log_level=logging.DEBUG).get(GLOBAL_MODEL_ID)
         except StateStoreError as exc:
             log.warning("reading the newest state of the model on %s failed (%s): publishing "
                         "as usual", store.topic, exc)
             return None
+
+    def _refuse_another_models_state(self, store: StateStore, state: Any) -> None:
+        """StartRefused when the state topic's newest state is another model's: made with
+        other settings, or on another input topic. Claimed and published over, it was
+        replaced in every predictor (those of the other model refused the new states), and
+        its offsets, of partitions this learner does not read, stopped the learner at its
+        first checkpoint ("Partition is not assigned"), at every restart."""
+        if state is None:
+            return
+        metadata = state.metadata
+        changed = settings_mismatch(metadata.get("model_settings"),
+                                    checkpointed_settings(self.config))
+        read = metadata.get("input_topic")
+        if changed is None and read in (None, self.config.kafka.input_topic):
+            return
+        what = (f"made with other settings ({changed})" if changed is not None else
+                f"made on the input topic {read}, not {self.config.kafka.input_topic}")
+        raise StartRefused(
+            f"the state topic {store.topic} holds another model's state (generation "
+            f"{generation(state.epoch, state.sequence)}, group {metadata.get('group_id')!r}, "
+            f"{what}): publishing here would replace that model in every predictor. Nothing "
+            "was changed. Give this learner its own kafka.state_topic, or the settings and "
+            "input topic of the model it continues.")
+
+    def _newer_published_offsets(self, store: StateStore, state: Any) -> dict[str, int] | None:
+        """The offsets of the model's newest ``state`` on the state topic where they are ahead
+        of the restored model's (None when none is): its local checkpoints fell behind what
+        it published (a disk that could not be written, a checkpoint directory restored from
+        a backup). Published at once under the new epoch, the older model would have replaced
+        the newer one in every predictor, without a word, until the replay caught up."""
+        assert self.processor is not None
         offsets = None if state is None else state.metadata.get("offsets")
         if not isinstance(offsets, dict):
             return None

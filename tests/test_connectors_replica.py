@@ -682,6 +682,32 @@ def test_a_learner_restored_over_an_empty_state_topic_claims_above_its_old_epoch
 
 
 @pytest.mark.broker
+def test_a_learner_on_a_state_topic_of_another_model_is_refused_and_claims_nothing(
+        broker, tmp_path):  # noqa: F811
+    # It took the other model's offsets for its own checkpoints fallen behind, claimed the
+    # next epoch, and stopped at its first checkpoint ("Partition is not assigned": the
+    # offsets named a topic it does not read), at every restart; with the same input but other
+    # settings, it published over the other model.
+    servers = broker.bootstrap_servers
+    topics = _topics()
+    produce(servers, topics["input"], _labelled(0, 10))
+    assert Daemon(_learner(broker, tmp_path / "first", topics), until_drained=True).run() == 0
+    served, _ = _published(servers, _learner(broker, tmp_path / "first", topics))
+    other_input = {**topics, "input": unique("replica-other-input")}
+    for other, why in ((_learner(broker, tmp_path / "other", other_input),
+                        rf"made on the input topic {topics['input']}, not "
+                        rf"{other_input['input']}"),
+                       (_learner(broker, tmp_path / "settings", topics, **{"model.C": 2.0}),
+                        r"made with other settings \(.*C")):
+        with pytest.raises(StartRefused, match=(
+                rf"the state topic {topics['state']} holds another model's state .*{why}.*"
+                r"Nothing was changed")):
+            Daemon(other, until_drained=True).run()
+    with StateStore(servers, topics["state"], timeout=10) as store:
+        assert store.next_epoch(GLOBAL_MODEL_ID) == served.epoch + 1  # nothing claimed
+
+
+@pytest.mark.broker
 def test_a_learner_restored_behind_its_published_state_publishes_once_it_has_caught_up(
         broker, tmp_path, caplog):  # noqa: F811
     # Local checkpoints that fell behind the publishes (a full disk: the learner publishes
