@@ -1250,8 +1250,12 @@ class Daemon:
                 "one they held. Nothing was changed. Restore a usable checkpoint, or run with "
                 "--start-fresh (checkpoint.start_fresh = true) to start a new, empty model."
             )
-        log.info("no checkpoint in %s: a new %s (input limits %s)",
-                 config.checkpoint.dir, settings, limit_settings(config))
+        # A WARNING: a checkpoint.dir resolved elsewhere (a relative path from another working
+        # directory) once the group's committed offsets are gone (deleted, or expired after a
+        # week without members) is told from a first start by this line only.
+        log.warning("no checkpoint in %s: starting a new, empty model %s (input limits %s); "
+                    "if this stream had a model, its checkpoint.dir is another",
+                    config.checkpoint.dir, settings, limit_settings(config))
         return self._new_processor(build_model(config))
 
     def _topics(self) -> list[str]:
@@ -1910,6 +1914,7 @@ class Daemon:
     def _seek(self, consumer: Any, partitions: list[Any]) -> None:
         assert self.processor is not None
         fresh: list[str] = []
+        ignored: list[str] = []
         for tp in partitions:
             name = f"{tp.topic}:{tp.partition}"
             found = consumer.committed(tp, metadata=True)
@@ -1917,7 +1922,10 @@ class Daemon:
             self._group_known[name] = None if found is None else (found.offset,
                                                                   found.metadata or "")
             if name in self.processor.offsets:
-                consumer.seek(tp, self.processor.offsets[name])
+                resume = self.processor.offsets[name]
+                if committed is not None and committed != resume and self.role != "predictor":
+                    ignored.append(f"{name} committed {committed}, the model {resume}")
+                consumer.seek(tp, resume)
                 continue
             if self.role == "predictor":
                 # A predictor's progress is its group's committed offsets (it writes no
@@ -1943,6 +1951,13 @@ class Daemon:
                 "start_fresh: a new, empty model starts at the committed offsets %s",
                 ", ".join(fresh),
             )
+        if ignored:
+            # (An operator's reset of the group's offsets was otherwise dropped without a word.)
+            log.warning(
+                "the group's committed offsets differ from the model's (%s): a tool reset them, "
+                "or the last commit did not complete. The model reads on from its own offsets, "
+                "each message learned once and in order; a committed offset does not move it",
+                "; ".join(ignored))
 
     # -- partitions that lost the offsets the model resumes from ---------------------------
 

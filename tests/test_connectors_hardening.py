@@ -1066,6 +1066,45 @@ def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_pa
     assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
 
 
+def test_a_start_without_a_checkpoint_warns_of_a_new_model(tmp_path, caplog):
+    # An INFO line was all that told a checkpoint.dir resolved elsewhere, once the group's
+    # committed offsets were gone, from a first start.
+    daemon = Daemon(_settings(tmp_path))
+    daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
+    with caplog.at_level("INFO", logger="connectors.daemon"):
+        assert daemon._restore().model.n_stored == 0
+    (line,) = [r for r in caplog.records if "no checkpoint in" in r.getMessage()]
+    assert line.levelname == "WARNING" and "starting a new, empty model" in line.getMessage()
+
+
+def test_committed_offsets_other_than_the_models_are_named_at_the_start(tmp_path, caplog):
+    # kafka-consumer-groups --reset-offsets on a stopped daemon's group was dropped without a
+    # word: the model reads on from its own offsets.
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.sought: dict[int, int] = {}
+
+        def committed(self, tp, metadata=False):
+            return OffsetAndMetadata({0: 90, 1: 20}[tp.partition], "", -1)
+
+        def seek(self, tp, offset):
+            self.sought[tp.partition] = offset
+
+    daemon = Daemon(_settings(tmp_path))
+    daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
+    daemon.processor = daemon._restore()
+    daemon.processor.offsets.update({"in:0": 50, "in:1": 20})
+    consumer = Consumer()
+    with caplog.at_level("WARNING", logger="connectors.daemon"):
+        daemon._seek(consumer, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert consumer.sought == {0: 50, 1: 20}
+    assert ("the group's committed offsets differ from the model's (in:0 committed 90, the "
+            "model 50): a tool reset them") in caplog.text
+
+
 def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_aside(tmp_path):
     # Taken for a damaged file, the newest checkpoint was set aside, the one before restored,
     # and the messages learned since read again: acknowledged learns rolled back, and all of
