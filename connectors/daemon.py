@@ -2999,12 +2999,17 @@ class Daemon:
             self._checkpoint_retry_at = time.monotonic() + max(
                 1.0, min(self.config.checkpoint.every_seconds, 30.0))
             try:  # (the directory may be what failed: replaced by a file)
-                written = self._store is None or bool(self._store.paths())
+                written: bool | None = self._store is None or bool(self._store.paths())
             except OSError:
-                written = True
-            log.error("%s (%s)", exc, "the previous checkpoint stays in use" if written else
-                      "no checkpoint is written yet, and nothing is committed before one: a "
-                      "restart reads again all that this run has read")
+                written = None
+            log.error("%s (%s)", exc, {
+                True: "the previous checkpoint stays in use",
+                False: "no checkpoint is written yet, and nothing is committed before one: a "
+                       "restart reads again all that this run has read",
+                None: "the checkpoint directory cannot be read either, so the checkpoints "
+                      "written before may be gone: nothing is committed past the last one "
+                      "written, and a restart without them is refused by the committed "
+                      "offsets"}[written])
             self._publish()  # predictors need not wait for the disk
             return
         self._covered = _committable(self.processor)

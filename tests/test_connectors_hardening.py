@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 import zipfile
 from collections.abc import Callable
@@ -1194,6 +1195,28 @@ def test_a_failing_final_checkpoint_is_not_a_clean_stop(tmp_path, monkeypatch, c
     daemon._last_checkpoint = 0.0
     daemon._maybe_checkpoint()
     assert daemon.summary.checkpoint_failures == 1
+
+
+def test_a_checkpoint_directory_replaced_by_a_file_is_not_said_to_hold_a_checkpoint(
+        tmp_path, caplog):
+    # "the previous checkpoint stays in use", said while every checkpoint was gone with it.
+    config = _settings(tmp_path)
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process([_record(0, {"id": 0, "x": {"a": 0.1}, "y": True})])
+    daemon._since_checkpoint = 1
+    daemon.checkpoint()
+    directory = Path(config.checkpoint.dir)
+    shutil.rmtree(directory)
+    directory.write_bytes(b"not a directory")
+    daemon.processor.process([_record(1, {"id": 1, "x": {"a": 0.2}, "y": False})])
+    daemon._since_checkpoint = 1
+    with caplog.at_level("ERROR", logger="connectors.daemon"):
+        daemon.checkpoint()
+    assert daemon.summary.checkpoint_failures == 1
+    assert "previous checkpoint stays in use" not in caplog.text
+    assert "the checkpoints written before may be gone" in caplog.text
 
 
 class _Consumer:
