@@ -589,6 +589,8 @@ def _split(name: str) -> tuple[str, str]:
         if section in SCHEMA:  # a misspelt key: compared with its section's keys
             close = [f"{section}.{match}" for match in
                      difflib.get_close_matches(key, list(SCHEMA[section]), n=2, cutoff=0.6)]
+            # ... or a key of another section, written in the wrong one
+            close = close or [f"{other}.{key}" for other in SCHEMA if key in SCHEMA[other]]
         else:
             every = [f"{s}.{k}" for s in SCHEMA for k in SCHEMA[s]]
             close = difflib.get_close_matches(name, every, n=2, cutoff=0.8)
@@ -629,7 +631,10 @@ def load_config(
             raise ConfigError(f"config file {file} is not readable TOML: {exc}") from None
         for section, table in document.items():
             if not isinstance(table, dict):
-                raise ConfigError(f"{file}: top-level key {section!r} must be a [section]")
+                owners = [name for name in SCHEMA if section in SCHEMA[name]]
+                raise ConfigError(f"{file}: top-level key {section!r} must be a [section]" + (
+                    f"; {section} is a setting of [{owners[0]}]: put it in that section"
+                    if len(owners) == 1 else ""))
             for key, value in table.items():
                 _split(f"{section}.{key}")
                 raw[f"{section}.{key}"] = (value, str(file))
@@ -650,10 +655,12 @@ def load_config(
                 key = rest[len(section) + 1 :]
                 match = next((k for k in SCHEMA[section] if k.lower() == key), None)
                 if match is None:
-                    close = difflib.get_close_matches(key, [k.lower() for k in SCHEMA[section]],
-                                                      n=2, cutoff=0.6)
+                    close = [f"{section}_{k}" for k in difflib.get_close_matches(
+                        key, [k.lower() for k in SCHEMA[section]], n=2, cutoff=0.6)] or [
+                        f"{other}_{key}" for other in SCHEMA
+                        if key in (k.lower() for k in SCHEMA[other])]
                     hint = ("; did you mean " + " or ".join(
-                        f"{ENV_PREFIX}{section.upper()}_{k.upper()}" for k in close) + "?"
+                        f"{ENV_PREFIX}{k.upper()}" for k in close) + "?"
                             if close else f"; the settings of [{section}] are "
                             + ", ".join(SCHEMA[section]))
                     raise ConfigError(f"environment variable {variable}: unknown setting "

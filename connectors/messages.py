@@ -359,6 +359,12 @@ def targets_of(model: Any) -> Targets:
 
 
 def _label(document: dict[str, Any], targets: Targets = _BINARY) -> Target:
+    """The label of a message that is one (a late label, a relabel): null, which marks an
+    unlabelled message that carries features, says nothing here."""
+    if document["y"] is None:
+        kind = "relabel" if document.get("op") == "relabel" else "label"
+        raise Malformed(f"a {kind} needs a value for 'y', not null (null marks a message with "
+                        "features as unlabelled)")
     return targets.parse(document["y"])
 
 

@@ -149,6 +149,20 @@ def test_a_batch_must_be_allowed_to_inflate_to_one_message_at_its_largest():
                               "kafka.max_inflated_batch_bytes": 5000}, {})
 
 
+def test_a_setting_in_the_wrong_section_is_named_with_its_section(tmp_path):
+    (tmp_path / "top.toml").write_text('bootstrap_servers = "h:9092"\n')
+    with pytest.raises(ConfigError, match=r"top-level key 'bootstrap_servers' must be a "
+                       r"\[section\]; bootstrap_servers is a setting of \[kafka\]"):
+        load_config(tmp_path / "top.toml", environ={})
+    (tmp_path / "model.toml").write_text('[model]\nbootstrap_servers = "h:9092"\n')
+    with pytest.raises(ConfigError, match=r"unknown setting 'model.bootstrap_servers'; did you "
+                       r"mean 'kafka.bootstrap_servers'\?"):
+        load_config(tmp_path / "model.toml", environ={})
+    with pytest.raises(ConfigError, match=r"unknown setting model.group_id; did you mean "
+                       r"STREAM_SVM_KAFKA_GROUP_ID\?"):
+        load_config(None, {}, {"STREAM_SVM_MODEL_GROUP_ID": "g"})
+
+
 def test_a_misspelt_setting_in_the_environment_is_named_with_the_variable_meant():
     with pytest.raises(ConfigError, match=r"STREAM_SVM_MODEL_GAMA: unknown setting model.gama; "
                                           r"did you mean STREAM_SVM_MODEL_GAMMA\?"):
@@ -1373,8 +1387,8 @@ def test_an_unknown_id_dead_letter_carries_the_daemons_hint_and_the_model():
     (b'{"id": 1, "op": null}', 'unknown op null (known: "forget", "relabel")'),
     (b'{"id": 1, "op": ["forget"]}', 'unknown op ["forget"] (known: "forget", "relabel")'),
     (b'{"id": 1, "x": {"a": "3.5"}}', "feature 'a' must be a finite number, got \"3.5\""),
-    (b'{"id": 1, "y": null}', "label null is not one of the two classes (true/1 positive, "
-                              "false/0/-1 negative)"),
+    (b'{"id": 1, "y": null}', "a label needs a value for 'y', not null (null marks a message "
+                              "with features as unlabelled)"),
     (b'{"id": 1, "x": {"a": 1.0}, "y": 1e400}',
      "label is too large for a float: its magnitude is beyond 1.8e+308"),
     (b'{"id": 1e400, "x": {"a": 1.0}}',
