@@ -24,8 +24,14 @@ def test_readme_has_examples():
 
 @pytest.mark.parametrize("index", range(len(LIBRARY_BLOCKS)))
 def test_readme_example_runs(index, capsys):
-    exec(compile(LIBRARY_BLOCKS[index], f"README.md block {index}", "exec"), {})
-    assert capsys.readouterr().out.strip()
+    block = LIBRARY_BLOCKS[index]
+    exec(compile(block, f"README.md block {index}", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.strip()
+    # What a print's comment says it prints ("# Accuracy: 89.04%"; "A, then B": both).
+    for said in re.findall(r"^print\(.*\)  # (.+)$", block, flags=re.M):
+        for part in said.split(", then "):
+            assert part in out, f"README block {index} says {part!r}; it printed {out!r}"
 
 
 @pytest.mark.broker
