@@ -1250,12 +1250,8 @@ class Daemon:
                 "one they held. Nothing was changed. Restore a usable checkpoint, or run with "
                 "--start-fresh (checkpoint.start_fresh = true) to start a new, empty model."
             )
-        # A WARNING: a checkpoint.dir resolved elsewhere (a relative path from another working
-        # directory) once the group's committed offsets are gone (deleted, or expired after a
-        # week without members) is told from a first start by this line only.
-        log.warning("no checkpoint in %s: starting a new, empty model %s (input limits %s); "
-                    "if this stream had a model, its checkpoint.dir is another",
-                    config.checkpoint.dir, settings, limit_settings(config))
+        log.info("no checkpoint in %s: a new %s (input limits %s)",
+                 config.checkpoint.dir, settings, limit_settings(config))
         return self._new_processor(build_model(config))
 
     def _topics(self) -> list[str]:
@@ -1915,6 +1911,7 @@ class Daemon:
         assert self.processor is not None
         fresh: list[str] = []
         ignored: list[str] = []
+        missed: list[Any] = []
         for tp in partitions:
             name = f"{tp.topic}:{tp.partition}"
             found = consumer.committed(tp, metadata=True)
@@ -1946,6 +1943,10 @@ class Daemon:
                 self.processor.offsets[name] = committed
             else:
                 consumer.seek_to_beginning(tp)
+                if not self._restored:
+                    missed.append(tp)
+        if missed:
+            self._warn_of_missed_messages(consumer, missed)
         if fresh:
             log.warning(
                 "start_fresh: a new, empty model starts at the committed offsets %s",
@@ -1958,6 +1959,29 @@ class Daemon:
                 "or the last commit did not complete. The model reads on from its own offsets, "
                 "each message learned once and in order; a committed offset does not move it",
                 "; ".join(ignored))
+
+    def _warn_of_missed_messages(self, consumer: Any, partitions: list[Any]) -> None:
+        """A new, empty model reads ``partitions`` from their beginnings: a WARNING for those
+        that no longer begin at offset 0 (retention removed their first messages, which the
+        model will never learn). Told only by an INFO line, a start with a checkpoint.dir
+        resolved elsewhere, once the group's committed offsets were gone (deleted, or expired
+        a week after its last member left), passed for a first start."""
+        try:
+            first = consumer.beginning_offsets(partitions)
+        except Exception as exc:  # (a hint only: the start goes on)
+            log.debug("reading the partitions' first offsets failed (%s)", exc)
+            return
+        later = {f"{tp.topic}:{tp.partition}": offset for tp, offset in first.items()
+                 if isinstance(offset, int) and offset > 0}
+        if later:
+            log.warning(
+                "a new, empty model (no checkpoint in %s, no committed offsets) reads from "
+                "the first offsets left in its partitions (%s): the messages before them are "
+                "gone from the topic and will not be learned. If this stream had a model, its "
+                "checkpoint.dir is another (a relative path is taken from the working "
+                "directory)",
+                self.config.checkpoint.dir,
+                ", ".join(f"{name} from {offset}" for name, offset in sorted(later.items())))
 
     # -- partitions that lost the offsets the model resumes from ---------------------------
 

@@ -1067,15 +1067,36 @@ def test_feature_limits_may_change_between_restarts_and_bound_checkpoints(tmp_pa
     assert store.read(path, check=checkpoint_bounds(first)).arrays["X"].shape == (5, 6)
 
 
-def test_a_start_without_a_checkpoint_warns_of_a_new_model(tmp_path, caplog):
+def test_a_new_model_over_a_topic_that_lost_its_first_messages_is_warned_of(tmp_path, caplog):
     # An INFO line was all that told a checkpoint.dir resolved elsewhere, once the group's
-    # committed offsets were gone, from a first start.
+    # committed offsets were gone, from a first start: the new model silently missed what
+    # retention had removed.
+    from kafka import TopicPartition
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.sought: list[int] = []
+
+        def committed(self, tp, metadata=False):
+            return None
+
+        def seek_to_beginning(self, tp):
+            self.sought.append(tp.partition)
+
+        def beginning_offsets(self, partitions):
+            return {tp: {0: 1200, 1: 0}[tp.partition] for tp in partitions}
+
     daemon = Daemon(_settings(tmp_path))
     daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
     with caplog.at_level("INFO", logger="connectors.daemon"):
-        assert daemon._restore().model.n_stored == 0
-    (line,) = [r for r in caplog.records if "no checkpoint in" in r.getMessage()]
-    assert line.levelname == "WARNING" and "starting a new, empty model" in line.getMessage()
+        daemon.processor = daemon._restore()
+        consumer = Consumer()
+        daemon._seek(consumer, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert consumer.sought == [0, 1]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "a new, empty model (no checkpoint in" in warnings[0]
+    assert "reads from the first offsets left in its partitions (in:0 from 1200)" in warnings[0]
+    assert "in:1" not in warnings[0]
 
 
 def test_committed_offsets_other_than_the_models_are_named_at_the_start(tmp_path, caplog):
