@@ -61,3 +61,30 @@ def test_a_path_drift_below_the_kkt_tolerance_does_not_stay_in_the_model():
     optimum = BatchOptimum(engine).decision(probes)
     scale = 1.0 + np.abs(optimum).max()
     assert np.abs(engine.decision_function(probes) - optimum).max() <= 1e-10 * scale
+
+
+def test_an_added_point_entering_the_margin_beside_small_removals_leaves_no_drift():
+    # At C = 1e8 one add-and-forget update took the added point into S at once, its driven
+    # move of about C subtracted from the driven points' contribution to f: round-off of eps
+    # C there, far above the removals still driven, which the rest of the path carried into
+    # S's coefficients. Decision values ended 1.1e-9 (relative) from the optimum, below the
+    # residual that triggers a re-solve; the same points learned afresh were within 1e-13.
+    points = {18: ("-0x1.392afde82b6fap-3", "-0x1.84490a3cc4c77p-2", False),
+              23: ("-0x1.cda3244ee360ep-2", "-0x1.be1d5ea6a4564p-5", True),
+              27: ("-0x1.0cbfc19d6b973p-1", "0x1.62cae15bd4a15p-5", False),
+              26: ("-0x1.65f296cd13678p-1", "0x1.06aec4f0515e7p-2", True)}
+
+    def frame(rows: dict) -> tuple[pd.DataFrame, pd.Series]:
+        return (H(pd.DataFrame({"a": [r[0] for r in rows.values()],
+                                "b": [r[1] for r in rows.values()]}, index=list(rows))),
+                pd.Series([r[2] for r in rows.values()], index=list(rows)))
+
+    m = IncrementalSVC(C=1e8, gamma=1.0)
+    m.learn_many(*frame(points))
+    m.update_many(*frame({29: ("-0x1.3ca85c3b67858p+0", "0x1.0762ffa0297e2p-1", False)}),
+                  forget_keys=[18])
+    engine = m._engine
+    probes = np.vstack([np.random.default_rng(0).uniform(-3, 3, (40, 2)), engine.X])
+    optimum = BatchOptimum(engine).decision(probes)
+    scale = np.abs(optimum).max()
+    assert np.abs(engine.decision_function(probes) - optimum).max() <= 1e-11 * scale
