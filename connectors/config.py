@@ -586,11 +586,11 @@ def _json_scalar(text: str) -> bool:
 def _split(name: str) -> tuple[str, str]:
     section, _, key = name.partition(".")
     if section not in SCHEMA or key not in SCHEMA[section]:
-        if section in SCHEMA:  # a misspelt key: compared with its section's keys
-            close = [f"{section}.{match}" for match in
-                     difflib.get_close_matches(key, list(SCHEMA[section]), n=2, cutoff=0.6)]
-            # ... or a key of another section, written in the wrong one
-            close = close or [f"{other}.{key}" for other in SCHEMA if key in SCHEMA[other]]
+        if section in SCHEMA:
+            # A key of another section written in this one, or a misspelt key of this one.
+            close = [f"{other}.{key}" for other in SCHEMA if key in SCHEMA[other]] or [
+                f"{section}.{match}" for match in
+                difflib.get_close_matches(key, list(SCHEMA[section]), n=2, cutoff=0.6)]
         else:
             every = [f"{s}.{k}" for s in SCHEMA for k in SCHEMA[s]]
             close = difflib.get_close_matches(name, every, n=2, cutoff=0.8)
@@ -655,10 +655,10 @@ def load_config(
                 key = rest[len(section) + 1 :]
                 match = next((k for k in SCHEMA[section] if k.lower() == key), None)
                 if match is None:
-                    close = [f"{section}_{k}" for k in difflib.get_close_matches(
-                        key, [k.lower() for k in SCHEMA[section]], n=2, cutoff=0.6)] or [
-                        f"{other}_{key}" for other in SCHEMA
-                        if key in (k.lower() for k in SCHEMA[other])]
+                    close = [f"{other}_{key}" for other in SCHEMA
+                             if key in (k.lower() for k in SCHEMA[other])] or [
+                        f"{section}_{k}" for k in difflib.get_close_matches(
+                            key, [k.lower() for k in SCHEMA[section]], n=2, cutoff=0.6)]
                     hint = ("; did you mean " + " or ".join(
                         f"{ENV_PREFIX}{k.upper()}" for k in close) + "?"
                             if close else f"; the settings of [{section}] are "

@@ -1075,8 +1075,10 @@ class Daemon:
             then = ("a restart keeps the model it restores and reads the new topics from "
                     "their start (kafka.on_partition_reset = 'earliest' here, unless set)")
         elif config.model.scope == "global":
-            then = (f"a restart that restores a checkpoint finds its offsets gone "
-                    f"(kafka.on_partition_reset = {config.kafka.on_partition_reset!r})")
+            policy = config.kafka.on_partition_reset
+            then = ("a restart that restores a checkpoint finds its offsets gone and " + (
+                "stops (kafka.on_partition_reset = 'stop'; unset, it is 'earliest' here)"
+                if policy == "stop" else f"does as kafka.on_partition_reset = {policy!r} says"))
         else:
             then = f"so does its state topic {config.kafka.state_topic}, which holds the models"
         log.warning(
@@ -1191,17 +1193,25 @@ class Daemon:
                 )
             offsets = state.get("processor", {}).get("offsets", {})
             read_before = sorted({str(name).rpartition(":")[0] for name in offsets})
-            if read_before and config.kafka.input_topic not in read_before:
-                # Its offsets name none of this input's partitions: the input would be read
-                # from its beginning into a model of another stream (the two merged silently,
-                # or every message a duplicate_id). A label topic both streams share is no
-                # tie: it let the other stream through.
+            recorded = state.get("input_topic")
+            if isinstance(recorded, str):
+                other = recorded != config.kafka.input_topic
+            else:  # (written before checkpoints named their input topic)
+                other = (config.kafka.input_topic not in read_before
+                         and bool(set(read_before) - set(self._topics())))
+            if read_before and other:
+                # Made on another input topic: this one would be read from its beginning into
+                # another stream's model (the two merged silently, or every message a
+                # duplicate_id). A label topic both streams share is no tie: it let the other
+                # stream through.
+                made_on = (f"made on the input topic {recorded}" if isinstance(recorded, str)
+                           else "made on another input topic")
                 raise CheckpointMismatch(
-                    f"the checkpoints in {config.checkpoint.dir} hold a model that read "
-                    f"{', '.join(read_before)}, not {', '.join(self._topics())}: this stream "
-                    "would be learned into another stream's model. Nothing was changed. Use "
-                    "another checkpoint.dir for this stream's model, or read the topic the "
-                    "model was made on."
+                    f"the checkpoints in {config.checkpoint.dir} hold a model {made_on} (it "
+                    f"read {', '.join(read_before) or 'nothing'}), not on "
+                    f"{config.kafka.input_topic}: this stream would be learned into another "
+                    "stream's model. Nothing was changed. Use another checkpoint.dir for this "
+                    "stream's model, or read the input topic the model was made on."
                 )
 
         def read(path: Path) -> Checkpoint:
@@ -1912,6 +1922,8 @@ class Daemon:
         fresh: list[str] = []
         ignored: list[str] = []
         missed: list[Any] = []
+        # (what this model's checkpoint had committed: held warm-up messages commit short)
+        expected = _committable(self.processor)
         for tp in partitions:
             name = f"{tp.topic}:{tp.partition}"
             found = consumer.committed(tp, metadata=True)
@@ -1920,7 +1932,8 @@ class Daemon:
                                                                   found.metadata or "")
             if name in self.processor.offsets:
                 resume = self.processor.offsets[name]
-                if committed is not None and committed != resume and self.role != "predictor":
+                if (committed is not None and committed != expected.get(name, resume)
+                        and self.role != "predictor"):
                     ignored.append(f"{name} committed {committed}, the model {resume}")
                 consumer.seek(tp, resume)
                 continue
@@ -1956,8 +1969,9 @@ class Daemon:
             # (An operator's reset of the group's offsets was otherwise dropped without a word.)
             log.warning(
                 "the group's committed offsets differ from the model's (%s): a tool reset them, "
-                "or the last commit did not complete. The model reads on from its own offsets, "
-                "each message learned once and in order; a committed offset does not move it",
+                "the last commit did not complete, or an older checkpoint was restored. The "
+                "model reads on from its own offsets, each message learned once and in order; "
+                "a committed offset does not move it",
                 "; ".join(ignored))
 
     def _warn_of_missed_messages(self, consumer: Any, partitions: list[Any]) -> None:
@@ -3006,6 +3020,8 @@ class Daemon:
         arrays, meta = self.processor.model.to_checkpoint()
         state = {
             "model_settings": checkpointed_settings(self.config),
+            # (which of the topics read was the input: a model may have read only labels)
+            "input_topic": self.config.kafka.input_topic,
             "processor": self.processor.state(),
         }
         if self._epoch is not None:

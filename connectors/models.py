@@ -276,6 +276,17 @@ _PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "ke
               "key_str_ends")
 
 
+def _too_many_features(features: int, member: str, limit: int) -> CheckpointMismatch:
+    """A checkpoint's model made while model.max_features was higher. The member's shape
+    agrees with the manifest and the bytes stored, so this is no damage: set aside as such,
+    the checkpoint before it was restored and the messages since learned again, or refused."""
+    return CheckpointMismatch(
+        f"the checkpoint's model holds {features} features (member {member!r}), more than "
+        f"model.max_features={limit} allows. Nothing was changed. Set model.max_features to "
+        f"{features} at least: it may change between restarts, but not below what the model "
+        "holds.")
+
+
 def checkpoint_bounds(config: Config) -> MemberCheck:
     """The size bounds a checkpoint of the configured model must respect, checked on each
     member's header before it is read: a sliding window holds at most ``window_size`` points,
@@ -303,16 +314,10 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
         if columns is not None and name in ("X", "aisvc_rows", "omega") and len(shape) == 2:
             features = shape[0] if name == "omega" else shape[1]
             if features > columns:
-                # (the shape agrees with the manifest and the bytes stored: no damage, a
-                # model made while the setting was higher; set aside, the checkpoint before
-                # it was restored and the messages since were learned again, or refused)
-                raise CheckpointMismatch(
-                    f"the checkpoint's model holds {features} features (member {name!r}), more "
-                    f"than model.max_features={columns} allows. Nothing was changed. Set "
-                    f"model.max_features to {features} at least: it may change between "
-                    "restarts, but not below what the model holds."
-                )
+                raise _too_many_features(features, name, columns)
         if width is not None and name in _LSSVM_STATE and any(n > width for n in shape):
+            if model.features != "rff":  # (its width is max_features + 1: see just above)
+                raise _too_many_features(max(shape) - 1, name, columns)
             raise CheckpointError(
                 f"member {name!r} has shape {shape}, wider than the model's {width} columns"
             )

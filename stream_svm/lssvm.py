@@ -898,7 +898,12 @@ class _IncrementalLSSVM(FixedParameters):
         ({'a': 2.0}, True)
         """
         if key not in self:
-            raise KeyError(f"no sample is learned under key {key!r}")
+            unkeyed = self.n_samples_ - len(self._kept)
+            raise KeyError(f"no sample is learned under key {key!r}" + (
+                f"; {unkeyed} sample(s) were learned without keys (learn_one without key=, "
+                "learn_many without keys=: an LS-SVM takes no keys from a DataFrame's index) "
+                "and are not kept: forget them by value, forget_one(x, y)" if unkeyed > 0
+                else ""))
         x, y = self._kept[key]
         return dict(x), y
 

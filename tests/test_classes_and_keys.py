@@ -765,3 +765,14 @@ def test_forgetting_a_row_number_of_a_default_index_says_where_the_keys_are(make
     with pytest.raises(KeyError) as refused:
         named.forget_one(key="z")
     assert "automatic" not in str(refused.value) and "has key 'z'" in str(refused.value)
+
+
+def test_an_lssvm_asked_for_a_key_it_never_kept_says_how_to_forget_keyless_samples():
+    rows = pd.DataFrame(np.random.default_rng(2).normal(size=(20, 2)), columns=["a", "b"])
+    model = IncrementalLSSVC()
+    model.learn_many(rows, rows["a"] > 0)
+    before = model.decision_function_one({"a": 0.3, "b": -0.1})
+    with pytest.raises(KeyError, match=r"no sample is learned under key 0; 20 sample\(s\) were "
+                       r"learned without keys .* forget them by value, forget_one\(x, y\)"):
+        model.forget_one(key=0)
+    assert model.decision_function_one({"a": 0.3, "b": -0.1}) == before

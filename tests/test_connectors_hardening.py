@@ -871,7 +871,8 @@ def test_a_checkpoint_of_another_input_topic_stops_and_touches_nothing(tmp_path)
     # beginning into the other stream's model (merged, or every message a duplicate_id).
     directory = _checkpoint_a_model(_settings(tmp_path))
     before = _files(directory)
-    with pytest.raises(StartRefused, match=r"hold a model that read in, not other\.input"):
+    with pytest.raises(StartRefused, match=r"hold a model made on the input topic in \(it read "
+                       r"in\), not on other\.input"):
         Daemon(_settings(tmp_path, **{"kafka.input_topic": "other.input"})).run()
     assert _files(directory) == before
     # With its own input topic (a label topic added meanwhile), it restores.
@@ -889,13 +890,43 @@ def test_a_checkpoint_of_another_input_topic_is_refused_even_with_the_same_label
     before = _files(directory)
     for other in ({"kafka.input_topic": "other.input", "kafka.label_topic": "labels"},
                   {"kafka.input_topic": "other.input", "kafka.label_topic": "in"}):
-        with pytest.raises(StartRefused, match=r"hold a model that read in, labels, not "):
+        with pytest.raises(StartRefused, match=r"hold a model made on the input topic in \(it "
+                           r"read in, labels\), not on other\.input"):
             Daemon(_settings(tmp_path, **other)).run()
         assert _files(directory) == before
     # Its own input, with the label topic dropped, restores.
     with pytest.raises(DaemonError, match=r"unreachable|giving up"):
         Daemon(_settings(tmp_path)).run()
     assert _files(directory) == before
+
+
+@pytest.mark.parametrize("written_before_it_named_its_input", [False, True])
+def test_a_model_that_has_read_only_labels_restarts(tmp_path, monkeypatch,
+                                                    written_before_it_named_its_input):
+    # Its offsets name the label topic only (labels came, their features had not): the check
+    # that the model read this input refused its restart with the very same settings.
+    import connectors.checkpoint as checkpoint_module
+
+    config = _settings(tmp_path, **{"kafka.label_topic": "labels"})
+    daemon = Daemon(config)
+    daemon._store = CheckpointStore(config.checkpoint.dir)
+    daemon.processor = daemon._new_processor(build_model(config))
+    daemon.processor.process([_record(i, {"id": i, "y": True}, topic="labels")
+                              for i in range(3)])
+    assert set(daemon.processor.offsets) == {"labels:0"}
+    daemon._since_checkpoint = 3
+    if written_before_it_named_its_input:
+        save = checkpoint_module.CheckpointStore.save
+
+        def without_input(self, arrays, meta, state, *rest, **kwargs):
+            return save(self, arrays, meta, {k: v for k, v in state.items()
+                                             if k != "input_topic"}, *rest, **kwargs)
+
+        monkeypatch.setattr(checkpoint_module.CheckpointStore, "save", without_input)
+    daemon.checkpoint()
+    again = Daemon(_settings(tmp_path, **{"kafka.label_topic": "labels"}))
+    again._store = CheckpointStore(config.checkpoint.dir)
+    assert again._restore().offsets == {"labels:0": 3}
 
 
 def _with_metadata(source: Path, target: Path, change: Callable[[dict], None]) -> None:
@@ -1126,12 +1157,33 @@ def test_committed_offsets_other_than_the_models_are_named_at_the_start(tmp_path
     assert ("the group's committed offsets differ from the model's (in:0 committed 90, the "
             "model 50): a tool reset them") in caplog.text
 
+    # Messages held for the scaler's warm-up commit short of the model's offsets: what its
+    # checkpoint committed is no difference to name (it was named at every restart).
+    warming = Daemon(_settings(tmp_path / "warm-up", **{"scaler.mode": "warmup",
+                                                         "scaler.warmup_messages": 100}))
+    warming._store = CheckpointStore(warming.config.checkpoint.dir)
+    warming.processor = warming._restore()
+    warming.processor.process([_record(i, {"id": i, "x": {"a": i / 10}, "y": i % 2 == 0})
+                               for i in range(5)])
+    assert warming.processor.offsets == {"in:0": 5} and warming.processor.held
+    caplog.clear()
 
-def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_aside(tmp_path):
+    class Committed(Consumer):
+        def committed(self, tp, metadata=False):
+            return OffsetAndMetadata(0, "", -1)
+
+    with caplog.at_level("WARNING", logger="connectors.daemon"):
+        warming._seek(Committed(), [TopicPartition("in", 0)])
+    assert "committed offsets differ" not in caplog.text
+
+
+@pytest.mark.parametrize("model_type", ["IncrementalSVC", "IncrementalLSSVC"])
+def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_aside(tmp_path,
+                                                                                  model_type):
     # Taken for a damaged file, the newest checkpoint was set aside, the one before restored,
     # and the messages learned since read again: acknowledged learns rolled back, and all of
     # them refused for their features, with exit 0.
-    daemon = Daemon(_settings(tmp_path))
+    daemon = Daemon(_settings(tmp_path, **{"model.type": model_type}))
     daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
     daemon.processor = daemon._new_processor(build_model(daemon.config))
     for first, features in ((0, ("a", "b")), (6, ("a", "b", "c"))):
@@ -1144,7 +1196,8 @@ def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_asid
     before = _files(directory)
     with pytest.raises(StartRefused, match=r"holds 3 features .* more than "
                        r"model\.max_features=2 allows\. Nothing was changed"):
-        Daemon(_settings(tmp_path, **{"model.max_features": 2})).run()
+        Daemon(_settings(tmp_path, **{"model.type": model_type,
+                                      "model.max_features": 2})).run()
     assert _files(directory) == before
 
 

@@ -161,6 +161,9 @@ def test_a_setting_in_the_wrong_section_is_named_with_its_section(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown setting model.group_id; did you mean "
                        r"STREAM_SVM_KAFKA_GROUP_ID\?"):
         load_config(None, {}, {"STREAM_SVM_MODEL_GROUP_ID": "g"})
+    # A key of another section wins over a look-alike of this one's (checkpoint.keep).
+    with pytest.raises(ConfigError, match=r"did you mean 'model.kernel'\?"):
+        load_config(None, {"checkpoint.kernel": "rbf"}, {})
 
 
 def test_a_misspelt_setting_in_the_environment_is_named_with_the_variable_meant():
