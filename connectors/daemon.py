@@ -892,6 +892,8 @@ class Daemon:
         #: per "topic:partition", the offset its fetches failed at (_unfetchable), how many
         #: times in a row, and since when (monotonic)
         self._unfetchable_tries: dict[str, tuple[int, int, float]] = {}
+        #: partitions paused after a failed fetch (_hold_back): TopicPartition, resume time
+        self._held_back: dict[str, tuple[Any, float]] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -1617,6 +1619,7 @@ class Daemon:
         self._rebalancing = False
         self._joined_once = True
         self._unfetchable_tries.clear()  # (failures in a row: an ownership ago is not in a row)
+        self._held_back.clear()  # (positioned and paused anew below when scoped)
         if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
             self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
@@ -2412,6 +2415,7 @@ class Daemon:
                                                        retry.max_backoff_seconds,
                                                        settle_backoff.failures))
             self._release_labels()
+            self._release_held_back()
             # Only a reset noticed after this poll returned makes its records stale (one
             # before it re-positioned the partition, and the poll read from there).
             self._reset_since_poll.clear()
@@ -2434,6 +2438,8 @@ class Daemon:
                 unreadable = _unreadable_records(exc, self._consumer, self._memory_failures)
                 if unreadable is None:
                     unreadable = self._unfetchable(exc)
+                if unreadable == []:  # its partition held back; the others read on at once
+                    continue
                 if unreadable is None:
                     if not isinstance(exc, (KafkaError, MemoryError)):
                         raise
@@ -2489,8 +2495,9 @@ class Daemon:
         starts with the damaged batch whose previous offset was just found unreadable (a
         damaged batch spans offsets; a broker sends it again for each), and only below the
         partition's end (a record must be there). Before that, None: the poll backs off and
-        fetches it again, with a WARNING naming the offset. A response to a fetch from
-        before the latest seek is not counted (None)."""
+        fetches it again, with a WARNING naming the offset: [] (its partition is held back
+        for a while, _hold_back; the others read on). A response to a fetch from before the
+        latest seek is not counted (None)."""
         found = _unfetchable_offset(exc)
         if found is None:
             return None
@@ -2514,19 +2521,46 @@ class Daemon:
                         "fetching it again (it is dead-lettered as unreadable once %d "
                         "attempts over %.0f s failed)", name, offset, tries, now - since, what,
                         UNFETCHABLE_ATTEMPTS, UNFETCHABLE_SECONDS)
-            return None
+            return self._hold_back(tp, tries)
         end = _end_offset(self._consumer, tp)
         if end is None or offset >= end:
             log.warning("cannot fetch at %s:%d (attempt %d): %s; the partition ends at %s, so "
                         "no message is there to pass: fetching again", name, offset, tries,
                         what, "an offset the broker does not tell" if end is None else end)
-            return None
+            return self._hold_back(tp, tries)
         self._unfetchable_tries.pop(name, None)
         cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return [UnreadableRecord(
             tp.topic, tp.partition, offset,
             f"the Kafka client cannot read the message at {name}:{offset}: {what} ({cause}). "
             "It was neither answered nor learned; the partition reads on after it")]
+
+    def _hold_back(self, tp: Any, tries: int) -> list[UnreadableRecord]:
+        """Pause a partition whose fetch failed (_unfetchable) for the back-off of its
+        ``tries``-th failure, and no other: the poll loop's own back-off after a failed poll
+        held up every partition, up to the 30 s that pass before a record is dead-lettered
+        (and retry.max_attempts, meant for an unreachable broker, stopped the daemon). The
+        partition is resumed by _release_held_back. [] (nothing to hand on)."""
+        retry = self.config.retry
+        delay = backoff_delay(retry.initial_backoff_seconds, retry.max_backoff_seconds, tries)
+        try:
+            self._consumer.pause(tp)
+        except Exception as exc:  # (revoked meanwhile: nothing to hold back)
+            log.debug("could not hold back %s:%d: %s", tp.topic, tp.partition, exc)
+            return []
+        self._held_back[f"{tp.topic}:{tp.partition}"] = (tp, time.monotonic() + delay)
+        return []
+
+    def _release_held_back(self) -> None:
+        """Resume the partitions held back by _hold_back whose time has come."""
+        if not self._held_back:
+            return
+        now = time.monotonic()
+        for name, (tp, until) in list(self._held_back.items()):
+            if until <= now:
+                del self._held_back[name]
+                if tp in self._consumer.assignment():
+                    _resume(self._consumer, tp)
 
     def _pass_unreadable(self, records: list[UnreadableRecord]) -> list[UnreadableRecord]:
         """Move the client past records it cannot read (a run of one partition's offsets);

@@ -15,7 +15,13 @@ import pytest
 from connectors.config import load_config
 from connectors.daemon import Daemon, ensure_topics
 from stream_svm import IncrementalSVC
-from tests.connectors_helpers import broker, committed, read_all, unique  # noqa: F401
+from tests.connectors_helpers import (  # noqa: F401
+    broker,
+    committed,
+    read_all,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -393,6 +399,20 @@ def _first_batch_in(buffer: bytes, offsets: range) -> int | None:
     return None
 
 
+class _Stamped(list):
+    """A list that also keeps when (time.monotonic()) each item was appended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def append(self, item: Any) -> None:
+        import time
+
+        self.times.append(time.monotonic())
+        super().append(item)
+
+
 @contextlib.contextmanager
 def _fetches_damaged(topic: str, offsets: range, kind: str, times: int,
                      seconds: float | None = None) -> Iterator[list[int]]:
@@ -406,7 +426,7 @@ def _fetches_damaged(topic: str, offsets: range, kind: str, times: int,
 
     from kafka.consumer import fetcher
 
-    parse, damaged, since = fetcher.Fetcher._parse_fetched_data, [], []
+    parse, damaged, since = fetcher.Fetcher._parse_fetched_data, _Stamped(), []
 
     def answered(self: Any, completed: Any) -> Any:
         data = completed.partition_data
@@ -522,15 +542,34 @@ def test_a_batch_inflating_beyond_the_bound_is_dead_lettered(broker, tmp_path,  
 
 def test_errors_at_the_end_of_the_partition_pass_nothing(broker, tmp_path):  # noqa: F811
     # A consumer that has read everything fetches at the partition's end, where no message
-    # is: three errors there dead-lettered that empty offset, and the position one past the
-    # end stopped the daemon ("no longer holds the offsets").
+    # is: three errors there dead-lettered that empty offset, the position one past the end
+    # stopped the daemon ("no longer holds the offsets"), and the message then written there
+    # would have been skipped.
+    import threading
+
+    import connectors.daemon as daemon_module
+
     servers = broker.bootstrap_servers
     config = _config(servers, tmp_path)
     topic = config.kafka.input_topic
     _produce(servers, topic, 0, 0, 4)
-    daemon, damaged = _serve_damaged(config, range(4, 5), "corrupt", times=4, window=0.0)
-    assert damaged == [4] * 4 and daemon.summary.dead_letters == 0
-    assert committed(servers, config.kafka.group_id, topic) == 4
+    kept, daemon_module.UNFETCHABLE_SECONDS = daemon_module.UNFETCHABLE_SECONDS, 0.0
+    try:
+        with _fetches_damaged(topic, range(4, 5), "corrupt", times=4) as damaged:
+            daemon = Daemon(config)
+            thread = threading.Thread(target=daemon.run, daemon=True)
+            thread.start()
+            try:
+                assert wait_for(lambda: len(damaged) == 4, 30)
+                _produce(servers, topic, 0, 4, 2)
+                outputs = read_all(servers, config.kafka.output_topic, 6)
+            finally:
+                daemon.stop()
+                thread.join(30)
+    finally:
+        daemon_module.UNFETCHABLE_SECONDS = kept
+    assert [o["id"] for o in outputs] == [f"m{i}" for i in range(6)]
+    assert daemon.summary.dead_letters == 0 and daemon.summary.exit_code == 0
 
 
 def test_a_passing_fault_after_a_dead_letter_costs_no_message(broker, tmp_path):  # noqa: F811
@@ -550,3 +589,44 @@ def test_a_passing_fault_after_a_dead_letter_costs_no_message(broker, tmp_path):
     assert daemon.summary.dead_letters == 3
     outputs = read_all(servers, config.kafka.output_topic, 24)
     assert [o["id"] for o in outputs] == [f"m{i}" for i in (0, 1, 2, 3, *range(7, 27))]
+
+
+def test_a_partition_that_cannot_be_fetched_holds_up_no_other(broker, tmp_path):  # noqa: F811
+    # Each failed fetch made the whole poll loop back off, every partition with it, for up to
+    # the 30 s before a record is passed; and retry.max_attempts, meant for an unreachable
+    # broker, counted those failures and stopped the daemon (exit 1 at the second here).
+    import threading
+    import time
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path, partitions=2, **{
+        "retry.max_attempts": 2, "retry.initial_backoff_seconds": 3.0,
+        "retry.max_backoff_seconds": 3.0})
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 1, 100, 2)
+    _produce(servers, topic, 1, 102, 2)
+    handled: list[tuple[float, int]] = []
+    with _fetches_damaged(topic, range(2, 3), "corrupt", times=2) as damaged:
+        daemon = Daemon(config, until_drained=True)
+        daemon.on_batch = lambda d: handled.append((time.monotonic(), d.summary.messages))
+        result: dict[str, int] = {}
+        thread = threading.Thread(target=lambda: result.setdefault("code", daemon.run()),
+                                  daemon=True)
+        thread.start()
+        try:
+            assert wait_for(lambda: len(damaged) == 1, 30)
+            for first in range(0, 6, 3):  # partition 0 goes on meanwhile
+                _produce(servers, topic, 0, first, 3)
+            assert wait_for(lambda: handled and handled[-1][1] == 8, 30)
+            answered_at = handled[-1][0]
+            assert wait_for(lambda: len(damaged) == 2, 30)
+        finally:
+            thread.join(60)
+            daemon.stop()
+    assert result.get("code") == 0 and daemon.summary.dead_letters == 0
+    # Partition 1 was held back after its failure, not the loop: partition 0's messages were
+    # answered within that back-off, before partition 1 was fetched again.
+    assert answered_at < damaged.times[1]
+    outputs = read_all(servers, config.kafka.output_topic, 10)
+    assert sorted(o["id"] for o in outputs) == sorted(
+        [f"m{i}" for i in range(6)] + [f"m{i}" for i in range(100, 104)])
