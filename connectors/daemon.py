@@ -604,14 +604,24 @@ UNFETCHABLE_ATTEMPTS = 3
 UNFETCHABLE_SECONDS = 30.0
 
 
-def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str, int | None] | None:
-    """(TopicPartition, offset, what the broker sent, the base offset of the batch the
-    response starts with, when it can be read) when kafka-python raised ``exc`` handling a
-    fetch response that cannot give the partition's record at its position: the broker
-    answered CORRUPT_MESSAGE (its log is damaged there), or sent bytes holding no complete
-    record batch (a batch whose length field is damaged claims more bytes than there are).
-    The client raises again at every fetch of that offset, for good: it does not move past a
-    record by itself. None for any other exception."""
+@dataclass(frozen=True)
+class _FailedFetch:
+    """A fetch response that cannot give its partition's record at the position."""
+
+    tp: Any
+    offset: int
+    what: str  # what the broker sent
+    base: int | None  # the base offset of the batch the response starts with, if readable
+    high: int | None  # the partition's high watermark the response tells, if it does
+
+
+def _unfetchable_offset(exc: BaseException) -> _FailedFetch | None:
+    """What kafka-python was handling when it raised ``exc`` on a fetch response that cannot
+    give the partition's record at its position: the broker answered CORRUPT_MESSAGE (its log
+    is damaged there), or sent bytes holding no complete record batch (a batch whose length
+    field is damaged claims more bytes than there are). The client raises again at every fetch
+    of that offset, for good: it does not move past a record by itself. None for any other
+    exception."""
     from kafka.errors import CorruptRecordError
 
     local = _kafka_frame(exc, "_parse_fetched_data")
@@ -620,8 +630,12 @@ def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str, int | None] 
     tp, offset = local.get("tp"), local.get("fetch_offset")
     if not (hasattr(tp, "topic") and hasattr(tp, "partition") and isinstance(offset, int)):
         return None
+    high = local.get("highwater")
+    # (raised before the client keeps it: its own high watermark is the last good fetch's)
+    high = high if isinstance(high, int) and high >= 0 else None
     if local.get("error_type") is CorruptRecordError:
-        return tp, offset, "the broker answered CORRUPT_MESSAGE: its log is damaged there", None
+        return _FailedFetch(tp, offset, "the broker answered CORRUPT_MESSAGE: its log is "
+                            "damaged there", None, high)
     records = local.get("records")
     try:
         incomplete = (records is not None and records.size_in_bytes() > 0
@@ -631,8 +645,8 @@ def _unfetchable_offset(exc: BaseException) -> tuple[Any, int, str, int | None] 
     except Exception:
         incomplete, base = False, None
     if incomplete:
-        return tp, offset, ("the broker sent bytes holding no complete record batch: the "
-                            "batch's length field is damaged"), base
+        return _FailedFetch(tp, offset, "the broker sent bytes holding no complete record "
+                            "batch: the batch's length field is damaged", base, high)
     return None
 
 
@@ -894,6 +908,9 @@ class Daemon:
         self._unfetchable_tries: dict[str, tuple[int, int, float]] = {}
         #: partitions paused after a failed fetch (_hold_back): TopicPartition, resume time
         self._held_back: dict[str, tuple[Any, float]] = {}
+        #: per "topic:partition", the offset last passed by _unfetchable, while its partition
+        #: has delivered nothing since (a run of damage)
+        self._unfetchable_run: dict[str, int] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -1620,6 +1637,7 @@ class Daemon:
         self._joined_once = True
         self._unfetchable_tries.clear()  # (failures in a row: an ownership ago is not in a row)
         self._held_back.clear()  # (positioned and paused anew below when scoped)
+        self._unfetchable_run.clear()
         if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
             self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
@@ -2447,10 +2465,11 @@ class Daemon:
                     backoff.wait(self.stop_event, "poll failed", exc)
                     continue
                 polled = {None: self._pass_unreadable(unreadable)}
-            if self._unfetchable_tries:  # (a partition that delivered is past its failures)
-                for tp in polled:
+            if self._unfetchable_tries or self._unfetchable_run:
+                for tp in polled:  # (a partition that delivered is past its failures)
                     if tp is not None:
                         self._unfetchable_tries.pop(f"{tp.topic}:{tp.partition}", None)
+                        self._unfetchable_run.pop(f"{tp.topic}:{tp.partition}", None)
             records = [record for batch in polled.values() for record in batch]
             self._note_poll(records)
             self._watch_group()
@@ -2490,18 +2509,18 @@ class Daemon:
 
     def _unfetchable(self, exc: BaseException) -> list[UnreadableRecord] | None:
         """The record a fetch of its partition cannot give (_unfetchable_offset), once its
-        fetch failed so UNFETCHABLE_ATTEMPTS times in a row over UNFETCHABLE_SECONDS at least,
-        or at once when the response
-        starts with the damaged batch whose previous offset was just found unreadable (a
-        damaged batch spans offsets; a broker sends it again for each), and only below the
-        partition's end (a record must be there). Before that, None: the poll backs off and
-        fetches it again, with a WARNING naming the offset: [] (its partition is held back
-        for a while, _hold_back; the others read on). A response to a fetch from before the
-        latest seek is not counted (None)."""
-        found = _unfetchable_offset(exc)
-        if found is None:
+        fetch failed UNFETCHABLE_ATTEMPTS times in a row over UNFETCHABLE_SECONDS at least;
+        right after an offset passed so, over the attempts alone (the damage goes on: a log
+        damaged over 500 records took 4 hours); at once when the response starts with the
+        damaged batch of the offset just passed (a broker sends it again for each of its
+        offsets); and only below the partition's end (a record must be there). Before that,
+        [], with a WARNING naming the offset: its partition is held back for a while
+        (_hold_back) and fetched again, the others read on. A response to a fetch from before
+        the latest seek is not counted (None)."""
+        failed = _unfetchable_offset(exc)
+        if failed is None:
             return None
-        tp, offset, what, base = found
+        tp, offset = failed.tp, failed.offset
         name = f"{tp.topic}:{tp.partition}"
         try:
             position = self._consumer.position(tp)
@@ -2514,26 +2533,43 @@ class Daemon:
         tries, since = (tries + 1, since) if at == offset else (1, now)
         self._unfetchable_tries[name] = (offset, tries, since)
         previous = self._last_unreadable.get(name)
-        same_batch = previous == offset - 1 and base is not None and base <= previous
-        if not same_batch and (tries < UNFETCHABLE_ATTEMPTS
-                               or now - since < UNFETCHABLE_SECONDS):
+        same_batch = (previous == offset - 1 and failed.base is not None
+                      and 0 <= failed.base <= previous)
+        window = 0.0 if self._unfetchable_run.get(name) == offset - 1 else UNFETCHABLE_SECONDS
+        if not same_batch and (tries < UNFETCHABLE_ATTEMPTS or now - since < window):
             log.warning("cannot fetch the message at %s:%d (attempt %d, for %.0f s): %s; "
                         "fetching it again (it is dead-lettered as unreadable once %d "
-                        "attempts over %.0f s failed)", name, offset, tries, now - since, what,
-                        UNFETCHABLE_ATTEMPTS, UNFETCHABLE_SECONDS)
+                        "attempts over %.0f s failed)", name, offset, tries, now - since,
+                        failed.what, UNFETCHABLE_ATTEMPTS, window)
             return self._hold_back(tp, tries)
-        end = _end_offset(self._consumer, tp)
-        if end is None or offset >= end:
-            log.warning("cannot fetch at %s:%d (attempt %d): %s; the partition ends at %s, so "
-                        "no message is there to pass: fetching again", name, offset, tries,
-                        what, "an offset the broker does not tell" if end is None else end)
+        end = self._end_beyond(tp, offset, failed.high)
+        if end is None:
+            log.warning("cannot fetch at %s:%d (attempt %d): %s; no message is known to be "
+                        "there (the partition's end is not beyond it): fetching again", name,
+                        offset, tries, failed.what)
             return self._hold_back(tp, tries)
         self._unfetchable_tries.pop(name, None)
+        self._unfetchable_run[name] = offset
+        # The client keeps the high watermark of its last good fetch, which may be this
+        # offset: the position past it must not read as offsets lost (_check_positions).
+        self._highwater_at_seek[name] = self._consumer.highwater(tp)
         cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return [UnreadableRecord(
             tp.topic, tp.partition, offset,
-            f"the Kafka client cannot read the message at {name}:{offset}: {what} ({cause}). "
-            "It was neither answered nor learned; the partition reads on after it")]
+            f"the Kafka client cannot read the message at {name}:{offset}: {failed.what} "
+            f"({cause}). It was neither answered nor learned; the partition reads on after it")]
+
+    def _end_beyond(self, tp: Any, offset: int, told: int | None) -> int | None:
+        """An end of the partition beyond ``offset`` (a record is there), or None: the high
+        watermark the failed response told, the client's own (its last good fetch's), or the
+        end offset asked of the broker (the embedded broker tells the last batch's first
+        offset + 1 there, and 0 under read_committed while any transaction is open: asked
+        last)."""
+        for end in (told, self._consumer.highwater(tp)):
+            if isinstance(end, int) and end > offset:
+                return end
+        end = _end_offset(self._consumer, tp)
+        return end if end is not None and end > offset else None
 
     def _hold_back(self, tp: Any, tries: int) -> list[UnreadableRecord]:
         """Pause a partition whose fetch failed (_unfetchable) for the back-off of its
