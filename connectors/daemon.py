@@ -911,6 +911,9 @@ class Daemon:
         #: per "topic:partition", the offset last passed by _unfetchable, while its partition
         #: has delivered nothing since (a run of damage)
         self._unfetchable_run: dict[str, int] = {}
+        #: per "topic:partition", the high watermark its failed fetches told (_unfetchable),
+        #: while it has delivered nothing since: the client's is its last good fetch's
+        self._told_end: dict[str, int] = {}
         # Polls that drained the client's fetched records (returned fewer than kafka.max_batch:
         # the next fetch asks every partition again), since the start.
         self._drained_polls = 0
@@ -1638,6 +1641,7 @@ class Daemon:
         self._unfetchable_tries.clear()  # (failures in a row: an ownership ago is not in a row)
         self._held_back.clear()  # (positioned and paused anew below when scoped)
         self._unfetchable_run.clear()
+        self._told_end.clear()
         if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
             self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
@@ -2465,11 +2469,12 @@ class Daemon:
                     backoff.wait(self.stop_event, "poll failed", exc)
                     continue
                 polled = {None: self._pass_unreadable(unreadable)}
-            if self._unfetchable_tries or self._unfetchable_run:
+            if self._unfetchable_tries or self._unfetchable_run or self._told_end:
                 for tp in polled:  # (a partition that delivered is past its failures)
                     if tp is not None:
-                        self._unfetchable_tries.pop(f"{tp.topic}:{tp.partition}", None)
-                        self._unfetchable_run.pop(f"{tp.topic}:{tp.partition}", None)
+                        for kept in (self._unfetchable_tries, self._unfetchable_run,
+                                     self._told_end):
+                            kept.pop(f"{tp.topic}:{tp.partition}", None)
             records = [record for batch in polled.values() for record in batch]
             self._note_poll(records)
             self._watch_group()
@@ -2516,7 +2521,7 @@ class Daemon:
         offsets); and only below the partition's end (a record must be there). Before that,
         [], with a WARNING naming the offset: its partition is held back for a while
         (_hold_back) and fetched again, the others read on. A response to a fetch from before
-        the latest seek is not counted (None)."""
+        the latest seek is not counted ([]: the others read on at once)."""
         failed = _unfetchable_offset(exc)
         if failed is None:
             return None
@@ -2527,7 +2532,9 @@ class Daemon:
         except Exception:
             position = None
         if position != offset:
-            return None
+            return []  # (a response to a fetch from before a seek: nothing to count or wait)
+        if failed.high is not None:  # (the client keeps it from good fetches only)
+            self._told_end[name] = max(failed.high, self._told_end.get(name, 0))
         now = time.monotonic()
         at, tries, since = self._unfetchable_tries.get(name, (offset, 0, now))
         tries, since = (tries + 1, since) if at == offset else (1, now)
@@ -3011,8 +3018,13 @@ class Daemon:
     def _drained(self) -> bool:
         if self.models is not None and (self.models.pending or not self.models.owned):
             return False  # not a member with its partitions yet
+        if self._held_back:
+            return False  # (a partition waits to fetch a record again: see _hold_back)
         for tp in self._consumer.assignment():
             high = self._consumer.highwater(tp)
+            told = self._told_end.get(f"{tp.topic}:{tp.partition}")
+            if told is not None and (high is None or told > high):
+                high = told  # (a failed fetch told more than the last good one)
             position = _position(self._consumer, tp, self.config.kafka.poll_timeout_ms)
             if high is None or position is None or position < high:
                 return False

@@ -686,3 +686,44 @@ def test_a_damaged_batch_is_passed_wherever_the_partition_stands(broker, tmp_pat
         ("unreadable", offset) for offset in (2, 3, 4)]
     assert [o["id"] for o in outputs] == ["m0", "m1", "m5", "m6", "m7"][:good]
     assert daemon.summary.exit_code == 0
+
+
+def test_a_run_to_the_end_of_the_input_waits_for_a_record_it_could_not_fetch(
+        broker, tmp_path):  # noqa: F811
+    # The client's high watermark is its last good fetch's: it said the partition was read to
+    # its end while the record there waited to be fetched again (the failed response told 7),
+    # and the run stopped with offsets 2-6 neither read nor dead-lettered.
+    from kafka.consumer import fetcher
+
+    import connectors.daemon as daemon_module
+
+    servers = broker.bootstrap_servers
+    config = _config(servers, tmp_path)
+    topic = config.kafka.input_topic
+    _produce(servers, topic, 0, 0, 2)
+    _produce(servers, topic, 0, 2, 3)
+    _produce(servers, topic, 0, 5, 2)
+    parse = fetcher.Fetcher._parse_fetched_data
+
+    def answered(self: Any, completed: Any) -> Any:
+        data = completed.partition_data
+        if completed.topic_partition.topic == topic:
+            if completed.fetched_offset < 2:  # as if fetched before the rest was written
+                buffer = bytes(data.records or b"")
+                at = _first_batch_in(buffer, range(2, 10**6))
+                if at is not None:
+                    data = _Answer(data, records=buffer[:at], high_watermark=2)
+            elif completed.fetched_offset in range(2, 5):
+                data = _Answer(data, error_code=2, records=b"")
+            completed = completed._replace(partition_data=data)
+        return parse(self, completed)
+
+    kept, daemon_module.UNFETCHABLE_SECONDS = daemon_module.UNFETCHABLE_SECONDS, 0.5
+    fetcher.Fetcher._parse_fetched_data = answered
+    try:
+        daemon = Daemon(config, until_drained=True)
+        assert _run_bounded(daemon) == 0
+    finally:
+        fetcher.Fetcher._parse_fetched_data = parse
+        daemon_module.UNFETCHABLE_SECONDS = kept
+    assert daemon.summary.dead_letters == 3 and daemon.summary.outputs == 4
