@@ -1638,9 +1638,10 @@ class Daemon:
         (:meth:`_settle`, after the poll)."""
         self._rebalancing = False
         self._joined_once = True
-        self._unfetchable_tries.clear()  # (failures in a row: an ownership ago is not in a row)
+        # (The failures counted at an offset are kept: a group rebalancing more often than
+        # UNFETCHABLE_SECONDS would otherwise never pass a damaged record. They count only at
+        # the offset they were met at.)
         self._held_back.clear()  # (positioned and paused anew below when scoped)
-        self._unfetchable_run.clear()
         self._told_end.clear()
         if self._pacer is not None:  # (read anew from the committed offsets: see _settle)
             self._pacer.forget({tp.partition for tp in assigned})
@@ -2595,8 +2596,10 @@ class Daemon:
         return []
 
     def _release_held_back(self) -> None:
-        """Resume the partitions held back by _hold_back whose time has come."""
-        if not self._held_back:
+        """Resume the partitions held back by _hold_back whose time has come (not while the
+        group rebalances: a partition given up then, fenced, must stay paused; the next
+        assignment settles every partition it gives anew)."""
+        if not self._held_back or self._rebalancing:
             return
         now = time.monotonic()
         for name, (tp, until) in list(self._held_back.items()):

@@ -727,3 +727,32 @@ def test_a_run_to_the_end_of_the_input_waits_for_a_record_it_could_not_fetch(
         fetcher.Fetcher._parse_fetched_data = parse
         daemon_module.UNFETCHABLE_SECONDS = kept
     assert daemon.summary.dead_letters == 3 and daemon.summary.outputs == 4
+
+
+def test_a_partition_held_back_is_not_resumed_while_the_group_rebalances(tmp_path):
+    # A partition given up meanwhile (fenced: another process claimed one of its models) must
+    # stay paused until the next assignment settles it.
+    from kafka import TopicPartition
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.resumed: list[Any] = []
+
+        def assignment(self) -> set:
+            return {TopicPartition("in", 0)}
+
+        def resume(self, tp: Any) -> None:
+            self.resumed.append(tp)
+
+    config = load_config(None, {"kafka.bootstrap_servers": "127.0.0.1:9",
+                                "checkpoint.dir": str(tmp_path), "metrics.enabled": False},
+                         environ={})
+    daemon = Daemon(config)
+    daemon._consumer = Consumer()
+    daemon._held_back["in:0"] = (TopicPartition("in", 0), 0.0)  # due long ago
+    daemon._rebalancing = True
+    daemon._release_held_back()
+    assert daemon._consumer.resumed == [] and "in:0" in daemon._held_back
+    daemon._rebalancing = False
+    daemon._release_held_back()
+    assert daemon._consumer.resumed == [TopicPartition("in", 0)] and not daemon._held_back
