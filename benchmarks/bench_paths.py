@@ -27,8 +27,10 @@ Run: ``.venv/bin/python benchmarks/bench_paths.py`` (a few minutes).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,7 +120,9 @@ def paths() -> dict:
 
 def load_baseline(revision: str) -> SimpleNamespace:
     """engine.py and kernels.py of a git revision as a package of their own, beside ours."""
-    package = Path(tempfile.mkdtemp(prefix="stream-svm-baseline-")) / "baseline_stream_svm"
+    folder = tempfile.mkdtemp(prefix="stream-svm-baseline-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (one was left at every run)
+    package = Path(folder) / "baseline_stream_svm"
     package.mkdir()
     (package / "__init__.py").write_text("")
     for name in ("engine", "kernels"):
