@@ -609,16 +609,15 @@ class IncrementalSVR(_EngineRegressor):
         keys, upper, _ = self._theta()
         X = engine.X[upper].copy()
         predictions = engine.decision_function(X)
-        saved = (engine.last_update, engine.breakpoints_total, engine.updates_total)
         changing = np.isin(upper, engine.leave_one_out_positions())
-        for index in np.flatnonzero(changing):
-            snapshot = engine._snapshot(with_columns=True)
-            try:
-                engine.update(remove=[keys[index]])
-                predictions[index] = engine.decision_function(X[index : index + 1])[0]
-            finally:
-                engine._restore(snapshot)
-        engine.last_update, engine.breakpoints_total, engine.updates_total = saved
+        with engine.counters_kept():
+            for index in np.flatnonzero(changing):
+                snapshot = engine._snapshot(with_columns=True)
+                try:
+                    engine.update(remove=[keys[index]])
+                    predictions[index] = engine.decision_function(X[index : index + 1])[0]
+                finally:
+                    engine._restore(snapshot)
         targets = np.array([self._targets[key] for key in keys])
         return float(np.mean(np.abs(targets - predictions)))
 

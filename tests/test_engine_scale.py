@@ -129,6 +129,11 @@ def test_non_finite_kernel_values_are_refused_and_leave_the_engine_unchanged():
         engine.update(np.array([[0.5, 0.5], [1e120, 1.0]]), np.array([1.0, -1.0]), ["a", "b"])
     after = engine._snapshot()
     assert after.keys() == before.keys()
+    # The last KKT check's terms and verdict are back (the support vectors' cache, filled by
+    # the predictions between, may differ).
+    (terms, verdict, _), (terms_after, verdict_after, _) = before.pop("caches"), after["caches"]
+    np.testing.assert_array_equal(terms_after, terms)
+    assert verdict_after == verdict
     for name, value in before.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(after[name], value, err_msg=name)
