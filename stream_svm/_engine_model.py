@@ -647,6 +647,30 @@ def _parameters_of(cls: type) -> frozenset[str]:
     return names
 
 
+def warn_of_unused_parameters(model: Any, unused: Iterable[str], what: str, hint: str) -> None:
+    """Warn (UserWarning, at the user's line) of the parameters among ``unused`` given other
+    values than their defaults: ``what`` (the model's kernel or feature map) does not use them,
+    and a user who set them most likely meant another one (``hint`` says which). A warning,
+    not an error, as scikit-learn ignores them: a grid over kernels and gammas still runs.
+
+    >>> import warnings
+    >>> from stream_svm import IncrementalSVC
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = IncrementalSVC(kernel="linear", gamma=0.5)
+    >>> print(caught[0].message)  # doctest: +ELLIPSIS
+    IncrementalSVC: gamma=0.5 does not apply to kernel='linear' and is ignored (...)
+    """
+    defaults = inspect.signature(type(model).__init__).parameters
+    given = [f"{name}={getattr(model, name)!r}" for name in unused
+             if not _same_value(getattr(model, name), defaults[name].default)]
+    if given:
+        verb = "does not apply" if len(given) == 1 else "do not apply"
+        warnings.warn(f"{type(model).__name__}: {', '.join(given)} {verb} to {what} and "
+                      f"{'is' if len(given) == 1 else 'are'} ignored ({hint})", UserWarning,
+                      stacklevel=caller_level())
+
+
 def checkpoint_params(model: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """The constructor's parameters a checkpoint stores, and those it cannot: callables (a
     user's kernel), by name, with what they were (module and qualified name, for messages),
@@ -824,6 +848,12 @@ class _EngineModel(FixedParameters):
         _check_feature_limit("max_new_features", self.max_new_features)
         _check_far_points(self.far_points)
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
+        unused = {"linear": ("gamma", "degree", "coef0"), "rbf": ("degree", "coef0"),
+                  "poly": ()}.get(self.kernel, ("gamma", "degree", "coef0"))  # (a callable)
+        warn_of_unused_parameters(
+            self, unused, f"kernel={self.kernel!r}" if isinstance(self.kernel, str)
+            else "a kernel function", "gamma shapes the 'rbf' and 'poly' kernels, degree and "
+            "coef0 the 'poly' kernel")
         self._engine = PathEngine(kernel, self.C, ridge=self.ridge,
                                   max_breakpoints=self.max_breakpoints)
         self._features = FeatureSpace()

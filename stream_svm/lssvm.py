@@ -75,6 +75,7 @@ from stream_svm._engine_model import (
     restored_names,
     restored_params,
     warn_kernel_scale,
+    warn_of_unused_parameters,
 )
 from stream_svm._input import (
     FeatureSpace,
@@ -298,6 +299,11 @@ class _IncrementalLSSVM(FixedParameters):
         self.seed = seed
         self.max_features = max_features
         self.max_new_features = max_new_features
+        if features == "linear":
+            warn_of_unused_parameters(
+                self, ("n_components", "gamma", "seed"), "features='linear'",
+                "features='rff' learns on n_components random Fourier features of an RBF "
+                "kernel of this gamma, drawn from seed")
         # Samples learned under a key, kept so that they can be forgotten by it: (x, y).
         self._kept: dict[Hashable, tuple[dict[Hashable, float], object]] = {}
 

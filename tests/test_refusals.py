@@ -3,7 +3,9 @@ that the all-or-nothing updates must keep as it is (never copied)."""
 
 from __future__ import annotations
 
+import re
 import threading
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -670,3 +672,29 @@ def test_a_window_of_fewer_points_than_the_far_point_check_needs_is_checked_when
                                          r"points: .* the largest of the 8 points stored"):
         window.learn_one({"a": 1e6, "b": 0.0}, True)
     assert window.n_window == 8 and window.far_points_total == 1
+
+
+@pytest.mark.parametrize("make, named", [
+    (lambda: IncrementalSVC(kernel="linear", gamma=0.5),
+     "IncrementalSVC: gamma=0.5 does not apply to kernel='linear' and is ignored"),
+    (lambda: SlidingWindowSVR(kernel="rbf", coef0=1.0),
+     "SlidingWindowSVR: coef0=1.0 does not apply to kernel='rbf'"),
+    (lambda: IncrementalLSSVC(gamma=2.0, n_components=300),
+     "n_components=300, gamma=2.0 do not apply to features='linear' and are ignored "
+     "(features='rff' learns"),
+])
+def test_a_parameter_that_the_kernel_does_not_use_is_warned_of(make, named):
+    # (The daemon refuses such settings; the library warns, as scikit-learn ignores them, so
+    # that a grid over kernels and gammas still runs.)
+    with pytest.warns(UserWarning, match=re.escape(named)):
+        make()
+
+
+def test_parameters_at_their_defaults_or_used_by_the_kernel_are_not_warned_of():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        IncrementalSVC(kernel="linear").clone()
+        IncrementalSVC(kernel="poly", degree=2, coef0=1.0, gamma=0.5)
+        SlidingWindowSVC(kernel="rbf", gamma=0.1, window_size=10)
+        IncrementalLSSVC(features="rff", gamma=2.0, n_components=50, seed=1)
+        IncrementalLSSVR()
