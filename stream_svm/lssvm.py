@@ -124,6 +124,88 @@ def _two_sum(hi: np.ndarray, lo: np.ndarray, delta: np.ndarray) -> tuple[np.ndar
     return total, lo + error
 
 
+#: Iterative refinement of the solve: at most this many corrections, each from the residual
+#: b - A w computed in double-double from the compensated A and b.
+REFINE_STEPS = 30
+#: The refinement runs where eps times the factor's condition estimate passes this (at unit
+#: scale and rho = 1 it stays below: a plain solve is exact to round-off there).
+REFINE_FROM = 1e-12
+#: A solution whose last correction stays above this share of it is refused: float64's factor
+#: cannot reach the system's solution (features too large next to rho).
+REFINE_TOLERANCE = 1e-8
+_SPLITTER = 134217729.0  # 2^27 + 1: Veltkamp's split of a double into two 26-bit halves
+
+
+def _split(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scaled = _SPLITTER * values
+    high = scaled - (scaled - values)
+    return high, values - high
+
+
+def _residual(A_hi: np.ndarray, A_lo: np.ndarray, b_hi: np.ndarray, b_lo: np.ndarray,
+              w: np.ndarray) -> np.ndarray:
+    """b - A w, with A = A_hi + A_lo and b = b_hi + b_lo, to about eps^2 of its terms: each
+    product's rounding error recovered exactly (Dekker) and the sums compensated (Knuth), so
+    that a correction solved from it moves w towards the system's own solution, however far
+    float64's factor of A is from A."""
+    products = A_hi * w[None, :]
+    A_high, A_low = _split(A_hi)
+    w_high, w_low = _split(w)
+    errors = (((A_high * w_high[None, :] - products) + A_high * w_low[None, :])
+              + A_low * w_high[None, :]) + A_low * w_low[None, :]
+    total = b_hi.copy()
+    compensation = b_lo - A_lo @ w - errors.sum(axis=1)
+    for column in range(w.size):
+        term = -products[:, column]
+        summed = total + term
+        part = summed - total
+        compensation += (total - (summed - part)) + (term - part)
+        total = summed
+    return total + compensation
+
+
+def _solve_normal_equations(A_hi: np.ndarray, A_lo: np.ndarray, b_hi: np.ndarray,
+                            b_lo: np.ndarray) -> tuple[np.ndarray, float]:
+    """The solution w of (A_hi + A_lo) w = b_hi + b_lo (A symmetric positive definite; raises
+    LinAlgError when float64's Cholesky factorization finds it is not), and the size of its
+    last correction relative to it (0 when none was needed).
+
+    A is scaled by powers of two to a unit diagonal first (exact: the plain solution has the
+    same bits as without), so that features of any size in their own columns cost nothing.
+    A plain solve loses eps times the scaled A's condition number, which features far from
+    one another's span (or far above sqrt(rho)) make large: one sample of features 1e7 among
+    unit-scale ones left decision values 3e-4 off. Where the factor's diagonal says so,
+    corrections solved from the residual computed in double-double bring w to the system's
+    own solution, as long as eps times the condition stays below about 1; beyond, they do not
+    shrink, and the caller refuses the update."""
+    diagonal = np.diag(A_hi)
+    usable = np.isfinite(diagonal) & (diagonal > 0)
+    scale = np.ones_like(b_hi)
+    scale[usable] = np.exp2(-np.round(np.log2(diagonal[usable]) / 2))
+    outer = scale[:, None] * scale[None, :]
+    A_hi, A_lo = A_hi * outer, A_lo * outer
+    b_hi, b_lo = b_hi * scale, b_lo * scale
+    factor = cho_factor(A_hi + A_lo, lower=True, check_finite=False)
+    z = cho_solve(factor, b_hi + b_lo, check_finite=False)
+    pivots = np.abs(np.diag(factor[0]))
+    change = 0.0
+    if (pivots.size and np.isfinite(z).all()
+            and (pivots.max() / pivots.min()) ** 2 * _EPS > REFINE_FROM):
+        with np.errstate(over="ignore", invalid="ignore"):
+            for _ in range(REFINE_STEPS):
+                correction = cho_solve(factor, _residual(A_hi, A_lo, b_hi, b_lo, z),
+                                       check_finite=False)
+                size, moved = np.abs(z).max(), np.abs(correction).max()
+                z = z + correction
+                change = moved / size if size > 0 else (0.0 if moved == 0 else np.inf)
+                if not change > 4 * _EPS:  # (nan: not finite, refused by the caller)
+                    break
+    return z * scale, change
+
+
+_EPS = float(np.finfo(float).eps)
+
+
 def _nonzero_values(x: Mapping) -> dict[Hashable, float] | None:
     """A sample's features as learned (absent, None and 0 alike), to compare samples; None
     when a value is not a number."""
@@ -635,15 +717,20 @@ class _IncrementalLSSVM(FixedParameters):
                      f"the one learned), or {conditioning}"
                      if len(remove) and not removing_learned else conditioning)
             try:
-                factor = cho_factor(new_gram_hi + new_gram_lo, lower=True, check_finite=False)
+                solution, change = _solve_normal_equations(new_gram_hi, new_gram_lo,
+                                                           new_rhs_hi, new_rhs_lo)
             except LinAlgError:
                 raise ValueError(
                     f"this update leaves rho I + Phi Phi^T not positive definite: {cause}; "
                     "the model is unchanged") from None
-            solution = cho_solve(factor, new_rhs_hi + new_rhs_lo, check_finite=False)
             if not np.isfinite(solution).all():
                 raise ValueError(f"the updated system is numerically singular: {cause}; the "
                                  "model is unchanged")
+            if not change <= REFINE_TOLERANCE:
+                raise ValueError(
+                    "this update leaves rho I + Phi Phi^T too ill-conditioned for float64 to "
+                    f"solve (corrections of the solution stay at {change:.1g} of it): "
+                    f"{cause}; the model is unchanged")
 
         if self.features == "rff" and len(add):
             (scale_mean, scale_m2, scale_count, samples_added,

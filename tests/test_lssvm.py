@@ -718,10 +718,10 @@ def test_a_forget_by_key_refused_for_its_conditioning_is_not_blamed_on_the_sampl
     # The sample was learned under its key, yet the refusal said it "was not learned by the
     # model": the cause is rho = 1e-8 beside features near 1e4.
     model = IncrementalLSSVR(rho=1e-8)
-    model.learn_one({"f0": -0.0005936751273756264, "f1": 8612.190556690688},
-                    119.24864710821501, key="a")
-    model.learn_many(pd.DataFrame({"f0": [0.001885], "f1": [-14481.993418]}),
-                     pd.Series([-0.295968]), keys=["b"])
+    model.learn_one({"f0": 0.0007712193621153433, "f1": 7354.942141085169},
+                    0.16542873371922662, key="a")
+    model.learn_many(pd.DataFrame({"f0": [0.001150088000505753], "f1": [14479.647542823046]}),
+                     pd.Series([-71.15148982462564]), keys=["b"])
     before = snapshot(model)
     with pytest.raises(ValueError, match="too large next to rho") as refused:
         model.forget_one(key="a")
@@ -891,3 +891,63 @@ def test_the_rounding_allowed_when_emptying_follows_the_products_not_every_sampl
     restored = IncrementalLSSVR.from_checkpoint(arrays, json.loads(json.dumps(meta,
                                                                               allow_nan=False)))
     assert restored.predict_one({"g": 1.0}) == huge.predict_one({"g": 1.0})
+
+
+def exact_decision(rows: list[list[float]], targets: list[float], probe: list[float],
+                   rho: float = 1.0) -> float:
+    """f(probe) of the LS-SVM with an unregularized bias, solved in rational arithmetic."""
+    width = len(rows[0]) + 1
+    A = [[Fraction(0)] * width for _ in range(width)]
+    b = [Fraction(0)] * width
+    for row, target in zip(rows, targets, strict=True):
+        phi = [Fraction(1)] + [Fraction(v) for v in row]
+        for i in range(width):
+            b[i] += phi[i] * Fraction(target)
+            for j in range(width):
+                A[i][j] += phi[i] * phi[j]
+    for i in range(1, width):
+        A[i][i] += Fraction(rho)
+    for column in range(width):  # Gauss-Jordan, exact
+        for i in range(width):
+            if i != column and A[i][column]:
+                factor = A[i][column] / A[column][column]
+                A[i] = [a - factor * c for a, c in zip(A[i], A[column], strict=True)]
+                b[i] -= factor * b[column]
+    w = [b[i] / A[i][i] for i in range(width)]
+    return float(w[0] + sum(wi * Fraction(p) for wi, p in zip(w[1:], probe, strict=True)))
+
+
+@pytest.mark.parametrize("cls", [IncrementalLSSVR, IncrementalLSSVC])
+@pytest.mark.parametrize("big", [1e6, 1e7, 1e8])
+def test_a_feature_far_above_the_others_leaves_the_solution_exact(cls, big):
+    # A plain float64 solve loses eps times the normal equations' condition number: one
+    # sample of features +-1e7 among unit-scale ones left decision values 3e-4 off, 1e8 0.25.
+    rng = np.random.default_rng(10)
+    rows = [list(map(float, rng.normal(size=3))) for _ in range(11)] + [[big, -big, 0.1]]
+    regression = cls is IncrementalLSSVR
+    targets = [sum(row) for row in rows[:-1]] + [1.5]
+    labels = targets if regression else [value > 0 for value in targets]
+    model = cls()
+    for row, label in zip(rows, labels, strict=True):
+        model.learn_one(dict(zip("abc", row, strict=True)), label)
+    signed = targets if regression else [1.0 if value > 0 else -1.0 for value in targets]
+    for probe in ([0.3, -0.2, 0.5], [-1.0, 0.7, 2.0]):
+        x = dict(zip("abc", probe, strict=True))
+        decision = model.predict_one(x) if regression else model.decision_function_one(x)
+        assert decision == pytest.approx(exact_decision(rows, signed, probe), abs=1e-12)
+
+
+@pytest.mark.parametrize("cls", [IncrementalLSSVR, IncrementalLSSVC])
+def test_a_feature_beyond_what_float64_can_solve_is_refused_and_changes_nothing(cls):
+    rng = np.random.default_rng(10)
+    model = cls()
+    for row in rng.normal(size=(11, 3)):
+        target = float(row.sum())
+        model.learn_one(dict(zip("abc", row, strict=True)),
+                        target if cls is IncrementalLSSVR else target > 0)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"too ill-conditioned for float64 to solve .*too large "
+                       r"next to rho.*the model is unchanged"):
+        model.learn_one({"a": 1e9, "b": -1e9, "c": 0.1}, 1.5 if cls is IncrementalLSSVR else True)
+    assert snapshot(model) == before
+    model.learn_one({"a": 0.5, "b": 0.1, "c": 0.2}, 0.8 if cls is IncrementalLSSVR else True)
