@@ -456,7 +456,7 @@ def replay(
     from kafka.errors import KafkaError
 
     from connectors.config import bootstrap_servers_problem, topic_name_problem
-    from connectors.messages import Malformed, encode, message_id
+    from connectors.messages import AnyLabel, Malformed, encode, message_id, parse_message
     from connectors.sources import (
         SourceError,
         count_source,
@@ -478,14 +478,21 @@ def replay(
         # checked as the daemon will check them, after the prefix.
         locations: list[str] = []
         rows = iter_records(source, target, limit, raw_label, id_column, bad_rows,
-                            unlabelled=True, number_rows=True, locations=locations)
+                            unlabelled=True, number_rows=True, locations=locations,
+                            controls=True)
         for index, (own_id, x, y) in enumerate(rows):
             location = locations.pop() if locations else None
             base = index if own_id is None else own_id
             identifier = f"{id_prefix}{base}" if id_prefix else base
             try:
                 message_id(identifier)
-                encode({"id": identifier, "x": x, "y": y})  # (what is sent must encode)
+                if x is None:  # a late label, forget or relabel: sent as written, its id too
+                    y = {**y, "id": identifier}
+                    # Its fields as the daemon reads them; its label as the file holds it
+                    # (the daemon judges that against its model's classes or targets).
+                    parse_message(encode(y), max_bytes=len(encode(y)), targets=AnyLabel())
+                else:
+                    encode({"id": identifier, "x": x, "y": y})  # (what is sent must encode)
             except (Malformed, ValueError) as exc:
                 # A file's row by its line, as the file's own errors name it.
                 row = f"the row of id {shown(base)}" if id_column else f"row {base}"
@@ -536,8 +543,9 @@ def replay(
     skipped = _FirstFew(REPLAY_BAD_ROWS_NAMED) if skip_bad_rows else None
     try:
         for index, (identifier, x, y) in enumerate(records(skipped)):
-            message: dict[str, Any] = {"id": identifier, "x": x}
-            if y is not None and not (unlabelled_every and (index + 1) % unlabelled_every == 0):
+            message: dict[str, Any] = {"id": identifier, "x": x} if x is not None else y
+            if x is not None and y is not None and not (
+                    unlabelled_every and (index + 1) % unlabelled_every == 0):
                 message["y"] = y
             kafka_key = str(identifier if key is None else key).encode()
             producer.send(topic, key=kafka_key, value=encode(message))

@@ -347,6 +347,15 @@ class Targets:
 _BINARY = Targets()
 
 
+class AnyLabel(Targets):
+    """Any JSON value but null as a label, taken as it is: for a tool that sends messages
+    (``stream-svm replay``) without knowing the classes or targets of the model that reads
+    them, which judges the labels itself."""
+
+    def parse(self, value: object) -> Target:
+        return value  # type: ignore[return-value]
+
+
 def targets_of(model: Any) -> Targets:
     """How the messages' labels read for this model: numbers for a River regressor, else two
     classes (the model's ``classes`` when it has them)."""

@@ -149,8 +149,8 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
 @_utf8_text
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
            bad_rows: list[str] | None = None, unlabelled: bool = False,
-           number_rows: bool = False, locations: list[str] | None = None
-           ) -> Iterator[tuple[Any, dict[str, float], Any]]:
+           number_rows: bool = False, locations: list[str] | None = None,
+           controls: bool = False) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
     with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
         for line, text in enumerate(handle, start=1):
@@ -159,7 +159,7 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
             row += 1
             try:
                 identifier, x, y = _jsonl_row(text, f"{path}:{line}", target, read, id_column,
-                                              unlabelled)
+                                              unlabelled, controls)
             except SourceError as exc:
                 if bad_rows is None:
                     raise
@@ -172,12 +172,23 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
             yield identifier, x, y
 
 
+def _control_kind(document: dict[str, Any]) -> str | None:
+    """What a JSON line of the daemon's own messages is when it is about an earlier message
+    (a late label ``{"id", "y"}``, an ``op``: forget or relabel), else None (a point)."""
+    if "op" in document:
+        return {"forget": "a forget", "relabel": "a relabel"}.get(document["op"], "an op")
+    if "x" not in document and set(document) == {"id", "y"}:
+        return "a late label"
+    return None
+
+
 def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
-               id_column: str | None,
-               unlabelled: bool = False) -> tuple[Any, dict[str, float], Any]:
+               id_column: str | None, unlabelled: bool = False,
+               controls: bool = False) -> tuple[Any, dict[str, float] | None, Any]:
     """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
-    as the daemon reads it) gives y None; otherwise it is an error."""
+    as the daemon reads it) gives y None; otherwise it is an error. A late label, forget or
+    relabel message gives ``(id, None, the message)`` with ``controls``, else SourceError."""
     from connectors.messages import Malformed, unique_fields
     from connectors.messages import _reject_constant as reject_constant
     from connectors.messages import features_of as daemon_features
@@ -196,6 +207,16 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         raise SourceError(f"{where}: not JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise SourceError(f"{where}: each line must be a JSON object")
+    control = _control_kind(document)
+    if control is not None:
+        # Read line by line as a flat row, {"id": "a", "y": true} became a point of the
+        # feature "id" (or of no feature), learned while the features it labels waited.
+        if not controls:
+            raise SourceError(f"{where}: {control} of the daemon's messages, not a point: "
+                              "each row here needs its features and its label")
+        if document.get("id") is None:
+            raise SourceError(f"{where}: {control} needs an 'id'")
+        return _identifier(document["id"], where), None, document
     identifier = None
     if id_column is not None:
         if id_column not in document:
@@ -289,8 +310,8 @@ def iter_records(
     source: str, target: str = "y", limit: int | None = None,
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
     bad_rows: list[str] | None = None, unlabelled: bool = False, number_rows: bool = False,
-    locations: list[str] | None = None,
-) -> Iterator[tuple[Any, dict[str, float], Any]]:
+    locations: list[str] | None = None, controls: bool = False,
+) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
     file's rows (not a feature then), or None. A file's row that cannot be read raises
     SourceError naming it, or with ``bad_rows`` is skipped and its error appended there.
@@ -299,8 +320,13 @@ def iter_records(
     ``number_rows``, a file's row without an id gets its number (from 0, over the rows that
     are not blank, those skipped included) instead of None. With ``locations``, a file's
     ``path:line`` of every row is appended there before the row is yielded (the line the row
-    ends on, as its errors name it); a bundled source appends nothing."""
-    stream: Iterator[tuple[Any, dict[str, Any], Any]]
+    ends on, as its errors name it); a bundled source appends nothing.
+
+    A ``.jsonl`` line that is one of the daemon's messages about an earlier one, a late label
+    ``{"id", "y"}``, a forget or a relabel (``{"op", ...}``), is no point: with ``controls``
+    it is yielded as ``(id, None, the message)``, to be sent as written; otherwise it is a row
+    that cannot be read (SourceError, or skipped into ``bad_rows``)."""
+    stream: Iterator[tuple[Any, dict[str, Any] | None, Any]]
     if id_column is not None and id_column == target:
         raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
                           "column that holds the ids")
@@ -343,7 +369,7 @@ def iter_records(
                           locations)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
             stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled,
-                            number_rows, locations)
+                            number_rows, locations, controls)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

@@ -1392,3 +1392,61 @@ def test_a_stop_signal_while_the_daemon_loads_stops_it_cleanly(tmp_path):
                           timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopping: finishing the batch" in done.stderr and '"exit_code": 0' in done.stderr
+
+
+@pytest.mark.broker
+def test_replay_sends_late_labels_forgets_and_relabels_as_written(tmp_path):
+    # Read line by line as flat rows, {"id": "a", "y": true} was sent as a point of the feature
+    # "id" ({"id": "a", "x": {"id": 3.0}, "y": true}, or {} with --id-column id), learned at
+    # once, while the features it labels waited; a forget refused the whole file.
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from connectors.sources import SourceError
+    from tests.connectors_helpers import read_all, unique
+
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text('{"id": "a", "x": {"f": 1.0}}\n'
+                        '{"id": "b", "x": {"f": -1.0}, "y": false}\n'
+                        '{"id": "a", "y": true}\n'
+                        '{"op": "relabel", "id": "a", "y": "spam"}\n'
+                        '{"op": "forget", "id": "b"}\n')
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"id": "a", "x": {"f": 1.0}}\n{"op": "forget"}\n'
+                      '{"op": "relabel", "id": "a"}\n{"op": "drop", "id": "a"}\n')
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        servers = broker.bootstrap_servers
+        topic = unique("replay-controls")
+        assert replay(str(messages), topic, servers, progress=False, id_prefix="p-") == 5
+        sent = read_all(servers, topic, 5)
+        with pytest.raises(SourceError) as refused:
+            replay(str(broken), unique("replay-broken"), servers, progress=False)
+    finally:
+        broker.stop()
+    assert sent == [{"id": "p-a", "x": {"f": 1.0}},
+                    {"id": "p-b", "x": {"f": -1.0}, "y": False},
+                    {"id": "p-a", "y": True},
+                    {"op": "relabel", "id": "p-a", "y": "spam"},
+                    {"op": "forget", "id": "p-b"}]
+    text = str(refused.value)
+    assert text.startswith("3 rows of") and "nothing was sent" in text
+    assert "broken.jsonl:2: a forget needs an 'id'" in text
+    assert "broken.jsonl:3" in text and "a relabel needs 'y'" in text
+    assert "broken.jsonl:4" in text and 'unknown op "drop"' in text
+
+
+def test_evaluate_skips_late_labels_forgets_and_relabels_by_name(tmp_path):
+    from connectors.cli import evaluate
+    from connectors.config import load_config
+
+    data = tmp_path / "messages.jsonl"
+    data.write_text("".join(f'{{"id": {i}, "x": {{"f": {(-1) ** i * (1 + i / 10)}}}, '
+                            f'"y": {"true" if i % 2 == 0 else "false"}}}\n' for i in range(8))
+                    + '{"id": 3, "y": true}\n{"op": "forget", "id": 2}\n')
+    summary = evaluate(load_config(None, environ={}), str(data))
+    assert summary["points"] == 8 and summary["skipped"] == 2
+    assert [problem.split(": ", 1)[1] for problem in summary["skipped_first"]] == [
+        "a late label of the daemon's messages, not a point: each row here needs its features "
+        "and its label",
+        "a forget of the daemon's messages, not a point: each row here needs its features and "
+        "its label"]
