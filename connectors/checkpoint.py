@@ -25,6 +25,7 @@ unusable.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -123,6 +124,7 @@ class DirectoryLock:
             raise CheckpointError(f"cannot create the checkpoint directory {self.directory} "
                                   f"(checkpoint.dir, --checkpoint-dir): {exc.strerror}") from None
         path = self.directory / ".lock"
+        writable = True
         try:
             # O_NOFOLLOW: a symbolic link planted as .lock must not make the daemon open (and
             # write its pid into) whatever file it points to.
@@ -132,10 +134,23 @@ class DirectoryLock:
             if path.is_symlink():
                 raise CheckpointError(f"the lock file {path} is a symbolic link; refusing to "
                                       "follow it (remove it)") from None
-            raise CheckpointError(f"cannot open the lock file {path} of the checkpoint "
-                                  f"directory (checkpoint.dir, --checkpoint-dir): {exc}"
-                                  ) from None
-        handle = os.fdopen(descriptor, "r+")
+            descriptor = -1
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                # A directory turned read-only (a file system remounted after errors): the
+                # lock file a daemon left there locks as well read-only (flock needs no
+                # write), and the daemon starts from its checkpoints, whose writes then fail,
+                # logged, as when the disk is full. A crash loop served nothing.
+                with contextlib.suppress(OSError):
+                    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            if descriptor < 0:
+                raise CheckpointError(f"cannot open the lock file {path} of the checkpoint "
+                                      f"directory (checkpoint.dir, --checkpoint-dir): {exc}"
+                                      ) from None
+            writable = False
+            log.warning("the checkpoint directory %s cannot be written (%s): locked through "
+                        "its existing lock file, read-only; checkpoints fail until it can be "
+                        "written", self.directory, exc.strerror or exc)
+        handle = os.fdopen(descriptor, "r+" if writable else "r")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -149,8 +164,9 @@ class DirectoryLock:
                 "stop it, or give this one another checkpoint.dir (--checkpoint-dir)") from None
         try:
             # Unbuffered, on the descriptor: nothing is left for the handle to flush later.
-            os.ftruncate(descriptor, 0)
-            os.write(descriptor, str(os.getpid()).encode())
+            if writable:
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, str(os.getpid()).encode())
         except OSError as exc:
             # (A full disk.) The lock is held all the same (flock needs no data; the pid only
             # tells an operator who holds it): the daemon starts, and its checkpoints fail,

@@ -1509,3 +1509,40 @@ def test_giving_up_counts_its_attempts_in_words():
         with pytest.raises(DaemonError, match=f"^broker: {said}$"):
             for _ in range(attempts):
                 backoff.wait(threading.Event(), "broker", ConnectionRefusedError("refused"))
+
+
+def test_a_read_only_checkpoint_directory_is_locked_through_its_lock_file(tmp_path, monkeypatch,
+                                                                          caplog):
+    # A file system remounted read-only: the lock file could not be opened for writing and
+    # every start stopped (exit 1), a crash loop. A lock file left there locks read-only as
+    # well (flock needs no write): the daemon starts, its checkpoints failing, logged.
+    import errno
+
+    import connectors.checkpoint
+    from connectors.checkpoint import DirectoryLock
+
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()  # (a directory it made, left empty but for the lock, it would remove)
+    first = DirectoryLock(directory)
+    first.acquire()
+    first.release()
+    real_open = os.open
+
+    def read_only(path, flags, *mode):
+        if flags & (os.O_RDWR | os.O_WRONLY | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *mode)
+
+    monkeypatch.setattr(connectors.checkpoint.os, "open", read_only)
+    lock = DirectoryLock(directory)
+    lock.acquire()
+    assert lock.held()
+    assert "cannot be written (Read-only file system): locked through its existing lock file" \
+        in caplog.text
+    with pytest.raises(CheckpointError, match="in use by another daemon"):
+        DirectoryLock(directory).acquire()  # (the read-only lock excludes as the other does)
+    lock.release()
+    (directory / ".lock").unlink()
+    # Without a lock file there is nothing to lock: refused by name, as before.
+    with pytest.raises(CheckpointError, match=r"cannot open the lock file .*Read-only file"):
+        DirectoryLock(directory).acquire()
