@@ -223,6 +223,11 @@ def backoff_delay(initial: float, maximum: float, failures: int) -> float:
     return min(maximum, initial * 2.0 ** min(failures - 1, 64))
 
 
+#: How the commit metadata of this daemon's offset commits begins (then host, pid and a tag):
+#: a tool that resets a group's offsets writes its own (Kafka's writes none).
+COMMIT_METADATA_PREFIX = "stream-svm "
+
+
 def _committable(processor: Processor) -> dict[str, int]:
     """The next offsets of a processor's partitions as its group may commit them. Messages held
     for the scaler's warm-up have no output yet and only a checkpoint holds them: their
@@ -835,7 +840,7 @@ class Daemon:
         # The group's committed offset and commit metadata per partition as this daemon last
         # knew them (read at start, then its own commits, which carry ``_instance``): a value
         # that changed otherwise is another consumer committing in this group (see _commit).
-        self._instance = f"stream-svm {socket.gethostname()} pid {os.getpid()} " \
+        self._instance = f"{COMMIT_METADATA_PREFIX}{socket.gethostname()} pid {os.getpid()} " \
                          f"{uuid.uuid4().hex[:8]}"
         self._group_known: dict[str, tuple[int, str] | None] = {}
         # Commits that raised since the last one made (each may have been made nonetheless).
@@ -1947,6 +1952,7 @@ class Daemon:
         assert self.processor is not None
         fresh: list[str] = []
         ignored: list[str] = []
+        uncommitted: list[str] = []
         missed: list[Any] = []
         # (what this model's checkpoint had committed: held warm-up messages commit short)
         expected = _committable(self.processor)
@@ -1960,7 +1966,14 @@ class Daemon:
                 resume = self.processor.offsets[name]
                 if (committed is not None and committed != expected.get(name, resume)
                         and self.role != "predictor"):
-                    ignored.append(f"{name} committed {committed}, the model {resume}")
+                    difference = f"{name} committed {committed}, the model {resume}"
+                    if (committed < expected.get(name, resume)
+                            and (found.metadata or "").startswith(COMMIT_METADATA_PREFIX)):
+                        # A daemon's own commit (its metadata), behind its newest checkpoint:
+                        # it stopped between writing a checkpoint and committing its offsets.
+                        uncommitted.append(difference)
+                    else:
+                        ignored.append(difference)
                 consumer.seek(tp, resume)
                 continue
             if self.role == "predictor":
@@ -1991,6 +2004,12 @@ class Daemon:
                 "start_fresh: a new, empty model starts at the committed offsets %s",
                 ", ".join(fresh),
             )
+        if uncommitted:
+            log.info(
+                "the group's committed offsets are behind the model's (%s): the daemon that "
+                "committed them stopped after its last checkpoint and before committing it (a "
+                "crash, a kill). The model reads on from its own offsets",
+                "; ".join(uncommitted))
         if ignored:
             # (An operator's reset of the group's offsets was otherwise dropped without a word.)
             log.warning(

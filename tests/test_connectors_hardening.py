@@ -1177,6 +1177,43 @@ def test_committed_offsets_other_than_the_models_are_named_at_the_start(tmp_path
     assert "committed offsets differ" not in caplog.text
 
 
+def test_a_daemon_stopped_between_its_checkpoint_and_its_commit_is_no_warning(tmp_path,
+                                                                               caplog):
+    # After a kill between writing a checkpoint and committing its offsets, every restart
+    # warned that "a tool reset them": the group's offsets are the daemon's own commit (its
+    # metadata), behind the checkpoint's. A tool's reset, or a commit ahead, still warns.
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from connectors.daemon import COMMIT_METADATA_PREFIX
+
+    commits = {0: (720, f"{COMMIT_METADATA_PREFIX}host pid 12 abcd1234"),
+               1: (20, f"{COMMIT_METADATA_PREFIX}host pid 12 abcd1234"),  # ahead: warned
+               2: (5, "")}  # a tool's reset, behind: warned
+
+    class Consumer:
+        def committed(self, tp, metadata=False):
+            return OffsetAndMetadata(*commits[tp.partition], -1)
+
+        def seek(self, tp, offset):
+            pass
+
+    daemon = Daemon(_settings(tmp_path))
+    daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
+    daemon.processor = daemon._restore()
+    daemon.processor.offsets.update({"in:0": 800, "in:1": 10, "in:2": 30})
+    with caplog.at_level("INFO", logger="connectors.daemon"):
+        daemon._seek(Consumer(), [TopicPartition("in", p) for p in range(3)])
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("committed offsets are behind the model's (in:0 committed 720, the model 800): "
+               "the daemon that committed them stopped after its last checkpoint" in message
+               for message in infos)
+    assert len(warnings) == 1 and ("differ from the model's (in:1 committed 20, the model 10; "
+                                   "in:2 committed 5, the model 30): a tool reset them"
+                                   in warnings[0])
+
+
 @pytest.mark.parametrize("model_type", ["IncrementalSVC", "IncrementalLSSVC"])
 def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_aside(tmp_path,
                                                                                   model_type):
