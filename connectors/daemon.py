@@ -223,6 +223,9 @@ def backoff_delay(initial: float, maximum: float, failures: int) -> float:
     return min(maximum, initial * 2.0 ** min(failures - 1, 64))
 
 
+#: Seconds a start waits for a topic it did not create to show in the broker's metadata.
+MISSING_TOPIC_SECONDS = 5.0
+
 #: How the commit metadata of this daemon's offset commits begins (then host, pid and a tag):
 #: a tool that resets a group's offsets writes its own (Kafka's writes none).
 COMMIT_METADATA_PREFIX = "stream-svm "
@@ -1856,7 +1859,7 @@ class Daemon:
         false): the producer's first send had the broker create it with the broker's own
         partition count, or lost every output on a broker that creates none."""
         kafka = self.config.kafka
-        deadline = time.monotonic() + kafka.request_timeout_ms / 1000
+        deadline = time.monotonic() + self._missing_topic_wait([])
         wanted = {kafka.output_topic: "kafka.output_topic",
                   kafka.dead_letter_topic: "kafka.dead_letter_topic"}
         while True:
@@ -1900,10 +1903,11 @@ class Daemon:
     def _partitions(self, consumer: Any) -> list[Any]:
         from kafka import TopicPartition
 
+        kafka = self.config.kafka
         partitions = []
         for topic in self._topics():
             found = None
-            deadline = time.monotonic() + self.config.kafka.request_timeout_ms / 1000
+            deadline = time.monotonic() + self._missing_topic_wait([topic])
             while (found is None and time.monotonic() < deadline
                    and not self.stop_event.is_set()):  # (a stop ends the wait at once)
                 consumer.topics()  # refreshes the metadata
@@ -1911,11 +1915,24 @@ class Daemon:
                 if found is None:
                     self.stop_event.wait(0.2)
             if not found:
+                setting = "kafka.input_topic" if topic == kafka.input_topic else "kafka.label_topic"
                 raise DaemonError(
-                    f"topic {topic} does not exist (set kafka.create_topics = true to create it)"
-                )
+                    f"topic {topic} ({setting}) does not exist"
+                    + (": it was created, but the broker does not list it"
+                       if topic in self._created_topics else
+                       " (create it, or set kafka.create_topics = true to have it created)"))
             partitions += [TopicPartition(topic, p) for p in sorted(found)]
         return partitions
+
+    def _missing_topic_wait(self, topics: list[str]) -> float:
+        """Seconds to wait for a topic the broker does not list yet: a topic this daemon has
+        just created may take up to a request's timeout to show in the metadata; one it did
+        not create, a few seconds (another tool's creation spreading over the brokers). A
+        missing topic took 30 s per attempt to be named."""
+        timeout = self.config.kafka.request_timeout_ms / 1000
+        if any(topic in self._created_topics for topic in topics):
+            return timeout
+        return min(timeout, MISSING_TOPIC_SECONDS)
 
     def _lost_model(self, name: str, committed: int) -> StartRefused:
         return StartRefused(

@@ -703,9 +703,37 @@ def test_a_missing_topic_is_not_reported_as_an_unreachable_broker(broker, tmp_pa
         "retry.max_attempts": 2})
     with caplog.at_level("WARNING", logger="connectors.daemon"), \
             pytest.raises(DaemonError, match=r"starting on the broker at .* failed: giving up "
-                                             r"after 2 attempts: topic .* does not exist"):
+                                             r"after 2 attempts: topic .* \(kafka\.output_topic\) "
+                                             r"does not exist, .* \(create it, or set kafka\."
+                                             r"create_topics = true"):
         Daemon(config).run()
     assert "unreachable" not in caplog.text
+
+
+def test_a_topic_the_daemon_did_not_create_is_waited_for_seconds_not_a_request_timeout(
+        tmp_path):
+    # A missing topic (kafka.create_topics = false) was named after request_timeout_ms, 30 s
+    # per attempt by default; one the daemon has just created may take that long to show.
+    from connectors.daemon import MISSING_TOPIC_SECONDS
+
+    daemon = Daemon(_config("127.0.0.1:1", tmp_path, **{"kafka.create_topics": False,
+                                                         "kafka.request_timeout_ms": 30_000}))
+    assert daemon._missing_topic_wait(["in"]) == MISSING_TOPIC_SECONDS == 5.0
+    daemon._created_topics.add("in")
+    assert daemon._missing_topic_wait(["in"]) == 30.0
+
+
+@pytest.mark.broker
+def test_a_missing_input_topic_names_its_setting(broker, tmp_path):  # noqa: F811
+    config = _config(broker.bootstrap_servers, tmp_path, **{
+        "kafka.create_topics": False, "kafka.request_timeout_ms": 1000,
+        "retry.max_attempts": 1})
+    ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
+                  [config.kafka.output_topic, config.kafka.dead_letter_topic])
+    with pytest.raises(DaemonError, match=rf"topic {config.kafka.input_topic} "
+                                          r"\(kafka\.input_topic\) does not exist \(create it, "
+                                          r"or set kafka\.create_topics = true"):
+        Daemon(config, until_drained=True).run()
 
 
 @pytest.mark.broker
