@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import inspect
 import itertools
 import json
@@ -1068,9 +1069,33 @@ def _exit_quietly_once_stopped(daemon: Any) -> None:
         signal.signal(signum, handle)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; a flag that no flag of the command is, but one slip from one
+    (``--bootstrap-server``, as Kafka's own tools spell it), is named with the flag, and what
+    the command does not take is an error under the command's own usage (argparse said
+    "unrecognized arguments" under the top level's, or that a required flag was missing)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = next(action for action in parser._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    command = next((commands.choices[token] for token in argv if token in commands.choices),
+                   parser)
+    flags = [flag for each in {parser, command} for action in each._actions
+             for flag in action.option_strings]
+    for token in argv:
+        name = token.partition("=")[0]
+        if name.startswith("--") and name not in flags:
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+            if close:
+                command.error(f"unrecognized argument {name}: did you mean {close[0]}?")
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1450,3 +1450,25 @@ def test_evaluate_skips_late_labels_forgets_and_relabels_by_name(tmp_path):
         "and its label",
         "a forget of the daemon's messages, not a point: each row here needs its features and "
         "its label"]
+
+
+@pytest.mark.parametrize("arguments, said", [
+    (["serve", "--bootstrap-server", "127.0.0.1:1"],
+     "stream-svm serve: error: unrecognized argument --bootstrap-server: did you mean "
+     "--bootstrap-servers?"),
+    (["replay", "bananas", "--topic", "t", "--bootstrap-server=127.0.0.1:1"],
+     "stream-svm replay: error: unrecognized argument --bootstrap-server: did you mean "
+     "--bootstrap-servers?"),
+    (["serve", "extra"], "stream-svm serve: error: unrecognized arguments: extra"),
+])
+def test_a_flag_one_slip_from_one_is_named_under_the_commands_usage(arguments, said, capsys):
+    # Kafka's tools spell it --bootstrap-server: argparse said "unrecognized arguments" under
+    # the top level's usage (or, for replay, that --bootstrap-servers was missing).
+    from connectors.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(arguments)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"usage: stream-svm {arguments[0]}")
+    assert error.strip().splitlines()[-1] == said
