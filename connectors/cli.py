@@ -678,6 +678,18 @@ def evaluate(
         if len(skipped) <= SKIPPED_NAMED:
             log.warning("skipped %s", problem)
 
+    def unusable() -> str:
+        """Why nothing could be evaluated: the first row skipped, with a hint for a column
+        of ids or categories read as a feature."""
+        hint = ""
+        text = re.search(r": feature (['\"])(.+?)\1 is not a number", skipped[0])
+        if text is not None and is_file_source(dataset) and id_column is None:
+            name = text.group(2)
+            hint = (f" (if {name!r} holds the rows' ids, pass --id-column {name}; a column "
+                    "of categories needs a number per category, e.g. one column each)")
+        return (f"{dataset}: none of its {len(skipped)} rows could be used; the first: "
+                f"{skipped[0]}{hint}")
+
     bad_rows: list[str] = []
 
     locations: list[str] = []
@@ -707,8 +719,13 @@ def evaluate(
                 except ValueError:  # a value the statistics cannot take: left out of them
                     continue
             if not scaler.frozen:
-                raise SourceError(f"{dataset}: {len(held)} points, fewer than the scaler's "
-                                  f"warm-up of {config.scaler.warmup_messages}")
+                if skipped and not held:  # (why there were none comes first)
+                    raise SourceError(unusable())
+                raise SourceError(
+                    f"{dataset}: {len(held)} point{'' if len(held) == 1 else 's'}, fewer than "
+                    f"the scaler's warm-up of {config.scaler.warmup_messages}" + (
+                        f"; {_rows(len(skipped))} could not be used, the first: {skipped[0]}"
+                        if skipped else ""))
         for identifier, x, y, location in itertools.chain(held, stream):
             # (A row refused for unknown features is not scaled: scaling would log them as
             # passing unscaled.)
@@ -785,14 +802,7 @@ def evaluate(
         bar.close()
     if skipped and not seen:
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
-        hint = ""
-        text = re.search(r": feature (['\"])(.+?)\1 is not a number", skipped[0])
-        if text is not None and is_file_source(dataset) and id_column is None:
-            name = text.group(2)
-            hint = (f" (if {name!r} holds the rows' ids, pass --id-column {name}; a column "
-                    "of categories needs a number per category, e.g. one column each)")
-        raise SourceError(f"{dataset}: none of its {len(skipped)} rows could be used; the "
-                          f"first: {skipped[0]}{hint}")
+        raise SourceError(unusable())
     seconds = time.perf_counter() - started
     from connectors.models import model_settings
 

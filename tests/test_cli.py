@@ -1472,3 +1472,24 @@ def test_a_flag_one_slip_from_one_is_named_under_the_commands_usage(arguments, s
     error = capsys.readouterr().err
     assert error.startswith(f"usage: stream-svm {arguments[0]}")
     assert error.strip().splitlines()[-1] == said
+
+
+def test_evaluate_with_a_warm_up_says_why_no_row_could_be_used(tmp_path):
+    # With a warm-up, a file none of whose rows could be used ended "0 points, fewer than the
+    # scaler's warm-up of 50", hiding what the run without a scaler said.
+    from connectors.cli import evaluate
+    from connectors.config import load_config
+    from connectors.sources import SourceError
+
+    data = tmp_path / "tx.csv"
+    data.write_text("amount,fraud,x\n1.0,yes,0.5\n2.0,no,0.1\n")
+    config = load_config(None, overrides={"model.type": "IncrementalSVR",
+                                          "scaler.mode": "warmup"}, environ={})
+    with pytest.raises(SourceError, match=r"none of its 2 rows could be used; the first: "
+                                          r".*tx\.csv:2: feature 'fraud' is not a number"):
+        evaluate(config, str(data), target="amount")
+    data.write_text("amount,fraud,x\n1.0,yes,0.5\n2.0,1,0.1\n")
+    with pytest.raises(SourceError, match=r"1 point, fewer than the scaler's warm-up of \d+; "
+                                          r"1 row could not be used, the first: .*tx\.csv:2: "
+                                          r"feature 'fraud' is not a number"):
+        evaluate(config, str(data), target="amount")
