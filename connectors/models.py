@@ -137,8 +137,12 @@ def settings_mismatch(saved: Any, settings: dict[str, Any]) -> str | None:
     # being restored once the setting is taken out.
     unused = _unused_by(saved) if all(
         saved.get(chooser) == settings.get(chooser) for chooser in _KERNEL_SETTINGS) else set()
+    def shown(values: dict, name: str) -> str:
+        # (A setting the other model type does not have: "step None -> 1" read as a step.)
+        return repr(values[name]) if name in values else "(none)"
+
     return ", ".join(
-        f"{name} {saved.get(name)!r} -> {settings.get(name)!r}"
+        f"{name} {shown(saved, name)} -> {shown(settings, name)}"
         for name in sorted(set(settings) | set(saved))
         if saved.get(name) != settings.get(name) and name not in unused
     ) or None
@@ -349,7 +353,7 @@ class ServedModel:
         >>> ServedModel(None, None, Path(".")).features({"a": float("nan")})
         Traceback (most recent call last):
         ...
-        connectors.messages.Malformed: feature 'a' must be a finite number, got nan (float)
+        connectors.messages.Malformed: feature 'a' must be a finite number, got NaN
         """
         if not isinstance(x, Mapping):
             raise Malformed(f"x must be a mapping of feature: number, got {type(x).__name__}")

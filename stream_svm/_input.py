@@ -587,10 +587,10 @@ class FeatureSpace:
             if learned is name or learned == name:
                 continue
             warnings.warn(
-                f"feature {name!r} ({type(name).__name__}) is not one the model learned, but "
-                f"{learned!r} ({type(learned).__name__}) is: the prediction took {name!r} for "
-                f"a feature no learned point has, not for {learned!r}. Name the features as "
-                "they were learned",
+                f"feature {name!r} ({type(name).__name__}) is not one of those the model "
+                f"learned, but {learned!r} ({type(learned).__name__}) is: the prediction took "
+                f"{name!r} for a feature no learned point has, not for {learned!r}. Name the "
+                "features as they were learned",
                 UserWarning, stacklevel=caller_level(),
             )
             return

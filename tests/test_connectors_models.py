@@ -135,6 +135,12 @@ def test_a_parameter_of_another_kernel_is_refused_naming_the_kernel():
     assert settings_mismatch(saved, model_settings(_config(kernel="linear"))) is None
     assert settings_mismatch(saved, model_settings(_config(kernel="rbf"))) == (
         "gamma 5.0 -> 1.0, kernel 'linear' -> 'rbf'")
+    # A setting the other model type does not have reads as none ("step None -> 1" read as a
+    # step of None).
+    assert settings_mismatch({"type": "IncrementalSVC"},
+                             default_model_settings("SlidingWindowSVC")) == (
+        "step (none) -> 1, strategy (none) -> 'multiple', type 'IncrementalSVC' -> "
+        "'SlidingWindowSVC', window_size (none) -> 1000")
     # ... and the model in it too (its own parameters say gamma 5.0).
     model = IncrementalSVC(kernel="linear", gamma=5.0)
     for i in range(20):

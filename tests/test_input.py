@@ -371,8 +371,8 @@ def test_a_prediction_warns_of_a_feature_written_as_a_learned_one_but_another_ke
         warnings.simplefilter("error")
         unseen = answer({"unseen": 1.5, 1: 0.5})
         model.predict_many(pd.DataFrame({0: [1.5], 1: [0.5]}))
-    with pytest.warns(UserWarning, match=r"feature '0' \(str\) is not one the model learned, "
-                                         r"but 0 \(int\) is"):
+    with pytest.warns(UserWarning, match=r"feature '0' \(str\) is not one of those the model "
+                                         r"learned, but 0 \(int\) is"):
         assert answer({"0": 1.5, 1: 0.5}) == unseen != answer({0: 1.5, 1: 0.5})
     with pytest.warns(UserWarning, match=r"feature '1' \(str\)"):
         model.predict_many(pd.DataFrame({"1": [0.5]}))
