@@ -804,11 +804,14 @@ def evaluate(
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
         raise SourceError(unusable())
     seconds = time.perf_counter() - started
-    from connectors.models import model_settings
+    from connectors.models import limit_settings, model_settings
 
     # "settings": what the model was made with, once the configuration file, the environment
-    # and --set were merged (which of them set what shows nowhere else).
-    summary: dict[str, Any] = {"model": config.model.type, "settings": model_settings(config),
+    # and --set were merged (which of them set what shows nowhere else), its bounds on the
+    # features, and the scaler in front of it.
+    summary: dict[str, Any] = {"model": config.model.type,
+                               "settings": {**model_settings(config), **limit_settings(config)},
+                               "scaler": config.as_dict()["scaler"],
                                "points": seen, "skipped": len(skipped)}
     if skipped:
         summary["skipped_first"] = skipped[:SKIPPED_NAMED]

@@ -92,6 +92,10 @@ def test_evaluate_writes_a_plot_and_valid_json_for_an_empty_source(tmp_path, cap
     assert report["settings"]["type"] == "SlidingWindowSVC"
     assert (report["settings"]["window_size"], report["settings"]["step"]) == (50, 5)
     assert report["settings"]["C"] == 1.0
+    # ... its bounds on the features and the scaler in front of it (neither was listed)
+    assert (report["settings"]["max_features"], report["settings"]["far_points"]) == (
+        10000, "refuse")
+    assert report["scaler"]["mode"] == "none"
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
