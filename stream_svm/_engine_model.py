@@ -625,7 +625,17 @@ def _check_C(C: object) -> float:
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
     if C <= 0:
         raise ValueError(f"C must be > 0, got {C!r}")
+    if not C_RANGE[0] <= C <= C_RANGE[1]:
+        # C = 1e-320 (a subnormal, of a few bits) or 1e308 were taken, and learning failed
+        # within a few points with a message that blamed gamma and the ridge.
+        raise ValueError(f"C must be from {C_RANGE[0]:g} to {C_RANGE[1]:g}, got {C!r}: the "
+                         "coefficients (0 to C) and their products with the kernel need "
+                         "float64's range")
     return float(C)
+
+
+#: The C a model takes: coefficients and their sums stay within float64's normal range.
+C_RANGE = (1e-150, 1e150)
 
 
 def _check_far_points(value: object) -> None:

@@ -355,11 +355,11 @@ def check_classes(classes: object) -> tuple[object, object] | None:
     for label in classes:
         if not isinstance(label, (str, numbers.Real, np.bool_)) or isinstance(label, np.ndarray):
             raise ValueError(
-                f"class {label!r} must be a string, a number or a boolean, got "
+                f"classes: class {label!r} must be a string, a number or a boolean, got "
                 f"{type(label).__name__}"
             )
         if isinstance(label, numbers.Real) and not math.isfinite(real_to_float(label)):
-            raise ValueError(f"class {shown(label)} must be finite")
+            raise ValueError(f"classes: class {shown(label)} must be finite")
     negative, positive = classes
     if negative == positive:
         raise ValueError(f"classes must be two distinct labels, got {classes!r}")

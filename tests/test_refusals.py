@@ -698,3 +698,16 @@ def test_parameters_at_their_defaults_or_used_by_the_kernel_are_not_warned_of():
         SlidingWindowSVC(kernel="rbf", gamma=0.1, window_size=10)
         IncrementalLSSVC(features="rff", gamma=2.0, n_components=50, seed=1)
         IncrementalLSSVR()
+
+
+@pytest.mark.parametrize("make, named", [
+    (lambda: IncrementalSVC(C=1e-320), r"C must be from 1e-150 to 1e\+150, got 1e-320"),
+    (lambda: SlidingWindowSVR(C=1e308), r"C must be from 1e-150 to 1e\+150, got 1e\+308"),
+    (lambda: IncrementalSVC(classes=[None, 1]), r"classes: class None must be a string"),
+    (lambda: AlphaISVC(classes=[float("nan"), 1]), r"classes: class nan must be finite"),
+])
+def test_a_parameter_out_of_its_range_is_named_at_construction(make, named):
+    # C = 1e-320 and 1e308 were taken, and learning failed within a few points, blaming gamma
+    # and the ridge; a class of the wrong type did not say it came from classes.
+    with pytest.raises(ValueError, match=named):
+        make()
