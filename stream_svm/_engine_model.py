@@ -27,6 +27,7 @@ from stream_svm._input import (
     FeatureSpace,
     caller_level,
     check_findable_keys,
+    check_new_name,
     check_paired,
     key_list,
     real_to_float,
@@ -454,6 +455,7 @@ def check_feature_names(names: Iterable[Hashable]) -> None:
     are learned: a name a checkpoint refuses was learned, and every checkpoint of the model
     failed from then on, until the points using it were forgotten."""
     for name in names:
+        check_new_name(name)  # (NaN first: "nan (a float)" read as if floats were refused)
         try:
             back = key_from_json(key_to_json(plain_key(name)))
             # (Read back equal, with the same hash: numpy's nanosecond datetime64 holds an int

@@ -78,7 +78,8 @@ def check_new_name(name: Hashable) -> None:
     # even the stored ones are found no more: the copy answered differently.
     if type(name) not in _ALWAYS_EQUAL_TO_ITSELF and not _equals_itself(name):
         raise TypeError(f"feature name {shown(name)} is not equal to itself (NaN): the model "
-                        "could never find its feature again; name the feature")
+                        "could never find its feature again; name the feature (pandas holds "
+                        "a column named None as NaN)")
 
 
 # Exactly these types (not subclasses, whose == may be anything) equal themselves always.

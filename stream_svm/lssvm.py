@@ -908,7 +908,15 @@ class _IncrementalLSSVM(FixedParameters):
         cannot be checked against what was learned (see :meth:`forget_one`)."""
         refuse_key_with_value("forget_many", keys, X, y)
         if keys is not None:
-            key_list = list(dict.fromkeys(keys_as_list(keys)))  # named twice: forgotten once
+            key_list = keys_as_list(keys)
+            seen: set[Hashable] = set()
+            for key in key_list:
+                # (as the SVMs refuse it: a key named twice is a caller's slip, which
+                # forgetting it once would hide)
+                if key in seen:
+                    raise KeyError(f"key {key!r} is listed twice for removal; the model is "
+                                   "unchanged")
+                seen.add(key)
             points = [self.stored_point(key) for key in key_list]
             self._update([], [], [x for x, _ in points], [t for _, t in points],
                          removing_learned=True)

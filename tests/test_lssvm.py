@@ -697,7 +697,11 @@ def test_keys_repeated_in_a_batch_to_learn_are_named_and_change_nothing():
         model.learn_many(X, y, keys=["z", "z"])
     assert model.n_samples_ == 0
     model.learn_many(X, y, keys=[1, 2])
-    model.forget_many(keys=[1, 1])  # named twice, forgotten once
+    before = snapshot(model)
+    with pytest.raises(KeyError, match="key 1 is listed twice for removal"):
+        model.forget_many(keys=[1, 1])  # (as the SVMs refuse it; it was forgotten once)
+    assert snapshot(model) == before
+    model.forget_many(keys=[1])
     assert model.stored_keys() == [2] and model.n_samples_ == 1
 
 

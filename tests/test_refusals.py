@@ -711,3 +711,13 @@ def test_a_parameter_out_of_its_range_is_named_at_construction(make, named):
     # and the ridge; a class of the wrong type did not say it came from classes.
     with pytest.raises(ValueError, match=named):
         make()
+
+
+@pytest.mark.parametrize("make", [IncrementalSVC, IncrementalLSSVC])
+def test_a_column_named_none_is_named_as_pandas_holds_it(make):
+    # The LS-SVM said "feature name nan (a float) cannot be kept in a checkpoint: use str,
+    # int, float ...", refusing a float as if floats were refused.
+    X = pd.DataFrame(np.ones((3, 2)), columns=["a", None])
+    with pytest.raises(TypeError, match=r"feature name nan is not equal to itself \(NaN\).*"
+                                        r"pandas holds a column named None as NaN"):
+        make().learn_many(X, pd.Series([True, False, True]))
