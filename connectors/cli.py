@@ -687,7 +687,7 @@ def evaluate(
             name = text.group(2)
             hint = (f" (if {name!r} holds the rows' ids, pass --id-column {name}; a column "
                     "of categories needs a number per category, e.g. one column each)")
-        return (f"{dataset}: none of its {len(skipped)} rows could be used; the first: "
+        return (f"{dataset}: none of its {_rows(len(skipped))} could be used; the first: "
                 f"{skipped[0]}{hint}")
 
     bad_rows: list[str] = []
@@ -1095,6 +1095,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     flags = [flag for each in {parser, command} for action in each._actions
              for flag in action.option_strings]
     for token in argv:
+        if token == "--":  # (what follows is no flag)
+            break
         name = token.partition("=")[0]
         if name.startswith("--") and name not in flags:
             close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)

@@ -1908,11 +1908,12 @@ class Daemon:
         for topic in self._topics():
             found = None
             deadline = time.monotonic() + self._missing_topic_wait([topic])
-            while (found is None and time.monotonic() < deadline
+            # (kafka-python gives None or an empty set for a topic it does not know)
+            while (not found and time.monotonic() < deadline
                    and not self.stop_event.is_set()):  # (a stop ends the wait at once)
                 consumer.topics()  # refreshes the metadata
                 found = consumer.partitions_for_topic(topic)
-                if found is None:
+                if not found:
                     self.stop_event.wait(0.2)
             if not found:
                 setting = "kafka.input_topic" if topic == kafka.input_topic else "kafka.label_topic"

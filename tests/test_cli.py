@@ -1497,3 +1497,12 @@ def test_evaluate_with_a_warm_up_says_why_no_row_could_be_used(tmp_path):
                                           r"1 row could not be used, the first: .*tx\.csv:2: "
                                           r"feature 'fraud' is not a number"):
         evaluate(config, str(data), target="amount")
+
+
+def test_what_follows_a_double_dash_is_no_flag():
+    # A file named like a flag, after "--", was taken for a misspelt --target.
+    from connectors.cli import _parse
+
+    args = _parse(build_parser(), ["replay", "--topic", "t", "--bootstrap-servers",
+                                   "127.0.0.1:1", "--", "--target.csv"])
+    assert args.source == "--target.csv"

@@ -723,6 +723,29 @@ def test_a_topic_the_daemon_did_not_create_is_waited_for_seconds_not_a_request_t
     assert daemon._missing_topic_wait(["in"]) == 30.0
 
 
+def test_a_missing_input_topic_is_waited_for_though_kafka_python_knows_it_as_empty(
+        tmp_path, monkeypatch):
+    # kafka-python 3 gives an empty set, not None, for a topic it does not know: the wait
+    # ended at once, and a topic created by another tool a moment before was called missing.
+    import connectors.daemon
+
+    monkeypatch.setattr(connectors.daemon, "MISSING_TOPIC_SECONDS", 0.6)
+    daemon = Daemon(_config("127.0.0.1:1", tmp_path, **{"kafka.create_topics": False}))
+
+    class Consumer:
+        asked = 0
+
+        def topics(self):
+            return set()
+
+        def partitions_for_topic(self, topic):
+            Consumer.asked += 1
+            return {0} if Consumer.asked >= 3 else set()  # listed at the third look
+
+    partitions = daemon._partitions(Consumer())
+    assert [tp.partition for tp in partitions] == [0] and Consumer.asked == 3
+
+
 @pytest.mark.broker
 def test_a_missing_input_topic_names_its_setting(broker, tmp_path):  # noqa: F811
     config = _config(broker.bootstrap_servers, tmp_path, **{
