@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--target", default="y",
                         help="label column of a CSV/JSONL file (default: y)")
     replay.add_argument("--limit", type=_count, default=None,
-                        help="produce only the first N points")
+                        help="produce only the first N rows (a file of the daemon's messages: "
+                             "the first N messages, labels and forgets included)")
     replay.add_argument("--id-prefix", default="",
                         help="ids are PREFIX + the id column's value, or the row number")
     replay.add_argument("--id-column", default=None, metavar="NAME",
@@ -542,11 +543,13 @@ def replay(
     sent = 0
     # Rows skipped when sending: those of the check again, unless the file changed since.
     skipped = _FirstFew(REPLAY_BAD_ROWS_NAMED) if skip_bad_rows else None
+    points = 0  # (--unlabelled-every counts points: a file's labels and forgets are none)
     try:
-        for index, (identifier, x, y) in enumerate(records(skipped)):
+        for identifier, x, y in records(skipped):
             message: dict[str, Any] = {"id": identifier, "x": x} if x is not None else y
+            points += x is not None
             if x is not None and y is not None and not (
-                    unlabelled_every and (index + 1) % unlabelled_every == 0):
+                    unlabelled_every and points % unlabelled_every == 0):
                 message["y"] = y
             kafka_key = str(identifier if key is None else key).encode()
             producer.send(topic, key=kafka_key, value=encode(message))

@@ -151,6 +151,7 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
            bad_rows: list[str] | None = None, unlabelled: bool = False,
            number_rows: bool = False, locations: list[str] | None = None,
            controls: bool = False) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
+    form: dict[str, str] = {}  # "messages" or "rows", once a line says which (_jsonl_row)
     with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
         for line, text in enumerate(handle, start=1):
@@ -159,7 +160,7 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
             row += 1
             try:
                 identifier, x, y = _jsonl_row(text, f"{path}:{line}", target, read, id_column,
-                                              unlabelled, controls)
+                                              unlabelled, controls, form)
             except SourceError as exc:
                 if bad_rows is None:
                     raise
@@ -184,11 +185,15 @@ def _control_kind(document: dict[str, Any]) -> str | None:
 
 def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
                id_column: str | None, unlabelled: bool = False,
-               controls: bool = False) -> tuple[Any, dict[str, float] | None, Any]:
+               controls: bool = False, form: dict[str, str] | None = None
+               ) -> tuple[Any, dict[str, float] | None, Any]:
     """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
-    as the daemon reads it) gives y None; otherwise it is an error. A late label, forget or
-    relabel message gives ``(id, None, the message)`` with ``controls``, else SourceError."""
+    as the daemon reads it) gives y None; otherwise it is an error. In a file of the daemon's
+    messages (``form``, the file's: its first line with features says), a late label, forget
+    or relabel message gives ``(id, None, the message)`` with ``controls``, else SourceError;
+    in a file of flat rows, ``{"id": ..., "y": ...}`` is a row of no feature, and "op" a
+    feature."""
     from connectors.messages import Malformed, unique_fields
     from connectors.messages import _reject_constant as reject_constant
     from connectors.messages import features_of as daemon_features
@@ -207,7 +212,13 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         raise SourceError(f"{where}: not JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise SourceError(f"{where}: each line must be a JSON object")
-    control = _control_kind(document)
+    form = {} if form is None else form
+    if "form" not in form:
+        if isinstance(document.get("x"), dict):
+            form["form"] = "messages"
+        elif set(document) - {"id", "y", "op", target}:
+            form["form"] = "rows"
+    control = _control_kind(document) if form.get("form") == "messages" else None
     if control is not None:
         # Read line by line as a flat row, {"id": "a", "y": true} became a point of the
         # feature "id" (or of no feature), learned while the features it labels waited.

@@ -1506,3 +1506,53 @@ def test_what_follows_a_double_dash_is_no_flag():
     args = _parse(build_parser(), ["replay", "--topic", "t", "--bootstrap-servers",
                                    "127.0.0.1:1", "--", "--target.csv"])
     assert args.source == "--target.csv"
+
+
+def test_a_flat_jsonl_row_of_only_id_and_label_or_a_feature_named_op_is_a_point():
+    # Read as the daemon's late label, a sparse row {"id": "b", "y": -1} (no feature but 0)
+    # was sent as a label for an id never sent, and dead-lettered; a feature named "op" made
+    # every row a malformed op. Only a file of the daemon's messages (its points carry "x")
+    # holds labels, forgets and relabels.
+    import os
+    import tempfile
+
+    from connectors.sources import iter_records, raw_label
+
+    def rows(text: str, **options):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
+            handle.write(text)
+        try:
+            return list(iter_records(handle.name, "y", None, raw_label, unlabelled=True,
+                                     number_rows=True, controls=True, **options))
+        finally:
+            os.unlink(handle.name)
+
+    assert rows('{"id": "a", "f": 1.0, "y": 1}\n{"id": "b", "y": -1}\n', id_column="id") == [
+        ("a", {"f": 1.0}, 1), ("b", {}, -1)]
+    assert rows('{"op": 3.0, "f": 1.0, "y": 1}\n{"op": 1.0, "y": 0}\n') == [
+        (0, {"op": 3.0, "f": 1.0}, 1), (1, {"op": 1.0}, 0)]
+    assert rows('{"id": "a", "x": {"f": 1.0}}\n{"id": "a", "y": 1}\n') == [
+        ("a", {"f": 1.0}, None), ("a", None, {"id": "a", "y": 1})]
+
+
+@pytest.mark.broker
+def test_replay_counts_points_for_unlabelled_every_not_labels_and_forgets(tmp_path):
+    from connectors.broker import EmbeddedBroker, free_loopback_port
+    from connectors.cli import replay
+    from tests.connectors_helpers import read_all, unique
+
+    data = tmp_path / "messages.jsonl"
+    data.write_text('{"id": "p0", "x": {"f": 1.0}, "y": true}\n{"op": "forget", "id": "p0"}\n'
+                    '{"id": "p1", "x": {"f": 2.0}, "y": false}\n'
+                    '{"id": "p2", "x": {"f": 3.0}, "y": true}\n')
+    broker = EmbeddedBroker(port=free_loopback_port(), start_timeout=20).start()
+    try:
+        topic = unique("replay-every")
+        assert replay(str(data), topic, broker.bootstrap_servers, progress=False,
+                      unlabelled_every=2) == 4
+        sent = read_all(broker.bootstrap_servers, topic, 4)
+    finally:
+        broker.stop()
+    # the second point (p1) goes without its label, not the second row's (a forget)
+    assert sent == [{"id": "p0", "x": {"f": 1.0}, "y": True}, {"op": "forget", "id": "p0"},
+                    {"id": "p1", "x": {"f": 2.0}}, {"id": "p2", "x": {"f": 3.0}, "y": True}]
