@@ -99,6 +99,7 @@ class DirectoryLock:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self._handle: Any = None
+        self._pid_written = True  # (False while the lock file holds another's pid)
         #: the directories acquire created, the deepest first: released with nothing but the
         #: lock file in them (a refused start), they are removed again
         self._created: list[Path] = []
@@ -159,23 +160,47 @@ class DirectoryLock:
             with contextlib.suppress(OSError, ValueError):
                 pid = int(path.read_text().strip())
                 holder = f" (process {pid}, as its lock file says)"
+                if not _running(pid):
+                    # (The holder took the lock on a full or read-only file system, where it
+                    # could not write its pid: the one there is an earlier daemon's.)
+                    holder = (f" (its lock file names process {pid}, which is not running: "
+                              "the daemon holding the lock could not write its own pid there, "
+                              "on a full or read-only file system)")
             raise _LockBusy(
                 f"checkpoint directory {self.directory} is in use by another daemon{holder}: "
                 "stop it, or give this one another checkpoint.dir (--checkpoint-dir)") from None
+        self._handle = handle
+        self._pid_written = False
+        if writable:
+            try:
+                self._write_pid()
+            except OSError as exc:
+                # (A full disk.) The lock is held all the same (flock needs no data; the pid
+                # only tells an operator who holds it): the daemon starts, and its checkpoints
+                # fail, logged, until the disk has room, as when it fills while the daemon
+                # runs; the pid is written with the first checkpoint that can be. The start
+                # was refused with a bare "[Errno 28] No space left on device".
+                log.warning("cannot write this daemon's pid into the lock file %s (%s): the "
+                            "checkpoint directory is locked all the same", path,
+                            exc.strerror or exc)
+
+    def _write_pid(self) -> None:
+        """This process's pid into the lock file it holds (OSError when it cannot be)."""
+        assert self._handle is not None
+        if "+" in self._handle.mode:
+            descriptor, own = self._handle.fileno(), False
+        else:  # (locked read-only: written through a descriptor of its own, once it can be)
+            descriptor = os.open(self.directory / ".lock",
+                                 os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            own = True
         try:
             # Unbuffered, on the descriptor: nothing is left for the handle to flush later.
-            if writable:
-                os.ftruncate(descriptor, 0)
-                os.write(descriptor, str(os.getpid()).encode())
-        except OSError as exc:
-            # (A full disk.) The lock is held all the same (flock needs no data; the pid only
-            # tells an operator who holds it): the daemon starts, and its checkpoints fail,
-            # logged, until the disk has room, as when it fills while the daemon runs. The
-            # start was refused with a bare "[Errno 28] No space left on device".
-            log.warning("cannot write this daemon's pid into the lock file %s (%s): the "
-                        "checkpoint directory is locked all the same", path,
-                        exc.strerror or exc)
-        self._handle = handle
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, str(os.getpid()).encode())
+        finally:
+            if own:
+                os.close(descriptor)
+        self._pid_written = True
 
     def held(self) -> bool:
         """Whether the directory's lock file is still the one this lock holds."""
@@ -189,8 +214,12 @@ class DirectoryLock:
         return (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino)
 
     def verify(self) -> None:
-        """Hold the lock of the directory as it is now (see the class)."""
+        """Hold the lock of the directory as it is now (see the class), with this process's
+        pid in its lock file once it can be written."""
         if self.held():
+            if not self._pid_written:
+                with contextlib.suppress(OSError):
+                    self._write_pid()
             return
         self.release()
         try:
@@ -218,6 +247,21 @@ class DirectoryLock:
                     for directory in self._created:
                         directory.rmdir()  # (stops at the first one not empty)
         self._created = []
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of this pid runs (one of another user's counts)."""
+    if pid <= 0:
+        return True  # (no process's pid: cannot tell, as the lock file says)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError, ValueError):
+        return True  # (cannot tell: as the lock file says)
+    return True
 
 
 @dataclass

@@ -1533,14 +1533,26 @@ def test_a_read_only_checkpoint_directory_is_locked_through_its_lock_file(tmp_pa
             raise OSError(errno.EROFS, "Read-only file system", str(path))
         return real_open(path, flags, *mode)
 
+    # The pid there is an earlier daemon's, which has stopped.
+    (directory / ".lock").write_text("999999999")
     monkeypatch.setattr(connectors.checkpoint.os, "open", read_only)
     lock = DirectoryLock(directory)
     lock.acquire()
     assert lock.held()
     assert "cannot be written (Read-only file system): locked through its existing lock file" \
         in caplog.text
-    with pytest.raises(CheckpointError, match="in use by another daemon"):
-        DirectoryLock(directory).acquire()  # (the read-only lock excludes as the other does)
+    # (the read-only lock excludes as the other does, and does not blame the stopped daemon)
+    with pytest.raises(CheckpointError, match=r"in use by another daemon \(its lock file names "
+                                              r"process 999999999, which is not running"):
+        DirectoryLock(directory).acquire()
+    lock.verify()  # still read-only: nothing written, nothing raised
+    assert (directory / ".lock").read_text() == "999999999"
+    monkeypatch.setattr(connectors.checkpoint.os, "open", real_open)
+    lock.verify()  # writable again: the first check (before a checkpoint) writes this pid
+    assert (directory / ".lock").read_text() == str(os.getpid())
+    with pytest.raises(CheckpointError, match=rf"\(process {os.getpid()}, as its lock file says"):
+        DirectoryLock(directory).acquire()
+    monkeypatch.setattr(connectors.checkpoint.os, "open", read_only)
     lock.release()
     (directory / ".lock").unlink()
     # Without a lock file there is nothing to lock: refused by name, as before.
