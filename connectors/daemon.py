@@ -967,6 +967,8 @@ class Daemon:
         #: ahead, which the model reads past before it publishes (predictors keep that state)
         self._publish_from: dict[str, int] | None = None
         self._checkpointed_epoch = -1  # the epoch the restored checkpoint published under
+        # What the daemon that wrote the restored checkpoint had committed before it.
+        self._committed_before: dict[str, set[int]] = {}
         self._lock_lost = False  # another daemon locked the checkpoint directory: stop
         self._lock_checked_at = 0.0  # (_check_the_lock)
         self._created_topics: set[str] = set()  # topics this daemon created (create_topics)
@@ -1253,6 +1255,11 @@ class Daemon:
             processor.load_state(checkpoint.state["processor"], checkpoint.cache_arrays)
             epoch = checkpoint.state.get("state_epoch", -1)
             self._checkpointed_epoch = epoch if isinstance(epoch, int) else -1
+            before = checkpoint.state.get("committed_before")
+            self._committed_before = ({str(name): {v for v in offsets if isinstance(v, int)}
+                                       for name, offsets in before.items()
+                                       if isinstance(offsets, list)}
+                                      if isinstance(before, dict) else {})
             return processor
 
         start_fresh = config.checkpoint.start_fresh
@@ -1985,10 +1992,12 @@ class Daemon:
                 if (committed is not None and committed != expected.get(name, resume)
                         and self.role != "predictor"):
                     difference = f"{name} committed {committed}, the model {resume}"
-                    if (committed < expected.get(name, resume)
-                            and (found.metadata or "").startswith(COMMIT_METADATA_PREFIX)):
-                        # A daemon's own commit (its metadata), behind its newest checkpoint:
-                        # it stopped between writing a checkpoint and committing its offsets.
+                    if committed < expected.get(name, resume) and (
+                            (found.metadata or "").startswith(COMMIT_METADATA_PREFIX)
+                            or committed in self._committed_before.get(name, ())):
+                        # A daemon's own commit (its metadata, or the offsets its previous
+                        # checkpoint covered), behind its newest checkpoint: it stopped
+                        # between writing a checkpoint and committing its offsets.
                         uncommitted.append(difference)
                     else:
                         ignored.append(difference)
@@ -3130,6 +3139,16 @@ class Daemon:
             # should not go without the model, or serve an older one, while it stays idle.
             self._publish()
 
+    def _known_commits(self) -> dict[str, list[int]]:
+        """Per partition, the group's committed offset as this daemon knows it, and those of
+        its commits that raised (each may have been made)."""
+        known: dict[str, set[int]] = {name: set(offsets)
+                                      for name, offsets in self._attempted.items()}
+        for name, found in self._group_known.items():
+            if found is not None:
+                known.setdefault(name, set()).add(found[0])
+        return {name: sorted(offsets) for name, offsets in known.items()}
+
     def checkpoint(self) -> None:
         """Write a checkpoint of the model and the processed offsets (outputs are flushed);
         with model.scope partition or key, publish every changed model's state and commit
@@ -3145,6 +3164,11 @@ class Daemon:
             # (which of the topics read was the input: a model may have read only labels)
             "input_topic": self.config.kafka.input_topic,
             "processor": self.processor.state(),
+            # The group's offsets as this daemon knows them when it writes this checkpoint
+            # (with those of commits that failed, which may have been made): found at a
+            # restart, the daemon stopped between this checkpoint and its commit (the commit's
+            # metadata would say so, but not every broker keeps it).
+            "committed_before": self._known_commits(),
         }
         if self._epoch is not None:
             state["state_epoch"] = self._epoch

@@ -1177,6 +1177,45 @@ def test_committed_offsets_other_than_the_models_are_named_at_the_start(tmp_path
     assert "committed offsets differ" not in caplog.text
 
 
+def test_a_kill_between_checkpoint_and_commit_is_known_without_commit_metadata(tmp_path,
+                                                                              caplog):
+    # The embedded broker keeps no commit metadata (it reads back None): the restart after a
+    # kill between a checkpoint and its commit still warned that "a tool reset them". The
+    # checkpoint records the group's offsets as the daemon knew them when it was written.
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    writer = Daemon(_settings(tmp_path))
+    writer._store = CheckpointStore(writer.config.checkpoint.dir)
+    writer.processor = writer._restore()
+    writer.processor.offsets.update({"in:0": 800})
+    writer._group_known = {"in:0": (720, "")}  # (its last commit, or the one found at start)
+    writer._attempted = {"in:0": {760}}  # (a commit that raised: it may have been made)
+    writer.checkpoint()
+    assert writer._store.paths()
+
+    class Consumer:
+        def __init__(self, offset: int) -> None:
+            self.offset = offset
+
+        def committed(self, tp, metadata=False):
+            return OffsetAndMetadata(self.offset, None, -1)
+
+        def seek(self, tp, offset):
+            pass
+
+    for committed, level in ((720, "INFO"), (760, "INFO"), (5, "WARNING")):
+        daemon = Daemon(_settings(tmp_path))
+        daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
+        daemon.processor = daemon._restore()
+        caplog.clear()
+        with caplog.at_level("INFO", logger="connectors.daemon"):
+            daemon._seek(Consumer(committed), [TopicPartition("in", 0)])
+        said = [r for r in caplog.records if "committed offsets" in r.getMessage()]
+        assert [r.levelname for r in said] == [level], (committed, caplog.text)
+        assert f"in:0 committed {committed}, the model 800" in said[0].getMessage()
+
+
 def test_a_daemon_stopped_between_its_checkpoint_and_its_commit_is_no_warning(tmp_path,
                                                                                caplog):
     # After a kill between writing a checkpoint and committing its offsets, every restart
