@@ -42,6 +42,7 @@ import decimal
 import hashlib
 import math
 import numbers
+import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -79,6 +80,7 @@ from stream_svm._engine_model import (
 )
 from stream_svm._input import (
     FeatureSpace,
+    caller_level,
     check_classes,
     check_paired,
     class_of,
@@ -124,95 +126,12 @@ def _two_sum(hi: np.ndarray, lo: np.ndarray, delta: np.ndarray) -> tuple[np.ndar
     return total, lo + error
 
 
-#: Iterative refinement of the solve: at most this many corrections, each from the residual
-#: b - A w computed in double-double from the compensated A and b.
-REFINE_STEPS = 30
-#: The refinement runs where eps times the condition estimate (from the factor's pivots,
-#: scaled) passes this: below, a plain solve is within about this of the solution (random
-#: Fourier features on Bananas, 3,000 samples: rho = 1e-4, 6e-12, solved plainly; rho = 1e-6,
-#: 1.9e-9, refined to the refined-always solution's bits at 3.9x the time per learn).
-REFINE_FROM = 1e-10
-#: A solution whose last correction stays above this share of it is refused: float64's factor
-#: cannot reach the system's solution (features too large next to rho).
-REFINE_TOLERANCE = 1e-8
-_SPLITTER = 134217729.0  # 2^27 + 1: Veltkamp's split of a double into two 26-bit halves
-
-
-def _split(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    scaled = _SPLITTER * values
-    high = scaled - (scaled - values)
-    return high, values - high
-
-
-def _residual(A_hi: np.ndarray, A_lo: np.ndarray, b_hi: np.ndarray, b_lo: np.ndarray,
-              w: np.ndarray) -> np.ndarray:
-    """b - A w, with A = A_hi + A_lo and b = b_hi + b_lo, to about eps^2 of its terms: each
-    product's rounding error recovered exactly (Dekker) and the sums compensated (Knuth), so
-    that a correction solved from it moves w towards the system's own solution, however far
-    float64's factor of A is from A."""
-    products = A_hi * w[None, :]
-    A_high, A_low = _split(A_hi)
-    w_high, w_low = _split(w)
-    errors = (((A_high * w_high[None, :] - products) + A_high * w_low[None, :])
-              + A_low * w_high[None, :]) + A_low * w_low[None, :]
-    compensation = b_lo - A_lo @ w - errors.sum(axis=1)
-    # Each row's b_hi - sum(products) summed pairwise, every addition's rounding error kept
-    # exactly (Knuth's two-sum) and added to the compensation: about eps^2 of the terms, in
-    # log2(columns) vectorized steps.
-    terms = np.concatenate([b_hi[:, None], -products], axis=1)
-    while terms.shape[1] > 1:
-        if terms.shape[1] % 2:
-            terms = np.concatenate([terms, np.zeros((terms.shape[0], 1))], axis=1)
-        left, right = terms[:, 0::2], terms[:, 1::2]
-        summed = left + right
-        part = summed - left
-        compensation += ((left - (summed - part)) + (right - part)).sum(axis=1)
-        terms = summed
-    return terms[:, 0] + compensation
-
-
-def _solve_normal_equations(A_hi: np.ndarray, A_lo: np.ndarray, b_hi: np.ndarray,
-                            b_lo: np.ndarray) -> tuple[np.ndarray, float]:
-    """The solution w of (A_hi + A_lo) w = b_hi + b_lo (A symmetric positive definite; raises
-    LinAlgError when float64's Cholesky factorization finds it is not), and the size of its
-    last correction relative to it (0 when none was needed).
-
-    A plain solve loses eps times A's condition number once A is scaled to a unit diagonal
-    (features of any size in their own columns cost nothing), which features far from one
-    another's span, or far above sqrt(rho), make large: one sample of features 1e7 among
-    unit-scale ones left decision values 3e-4 off. Where the factor's diagonal says so, the
-    system is scaled so by powers of two (exact) and corrections solved from the residual
-    computed in double-double bring w to its own solution, as long as eps times the condition
-    stays below about 1; beyond, they do not shrink, and the caller refuses the update."""
-    factor = cho_factor(A_hi + A_lo, lower=True, check_finite=False)
-    w = cho_solve(factor, b_hi + b_lo, check_finite=False)
-    diagonal = np.diag(A_hi)
-    pivots = np.diag(factor[0])
-    # The squared pivots of A scaled to a unit diagonal: at most 1 (the first is 1), and
-    # their smallest about 1 / its condition number (nan or inf for a diagonal of 0 or inf,
-    # which goes on to the refinement, whose scale leaves such columns as they are).
-    with np.errstate(divide="ignore", invalid="ignore"):
-        smallest = (pivots * pivots / diagonal).min(initial=1.0)
-    if smallest >= _EPS / REFINE_FROM or not np.isfinite(w).all():
-        return w, 0.0
-    usable = np.isfinite(diagonal) & (diagonal > 0)
-    scale = np.ones_like(b_hi)
-    scale[usable] = np.exp2(-np.round(np.log2(diagonal[usable]) / 2))
-    outer = scale[:, None] * scale[None, :]
-    A_hi, A_lo, b_hi, b_lo = A_hi * outer, A_lo * outer, b_hi * scale, b_lo * scale
-    scaled_factor = (factor[0] * scale[:, None], True)
-    z = w / scale
-    change = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for _ in range(REFINE_STEPS):
-            correction = cho_solve(scaled_factor, _residual(A_hi, A_lo, b_hi, b_lo, z),
-                                   check_finite=False)
-            size, moved = np.abs(z).max(), np.abs(correction).max()
-            z = z + correction
-            change = moved / size if size > 0 else (0.0 if moved == 0 else np.inf)
-            if not change > 4 * _EPS:  # (nan: not finite, refused by the caller)
-                break
-    return z * scale, change
+#: eps times the normal equations' condition number (estimated from the factor's pivots,
+#: the system scaled to a unit diagonal) above which a model warns that its solution may be
+#: off by that much: float64 cannot solve them more closely.
+CONDITIONING_WARNING = 1e-8
+#: The model types warned of their conditioning in this process (once each).
+_CONDITIONING_WARNED: set[type] = set()
 
 
 _EPS = float(np.finfo(float).eps)
@@ -729,20 +648,17 @@ class _IncrementalLSSVM(FixedParameters):
                      f"the one learned), or {conditioning}"
                      if len(remove) and not removing_learned else conditioning)
             try:
-                solution, change = _solve_normal_equations(new_gram_hi, new_gram_lo,
-                                                           new_rhs_hi, new_rhs_lo)
+                factor = cho_factor(new_gram_hi + new_gram_lo, lower=True, check_finite=False)
             except LinAlgError:
                 raise ValueError(
                     f"this update leaves rho I + Phi Phi^T not positive definite: {cause}; "
                     "the model is unchanged") from None
+            solution = cho_solve(factor, new_rhs_hi + new_rhs_lo, check_finite=False)
             if not np.isfinite(solution).all():
                 raise ValueError(f"the updated system is numerically singular: {cause}; the "
                                  "model is unchanged")
-            if not change <= REFINE_TOLERANCE:
-                raise ValueError(
-                    "this update leaves rho I + Phi Phi^T too ill-conditioned for float64 to "
-                    f"solve (corrections of the solution stay at {change:.1g} of it): "
-                    f"{cause}; the model is unchanged")
+            if type(self) not in _CONDITIONING_WARNED:
+                self._warn_of_conditioning(factor[0], np.diag(new_gram_hi))
 
         if self.features == "rff" and len(add):
             (scale_mean, scale_m2, scale_count, samples_added,
@@ -764,6 +680,27 @@ class _IncrementalLSSVM(FixedParameters):
         return [({names[i]: float(row[i]) for i in np.flatnonzero(row)},
                  self._target_value(float(target)))
                 for row, target in zip(rows_add, y_add, strict=True)]
+
+    def _warn_of_conditioning(self, factor: np.ndarray, diagonal: np.ndarray) -> None:
+        """Warn (once per process and model type) when the normal equations just solved are
+        so ill-conditioned that float64's solution may be off by more than
+        CONDITIONING_WARNING of its size: one sample of features 1e7 among 11 unit-scale
+        ones left decision values 3e-4 off (1e8: 1e-2), without a word."""
+        pivots = np.diag(factor)
+        # The squared pivots of the system scaled to a unit diagonal: at most 1, and their
+        # smallest about 1 / its condition number (a cheap estimate: it may miss some).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            smallest = float((pivots * pivots / diagonal).min(initial=1.0))
+        if not smallest > 0 or _EPS / smallest > CONDITIONING_WARNING:
+            _CONDITIONING_WARNED.add(type(self))
+            size = f"about {_EPS / smallest:.0e}" if smallest > 0 else "all"
+            warnings.warn(
+                f"{type(self).__name__}: its normal equations (rho I + Phi Phi^T) are so "
+                f"ill-conditioned (condition number about {1 / smallest:.0e} once scaled) "
+                f"that their float64 solution, and so its decision values, may be off by "
+                f"{size} of their size: standardize the features (large raw values, or "
+                f"features nearly equal to one another), or raise rho (now {self.rho!r})",
+                UserWarning, stacklevel=caller_level())
 
     def _check_feature_bounds(self, added: int, total: int) -> None:
         # A state over J feature names (J x J, or J x n_components frequencies for "rff"):
