@@ -688,9 +688,9 @@ class _IncrementalLSSVM(FixedParameters):
         ones left decision values 3e-4 off (1e8: 1e-2), without a word."""
         pivots = np.diag(factor)
         # The squared pivots of the system scaled to a unit diagonal: at most 1, and their
-        # smallest about 1 / its condition number (a cheap estimate: it may miss some).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            smallest = float((pivots * pivots / diagonal).min(initial=1.0))
+        # smallest about 1 / its condition number (a cheap estimate: it may miss some). (The
+        # diagonal is positive: rho, or for the bias the number of samples held.)
+        smallest = float((pivots * pivots / diagonal).min(initial=1.0))
         if not smallest > 0 or _EPS / smallest > CONDITIONING_WARNING:
             _CONDITIONING_WARNED.add(type(self))
             size = f"about {_EPS / smallest:.0e}" if smallest > 0 else "all"
