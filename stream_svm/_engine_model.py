@@ -637,7 +637,7 @@ def _check_C(C: object) -> float:
 
 
 #: The C a model takes: coefficients and their sums stay within float64's normal range.
-C_RANGE = (1e-150, 1e150)
+C_RANGE = (1e-150, 1e300)
 
 
 def _check_far_points(value: object) -> None:
@@ -673,9 +673,11 @@ def warn_of_unused_parameters(model: Any, unused: Iterable[str], what: str, hint
     >>> print(caught[0].message)  # doctest: +ELLIPSIS
     IncrementalSVC: gamma=0.5 does not apply to kernel='linear' and is ignored (...)
     """
+    # (A subclass's constructor may leave a parameter out, fixing it: nothing given there.)
     defaults = inspect.signature(type(model).__init__).parameters
     given = [f"{name}={getattr(model, name)!r}" for name in unused
-             if not _same_value(getattr(model, name), defaults[name].default)]
+             if name in defaults and hasattr(model, name)
+             and not _same_value(getattr(model, name), defaults[name].default)]
     if given:
         verb = "does not apply" if len(given) == 1 else "do not apply"
         warnings.warn(f"{type(model).__name__}: {', '.join(given)} {verb} to {what} and "
@@ -860,8 +862,9 @@ class _EngineModel(FixedParameters):
         _check_feature_limit("max_new_features", self.max_new_features)
         _check_far_points(self.far_points)
         kernel = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0)
-        unused = {"linear": ("gamma", "degree", "coef0"), "rbf": ("degree", "coef0"),
-                  "poly": ()}.get(self.kernel, ("gamma", "degree", "coef0"))  # (a callable)
+        # (A callable kernel may not hash: scikit-learn's kernels and dataclasses do not.)
+        unused = ({"linear": ("gamma", "degree", "coef0"), "rbf": ("degree", "coef0")}.get(
+            self.kernel, ()) if isinstance(self.kernel, str) else ("gamma", "degree", "coef0"))
         warn_of_unused_parameters(
             self, unused, f"kernel={self.kernel!r}" if isinstance(self.kernel, str)
             else "a kernel function", "gamma shapes the 'rbf' and 'poly' kernels, degree and "

@@ -701,8 +701,8 @@ def test_parameters_at_their_defaults_or_used_by_the_kernel_are_not_warned_of():
 
 
 @pytest.mark.parametrize("make, named", [
-    (lambda: IncrementalSVC(C=1e-320), r"C must be from 1e-150 to 1e\+150, got 1e-320"),
-    (lambda: SlidingWindowSVR(C=1e308), r"C must be from 1e-150 to 1e\+150, got 1e\+308"),
+    (lambda: IncrementalSVC(C=1e-320), r"C must be from 1e-150 to 1e\+300, got 1e-320"),
+    (lambda: SlidingWindowSVR(C=1e308), r"C must be from 1e-150 to 1e\+300, got 1e\+308"),
     (lambda: IncrementalSVC(classes=[None, 1]), r"classes: class None must be a string"),
     (lambda: AlphaISVC(classes=[float("nan"), 1]), r"classes: class nan must be finite"),
 ])
@@ -721,3 +721,31 @@ def test_a_column_named_none_is_named_as_pandas_holds_it(make):
     with pytest.raises(TypeError, match=r"feature name nan is not equal to itself \(NaN\).*"
                                         r"pandas holds a column named None as NaN"):
         make().learn_many(X, pd.Series([True, False, True]))
+
+
+def test_an_unhashable_kernel_and_a_subclass_without_the_kernel_parameters_construct():
+    # The check of parameters a kernel does not use looked the kernel up in a dict (a
+    # callable class with __eq__ and no __hash__, as scikit-learn's kernels, raised
+    # TypeError), and read every parameter from the constructor's signature (KeyError).
+    from dataclasses import dataclass
+
+    @dataclass
+    class Gaussian:
+        width: float = 1.0
+
+        def __call__(self, A, B):
+            squared = ((A[:, None, :] - B[None, :, :]) ** 2).sum(axis=2)
+            return np.exp(-squared / self.width)
+
+    model = IncrementalSVC(kernel=Gaussian())
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": -1.0}, False)
+    assert model.predict_one({"a": 0.9}) is True
+
+    class LinearSVC(IncrementalSVC):
+        def __init__(self, C: float = 1.0) -> None:
+            super().__init__(C=C, kernel="linear")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LinearSVC(C=2.0).learn_one({"a": 1.0}, True)
