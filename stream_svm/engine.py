@@ -879,7 +879,9 @@ class PathEngine:
         # the model that never saw the refused update). The compiled loop is faster than
         # numpy for polynomial kernels (0.2x-0.9x the time, one BLAS thread) and within 1.4x
         # for linear ones, except large blocks of many features, which BLAS's blocking reads
-        # far fewer times (3.9x at 1000 columns of 5000 points and 200 features).
+        # far fewer times (3.9x at 1000 columns of 5000 points and 200 features): there, S's
+        # columns recomputed after a rollback may differ in their last bits from those the
+        # model had (as exact; a review saw alpha 1.4e-17 from the twin's at 80 features).
         if kind >= 0 and not (kind == _pathcore.KERNEL_LINEAR and positions.size >= 64
                               and self.dim >= 64):
             features = self._features_by_column() if features is None else features
