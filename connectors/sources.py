@@ -151,7 +151,7 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
            bad_rows: list[str] | None = None, unlabelled: bool = False,
            number_rows: bool = False, locations: list[str] | None = None,
            controls: bool = False) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
-    form: dict[str, str] = {}  # "messages" or "rows", once a line says which (_jsonl_row)
+    form = {"form": _jsonl_form(path, target)}
     with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
         for line, text in enumerate(handle, start=1):
@@ -173,6 +173,30 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
             yield identifier, x, y
 
 
+def _jsonl_form(path: Path, target: str) -> str:
+    """Whether a JSON-lines file holds the daemon's messages ("messages": its points carry
+    their features in "x") or flat rows ("rows"), from its first line that says: one with an
+    object "x", or one with a field beside "id", "y", "op" and the label column. Lines that
+    are not JSON objects say nothing, nor do labels and forgets, which may come first (a
+    file of late labels alone is one of messages). Decided line by line, a label or forget
+    before the first point was read as a flat row: a point of the feature "id"."""
+    with open(path, encoding="utf-8-sig") as handle:
+        for text in handle:
+            if not text.strip():
+                continue
+            try:
+                document = json.loads(text)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(document, dict):
+                continue
+            if isinstance(document.get("x"), dict):
+                return "messages"
+            if set(document) - {"id", "y", "op", "x", target}:  # ("x" not an object: bad)
+                return "rows"
+    return "messages"
+
+
 def _control_kind(document: dict[str, Any]) -> str | None:
     """What a JSON line of the daemon's own messages is when it is about an earlier message
     (a late label ``{"id", "y"}``, an ``op``: forget or relabel), else None (a point)."""
@@ -190,10 +214,9 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
     """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
     as the daemon reads it) gives y None; otherwise it is an error. In a file of the daemon's
-    messages (``form``, the file's: its first line with features says), a late label, forget
-    or relabel message gives ``(id, None, the message)`` with ``controls``, else SourceError;
-    in a file of flat rows, ``{"id": ..., "y": ...}`` is a row of no feature, and "op" a
-    feature."""
+    messages (``form``, the file's, :func:`_jsonl_form`), a late label, forget or relabel
+    message gives ``(id, None, the message)`` with ``controls``, else SourceError; in a file
+    of flat rows, ``{"id": ..., "y": ...}`` is a row of no feature, and "op" a feature."""
     from connectors.messages import Malformed, unique_fields
     from connectors.messages import _reject_constant as reject_constant
     from connectors.messages import features_of as daemon_features
@@ -212,13 +235,9 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
         raise SourceError(f"{where}: not JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise SourceError(f"{where}: each line must be a JSON object")
-    form = {} if form is None else form
-    if "form" not in form:
-        if isinstance(document.get("x"), dict):
-            form["form"] = "messages"
-        elif set(document) - {"id", "y", "op", target}:
-            form["form"] = "rows"
-    control = _control_kind(document) if form.get("form") == "messages" else None
+    # (Without the file's form, as for one line read alone: a point unless it is a message.)
+    control = (_control_kind(document) if (form or {}).get("form", "messages") == "messages"
+               else None)
     if control is not None:
         # Read line by line as a flat row, {"id": "a", "y": true} became a point of the
         # feature "id" (or of no feature), learned while the features it labels waited.

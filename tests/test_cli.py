@@ -1533,6 +1533,18 @@ def test_a_flat_jsonl_row_of_only_id_and_label_or_a_feature_named_op_is_a_point(
         (0, {"op": 3.0, "f": 1.0}, 1), (1, {"op": 1.0}, 0)]
     assert rows('{"id": "a", "x": {"f": 1.0}}\n{"id": "a", "y": 1}\n') == [
         ("a", {"f": 1.0}, None), ("a", None, {"id": "a", "y": 1})]
+    # A file of messages is one whatever comes first: a label, a forget, a bad line, or
+    # only labels (decided line by line, the first label became a point of the feature "id").
+    assert rows('{"id": 7, "y": 1}\n{"id": 8, "x": {"f": 1.0}, "y": 0}\n') == [
+        (7, None, {"id": 7, "y": 1}), (8, {"f": 1.0}, 0)]
+    assert rows('{"op": "forget", "id": 7}\n{"id": 8, "x": {"f": 1.0}}\n') == [
+        (7, None, {"op": "forget", "id": 7}), (8, {"f": 1.0}, None)]
+    assert rows('{"id": 7, "y": 1}\n{"id": 8, "y": 0}\n') == [
+        (7, None, {"id": 7, "y": 1}), (8, None, {"id": 8, "y": 0})]
+    bad: list[str] = []
+    assert rows('{"id": 6, "x": [1.0]}\n{"id": 7, "y": 1}\n{"id": 8, "x": {"f": 1.0}}\n',
+                bad_rows=bad) == [(7, None, {"id": 7, "y": 1}), (8, {"f": 1.0}, None)]
+    assert len(bad) == 1 and '"x" must be an object of features' in bad[0]
 
 
 @pytest.mark.broker
