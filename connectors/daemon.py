@@ -1994,10 +1994,14 @@ class Daemon:
                     difference = f"{name} committed {committed}, the model {resume}"
                     if committed < expected.get(name, resume) and (
                             (found.metadata or "").startswith(COMMIT_METADATA_PREFIX)
-                            or committed in self._committed_before.get(name, ())):
-                        # A daemon's own commit (its metadata, or the offsets its previous
-                        # checkpoint covered), behind its newest checkpoint: it stopped
-                        # between writing a checkpoint and committing its offsets.
+                            or (found.metadata is None
+                                and committed in self._committed_before.get(name, ()))):
+                        # A daemon's own commit (its metadata), behind its newest checkpoint:
+                        # it stopped between writing a checkpoint and committing its offsets.
+                        # A broker that keeps no commit metadata (None; the embedded one):
+                        # the group's offsets as that checkpoint recorded them, which an
+                        # operator's reset to those very offsets would read alike. (Kafka
+                        # keeps it: a tool's reset writes "".)
                         uncommitted.append(difference)
                     else:
                         ignored.append(difference)

@@ -1195,22 +1195,24 @@ def test_a_kill_between_checkpoint_and_commit_is_known_without_commit_metadata(t
     assert writer._store.paths()
 
     class Consumer:
-        def __init__(self, offset: int) -> None:
-            self.offset = offset
+        def __init__(self, offset: int, metadata: str | None) -> None:
+            self.offset, self.metadata = offset, metadata
 
         def committed(self, tp, metadata=False):
-            return OffsetAndMetadata(self.offset, None, -1)
+            return OffsetAndMetadata(self.offset, self.metadata, -1)
 
         def seek(self, tp, offset):
             pass
 
-    for committed, level in ((720, "INFO"), (760, "INFO"), (5, "WARNING")):
+    for committed, level, metadata in ((720, "INFO", None), (760, "INFO", None),
+                                       (5, "WARNING", None),
+                                       (720, "WARNING", "")):  # (Kafka: a tool's reset)
         daemon = Daemon(_settings(tmp_path))
         daemon._store = CheckpointStore(daemon.config.checkpoint.dir)
         daemon.processor = daemon._restore()
         caplog.clear()
         with caplog.at_level("INFO", logger="connectors.daemon"):
-            daemon._seek(Consumer(committed), [TopicPartition("in", 0)])
+            daemon._seek(Consumer(committed, metadata), [TopicPartition("in", 0)])
         said = [r for r in caplog.records if "committed offsets" in r.getMessage()]
         assert [r.levelname for r in said] == [level], (committed, caplog.text)
         assert f"in:0 committed {committed}, the model 800" in said[0].getMessage()
