@@ -1266,9 +1266,17 @@ class PathEngine:
                     stats = self._relearn(X_add, y_add, keys, remove, linear, gap)
         except _Derailed as exc:
             self._roll_back()
-            if self._loose_kkt or "max_breakpoints" in str(exc):
+            if "max_breakpoints" in str(exc):
                 raise ConvergenceError(str(exc)) from None  # (the public class, by name too)
-            derailed_by = str(exc)
+            if self._loose_kkt:
+                raise ConvergenceError(str(exc) + self._range_hint()) from None
+            derailed_by = str(exc) + self._range_hint()
+        except ConvergenceError as exc:
+            self._roll_back()
+            hint = "" if "max_breakpoints" in str(exc) else self._range_hint()
+            if hint and hint not in str(exc):
+                raise type(exc)(str(exc) + hint) from None
+            raise
         except BaseException:
             self._roll_back()
             raise
@@ -1383,6 +1391,16 @@ class PathEngine:
                     "unchanged"
                 )
         return total
+
+    def _range_hint(self) -> str:
+        """What a refusal adds where C times the kernel's scale leaves float64's sums no room
+        (C = 1e300 on features of 1e4 under a linear kernel: "the margin set is empty", or a
+        singular kernel matrix, named no cause)."""
+        reach = self.C * self._diag_scale
+        if not reach > 1e150:
+            return ""
+        return (f" (C * K(x, x) reaches {reach:.0e}: sums of coefficients times kernel "
+                "values leave float64's range; lower C)")
 
     def _remedy(self) -> str:
         # (A larger gamma brings an RBF kernel matrix nearer the identity; a polynomial one

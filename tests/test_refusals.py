@@ -749,3 +749,19 @@ def test_an_unhashable_kernel_and_a_subclass_without_the_kernel_parameters_const
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         LinearSVC(C=2.0).learn_one({"a": 1.0}, True)
+
+
+def test_a_refusal_where_c_times_the_kernel_leaves_float64s_range_names_c():
+    # C = 1e300 with features of 1e4 under a linear kernel: "the margin set is empty and no
+    # point can enter it", naming no cause.
+    from stream_svm import ConvergenceError
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2)) * 1e4
+    y = rng.random(60) < 0.5
+    model = IncrementalSVC(C=1e300, kernel="linear")
+    with pytest.raises(ConvergenceError, match=r"C \* K\(x, x\) reaches .*e\+30\d: sums of "
+                                               r"coefficients times kernel values leave "
+                                               r"float64's range; lower C"):
+        for row, label in zip(X, y, strict=True):
+            model.learn_one({"a": float(row[0]), "b": float(row[1])}, bool(label))
