@@ -6,6 +6,7 @@ import doctest
 import json
 import math
 import pickle
+import re
 import warnings
 from fractions import Fraction
 
@@ -936,16 +937,31 @@ def test_normal_equations_too_ill_conditioned_for_float64_are_warned_of(cls, mon
         warnings.simplefilter("error")
         for row, label in zip(rows[:-1], labels[:-1], strict=True):
             model.learn_one(dict(zip("abc", row, strict=True)), label)
-    with pytest.warns(UserWarning, match=r"normal equations .* are so ill-conditioned \("
-                                         r"condition number about .* once scaled\) that their "
-                                         r"float64 solution.* may be off by about"):
-        model.learn_one(dict(zip("abc", rows[-1], strict=True)), labels[-1])
+    model.learn_one(dict(zip("abc", rows[-1], strict=True)), labels[-1])
     x = dict(zip("abc", [0.3, -0.2, 0.5], strict=True))
     decision = model.predict_one(x) if regression else model.decision_function_one(x)
     signed = targets if regression else [1.0 if value > 0 else -1.0 for value in targets]
     exact = exact_decision(rows, signed, [0.3, -0.2, 0.5])
     # (what the warning is about: float64 is off, at most by what it says)
     assert 1e-8 < abs(decision - exact) < 1e-2
+    # Checked every CONDITIONING_CHECK_EVERY updates (the first one too): said within them,
+    # and the update it is said at, made an error, refused and said again when retried.
+    ordinary = {"a": 0.5, "b": 0.1, "c": 0.2}, 0.8 if regression else True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(stream_svm.lssvm.CONDITIONING_CHECK_EVERY):
+            try:
+                model.learn_one(*ordinary)
+            except UserWarning as warned:
+                said = str(warned)
+                break
+        else:
+            raise AssertionError("no conditioning warning")
+    assert re.search(r"normal equations .* are so ill-conditioned \(condition number about "
+                     r".* once scaled\) that their float64 solution.* may be off by about", said)
+    with pytest.warns(UserWarning, match="so ill-conditioned"):
+        model.learn_one(*ordinary)  # (the update refused by the error: said again)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per process and model type
-        model.learn_one({"a": 0.5, "b": 0.1, "c": 0.2}, 0.8 if regression else True)
+        for _ in range(2 * stream_svm.lssvm.CONDITIONING_CHECK_EVERY):
+            model.learn_one(*ordinary)
