@@ -163,9 +163,10 @@ class DirectoryLock:
                 if not _running(pid):
                     # (The holder took the lock on a full or read-only file system, where it
                     # could not write its pid: the one there is an earlier daemon's.)
-                    holder = (f" (its lock file names process {pid}, which is not running: "
-                              "the daemon holding the lock could not write its own pid there, "
-                              "on a full or read-only file system)")
+                    holder = (f" (its lock file names process {pid}, which is not running "
+                              "here: the daemon holding the lock runs elsewhere, in another "
+                              "container or host, or could not write its own pid there, on "
+                              "a full or read-only file system)")
             raise _LockBusy(
                 f"checkpoint directory {self.directory} is in use by another daemon{holder}: "
                 "stop it, or give this one another checkpoint.dir (--checkpoint-dir)") from None
@@ -184,6 +185,14 @@ class DirectoryLock:
                             "checkpoint directory is locked all the same", path,
                             exc.strerror or exc)
 
+    def catch_up_pid(self) -> None:
+        """Write this process's pid into the lock file it holds if it could not be written
+        when the lock was taken (a read-only or full file system), once it can be: until
+        then, the file names the daemon that wrote it before."""
+        if self._handle is not None and not self._pid_written:
+            with contextlib.suppress(OSError):
+                self._write_pid()
+
     def _write_pid(self) -> None:
         """This process's pid into the lock file it holds (OSError when it cannot be)."""
         assert self._handle is not None
@@ -193,6 +202,12 @@ class DirectoryLock:
             descriptor = os.open(self.directory / ".lock",
                                  os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             own = True
+            opened, held = os.fstat(descriptor), os.fstat(self._handle.fileno())
+            if (opened.st_dev, opened.st_ino) != (held.st_dev, held.st_ino):
+                # (Replaced since it was locked, maybe locked by another daemon by now:
+                # not this one's to write into.)
+                os.close(descriptor)
+                raise OSError(errno.ESTALE, "the lock file was replaced")
         try:
             # Unbuffered, on the descriptor: nothing is left for the handle to flush later.
             os.ftruncate(descriptor, 0)
@@ -217,9 +232,7 @@ class DirectoryLock:
         """Hold the lock of the directory as it is now (see the class), with this process's
         pid in its lock file once it can be written."""
         if self.held():
-            if not self._pid_written:
-                with contextlib.suppress(OSError):
-                    self._write_pid()
+            self.catch_up_pid()
             return
         self.release()
         try:

@@ -3108,7 +3108,10 @@ class Daemon:
         if lock is None or now < self._lock_checked_at + self.LOCK_CHECK_SECONDS:
             return
         self._lock_checked_at = now
-        if lock.held() or not lock.directory.is_dir():
+        if lock.held():
+            lock.catch_up_pid()  # (a directory read-only at start, writable again)
+            return
+        if not lock.directory.is_dir():
             return  # (a directory removed: the next checkpoint says so, and makes it again)
         try:
             lock.verify()

@@ -1548,7 +1548,14 @@ def test_a_read_only_checkpoint_directory_is_locked_through_its_lock_file(tmp_pa
     lock.verify()  # still read-only: nothing written, nothing raised
     assert (directory / ".lock").read_text() == "999999999"
     monkeypatch.setattr(connectors.checkpoint.os, "open", real_open)
-    lock.verify()  # writable again: the first check (before a checkpoint) writes this pid
+    # Writable again, but the lock file replaced meanwhile (another daemon may lock the new
+    # one): not this lock's to write into.
+    (directory / ".lock").rename(directory / ".lock-held")
+    (directory / ".lock").write_text("4242")
+    lock.catch_up_pid()
+    assert (directory / ".lock").read_text() == "4242"
+    (directory / ".lock-held").replace(directory / ".lock")
+    lock.catch_up_pid()  # writable again: the daemon's lock check (every second) writes it
     assert (directory / ".lock").read_text() == str(os.getpid())
     with pytest.raises(CheckpointError, match=rf"\(process {os.getpid()}, as its lock file says"):
         DirectoryLock(directory).acquire()
