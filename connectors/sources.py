@@ -181,7 +181,7 @@ def _jsonl_form(path: Path, target: str) -> str:
     file of late labels alone is one of messages). Decided line by line, a label or forget
     before the first point was read as a flat row: a point of the feature "id"."""
     with open(path, encoding="utf-8-sig") as handle:
-        for text in handle:
+        for text in itertools.islice(handle, JSONL_FORM_LINES):
             if not text.strip():
                 continue
             try:
@@ -194,7 +194,13 @@ def _jsonl_form(path: Path, target: str) -> str:
                 return "messages"
             if set(document) - {"id", "y", "op", "x", target}:  # ("x" not an object: bad)
                 return "rows"
+            if "op" in document:  # a forget or relabel names its op; a number is a feature
+                return "messages" if isinstance(document["op"], str) else "rows"
     return "messages"
+
+
+#: Lines read at most to tell a JSON-lines file's form (beyond: one of messages).
+JSONL_FORM_LINES = 10_000
 
 
 def _control_kind(document: dict[str, Any]) -> str | None:

@@ -1393,11 +1393,14 @@ class PathEngine:
         return total
 
     def _range_hint(self) -> str:
-        """What a refusal adds where C times the kernel's scale leaves float64's sums no room
-        (C = 1e300 on features of 1e4 under a linear kernel: "the margin set is empty", or a
-        singular kernel matrix, named no cause)."""
+        """What a refusal adds where C times the kernel's scale, summed over the stored points,
+        leaves float64's sums no room (C = 1e300 on features of 1e4 under a linear kernel:
+        "the margin set is empty", or a singular kernel matrix, named no cause)."""
         reach = self.C * self._diag_scale
-        if not reach > 1e150:
+        # (Sums over the stored points of up to C times the kernel's scale each: within a
+        # factor of 1e8 of float64's largest, no cause of its own left. A large kernel value
+        # at a moderate C is the features' scale, which the remedy names.)
+        if not reach * max(self.n, 1) > 1e300:
             return ""
         return (f" (C * K(x, x) reaches {reach:.0e}: sums of coefficients times kernel "
                 "values leave float64's range; lower C)")

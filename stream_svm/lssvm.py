@@ -664,7 +664,7 @@ class _IncrementalLSSVM(FixedParameters):
             # (Every CONDITIONING_CHECK_EVERY updates: 9-12 us each on Phishing, 8-10 %.)
             if self._conditioning_countdown <= 0 and type(self) not in _CONDITIONING_WARNED:
                 self._warn_of_conditioning(factor[0], np.diag(new_gram_hi))
-                countdown = CONDITIONING_CHECK_EVERY
+                countdown = CONDITIONING_CHECK_EVERY - 1  # (this update is the first of them)
 
         if self.features == "rff" and len(add):
             (scale_mean, scale_m2, scale_count, samples_added,

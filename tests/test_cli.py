@@ -1531,6 +1531,8 @@ def test_a_flat_jsonl_row_of_only_id_and_label_or_a_feature_named_op_is_a_point(
         ("a", {"f": 1.0}, 1), ("b", {}, -1)]
     assert rows('{"op": 3.0, "f": 1.0, "y": 1}\n{"op": 1.0, "y": 0}\n') == [
         (0, {"op": 3.0, "f": 1.0}, 1), (1, {"op": 1.0}, 0)]
+    assert rows('{"op": 3.0, "y": 1}\n{"op": 1.0, "y": 0}\n') == [  # ("op" the only feature)
+        (0, {"op": 3.0}, 1), (1, {"op": 1.0}, 0)]
     assert rows('{"id": "a", "x": {"f": 1.0}}\n{"id": "a", "y": 1}\n') == [
         ("a", {"f": 1.0}, None), ("a", None, {"id": "a", "y": 1})]
     # A file of messages is one whatever comes first: a label, a forget, a bad line, or
