@@ -765,3 +765,16 @@ def test_a_refusal_where_c_times_the_kernel_leaves_float64s_range_names_c():
                                                r"float64's range; lower C"):
         for row, label in zip(X, y, strict=True):
             model.learn_one({"a": float(row[0]), "b": float(row[1])}, bool(label))
+
+
+def test_a_refusal_for_the_features_scale_at_a_moderate_c_does_not_blame_c():
+    # Its hint measured C times the kernel's scale alone: a polynomial kernel on features of
+    # 1e38 at C = 1 was told to lower C, which did not help (C = 1e-100 was refused alike).
+    from stream_svm import ConvergenceError
+
+    model = IncrementalSVC(kernel="poly")
+    with warnings.catch_warnings(), pytest.raises(ConvergenceError) as refused:
+        warnings.simplefilter("ignore")  # (the far points' warnings)
+        for i in range(10):
+            model.learn_one({"a": i * 1e38, "b": (i % 3) * 1e38}, i % 2 == 0, key=i)
+    assert "lower C" not in str(refused.value) and "features scaled" in str(refused.value)
