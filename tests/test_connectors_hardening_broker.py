@@ -747,35 +747,29 @@ def test_a_missing_input_topic_is_waited_for_though_kafka_python_knows_it_as_emp
 
 
 @pytest.mark.broker
-def test_a_missing_input_topic_names_its_setting(broker, tmp_path):  # noqa: F811
-    config = _config(broker.bootstrap_servers, tmp_path, **{
-        "kafka.create_topics": False, "kafka.request_timeout_ms": 1000,
-        "retry.max_attempts": 1})
-    ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
-                  [config.kafka.output_topic, config.kafka.dead_letter_topic])
-    with pytest.raises(DaemonError, match=rf"topic {config.kafka.input_topic} "
-                                          r"\(kafka\.input_topic\) does not exist \(create it, "
-                                          r"or set kafka\.create_topics = true"):
-        Daemon(config, until_drained=True).run()
-
-
-@pytest.mark.broker
-def test_missing_output_topics_are_named_when_the_daemon_creates_none(broker, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("missing", ["input_topic", "output_topic"])
+def test_a_missing_topic_is_named_with_its_setting_when_the_daemon_creates_none(
+        broker, tmp_path, missing):  # noqa: F811
     # Only the input was checked: the outputs went to a topic the broker created on the first
-    # send, with its own partition count (or were lost on a broker that creates none).
+    # send, with its own partition count (or were lost on a broker that creates none). A
+    # missing input named no setting.
     from kafka import KafkaConsumer
 
     config = _config(broker.bootstrap_servers, tmp_path, **{
         "kafka.create_topics": False, "kafka.request_timeout_ms": 1000,
         "retry.max_attempts": 1})
+    topics = {"input_topic": config.kafka.input_topic,
+              "output_topic": config.kafka.output_topic}
     ensure_topics({"bootstrap_servers": [broker.bootstrap_servers]},
-                  [config.kafka.input_topic, config.kafka.dead_letter_topic])
-    with pytest.raises(DaemonError, match=rf"topic {config.kafka.output_topic} "
-                                          r"\(kafka\.output_topic\) does not exist \(create it"):
+                  [topic for name, topic in topics.items() if name != missing]
+                  + [config.kafka.dead_letter_topic])
+    with pytest.raises(DaemonError, match=rf"topic {topics[missing]} \(kafka\.{missing}\) "
+                                          r"does not exist \(create it, or set "
+                                          r"kafka\.create_topics = true"):
         Daemon(config, until_drained=True).run()
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers)
     try:
-        assert config.kafka.output_topic not in consumer.topics()  # (not created meanwhile)
+        assert topics[missing] not in consumer.topics()  # (not created meanwhile)
     finally:
         consumer.close()
 
