@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 from river import base
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.lapack import dpocon
 
 from stream_svm import _pathcore
 from stream_svm._engine_model import (
@@ -126,9 +127,9 @@ def _two_sum(hi: np.ndarray, lo: np.ndarray, delta: np.ndarray) -> tuple[np.ndar
     return total, lo + error
 
 
-#: eps times the normal equations' condition number (estimated from the factor's pivots,
-#: the system scaled to a unit diagonal) above which a model warns that its solution may be
-#: off by that much: float64 cannot solve them more closely.
+#: eps times the normal equations' condition number (estimated from the factor: its pivots
+#: and LAPACK's dpocon, the system scaled to a unit diagonal) above which a model warns that
+#: its solution may be off by that much: float64 cannot solve them more closely.
 CONDITIONING_WARNING = 1e-8
 #: Updates between two checks of the conditioning (the first update is checked).
 CONDITIONING_CHECK_EVERY = 32
@@ -664,7 +665,7 @@ class _IncrementalLSSVM(FixedParameters):
             # (Every CONDITIONING_CHECK_EVERY updates: each check costs a few microseconds,
             # 3 us for the estimate alone at 10 features, a few % of an update.)
             if self._conditioning_countdown <= 0 and type(self) not in _CONDITIONING_WARNED:
-                self._warn_of_conditioning(factor[0], np.diag(new_gram_hi))
+                self._warn_of_conditioning(factor[0], new_gram_hi)
                 countdown = CONDITIONING_CHECK_EVERY - 1  # (this update is the first of them)
 
         if self.features == "rff" and len(add):
@@ -689,16 +690,28 @@ class _IncrementalLSSVM(FixedParameters):
                  self._target_value(float(target)))
                 for row, target in zip(rows_add, y_add, strict=True)]
 
-    def _warn_of_conditioning(self, factor: np.ndarray, diagonal: np.ndarray) -> None:
+    def _warn_of_conditioning(self, factor: np.ndarray, gram: np.ndarray) -> None:
         """Warn (once per process and model type) when the normal equations just solved are
         so ill-conditioned that float64's solution may be off by more than
         CONDITIONING_WARNING of its size: one sample of features 1e7 among 11 unit-scale
-        ones left decision values 3e-4 off (1e8: 1e-2), without a word."""
-        pivots = np.diag(factor)
-        # The squared pivots of the system scaled to a unit diagonal: at most 1, and their
-        # smallest about 1 / its condition number (a cheap estimate: it may miss some). (The
-        # diagonal is positive: rho, or for the bias the number of samples held.)
-        smallest = float((pivots * pivots / diagonal).min(initial=1.0))
+        ones left decision values 3e-4 off (1e8: 1e-2), without a word.
+
+        ``factor`` is the lower Cholesky factor of ``gram`` (rho I + Phi Phi^T)."""
+        # The system scaled to a unit diagonal (its diagonal is positive: rho, or for the
+        # bias the number of samples held), whose factor is the factor's rows scaled alike.
+        scale = 1.0 / np.sqrt(np.diag(gram))
+        scaled_factor = factor * scale[:, None]
+        pivots = np.diag(scaled_factor)
+        # Two estimates of the reciprocal condition number, the smaller taken: the smallest
+        # squared pivot (at most 1), and LAPACK's estimate from the factor (dpocon, in the
+        # 1-norm), which also sees nearly dependent features whose pivots all stay large
+        # (a Kahan-type system of 30 features, condition number 2e10: pivots say 6e1).
+        smallest = float((pivots * pivots).min(initial=1.0))
+        if smallest > 0:
+            norm = float((scale * (np.abs(gram) @ scale)).max())  # (gram is symmetric)
+            reciprocal, info = dpocon(scaled_factor, norm, uplo="L")
+            if info == 0 and np.isfinite(reciprocal):
+                smallest = min(smallest, float(reciprocal))
         if not smallest > 0 or _EPS / smallest > CONDITIONING_WARNING:
             size = f"about {_EPS / smallest:.0e}" if smallest > 0 else "all"
             warnings.warn(

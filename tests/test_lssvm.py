@@ -965,3 +965,32 @@ def test_normal_equations_too_ill_conditioned_for_float64_are_warned_of(cls, mon
         warnings.simplefilter("error")  # once per process and model type
         for _ in range(2 * stream_svm.lssvm.CONDITIONING_CHECK_EVERY):
             model.learn_one(*ordinary)
+
+
+def test_nearly_dependent_features_whose_pivots_stay_large_are_warned_of(monkeypatch):
+    # Kahan's triangular matrix as 30 samples of 30 features: their normal equations, scaled
+    # to a unit diagonal, have a condition number of 2e10 (float64's solution may be off by
+    # 4e-6), but their Cholesky pivots all stay above 1 / 60: the pivots alone said nothing.
+    monkeypatch.setattr(stream_svm.lssvm, "_CONDITIONING_WARNED", set())
+    size, theta = 30, 1.2
+    kahan = np.diag(np.sin(theta) ** np.arange(size)) @ (
+        np.eye(size) + np.triu(-np.cos(theta) * np.ones((size, size)), 1))
+    rho = 1e-12
+    gram = kahan.T @ kahan + rho * np.eye(size)
+    scale = 1 / np.sqrt(np.diag(gram))
+    scaled = gram * np.outer(scale, scale)
+    assert np.linalg.cond(scaled) > 1e10  # (independently of the model's estimate)
+    assert (np.diag(np.linalg.cholesky(scaled)) ** 2).min() > 1e-2
+    names = [f"f{j:02d}" for j in range(size)]
+    model = IncrementalLSSVR(rho=rho, fit_intercept=False)
+    with pytest.warns(UserWarning, match=r"so ill-conditioned \(condition number about "
+                                         r"[1-9]e\+1[0-2] once scaled\)"):
+        model.learn_many(pd.DataFrame(kahan, columns=names),
+                         pd.Series(np.arange(size) % 3, dtype=float))
+    # A system as large and well conditioned is not warned of.
+    monkeypatch.setattr(stream_svm.lssvm, "_CONDITIONING_WARNED", set())
+    rows = np.random.default_rng(3).normal(size=(3 * size, size))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        IncrementalLSSVR(rho=rho, fit_intercept=False).learn_many(
+            pd.DataFrame(rows, columns=names), pd.Series(rows.sum(axis=1)))
