@@ -30,6 +30,7 @@ from stream_svm._input import (
     check_new_name,
     check_paired,
     key_list,
+    numbered_rows,
     real_to_float,
 )
 from stream_svm.engine import PathEngine, UpdateStats, check_self_similarity
@@ -1008,8 +1009,8 @@ class _EngineModel(FixedParameters):
                 raise ValueError(f"{len(keys)} keys for {len(X)} rows")
             check_keys([plain_key(key) for key in keys])
             return keys
-        if isinstance(X.index, pd.RangeIndex):
-            # pandas' default index carries no identity: such rows get automatic keys.
+        if numbered_rows(X.index):
+            # pandas' own numbering carries no identity: such rows get automatic keys.
             return [AutoKey(self._auto_keys + i + 1) for i in range(len(X))]
         index_keys = [plain_key(key) for key in X.index]
         check_keys(index_keys)
@@ -1039,7 +1040,7 @@ class _EngineModel(FixedParameters):
             add_keys = self._keys_for(X, keys)
         except KeyError:
             index_keys = (key_list(keys) if keys is not None
-                          else [] if isinstance(X.index, pd.RangeIndex)
+                          else [] if numbered_rows(X.index)
                           else [plain_key(key) for key in X.index])
             both = [key for key in index_keys if key in set(forget_keys)]
             if both:

@@ -179,6 +179,18 @@ def check_paired(X: Any, y: Any, what: str = "y", noun: str = "labels", rows: st
         )
 
 
+def numbered_rows(index: pd.Index) -> bool:
+    """Whether ``index`` is pandas' own numbering of rows, which names no sample: a RangeIndex
+    without a name (a frame's default index, or a slice of it such as ``X.iloc[100:200]``).
+    A named one is the user's labels: pandas 3 stores a column of consecutive integers made
+    the index (``set_index("id")``, ``read_csv(..., index_col="id")``) as a RangeIndex.
+
+    >>> numbered_rows(pd.RangeIndex(100, 200)), numbered_rows(pd.RangeIndex(5, 8, name="id"))
+    (True, False)
+    """
+    return isinstance(index, pd.RangeIndex) and index.name is None
+
+
 def _fresh_numbering(index: pd.Index) -> bool:
     """pandas' numbering 0, 1, 2, ... (a RangeIndex from 0 by 1): no labels of its own."""
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1

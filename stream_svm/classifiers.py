@@ -471,8 +471,9 @@ class IncrementalSVC(_EngineClassifier):
     ) -> None:
         """Add all rows in one multiple update (Karasuyama & Takeuchi).
 
-        Keys come from ``keys`` or else from X's index; pandas' default RangeIndex carries no
-        identity, so its rows get automatic keys (still forgettable by value).
+        Keys come from ``keys`` or else from X's index; pandas' own numbering (a RangeIndex
+        without a name) carries no identity, so its rows get automatic keys (still
+        forgettable by value).
         """
         check_paired(X, y)  # (named y here, not y_add)
         self.update_many(X, y, (), keys=keys)

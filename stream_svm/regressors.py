@@ -545,7 +545,8 @@ class IncrementalSVR(_EngineRegressor):
         self, X: pd.DataFrame, y: pd.Series, keys: Iterable[Hashable] | None = None
     ) -> None:
         """Add all rows in one multiple update. Keys come from ``keys`` or else from X's index
-        (pandas' default RangeIndex carries no identity: its rows get automatic keys)."""
+        (pandas' own numbering, a RangeIndex without a name, carries no identity: its rows get
+        automatic keys)."""
         check_paired(X, y, noun="targets")  # (named y here, not y_add)
         self.update_many(X, y, (), keys=keys)
 

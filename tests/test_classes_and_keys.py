@@ -778,3 +778,35 @@ def test_an_lssvm_asked_for_a_key_it_never_kept_says_how_to_forget_keyless_sampl
                        r"learned without keys .* forget them by value, forget_one\(x, y\)"):
         model.forget_one(key=0)
     assert model.decision_function_one({"a": 0.3, "b": -0.1}) == before
+
+
+@pytest.mark.parametrize("make, y_of", [
+    (lambda: IncrementalSVC(C=1.0, gamma=0.5), lambda X: X["a"] > 0),
+    (lambda: SlidingWindowSVC(window_size=500, C=1.0, gamma=0.5), lambda X: X["a"] > 0),
+    (lambda: IncrementalSVR(C=1.0, gamma=0.5), lambda X: X["b"]),
+    (lambda: SlidingWindowSVR(window_size=500, C=1.0, gamma=0.5), lambda X: X["b"]),
+], ids=["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR", "SlidingWindowSVR"])
+def test_a_named_index_of_consecutive_ids_names_the_rows(make, y_of):
+    # pandas 3 stores a column of consecutive integers made the index as a RangeIndex, which
+    # was taken for pandas' own numbering: the ids were dropped for automatic keys, and
+    # forgetting by id failed ("no stored point has key 5000").
+    frame = pd.DataFrame(np.random.default_rng(2).normal(size=(200, 2)), columns=["a", "b"])
+    frame["id"] = range(5000, 5200)
+    rows = frame.set_index("id")
+    assert rows.index.name == "id"  # (a RangeIndex in pandas 3, an Index in pandas 2)
+    model = make()
+    model.learn_many(rows, y_of(rows))
+    assert model.stored_keys() == list(range(5000, 5200))
+    model.forget_many(rows.index[100:110])
+    twin = make()
+    kept = rows.drop(index=rows.index[100:110])
+    twin.learn_many(kept, y_of(kept))
+    probe = {"a": 0.2, "b": -0.1}
+    assert model.stored_keys() == twin.stored_keys()
+    decision = getattr(model, "decision_function_one", model.predict_one)(probe)
+    assert decision == pytest.approx(
+        getattr(twin, "decision_function_one", twin.predict_one)(probe), abs=1e-9)
+    # An unnamed slice of pandas' own numbering still gives automatic keys.
+    numbered = make()
+    numbered.learn_many(frame[["a", "b"]].iloc[100:], y_of(frame.iloc[100:]))
+    assert 100 not in numbered.stored_keys() and len(numbered.stored_keys()) == 100
