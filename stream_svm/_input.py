@@ -7,6 +7,7 @@ model exactly as it was.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import math
 import numbers
@@ -501,12 +502,20 @@ def _feature_value(name: Hashable, value: object) -> float:
         value = float("nan") if value.is_snan() else float(value)
     if type(value) is np.ndarray and value.shape == () and value.dtype.kind in "biuf":
         value = value.item()  # a 0-d array holds one number (what some numpy reductions give)
-    if isinstance(value, (np.timedelta64, np.datetime64)):
+    if isinstance(value, (np.timedelta64, datetime.timedelta)):
         # (numpy counts a timedelta64 among its integers, so it passed for a number.)
         raise TypeError(
             f"feature {name!r} has the non-numeric value {shown(value)} "
             f"({type(value).__name__}); encode it as a number first (e.g. a duration in "
-            "seconds: value / np.timedelta64(1, 's'))")
+            "seconds: value / np.timedelta64(1, 's'), or value.total_seconds())")
+    if isinstance(value, (np.datetime64, datetime.date, datetime.time)):
+        # (A one-hot encoder, the advice for categories, would make each distinct time a
+        # feature of its own, seen once: thousands of features that carry nothing.)
+        raise TypeError(
+            f"feature {name!r} has the non-numeric value {shown(value)} "
+            f"({type(value).__name__}): a point in time is no feature as it stands; derive "
+            "numbers from it (the hour of the day, the day of the week, seconds since an "
+            "event of the sample's) or leave it out (river.compose.Discard)")
     if not isinstance(value, numbers.Real):
         if _is_pandas_missing(value):  # pd.NA, pd.NaT: missing, as learn_many reads them
             return 0.0
