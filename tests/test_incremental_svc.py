@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import pickle
@@ -713,6 +714,14 @@ NAMED_REFUSALS = {
     "a timedelta64 feature to predict": (
         lambda m: m.predict_one({"a": np.timedelta64(5, "s")}), TypeError,
         r"feature 'a' has the non-numeric value"),
+    "a timestamp feature": (  # (advised one-hot encoding: a feature per distinct time)
+        lambda m: m.learn_one({"a": pd.Timestamp("2026-01-01 10:00")}, True), TypeError,
+        r"feature 'a' has the non-numeric value Timestamp\(.*\(Timestamp\): a point in time "
+        r"is no feature as it stands; derive numbers from it \(the hour of the day"),
+    "a date feature in a frame": (
+        lambda m: m.learn_many(pd.DataFrame({"a": [datetime.date(2026, 1, 1)] * 2}),
+                               pd.Series([True, False])), TypeError,
+        r"feature 'a' .*\(date\): a point in time is no feature as it stands"),
     "a signaling NaN label": (
         lambda m: m.learn_one({"a": 1.0}, Decimal("sNaN")), ValueError,
         r"label Decimal\('sNaN'\) is not binary"),
