@@ -447,10 +447,14 @@ class Processor:
                             record.partition, record.offset, exc)
                 continue
             if frozen:
-                released, self.held = self.held + list(records[index + 1:]), []
+                held, rest = self.held, list(records[index + 1:])
+                self.held = []
+                # (The held messages count labels, forgets and unreadable messages too, and
+                # the rest of this poll is released with them: two counts, named apart.)
                 log.info("scaler frozen after %d feature messages (%d features); processing "
-                         "the %d held messages", scaler.seen, len(scaler.means), len(released))
-                return released
+                         "the %d messages held meanwhile, then the %d after them in this poll",
+                         scaler.seen, len(scaler.means), len(held), len(rest))
+                return held + rest
         return []
 
     def _segments(self, entries: list[_Entry]) -> Iterator[list[_Entry]]:

@@ -87,7 +87,7 @@ def test_scaler_state_round_trips_mid_warm_up():
         FeatureScaler.fixed({}, {"a": 0.0})
 
 
-def test_the_warm_up_holds_messages_then_processes_them_in_order():
+def test_the_warm_up_holds_messages_then_processes_them_in_order(caplog):
     xs, ys = _stream(60, seed=1)
     messages = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
     messages.insert(5, {"id": "bad", "x": {"t": "high"}})
@@ -99,9 +99,17 @@ def test_the_warm_up_holds_messages_then_processes_them_in_order():
         result = processor.process(records[start : start + 4])
         assert not result.outputs and not result.dead_letters
     assert len(processor.held) == 12 and processor.offsets == {"in:0": 12}
-    result = processor.process(records[12:])
+    with caplog.at_level("INFO", logger="connectors"):
+        result = processor.process(records[12:])
     outputs, dead = result.outputs, result.dead_letters
     assert not processor.held
+    # The log names the held messages and the rest of the poll apart (it gave their sum as
+    # "the held messages"): 20 feature messages, the bad one and the forget among them held.
+    said = re.search(r"scaler frozen after 20 feature messages \(2 features\); processing the "
+                     r"(\d+) messages held meanwhile, then the (\d+) after them in this poll",
+                     caplog.text)
+    assert said is not None, caplog.text
+    assert (int(said[1]), int(said[2])) == (22, len(messages) - 22)
     assert [d.record["source"]["offset"] for d in dead] == [5]
     assert len(outputs) == len(messages) - 1
     # The model is the one learned on the features scaled with the warm-up's statistics.
