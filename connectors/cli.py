@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,13 +215,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dataset", default="bananas", help="data source (default: bananas)")
     demo.add_argument("--target", default="y",
                       help="label column of a CSV/JSONL file (default: y)")
+    demo.add_argument("--id-column", default=None, metavar="NAME",
+                      help="column (field) of a CSV/JSONL file holding each message's id; "
+                      "not a feature")
+    demo.add_argument("--drop-column", action="append", default=None, metavar="NAME",
+                      help="a column (field) of a CSV/JSONL file that is no feature: a second "
+                      "target, a timestamp, a note (repeat for several)")
     demo.add_argument("--hold", type=_hold_seconds, default=0.0, metavar="SECONDS",
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
     demo.add_argument("--limit", type=_count, default=None, help="replay only the first N points")
     demo.add_argument("--config", action=_StoreOnce,
                       help="model settings (default: configs/bananas.toml values)")
-    demo.add_argument("--metrics-port", type=int, default=9464, help="0 picks a free port")
+    demo.add_argument("--metrics-port", type=int, default=9464,
+                      help="port of the metrics (default: 9464; 0 picks a free port)")
     demo.add_argument("--unlabelled-every", type=_every, default=10,
                       help="every Nth point is sent without its label (predict only), 0: none")
 
@@ -243,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--id-column", default=None, metavar="NAME",
                         help="column (field) of a CSV/JSONL file holding each message's id; "
                         "not a feature")
+    replay.add_argument("--drop-column", action="append", default=None, metavar="NAME",
+                    help="a column (field) of a CSV/JSONL file that is no feature: a second "
+                    "target, a timestamp, a note (repeat for several)")
     replay.add_argument("--unlabelled-every", type=_every, default=0,
                         help="every Nth point is sent without its label (0: none)")
     replay.add_argument("--key", default=None, metavar="KEY",
@@ -275,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="label column of a CSV/JSONL file (default: y)")
     evaluate.add_argument("--id-column", default=None, metavar="NAME",
                           help="column (field) of a CSV/JSONL file that is an id, not a feature")
+    evaluate.add_argument("--drop-column", action="append", default=None, metavar="NAME",
+                      help="a column (field) of a CSV/JSONL file that is no feature: a second "
+                      "target, a timestamp, a note (repeat for several)")
     evaluate.add_argument("--limit", type=_count, default=None,
                           help="evaluate on the first N points only")
     evaluate.add_argument("--plot", metavar="FILE.png",
@@ -435,6 +448,7 @@ def replay(
     key: str | None = None,
     partitions: int = 1,
     skip_bad_rows: bool = False,
+    drop_columns: Collection[str] = (),
 ) -> int:
     """Produce ``{"id", "x", "y"}`` messages of a data source into ``topic`` (keyed by id: the
     file's ``id_column``, else the row number, after ``id_prefix``; or all by ``key``, e.g. a
@@ -448,10 +462,10 @@ def replay(
     without ``y``, as an unlabelled message. A missing topic is created with ``partitions``
     partitions first: a broker that creates topics on first use gives its own default (4 on
     the embedded broker), over which messages keyed by id spread, and a global daemon then
-    reads them in another order than the source's.
+    reads them in another order than the source's. A file's ``drop_columns`` are not sent.
 
     >>> replay("mail.csv", "mail.input", "127.0.0.1:9092", target="label",
-    ...        id_column="msg")  # doctest: +SKIP
+    ...        id_column="msg", drop_columns=["sent_at"])  # doctest: +SKIP
     1200
     """
     from kafka import KafkaProducer
@@ -481,7 +495,7 @@ def replay(
         locations: list[str] = []
         rows = iter_records(source, target, limit, raw_label, id_column, bad_rows,
                             unlabelled=True, number_rows=True, locations=locations,
-                            controls=True)
+                            controls=True, drop_columns=drop_columns)
         for index, (own_id, x, y) in enumerate(rows):
             location = locations.pop() if locations else None
             base = index if own_id is None else own_id
@@ -632,12 +646,13 @@ def evaluate(
     progress: bool = False,
     plot: str | None = None,
     id_column: str | None = None,
+    drop_columns: Collection[str] = (),
 ) -> dict:
     """Progressive validation (predict, then learn, each point in order) of the configured
     model; no Kafka involved. ``plot`` names a PNG file for the progressive figure over time
     and breakpoints per update. A classifier reports ``accuracy``, a regressor ``mae`` and
     ``rmse``; each is None when the source is empty. ``id_column`` names a file's id column,
-    which is then not a feature."""
+    which is then not a feature, and ``drop_columns`` its columns that are no features."""
     from connectors.messages import Malformed, message_id, targets_of
     from connectors.models import build_model, build_scaler
     from connectors.scaling import unknown_features_error
@@ -689,7 +704,8 @@ def evaluate(
         if text is not None and is_file_source(dataset) and id_column is None:
             name = text.group(2)
             hint = (f" (if {name!r} holds the rows' ids, pass --id-column {name}; a column "
-                    "of categories needs a number per category, e.g. one column each)")
+                    "of categories needs a number per category, e.g. one column each; "
+                    f"--drop-column {name} leaves it out)")
         return (f"{dataset}: none of its {_rows(len(skipped))} could be used; the first: "
                 f"{skipped[0]}{hint}")
 
@@ -702,7 +718,8 @@ def evaluate(
         # the keys a keyed model learns under are the daemon's ids. A file's row is named by
         # its line, as the rows the file itself refuses are.
         for identifier, x, y in iter_records(dataset, target, limit, raw_label, id_column,
-                                             bad_rows, number_rows=True, locations=locations):
+                                             bad_rows, number_rows=True, locations=locations,
+                                             drop_columns=drop_columns):
             while bad_rows:
                 skip(bad_rows.pop(0))
             yield identifier, x, y, (locations.pop() if locations else None)
@@ -954,7 +971,9 @@ def demo(args: argparse.Namespace) -> int:
                 broker.bootstrap_servers,
                 target=args.target,
                 limit=args.limit,
+                id_column=args.id_column,
                 unlabelled_every=args.unlabelled_every,
+                drop_columns=args.drop_column or (),
             )
             print(f"replayed {sent} messages of {args.dataset}; waiting for the daemon ...")
             deadline = time.monotonic() + 600
@@ -1188,13 +1207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 key=args.key,
                 partitions=args.partitions,
                 skip_bad_rows=args.skip_bad_rows,
+                drop_columns=args.drop_column or (),
             )
             print(f"sent {sent} messages to {args.topic}")
             return 0
         if args.command == "evaluate":
             summary = evaluate(_config(args), args.dataset, args.target, args.limit,
                                progress=not args.no_progress, plot=args.plot,
-                               id_column=args.id_column)
+                               id_column=args.id_column,
+                               drop_columns=args.drop_column or ())
             print(json.dumps(summary, indent=2))
             if "plot_error" in summary:
                 print(f"stream-svm evaluate: {summary['plot_error']}", file=sys.stderr)

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +101,8 @@ def _utf8_text(reader: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[A
 @_utf8_text
 def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
          bad_rows: list[str] | None = None, unlabelled: bool = False,
-         number_rows: bool = False, locations: list[str] | None = None
-         ) -> Iterator[tuple[Any, dict[str, float], Any]]:
+         number_rows: bool = False, locations: list[str] | None = None,
+         drop_columns: Collection[str] = ()) -> Iterator[tuple[Any, dict[str, float], Any]]:
     # utf-8-sig: a byte-order mark (spreadsheets' "CSV UTF-8") is not part of the first name.
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
@@ -114,7 +114,11 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
             raise SourceError(f"{path}: the header repeats the column(s) {repeated}")
         if id_column is not None and id_column not in reader.fieldnames:
             raise SourceError(f"{path}: no column {id_column!r} (the --id-column)")
-        if id_column is None and "id" in reader.fieldnames:
+        absent = [name for name in drop_columns if name not in reader.fieldnames]
+        if absent:  # (a misspelt name would leave the column it meant among the features)
+            raise SourceError(f"{path}: no column {absent[0]!r} (a --drop-column); its columns: "
+                              f"{', '.join(reader.fieldnames)}")
+        if id_column is None and "id" in reader.fieldnames and "id" not in drop_columns:
             _warn_id_is_a_feature(path)
         for record, row in enumerate(reader):
             # The line the row ends on: DictReader skips blank lines, and a quoted cell may
@@ -133,7 +137,8 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
                     y = read(label, where)
                 identifier = (_identifier(row.pop(id_column), where, text=True) if id_column
                               else None)
-                x = {k: _number(v, k, where) for k, v in row.items() if v not in ("", None)}
+                x = {k: _number(v, k, where) for k, v in row.items()
+                     if v not in ("", None) and k not in drop_columns}
             except SourceError as exc:
                 if bad_rows is None:
                     raise
@@ -150,7 +155,8 @@ def _csv(path: Path, target: str, read: Callable[[Any, str], Any], id_column: st
 def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: str | None,
            bad_rows: list[str] | None = None, unlabelled: bool = False,
            number_rows: bool = False, locations: list[str] | None = None,
-           controls: bool = False) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
+           controls: bool = False, drop_columns: Collection[str] = ()
+           ) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
     form = {"form": _jsonl_form(path, target)}
     with open(path, encoding="utf-8-sig") as handle:  # (a leading byte-order mark is skipped)
         row = -1
@@ -160,7 +166,7 @@ def _jsonl(path: Path, target: str, read: Callable[[Any, str], Any], id_column: 
             row += 1
             try:
                 identifier, x, y = _jsonl_row(text, f"{path}:{line}", target, read, id_column,
-                                              unlabelled, controls, form)
+                                              unlabelled, controls, form, drop_columns)
             except SourceError as exc:
                 if bad_rows is None:
                     raise
@@ -215,14 +221,16 @@ def _control_kind(document: dict[str, Any]) -> str | None:
 
 def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], Any],
                id_column: str | None, unlabelled: bool = False,
-               controls: bool = False, form: dict[str, str] | None = None
+               controls: bool = False, form: dict[str, str] | None = None,
+               drop_columns: Collection[str] = ()
                ) -> tuple[Any, dict[str, float] | None, Any]:
     """One line of a JSON-lines file: ``(id, x, y)``, or SourceError naming it. With
     ``unlabelled``, a label that is null (or absent from a message of the daemon's own form,
     as the daemon reads it) gives y None; otherwise it is an error. In a file of the daemon's
     messages (``form``, the file's, :func:`_jsonl_form`), a late label, forget or relabel
     message gives ``(id, None, the message)`` with ``controls``, else SourceError; in a file
-    of flat rows, ``{"id": ..., "y": ...}`` is a row of no feature, and "op" a feature."""
+    of flat rows, ``{"id": ..., "y": ...}`` is a row of no feature, and "op" a feature.
+    Fields in ``drop_columns`` are no features (a flat row's, or a message's in its "x")."""
     from connectors.messages import Malformed, unique_fields
     from connectors.messages import _reject_constant as reject_constant
     from connectors.messages import features_of as daemon_features
@@ -272,10 +280,12 @@ def _jsonl_row(text: str, where: str, target: str, read: Callable[[Any, str], An
             x = daemon_features(document)
         except Malformed as exc:
             raise SourceError(f"{where}: {exc} (the daemon dead-letters it)") from None
+        x = {k: v for k, v in x.items() if k not in drop_columns}
     else:
-        if id_column is None and "id" in document:
+        if id_column is None and "id" in document and "id" not in drop_columns:
             _warn_id_is_a_feature(where.rpartition(":")[0])
-        features = {k: v for k, v in document.items() if k not in (target, id_column)}
+        features = {k: v for k, v in document.items()
+                    if k not in (target, id_column) and k not in drop_columns}
         y = document.get(target)
         # A flat row names its label, null for none: were an absent one no label, a misspelt
         # --target would send every row unlabelled.
@@ -347,6 +357,7 @@ def iter_records(
     read_label: Callable[[Any, str], Any] = _label, id_column: str | None = None,
     bad_rows: list[str] | None = None, unlabelled: bool = False, number_rows: bool = False,
     locations: list[str] | None = None, controls: bool = False,
+    drop_columns: Collection[str] = (),
 ) -> Iterator[tuple[Any, dict[str, float] | None, Any]]:
     """``(id, x, y)`` of a source, as :func:`iter_source`; the id is the ``id_column`` of a
     file's rows (not a feature then), or None. A file's row that cannot be read raises
@@ -361,13 +372,22 @@ def iter_records(
     A ``.jsonl`` line that is one of the daemon's messages about an earlier one, a late label
     ``{"id", "y"}``, a forget or a relabel (``{"op", ...}``), is no point: with ``controls``
     it is yielded as ``(id, None, the message)``, to be sent as written; otherwise it is a row
-    that cannot be read (SourceError, or skipped into ``bad_rows``)."""
+    that cannot be read (SourceError, or skipped into ``bad_rows``).
+
+    ``drop_columns`` names a file's columns (fields) that are no features: a second target, a
+    timestamp, a free-text note. A CSV file must have each (a misspelt name is refused)."""
     stream: Iterator[tuple[Any, dict[str, Any] | None, Any]]
     if id_column is not None and id_column == target:
         raise SourceError(f"--id-column {id_column!r} is the label column (--target): name the "
                           "column that holds the ids")
     if id_column is not None and not is_file_source(source):
         raise SourceError(f"--id-column is for .csv and .jsonl files, not {source!r}")
+    drop_columns = frozenset(drop_columns)
+    for name, flag in ((target, "--target"), (id_column, "--id-column")):
+        if name in drop_columns:
+            raise SourceError(f"--drop-column {name!r} is the {flag} column")
+    if drop_columns and not is_file_source(source):
+        raise SourceError(f"--drop-column is for .csv and .jsonl files, not {source!r}")
     if source.lower() in BUNDLED:
         from river import datasets
 
@@ -402,10 +422,10 @@ def iter_records(
             )
         if path.suffix.lower() == ".csv":
             stream = _csv(path, target, read_label, id_column, bad_rows, unlabelled, number_rows,
-                          locations)
+                          locations, drop_columns)
         elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
             stream = _jsonl(path, target, read_label, id_column, bad_rows, unlabelled,
-                            number_rows, locations, controls)
+                            number_rows, locations, controls, drop_columns)
         else:
             raise SourceError(f"{path}: use a .csv or .jsonl file")
     return itertools.islice(stream, limit) if limit is not None else stream

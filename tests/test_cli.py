@@ -807,6 +807,41 @@ def test_a_files_id_column_is_a_feature_unless_named_and_said_so(tmp_path, caplo
                                                  (7, {"a": -1.0}, False)]
 
 
+def test_drop_column_leaves_a_files_columns_out_of_the_features(tmp_path, capsys):
+    # A second target, a timestamp or a note was learned as a feature (or refused every row
+    # as not a number) with no way to leave it out but editing the file.
+    from connectors.sources import SourceError, iter_records
+
+    flat = tmp_path / "rows.csv"
+    flat.write_text("when,a,spend,y\n2026-01-01T10:00,0.5,12.5,1\n2026-01-01T11:00,-0.5,3,0\n")
+    assert list(iter_records(str(flat), drop_columns=["when", "spend"])) == [
+        (None, {"a": 0.5}, True), (None, {"a": -0.5}, False)]
+    with pytest.raises(SourceError, match=r"no column 'wehn' \(a --drop-column\); its "
+                                          r"columns: when, a, spend, y"):
+        list(iter_records(str(flat), drop_columns=["when", "wehn"]))
+    with pytest.raises(SourceError, match="--drop-column 'y' is the --target column"):
+        list(iter_records(str(flat), drop_columns=["y"]))
+    with pytest.raises(SourceError, match=r"--drop-column is for \.csv and \.jsonl files"):
+        list(iter_records("bananas", drop_columns=["x"]))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"when": "10:00", "a": 0.5, "y": true}\n'
+                    '{"id": 3, "x": {"a": 1.0, "when": 7}, "y": false}\n')
+    assert [x for _, x, _ in iter_records(str(rows), drop_columns=["when"])] == [
+        {"a": 0.5}, {"a": 1.0}]
+    # Through the CLI: evaluated on the one feature, as the file without the columns.
+    assert main(["evaluate", "--dataset", str(flat), "--drop-column", "when",
+                 "--drop-column", "spend", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["skipped"] == 0 and summary["points"] == 2
+    assert main(["evaluate", "--dataset", str(flat), "--no-progress"]) == 2
+    assert "--drop-column when leaves it out" in capsys.readouterr().err
+    # demo and replay take both flags (demo had no --id-column: an id column was a feature).
+    for command in (["demo"], ["replay", str(flat), "--bootstrap-servers", "127.0.0.1:9"]):
+        args = build_parser().parse_args([*command, "--drop-column", "when", "--drop-column",
+                                          "spend", "--id-column", "a"])
+        assert args.drop_column == ["when", "spend"] and args.id_column == "a"
+
+
 def test_ctrl_c_in_evaluate_exits_130_without_a_traceback(tmp_path, capsys, monkeypatch):
     import connectors.cli as cli
 
