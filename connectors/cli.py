@@ -213,14 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     demo.add_argument("--dataset", default="bananas", help="data source (default: bananas)")
-    demo.add_argument("--target", default="y",
-                      help="label column of a CSV/JSONL file (default: y)")
-    demo.add_argument("--id-column", default=None, metavar="NAME",
-                      help="column (field) of a CSV/JSONL file holding each message's id; "
-                      "not a feature")
-    demo.add_argument("--drop-column", action="append", default=None, metavar="NAME",
-                      help="a column (field) of a CSV/JSONL file that is no feature: a second "
-                      "target, a timestamp, a note (repeat for several)")
+    _add_file_columns(demo)
     demo.add_argument("--hold", type=_hold_seconds, default=0.0, metavar="SECONDS",
                       help="keep the daemon and its metrics serving this long after the "
                       "stream is drained (Ctrl-C ends it sooner)")
@@ -240,19 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="topic to produce to (default: stream-svm.input, the daemon's "
                         "default kafka.input_topic)")
     replay.add_argument("--bootstrap-servers", required=True)
-    replay.add_argument("--target", default="y",
-                        help="label column of a CSV/JSONL file (default: y)")
+    _add_file_columns(replay)
     replay.add_argument("--limit", type=_count, default=None,
                         help="produce only the first N rows (a file of the daemon's messages: "
                              "the first N messages, labels and forgets included)")
     replay.add_argument("--id-prefix", default="",
                         help="ids are PREFIX + the id column's value, or the row number")
-    replay.add_argument("--id-column", default=None, metavar="NAME",
-                        help="column (field) of a CSV/JSONL file holding each message's id; "
-                        "not a feature")
-    replay.add_argument("--drop-column", action="append", default=None, metavar="NAME",
-                    help="a column (field) of a CSV/JSONL file that is no feature: a second "
-                    "target, a timestamp, a note (repeat for several)")
     replay.add_argument("--unlabelled-every", type=_every, default=0,
                         help="every Nth point is sent without its label (0: none)")
     replay.add_argument("--key", default=None, metavar="KEY",
@@ -281,13 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_settings(evaluate, flags=["model_type"])
     evaluate.add_argument("--dataset", required=True, help="as for replay")
-    evaluate.add_argument("--target", default="y",
-                          help="label column of a CSV/JSONL file (default: y)")
-    evaluate.add_argument("--id-column", default=None, metavar="NAME",
-                          help="column (field) of a CSV/JSONL file that is an id, not a feature")
-    evaluate.add_argument("--drop-column", action="append", default=None, metavar="NAME",
-                      help="a column (field) of a CSV/JSONL file that is no feature: a second "
-                      "target, a timestamp, a note (repeat for several)")
+    _add_file_columns(evaluate)
     evaluate.add_argument("--limit", type=_count, default=None,
                           help="evaluate on the first N points only")
     evaluate.add_argument("--plot", metavar="FILE.png",
@@ -304,6 +284,18 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (parser, *commands.choices.values()):
         command.allow_abbrev = False
     return parser
+
+
+def _add_file_columns(command: argparse.ArgumentParser) -> None:
+    """The flags naming a CSV/JSONL file's columns: its label, its ids, those to leave out."""
+    command.add_argument("--target", default="y",
+                         help="label column of a CSV/JSONL file (default: y)")
+    command.add_argument("--id-column", default=None, metavar="NAME",
+                         help="column (field) of a CSV/JSONL file holding each row's id; not "
+                         "a feature")
+    command.add_argument("--drop-column", action="append", default=None, metavar="NAME",
+                         help="a column (field) of a CSV/JSONL file that is no feature: a "
+                         "second target, a timestamp, a note (repeat for several)")
 
 
 def settings_reference() -> str:
