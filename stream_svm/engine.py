@@ -901,13 +901,15 @@ class PathEngine:
         # scale; then K_SS = 0 and any t factors P exactly.
         return t if t > 0 else 1.0
 
-    def _factorize(self) -> None:
-        """Factor P = K_SS + t 11' afresh from S's cached kernel columns."""
+    def _factorize(self, own_scale: bool = False) -> None:
+        """Factor P = K_SS + t 11' afresh from S's cached kernel columns; with ``own_scale``,
+        t on the scale of K_SS alone (not of every stored point: see :meth:`set_state`)."""
         self._ensure_columns()
         k = self._margin.size
         # K_SS[a, b] = K(x_margin[a], x_margin[b]), read from member b's column.
         K_SS = self._columns[self._store[:k]][:, self._margin].T
-        t = self._shift(float(np.max(np.diag(K_SS))))
+        diag_max = float(np.max(np.diag(K_SS)))
+        t = (diag_max if diag_max > 0 else 1.0) if own_scale else self._shift(diag_max)
         factor = cholesky(K_SS + t, lower=False, check_finite=False)
         self._t = t
         self._R[:k, :k] = factor
@@ -1489,6 +1491,20 @@ class PathEngine:
         if terms is None:
             terms = self._net_of_copies(self.g_terms(), violation)
         return bool(np.all(violation <= self.kkt_tol * terms))
+
+    def _kkt_holds_loosely(self) -> bool:
+        """:meth:`_kkt_holds` to the last resort's terms (``_update_loosely``): the update
+        that left this solution may have been accepted by them alone, and a state it saved
+        must restore (its model checkpointed, then refused as damaged at every restart)."""
+        if not self._has_copies():
+            return False  # (the loose terms differ only where copies cancel)
+        self._loose_kkt = True
+        self._terms_cache = self._kkt_cache = None
+        try:
+            return self._kkt_holds()
+        finally:
+            self.__dict__.pop("_loose_kkt", None)
+            self._terms_cache = self._kkt_cache = None
 
     def _relative_imbalance(self, imbalance: float) -> float:
         """|sum(y alpha)| (``imbalance``) relative to the coefficients' own size, sum(alpha).
@@ -2379,7 +2395,20 @@ class PathEngine:
             fresh._store[: margin.size] = np.arange(margin.size)
             fresh._margin = margin
             fresh._slot[margin] = np.arange(margin.size)
-            fresh._factorize()
+            try:
+                fresh._factorize()
+            except np.linalg.LinAlgError:
+                # t on the scale of every stored point can swamp S's own kernel values (S
+                # near the origin, a point at 1e12 elsewhere under a linear kernel: K_SS + t
+                # rounds to t 11'), where the engine that saved the state kept its earlier t
+                # (_fit_shift_to_scale): t on S's own scale factors it.
+                try:
+                    fresh._factorize(own_scale=True)
+                except np.linalg.LinAlgError:
+                    raise ValueError(
+                        "the kernel matrix of the state's margin points is not positive "
+                        "definite to working precision: a damaged or edited state, or one "
+                        "saved with another kernel") from None
         _, _, kkt_ok, _, balance = fresh._refresh_g()
         if (kkt_ok and balance > fresh.kkt_tol
                 and abs(float(fresh._y[:n] @ fresh._alpha[:n])) <= fresh.kkt_tol * fresh.C):
@@ -2387,7 +2416,7 @@ class PathEngine:
             # relative to C (states saved then): re-solved from its sets, as an update now
             # is, the check below then judges it.
             fresh.refactorize()
-        if not fresh._kkt_holds():
+        if not fresh._kkt_holds() and not fresh._kkt_holds_loosely():
             # Each value in range, but not an SVM of these points (edited, or saved with
             # another C): serving it would answer with a model nobody trained.
             imbalance = fresh._relative_imbalance(abs(float(fresh._y[:n] @ fresh._alpha[:n])))

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from stream_svm import IncrementalSVC
+from stream_svm import IncrementalSVC, SlidingWindowSVC
 from stream_svm.engine import RESERVE, PathEngine
 from stream_svm.kernels import make_kernel
 from tests.oracle import BatchOptimum, dual_objective, relative_kkt_violation
@@ -266,3 +266,64 @@ def test_a_model_restored_at_any_step_discards_what_the_original_discards(regres
             restored.learn_one(features, target, key=i)
             diverged += set(model.stored_keys()) != set(restored.stored_keys())
     assert diverged == 0
+
+
+def _ties_stream(count: int, seed: int) -> list[tuple[dict[str, float], bool]]:
+    """Points on a small integer grid (many copies, some under both labels), one class only
+    for the first 15."""
+    rng = np.random.default_rng(seed)
+    stream = []
+    for i in range(count):
+        x = {"a": float(rng.integers(0, 3)), "b": float(rng.integers(0, 2))}
+        if rng.random() < 0.1:
+            x["c"] = 1.0
+        y = True if i < 15 else (bool(rng.random() < 0.5) if rng.random() < 0.3
+                                 else x["a"] > 1)
+        stream.append((x, y))
+    return stream
+
+
+@pytest.mark.parametrize("far", [1e4, 1e8])
+def test_every_state_the_model_holds_restores_from_its_checkpoint(far):
+    # Copies under both labels beside a far point: updates accepted only by the last
+    # resort's terms (the copies' round-off in b) left checkpoints that restoring refused as
+    # "a damaged or edited state" (7 of 120 at a feature of 1e4, 101 at 1e8): a daemon set
+    # them aside at restart, falling back to older ones.
+    model = IncrementalSVC(C=5.0, kernel="linear")
+    relaxed = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the far point's warning)
+        for i, (x, y) in enumerate(_ties_stream(120, seed=1)):
+            if i == 11:
+                x = {**x, "a": far}
+            model.learn_one(x, y, key=i)
+            relaxed += model._engine.last_update.relaxed
+            restored = IncrementalSVC.from_checkpoint(*model.to_checkpoint())
+            for probe in ({"a": 1.0, "b": 0.0}, {"a": 2.0, "b": 1.0, "c": 1.0}):
+                assert restored.decision_function_one(probe) == \
+                    model.decision_function_one(probe)
+    assert relaxed  # (the case at issue was met)
+
+
+def test_a_margin_set_near_the_origin_beside_a_far_point_restores():
+    # A fresh factor of K_SS + t 11' with t on the far point's scale (1e24) rounds K_SS
+    # (entries of 2) away: restoring raised LinAlgError, "2-th leading minor ... not
+    # positive definite", where the model that saved it (its KKT conditions exact) went on.
+    window = SlidingWindowSVC(window_size=40, step=3, C=5.0, kernel="linear")
+    stream = [{"a": 1.0, "b": 1.0}, {"a": 0.0, "b": 0.0}, {"a": 0.0, "b": 0.0},
+              {"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 2.0, "b": 1.0},
+              {"a": 2.0, "b": 0.0}, {"a": 0.0, "b": 0.0}, {"a": 2.0, "b": 0.0},
+              {"a": 2.0, "b": 0.0}, {"a": 0.0, "b": 1.0}, {"a": 1e12, "b": 0.0}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, x in enumerate(stream):
+            window.learn_one(x, True, key=i)
+    assert window._engine.n_margin and window._engine.kkt_violation() == 0
+    restored = SlidingWindowSVC.from_checkpoint(*window.to_checkpoint())
+    assert restored.decision_function_one({"a": 1.0, "b": 0.5}) == \
+        window.decision_function_one({"a": 1.0, "b": 0.5})
+    # Learning on, the two stay alike.
+    for model in (window, restored):
+        model.learn_one({"a": 1.0, "b": 0.0}, False, key="next")
+    assert restored.decision_function_one({"a": 1.0, "b": 0.5}) == pytest.approx(
+        window.decision_function_one({"a": 1.0, "b": 0.5}), abs=1e-9)
