@@ -320,6 +320,11 @@ def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
+#: How far (relative to each point's terms, ``g_terms``) re-solving a restored state with a
+#: user-callable kernel may move its decision values: a kernel function whose values for a
+#: pair differ from call to call by 1e-8 (products blocked otherwise) moved them by 3e-7.
+CALLABLE_RESTORE_MOVE = 1e-4
+
 #: Arrival numbers stay far below int64's end, so that adding a slide's points cannot wrap.
 _MAX_SEQUENCE = 2**62
 
@@ -2416,7 +2421,24 @@ class PathEngine:
             # relative to C (states saved then): re-solved from its sets, as an update now
             # is, the check below then judges it.
             fresh.refactorize()
-        if not fresh._kkt_holds() and not fresh._kkt_holds_loosely():
+        holds = fresh._kkt_holds() or fresh._kkt_holds_loosely()
+        if not holds and isinstance(fresh.kernel, CallableKernel) and margin.size:
+            # A user's function need not give a pair of points the same bits in another call
+            # (its products blocked otherwise for other shapes: 1e-8 apart, where the state's
+            # coefficients are held to 1e-8): the state's coefficients re-solved from its sets
+            # with the kernel values as computed now, which the check below then judges, as
+            # long as that moves no decision value by more than CALLABLE_RESTORE_MOVE of its
+            # terms (an edited b or coefficient moves them by far more, and stays refused).
+            before, terms = fresh._g[:n].copy(), fresh.g_terms()
+            try:
+                fresh.refactorize()
+            except np.linalg.LinAlgError:
+                pass
+            else:
+                moved = np.abs(fresh._g[:n] - before)
+                holds = bool(np.all(moved <= CALLABLE_RESTORE_MOVE * terms)) and (
+                    fresh._kkt_holds() or fresh._kkt_holds_loosely())
+        if not holds:
             # Each value in range, but not an SVM of these points (edited, or saved with
             # another C): serving it would answer with a model nobody trained.
             imbalance = fresh._relative_imbalance(abs(float(fresh._y[:n] @ fresh._alpha[:n])))

@@ -90,3 +90,35 @@ def test_a_model_without_callables_records_none():
     assert meta["callables"] == {}
     assert IncrementalLSSVR.from_checkpoint(arrays, meta).predict_one({"a": 1.0}) == \
         model.predict_one({"a": 1.0})
+
+
+def expanded_rbf(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """RBF (gamma 0.5) through |a|^2 + |b|^2 - 2 a.b, as users write it: the product is blocked
+    otherwise for other shapes, so a pair's value differs between calls in its last digits
+    (1e-8 apart on features near 300)."""
+    squared = (A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2 * A @ B.T
+    return np.exp(-0.5 * np.maximum(squared, 0))
+
+
+def test_a_callable_kernel_whose_values_move_in_their_last_digits_still_restores():
+    # The restore's KKT check, against kernel values recomputed in other calls, refused 21 of
+    # 80 checkpoints of such a model as "a damaged or edited state" (pickle restored them).
+    from river import datasets
+
+    model = IncrementalSVC(C=5.0, kernel=expanded_rbf)
+    seen = []
+    for i, (x, y) in enumerate(datasets.TrumpApproval().take(60)):
+        x = {name: value / 50 for name, value in x.items()}
+        seen.append(x)
+        model.learn_one(x, y > 40, key=i)
+        arrays, meta = model.to_checkpoint()
+        restored = IncrementalSVC.from_checkpoint(arrays, meta, kernel=expanded_rbf)
+        for probe in seen[-5:]:
+            assert restored.decision_function_one(probe) == pytest.approx(
+                model.decision_function_one(probe), abs=1e-5)
+    # An edited state is still refused with such a kernel: re-solving would move its
+    # decision values by far more than the kernel's own round-off.
+    edited = dict(arrays)
+    edited["b"] = arrays["b"] + 0.5
+    with pytest.raises(ValueError, match="do not solve the SVM of its points"):
+        IncrementalSVC.from_checkpoint(edited, meta, kernel=expanded_rbf)
