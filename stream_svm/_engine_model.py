@@ -482,16 +482,25 @@ def restored_names(values: Iterable[Any]) -> list[Hashable]:
     return names
 
 
+_NOT_SET = object()
+
+
 def refused_unchanged(method: Callable) -> Callable:
     """A learning method whose refusal (any exception) also undoes the drop of unused feature
-    names it made to make room (see ``_EngineModel._admitted``)."""
+    names it made to make room (see ``_EngineModel._admitted``), and the kernel scale check's
+    schedule it moved on (``_check_kernel_scale``: a refused update is no update)."""
     @functools.wraps(method)
     def learning(self: Any, *args: Any, **kwargs: Any) -> Any:
         self._compaction_undo = None
+        scheduled = self.__dict__.get("_next_scale_check", _NOT_SET)
         try:
             result = method(self, *args, **kwargs)
         except BaseException:
             self._undo_compaction()
+            if scheduled is _NOT_SET:
+                self.__dict__.pop("_next_scale_check", None)
+            else:
+                self._next_scale_check = scheduled
             raise
         self._compaction_undo = None
         return result

@@ -1216,8 +1216,21 @@ class PathEngine:
 
         Raises KeyError for an unknown or duplicate key, ValueError for malformed arrays, and
         ConvergenceError when the path needs more than ``max_breakpoints`` breakpoints; in every
-        case the engine is left exactly as it was.
+        case the engine is left exactly as it was, its counters included.
         """
+        # (The refactorizations of the attempts a refused update made are no work of the
+        # engine's: the state they went to is gone.)
+        refactorizations = self.refactorizations_total
+        try:
+            return self._update(X_add, y_add, keys, remove, linear, gap)
+        except BaseException:
+            self.refactorizations_total = refactorizations
+            raise
+
+    def _update(self, X_add: np.ndarray | None, y_add: np.ndarray | None,
+                keys: Sequence[Hashable] | None, remove: Sequence[Hashable],
+                linear: np.ndarray | None, gap: np.ndarray | None) -> UpdateStats:
+        """:meth:`update`, but for its counters when it is refused."""
         started = time.perf_counter()
         remove = key_list(remove, "remove")
         X_add, y_add, keys, linear, gap = self._check_update(X_add, y_add, keys, remove,

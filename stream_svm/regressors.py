@@ -276,6 +276,8 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         # targets. (One during the taking back, or before the forgotten samples' targets are
         # dropped, leaves targets of samples not held, which nothing reads.)
         before = {key: self._targets[key] for key in add_keys if key in self._targets}
+        # (A key already held, which the engine refuses: the targets' order comes back too.)
+        held_targets = dict(self._targets) if before else None
         next_sequence = self._engine._next_seq
         self._targets.update(zip(add_keys, np.asarray(targets, dtype=float).tolist(),
                                  strict=True))
@@ -284,9 +286,11 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
                                 linear=linear, gap=gap)
         except BaseException:
             if not self._engine_took(list(add_keys), list(forget_keys), next_sequence):
-                for key in add_keys:
-                    self._targets.pop(key, None)
-                self._targets.update(before)
+                if held_targets is not None:
+                    self._targets = held_targets
+                else:
+                    for key in add_keys:
+                        self._targets.pop(key, None)
             raise
         added = set(add_keys)
         for key in forget_keys:

@@ -20,7 +20,7 @@ from stream_svm import (
     SlidingWindowSVC,
     SlidingWindowSVR,
 )
-from stream_svm.engine import PathEngine
+from stream_svm.engine import ConvergenceError, PathEngine
 from stream_svm.kernels import make_kernel
 
 FRAME = pd.DataFrame({"a": [0.1, -0.4, 0.9, -1.2], "b": [1.0, 0.3, -0.5, 0.2]},
@@ -778,3 +778,43 @@ def test_a_refusal_for_the_features_scale_at_a_moderate_c_does_not_blame_c():
         for i in range(10):
             model.learn_one({"a": i * 1e38, "b": (i % 3) * 1e38}, i % 2 == 0, key=i)
     assert "lower C" not in str(refused.value) and "features scaled" in str(refused.value)
+
+
+def test_a_refused_update_leaves_the_scale_checks_schedule_the_targets_order_and_counters():
+    # Each was moved by an update the model then refused: the kernel scale check's schedule
+    # (a restored model skipped its next check), a regressor's targets (reordered) and the
+    # engine's refactorization count (the attempts' work on a state that is gone).
+    from river import datasets
+
+    points = list(datasets.Bananas().take(80))
+    model = IncrementalSVC(C=5.0, gamma=0.5)
+    for i, (x, y) in enumerate(points[:60]):
+        model.learn_one(x, y, key=i)
+    model.__dict__.pop("_next_scale_check", None)  # (as a model restored from a checkpoint)
+    with pytest.raises(ValueError, match="would forget and learn again"):
+        model.update_many(pd.DataFrame([points[70][0]]), pd.Series([True]), [3], keys=[3])
+    assert "_next_scale_check" not in model.__dict__
+
+    regressor = IncrementalSVR(C=5.0, gamma=0.5)
+    for i, (x, y) in enumerate(points[:10]):
+        regressor.learn_one(x, float(y), key=i)
+    order = list(regressor._targets)
+    with pytest.raises(KeyError, match="key 2 is already stored"):
+        regressor.learn_many(pd.DataFrame([points[70][0], points[71][0]]),
+                             pd.Series([0.1, 0.2]), keys=["new", 2])
+    assert list(regressor._targets) == order
+
+    linear = IncrementalSVC(C=5.0, kernel="linear")
+    stream = [({"a": float(i % 3), "b": float(i % 2)}, i % 5 < 2) for i in range(40)]
+    stream[11] = ({"a": 1e6, "b": 0.0}, True)
+    refused = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, (x, y) in enumerate(stream):
+            before = linear._engine.refactorizations_total
+            try:
+                linear.learn_one(x, y, key=i)
+            except ConvergenceError:
+                refused += 1
+                assert linear._engine.refactorizations_total == before
+    assert refused
