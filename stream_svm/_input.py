@@ -508,7 +508,8 @@ def _feature_value(name: Hashable, value: object) -> float:
             f"feature {name!r} has the non-numeric value {shown(value)} "
             f"({type(value).__name__}); encode it as a number first (e.g. a duration in "
             "seconds: value / np.timedelta64(1, 's'), or value.total_seconds())")
-    if isinstance(value, (np.datetime64, datetime.date, datetime.time)):
+    if isinstance(value, (np.datetime64, datetime.date, datetime.time)) and not (
+            _is_pandas_missing(value)):  # (pd.NaT is a datetime, and missing)
         # (A one-hot encoder, the advice for categories, would make each distinct time a
         # feature of its own, seen once: thousands of features that carry nothing.)
         raise TypeError(
