@@ -418,6 +418,41 @@ ENGINE_META = {"class": JSON_TEXT, "params": JSON_TABLE, "features": JSON_LIST,
                "updates_total": JSON_COUNT}
 
 
+#: Counts a checkpoint keeps beside ENGINE_META under "counters" (checkpoints written before
+#: they were kept lack them, and restore with them at 0).
+COUNTERS_META = {"retries_total": JSON_COUNT, "relearns_total": JSON_COUNT,
+                 "refactorizations_total": JSON_COUNT, "far_points_total": JSON_COUNT}
+
+
+def checkpoint_counters(model: Any) -> dict[str, int | None]:
+    """The engine model's counters and the kernel scale check's schedule, for its
+    checkpoint's metadata (a restored model then counts on, and checks the scale when the
+    original would have)."""
+    engine = model._engine
+    return {"retries_total": engine.retries_total, "relearns_total": engine.relearns_total,
+            "refactorizations_total": engine.refactorizations_total,
+            "far_points_total": model.far_points_total,
+            "next_scale_check": model.__dict__.get("_next_scale_check")}
+
+
+def restore_counters(model: Any, meta: Mapping[str, Any]) -> None:
+    """Set what :func:`checkpoint_counters` wrote, once checked (ValueError naming it)."""
+    counters = meta.get("counters")
+    if counters is None:
+        return
+    check_checkpoint_meta(counters, COUNTERS_META, where="checkpoint's counters")
+    scheduled = counters.get("next_scale_check")
+    if scheduled is not None:
+        check_checkpoint_meta(counters, {"next_scale_check": JSON_COUNT},
+                              where="checkpoint's counters")
+        model._next_scale_check = scheduled
+    engine = model._engine
+    engine.retries_total = counters["retries_total"]
+    engine.relearns_total = counters["relearns_total"]
+    engine.refactorizations_total = counters["refactorizations_total"]
+    model._far_points = counters["far_points_total"]
+
+
 def checkpoint_names(names: Iterable[Hashable]) -> list[Any]:
     """Feature names as a checkpoint writes them (:func:`key_to_json`: a str or an int as it
     is, numpy's as Python's, which they equal; a float, a timestamp or a tuple of such names

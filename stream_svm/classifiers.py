@@ -24,6 +24,7 @@ from stream_svm._engine_model import (
     check_checkpoint_meta,
     check_restored_auto_keys,
     check_restored_names,
+    checkpoint_counters,
     checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
@@ -31,6 +32,7 @@ from stream_svm._engine_model import (
     keys_to_arrays,
     refuse_key_with_value,
     refused_unchanged,
+    restore_counters,
     restored_names,
     restored_params,
     stored_rows_frame,
@@ -248,6 +250,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
             "auto_keys": self._auto_keys,
             "breakpoints_total": self._engine.breakpoints_total,
             "updates_total": self._engine.updates_total,
+            "counters": checkpoint_counters(self),
             "extra": self._checkpoint_extra(),
         }
         return arrays, meta
@@ -280,6 +283,7 @@ class _EngineClassifier(_EngineModel, base.MiniBatchClassifier):
         model._compacted_at = len(model._features)
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
+        restore_counters(model, meta)
         extra = meta.get("extra", {})
         check_checkpoint_meta(extra, {}, where="checkpoint's extra")
         model._restore_extra(extra, dict(arrays))

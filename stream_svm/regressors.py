@@ -29,6 +29,7 @@ from stream_svm._engine_model import (
     check_checkpoint_meta,
     check_restored_auto_keys,
     check_restored_names,
+    checkpoint_counters,
     checkpoint_names,
     checkpoint_params,
     forget_without_key_error,
@@ -36,6 +37,7 @@ from stream_svm._engine_model import (
     keys_to_arrays,
     refuse_key_with_value,
     refused_unchanged,
+    restore_counters,
     restored_names,
     restored_params,
     stored_rows_frame,
@@ -351,6 +353,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
             "auto_keys": self._auto_keys,
             "breakpoints_total": engine.breakpoints_total,
             "updates_total": engine.updates_total,
+            "counters": checkpoint_counters(self),
             "extra": self._checkpoint_extra(),
         }
         return arrays, meta
@@ -392,6 +395,7 @@ class _EngineRegressor(_EngineModel, base.MiniBatchRegressor):
         model._compacted_at = len(model._features)
         model._engine.breakpoints_total = int(meta["breakpoints_total"])
         model._engine.updates_total = int(meta["updates_total"])
+        restore_counters(model, meta)
         extra = meta.get("extra", {})
         check_checkpoint_meta(extra, {}, where="checkpoint's extra")
         model._restore_extra(extra, dict(arrays))

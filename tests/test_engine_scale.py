@@ -303,6 +303,15 @@ def test_every_state_the_model_holds_restores_from_its_checkpoint(far):
                 assert restored.decision_function_one(probe) == \
                     model.decision_function_one(probe)
     assert relaxed  # (the case at issue was met)
+    # Its counters and the scale check's schedule come back too (they restarted from 0).
+    restored = IncrementalSVC.from_checkpoint(*model.to_checkpoint())
+    for counter in ("retries_total", "relearns_total", "far_points_total", "updates_total",
+                    "breakpoints_total"):
+        assert getattr(restored, counter) == getattr(model, counter), counter
+    assert model.retries_total and model.relearns_total and model.far_points_total == (
+        far > 1e4)
+    assert restored._engine.refactorizations_total == model._engine.refactorizations_total
+    assert restored._next_scale_check == model._next_scale_check
 
 
 def test_a_margin_set_near_the_origin_beside_a_far_point_restores():

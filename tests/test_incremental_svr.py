@@ -531,3 +531,22 @@ def test_the_target_scale_check_takes_targets_near_the_float_range():
         assert target_scale_warning(1.0, 1.0, np.array([1e300, -1e300])) is None
         assert target_scale_warning(1.0, 1.0, np.array([0.0, 0.0])) is None
         assert "C * K(x, x) = 1e+10" in target_scale_warning(1e10, 1.0, np.array([0.5, 0.5]))
+
+
+def test_a_checkpoint_keeps_the_counters_and_refuses_damaged_ones():
+    model = IncrementalSVR(C=1.0, gamma=0.5)
+    rng = np.random.default_rng(4)
+    for i in range(60):
+        x = {"a": float(rng.normal()), "b": float(rng.normal())}
+        model.learn_one(x, x["a"] - x["b"], key=i)
+    model._engine.retries_total, model._engine.relearns_total = 3, 1  # (as if it had had to)
+    arrays, meta = model.to_checkpoint()
+    restored = IncrementalSVR.from_checkpoint(arrays, meta)
+    assert (restored.retries_total, restored.relearns_total) == (3, 1)
+    assert restored._next_scale_check == model._next_scale_check
+    # Written before the counters were kept: restored with them at 0.
+    older = {name: value for name, value in meta.items() if name != "counters"}
+    assert IncrementalSVR.from_checkpoint(arrays, older).retries_total == 0
+    damaged = {**meta, "counters": {**meta["counters"], "retries_total": -1}}
+    with pytest.raises(ValueError, match=r"'retries_total' in the checkpoint's counters is -1"):
+        IncrementalSVR.from_checkpoint(arrays, damaged)
