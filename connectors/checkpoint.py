@@ -483,9 +483,12 @@ class CheckpointStore:
         members: Collection[str] | None = None,
         check: MemberCheck | None = None,
         accept: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+        optional: Collection[str] = (),
     ) -> Checkpoint:
         """Read and check one checkpoint file; raises :class:`CheckpointError` naming the
-        problem. ``members`` names the model arrays to read (default: all of them); ``check``
+        problem. ``members`` names the model arrays to read (default: all of them), and
+        ``optional`` those read too where the file has them (arrays a later stream-svm
+        writes, which one written before lacks); ``check``
         may refuse a member by its dtype and shape before it is read; ``accept(model_meta,
         state)`` may refuse the checkpoint (e.g. :class:`CheckpointMismatch`) before any array
         is read."""
@@ -565,6 +568,7 @@ class CheckpointStore:
                         raise CheckpointError(
                             f"checkpoint {path} has no member(s) {sorted(absent)}"
                         )
+                    wanted |= set(optional)
                     model_names = [n for n in model_names if n in wanted]
                 arrays = {}
                 for name in model_names:

@@ -97,6 +97,7 @@ from connectors.state_store import (
     StateStoreError,
 )
 from connectors.state_store import topic_id_of as _topic_id
+from stream_svm.engine import OPTIONAL_STATE_ARRAYS
 
 __all__ = ["Daemon", "DaemonError", "RunSummary", "StartRefused", "ensure_topics"]
 
@@ -1211,8 +1212,9 @@ class Daemon:
         store = self._store
         assert store is not None
         settings = checkpointed_settings(config)
-        # Only the arrays this model restores from are read, each within the model's bounds.
-        needed = set(build_model(config).to_checkpoint()[0])
+        # Only the arrays this model restores from are read, each within the model's bounds;
+        # the solver's own state where the checkpoint has it (one written before lacks it).
+        needed = set(build_model(config).to_checkpoint()[0]) - OPTIONAL_STATE_ARRAYS
         bounds = checkpoint_bounds(config)
 
         def accept(model_meta: dict[str, Any], state: dict[str, Any]) -> None:
@@ -1247,7 +1249,8 @@ class Daemon:
                 )
 
         def read(path: Path) -> Checkpoint:
-            return store.read(path, members=needed, check=bounds, accept=accept)
+            return store.read(path, members=needed, check=bounds, accept=accept,
+                              optional=OPTIONAL_STATE_ARRAYS)
 
         def restore(checkpoint: Checkpoint) -> Processor:
             model = restore_model(config, checkpoint.arrays, checkpoint.model_meta)

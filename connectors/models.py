@@ -277,7 +277,8 @@ def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) 
 
 #: Arrays of the engine-backed models with one row per stored point.
 _PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "key_int", "key_str",
-              "key_str_ends")
+              "key_str_ends", "linear", "gap", "target", "h", "h_abs", "h_drift", "store",
+              "factor")
 
 
 def _too_many_features(features: int, member: str, limit: int) -> CheckpointMismatch:
@@ -325,7 +326,7 @@ def checkpoint_bounds(config: Config) -> MemberCheck:
             raise CheckpointError(
                 f"member {name!r} has shape {shape}, wider than the model's {width} columns"
             )
-        if name in ("b", "next_sequence") and shape != ():
+        if name in ("b", "next_sequence", "shift", "diag_scale") and shape != ():
             raise CheckpointError(f"member {name!r} must be a scalar, has shape {shape}")
 
     return check

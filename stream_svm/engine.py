@@ -266,7 +266,24 @@ _STATE_LAYOUT: dict[str, tuple[tuple[str, ...], str]] = {
     "status": (("n",), "integer"), "sequence": (("n",), "integer"),
     "margin": (("k",), "integer"), "b": ((), "float"), "next_sequence": ((), "integer"),
     "linear": (("n",), "float"), "gap": (("n",), "float"),
+    # The solver's own state, optional (states written before it lack it), taken when it
+    # agrees with what the points give (see set_state): a restored engine then goes on with
+    # the same bits as the one that saved it.
+    "factor": (("k", "k"), "float"), "shift": ((), "float"), "store": (("k",), "integer"),
+    "h": (("n",), "float"), "h_abs": (("n",), "float"), "h_drift": (("n",), "float"),
+    "diag_scale": ((), "float"),
 }
+
+#: The arrays of a state that may be absent: the solver's own state, which states written
+#: before it was kept lack (a reader asks for them only where a state has them).
+OPTIONAL_STATE_ARRAYS = frozenset({"factor", "shift", "store", "h", "h_abs", "h_drift",
+                                   "diag_scale"})
+_OPTIONAL_STATE = OPTIONAL_STATE_ARRAYS | {"linear", "gap"}
+
+#: How far a saved factor R of P = K_SS + t 11' may be from factoring it (max |R'R - P|, to
+#: max |P|) for a restore to take it: a maintained factor's is about eps (2e-15 measured at
+#: |S| = 24 after 2,000 updates); one beyond is computed afresh.
+FACTOR_BACKWARD_ERROR = 1e-10
 
 
 def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -282,7 +299,7 @@ def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     n = None
     for name, (dims, kind) in _STATE_LAYOUT.items():
         if name not in state:
-            if name in ("linear", "gap"):
+            if name in _OPTIONAL_STATE:
                 continue
             raise ValueError(f"the state lacks its {name!r} array")
         value = np.asarray(state[name])
@@ -2343,9 +2360,12 @@ class PathEngine:
 
     # ------------------------------------------------------------------ persistence
     def get_state(self, linear: bool = False) -> dict[str, np.ndarray]:
-        """The solution as plain arrays (enough to rebuild every cache exactly); with
-        ``linear``, the points' linear terms too (without it they are -1: classification)."""
-        n = self.n
+        """The solution as plain arrays (enough to rebuild every cache exactly), and the
+        solver's own state (the factor and the error vectors' sums, which a restore takes
+        when they agree with the points: the restored engine then goes on bit for bit as this
+        one); with ``linear``, the points' linear terms too (without it they are -1:
+        classification)."""
+        n, k = self.n, self._margin.size
         return {
             "X": self._X[:n].copy(),
             "y": self._y[:n].copy(),
@@ -2356,13 +2376,64 @@ class PathEngine:
             "margin": self._margin.copy(),
             "b": np.array(self.b),
             "next_sequence": np.array(self._next_seq),
+            "factor": self._R[:k, :k].copy(),
+            "shift": np.array(self._t),
+            "store": self._store[:k].copy(),
+            "h": self._h[:n].copy(),
+            "h_abs": self._h_abs[:n].copy(),
+            "h_drift": self._h_drift[:n].copy(),
+            "diag_scale": np.array(self._diag_scale),
         }
+
+    def _take_saved_sums(self, state: Mapping[str, np.ndarray], error_count: int) -> None:
+        """Take a state's saved sums of E's contributions (h, h_abs and h's round-off bound)
+        in place of those just computed, when they agree: h within the round-off bound the
+        saving engine kept plus what the fresh sums lose (the incremental sums differ from
+        fresh ones in their last bits, and a restored engine would go on from other bits)."""
+        n = self.n
+        if not all(name in state for name in ("h", "h_abs", "h_drift")):
+            return
+        h, h_abs, drift = state["h"], state["h_abs"], state["h_drift"]
+        fresh_h, fresh_abs = self._h[:n], self._h_abs[:n]
+        lost = 4.0 * (error_count + 1) * _EPS * fresh_abs
+        if not (np.all(np.isfinite(h)) and np.all(np.isfinite(h_abs))
+                and np.all(np.isfinite(drift)) and np.all(drift >= 0.0)):
+            return
+        if (np.all(np.abs(h - fresh_h) <= drift + lost)
+                and np.all(np.abs(h_abs - fresh_abs) <= drift + lost)):
+            self._h[:n], self._h_abs[:n], self._h_drift[:n] = h, h_abs, drift
+
+    def _take_saved_factor(self, state: Mapping[str, np.ndarray]) -> bool:
+        """Take a state's saved factor of P = K_SS + t 11' (and its t) when it factors P as
+        computed now to FACTOR_BACKWARD_ERROR; whether it did. (A factor computed afresh has
+        other bits than the one the saving engine maintained through its updates.)"""
+        k = self._margin.size
+        factor, shift = state.get("factor"), state.get("shift")
+        if factor is None or shift is None or factor.shape != (k, k):
+            return False
+        t = float(shift)
+        if not (math.isfinite(t) and t > 0.0 and np.all(np.isfinite(factor))):
+            return False
+        K_SS = self._columns[self._store[:k]][:, self._margin].T
+        P = K_SS + t
+        upper = np.triu(factor)  # (the solves read the upper triangle alone)
+        if not np.all(np.diag(upper) > 0.0):
+            return False
+        with np.errstate(over="ignore", invalid="ignore"):
+            error = float(np.abs(upper.T @ upper - P).max())
+        if not error <= FACTOR_BACKWARD_ERROR * float(np.abs(P).max()):
+            return False
+        self._R[:k, :k] = factor
+        self._t = t
+        return True
 
     def set_state(self, state: dict[str, np.ndarray], keys: Sequence[Hashable]) -> None:
         """Load a state from :meth:`get_state` (with the keys in stored order).
 
         alpha and b are taken as they are (not re-solved), so decisions are reproduced
-        bit for bit; the kernel caches and the factor are rebuilt from the stored points.
+        bit for bit; the kernel caches are rebuilt from the stored points, and the factor and
+        E's sums taken from the state when it holds them and they agree with the points
+        (otherwise computed afresh), so that the engine goes on as the one that saved it.
         """
         state = _state_arrays(state)
         X = state["X"]
@@ -2401,20 +2472,33 @@ class PathEngine:
             fresh._diag_scale = fresh._diagonal_scale(X)
             if not np.isfinite(fresh._diag_scale):
                 raise ValueError("a kernel value of the state's points is not finite")
+            saved_scale = float(state.get("diag_scale", np.nan))
+            # (The engine that saved it may hold the scale of a point since removed: its
+            # tolerances were relative to that. Never below what the points give.)
+            if math.isfinite(saved_scale) and saved_scale >= fresh._diag_scale:
+                fresh._diag_scale = saved_scale
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
             columns = fresh._kernel_columns(chunk)
             fresh._h[:n] += columns @ (fresh.C * fresh._y[chunk])
             fresh._h_abs[:n] += np.abs(columns).sum(axis=1) * fresh.C
+        fresh._take_saved_sums(state, error.size)
         if margin.size:
-            fresh._reserve_margin(margin.size)
-            fresh._columns[: margin.size, :n] = fresh._kernel_columns(margin).T
-            fresh._store[: margin.size] = np.arange(margin.size)
+            k = margin.size
+            fresh._reserve_margin(k)
+            # S's columns in the rows the saving engine kept them in (its products sum them
+            # in that order), when the state says so.
+            store = state.get("store")
+            if store is None or not np.array_equal(np.sort(store), np.arange(k)):
+                store = np.arange(k)
+            fresh._columns[store, :n] = fresh._kernel_columns(margin).T
+            fresh._store[:k] = store
             fresh._margin = margin
-            fresh._slot[margin] = np.arange(margin.size)
+            fresh._slot[margin] = np.arange(k)
             try:
-                fresh._factorize()
+                if not fresh._take_saved_factor(state):
+                    fresh._factorize()
             except np.linalg.LinAlgError:
                 # t on the scale of every stored point can swamp S's own kernel values (S
                 # near the origin, a point at 1e12 elsewhere under a linear kernel: K_SS + t

@@ -828,6 +828,33 @@ def test_one_long_feature_name_in_the_cache_does_not_widen_every_name_of_the_che
     assert processor.cache.get("long").x == {"n" * 300_000: 1.0}
 
 
+def test_a_checkpoint_written_before_the_solver_state_was_kept_is_still_restored(tmp_path):
+    # The daemon reads the arrays an empty model's checkpoint lists: with the solver's state
+    # (factor, E's sums) among them, every checkpoint written before would lack members.
+    from stream_svm.engine import OPTIONAL_STATE_ARRAYS
+
+    config = _settings(tmp_path)
+    daemon = _keyed_model_and_cache(config)
+    daemon.checkpoint()
+    written = CheckpointStore(config.checkpoint.dir).load_latest()
+    assert OPTIONAL_STATE_ARRAYS <= set(written.arrays)
+    restored = Daemon(config)
+    restored._store = CheckpointStore(config.checkpoint.dir)
+    processor = restored._restore()
+    engine, saved = processor.model._engine, written.arrays
+    np.testing.assert_array_equal(engine.get_state()["h"], saved["h"])
+    arrays = {name: value for name, value in written.arrays.items()
+              if name not in OPTIONAL_STATE_ARRAYS}
+    older = tmp_path / "older"
+    CheckpointStore(older).save(arrays, written.model_meta, written.state,
+                                dict(written.cache_arrays))
+    config = _settings(tmp_path, **{"checkpoint.dir": str(older)})
+    restored = Daemon(config)
+    restored._store = CheckpointStore(config.checkpoint.dir)
+    processor = restored._restore()
+    assert sorted(processor.model._engine.keys) == [f"p{i}" for i in range(6)]
+
+
 def test_a_checkpoint_with_fixed_width_text_arrays_is_still_restored(tmp_path):
     # Checkpoints written before the texts were variable-width UTF-8.
     config = _settings(tmp_path)
@@ -973,8 +1000,13 @@ def test_a_version_1_label_on_a_checkpoint_with_a_cache_is_not_read_without_it(t
         CheckpointStore(tmp_path).read(damaged)
 
 
-_ENGINE_MODEL = ("X:f", "alpha:f", "b:f", "key_int:i", "key_kind:i", "key_str_ends:i",
-                 "key_str_utf8:u", "margin:i", "next_sequence:i", "sequence:i", "status:i", "y:f")
+# (The solver's state, "diag_scale" to "store", came later under version 2 without a new
+# version: the readers of version 2 before it read only the arrays they know, and so read such
+# a checkpoint as before; one without them restores from its points alone.)
+_ENGINE_MODEL = ("X:f", "alpha:f", "b:f", "diag_scale:f", "factor:f", "h:f", "h_abs:f",
+                 "h_drift:f", "key_int:i", "key_kind:i", "key_str_ends:i", "key_str_utf8:u",
+                 "margin:i", "next_sequence:i", "sequence:i", "shift:f", "status:i", "store:i",
+                 "y:f")
 # ("counters" came later under version 2 without a new version: the readers of version 2
 # before it read none of the metadata they do not know, and so read such a checkpoint as
 # before, without its counters; one without it restores with them at 0.)
