@@ -2412,13 +2412,15 @@ class PathEngine:
         if factor is None or shift is None or factor.shape != (k, k):
             return False
         t = float(shift)
-        if not (math.isfinite(t) and t > 0.0 and np.all(np.isfinite(factor))):
+        # (The solves read the upper triangle alone: below it, the Givens rotations' leftovers
+        # may be anything, NaN included, and are kept as they are.)
+        upper = np.triu(factor)
+        # (Its diagonal may hold negative entries, which rotations leave: R'R is what counts.)
+        if not (math.isfinite(t) and t > 0.0 and np.all(np.isfinite(upper))
+                and np.all(np.diag(upper) != 0.0)):
             return False
         K_SS = self._columns[self._store[:k]][:, self._margin].T
         P = K_SS + t
-        upper = np.triu(factor)  # (the solves read the upper triangle alone)
-        if not np.all(np.diag(upper) > 0.0):
-            return False
         with np.errstate(over="ignore", invalid="ignore"):
             error = float(np.abs(upper.T @ upper - P).max())
         if not error <= FACTOR_BACKWARD_ERROR * float(np.abs(P).max()):
