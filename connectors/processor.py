@@ -303,15 +303,12 @@ class Processor:
 
     def load_state(
         self, state: dict[str, Any], cache_arrays: dict[str, np.ndarray] | None = None,
-        resume_clock: bool = True,
     ) -> None:
         """Restore :meth:`state` and :meth:`cache_arrays` output (ValueError when malformed).
 
-        ``resume_clock``: the cache's clock goes on from the state's, so that the time the
-        daemon was stopped ages no cached point (a daemon's restart from its checkpoint).
-        False keeps the wall clock: a model of a group (``model.scope`` partition or key) is
-        published and read back while the daemons run (evicted, handed over), and the time it
-        spent on the state topic counts."""
+        The cache's clock goes on from the state's, so that the time between the state's
+        writing and its reading (a daemon stopped, a model of a group evicted or handed over
+        on the state topic) ages no cached point."""
         self.offsets = {str(k): int(v) for k, v in state.get("offsets", {}).items()}
         self.topic_ids = {str(k): str(v) for k, v in state.get("topic_ids", {}).items()}
         self.updates = int(state.get("updates", 0))
@@ -331,7 +328,7 @@ class Processor:
                          for topic, partition, offset, value, timestamp in state.get("held", [])]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed held messages in the state: {exc}") from None
-        if resume_clock and "cache_clock" in state:
+        if "cache_clock" in state:
             # The cache's clock goes on from where the checkpoint left it: the time the daemon
             # was down ages no cached point. Otherwise a label answered before a crash found its
             # point expired when the restart read it again (a restart slower than the cache's

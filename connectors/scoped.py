@@ -456,7 +456,10 @@ class ScopedModels:
                 self._bounds(name, array.dtype, array.shape)
             model = restore_model(self.config, model_arrays, metadata["model_meta"])
             processor = self.new_processor(model, self.metrics.for_model(model_label(model_id)))
-            processor.load_state(metadata["processor"], cache, resume_clock=False)
+            # (Its cache's clock goes on from the state's: a crash's restart replays the labels
+            # the state did not cover, and a later restart than the cache's max age found
+            # their points expired, dead-lettering labels acknowledged before the crash.)
+            processor.load_state(metadata["processor"], cache)
         except Exception as exc:
             raise ScopedStateRefused(f"{where} does not load: {type(exc).__name__}: {exc}"
                                      ) from None

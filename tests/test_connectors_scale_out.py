@@ -282,6 +282,37 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
         _assert_same_model(restored.model, _reference(mine), f"key k{k}")
 
 
+def test_a_models_cached_points_do_not_age_while_its_state_waits_on_the_state_topic():
+    # Read back with the wall clock, a model restored 30 s after a crash (cache max age 20 s)
+    # had lost its cached points: the labels its partition's replay brought again, which the
+    # crashed daemon had acknowledged, were dead-lettered unknown_id and never learned.
+    now = [0.0]
+    config = load_config(None, overrides={
+        "model.scope": "key", **{f"model.{k}": str(v) for k, v in MODEL.items()}}, environ={})
+
+    def new_processor(model: Any, model_metrics: Any) -> Processor:
+        return Processor(model, metrics=model_metrics, cache_max_age_seconds=20,
+                         clock=lambda: now[0])
+
+    store = _MemoryStore()
+    models = ScopedModels(config, store, new_processor, lambda: IncrementalSVC(**MODEL),
+                          Metrics(per_model=True))
+    models.assign({0})
+    models.settle({0: {"stream-svm.input:0": None}}, start_fresh=False)
+    x, _ = BANANAS[0]
+    models.process([_record(0, 0, "k0", {"id": "u", "x": x})])
+    models.delivered()
+    models.publish()
+    now[0] += 30  # (the daemons down, or the model evicted, for longer than the max age)
+    restarted = ScopedModels(config, store, new_processor, lambda: IncrementalSVC(**MODEL),
+                             Metrics(per_model=True))
+    processor = restarted._processor_from((0, "k0"), store.fetch((0, "k0")))
+    assert list(processor.cache) == ["u"]
+    result = processor.process([_record(0, 1, "k0", {"id": "u", "y": True})])
+    assert not result.dead_letters and result.outputs[0].record["ok"] is True
+    assert "u" in processor.model
+
+
 def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(tmp_path):
     # Keys seen once filled the directory (7 KB each, for as long as the partition stayed),
     # and every read back scanned it.
