@@ -242,6 +242,11 @@ class ScopedModels:
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
         self.live: OrderedDict[ModelId, _Live] = OrderedDict()
+        #: owned partitions of which the state topic holds a model: only their offsets are
+        #: committed (settle refuses a partition with commits but no model, as one whose
+        #: models were lost; a partition whose messages made no model, all dead-lettered for
+        #: their over-long Kafka keys, is read again from its commit instead)
+        self._stated: set[int] = set()
         #: input partitions owned and ready (their models' states indexed, positions set)
         self.owned: set[int] = set()
         #: partitions assigned by the group and not ready yet
@@ -572,6 +577,7 @@ class ScopedModels:
             self.check(f"the state of model {model_label(model_id)}", state.metadata)
         resume: dict[str, int | None] = {}
         with_state = {model_id[0] for model_id in states}  # type: ignore[index]
+        self._stated = (self._stated - pending) | (with_state & pending)
         for partition in sorted(pending):
             offsets = committed[partition]
             served = {name: offset for name, offset in offsets.items() if offset is not None}
@@ -984,6 +990,7 @@ class ScopedModels:
                       "are not committed until it succeeds", model_label(model_id), exc)
             return None if isinstance(exc, StateStoreError) else False
         outcomes.labels(outcome="published").inc()
+        self._stated.add(model_id[0])
         self.sequences[model_id] = sequence
         processor.generation = f"{epoch}.{sequence}"
         live.dirty = False
@@ -1010,13 +1017,13 @@ class ScopedModels:
 
     def committable(self, partitions: set[int] | None = None) -> dict[str, int]:
         """Next offsets safe to commit: those of the owned partitions whose models are all
-        published."""
+        published, and of which the state topic holds a model (``_stated``)."""
         blocked = {m[0] for m, live in self.live.items() if live.dirty}
         blocked |= {m[0] for m in self._unverified}
         return {
             name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned
-            and partition not in blocked
+            and partition not in blocked and partition in self._stated
             and (partitions is None or partition in partitions)
             and self.committed.get(name) != offset
         }

@@ -313,6 +313,38 @@ def test_a_models_cached_points_do_not_age_while_its_state_waits_on_the_state_to
     assert "u" in processor.model
 
 
+def test_a_partition_whose_messages_made_no_model_is_not_committed_and_restarts():
+    # Messages of over-long Kafka keys are dead-lettered without a model. Their partition's
+    # offsets were committed all the same, and every later assignment refused it as one whose
+    # models were lost ("committed offsets ... but the state topic holds no model of it"):
+    # the group stopped at its next rebalance or restart.
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    models, _ = _scoped(max_models=4)
+    models.assign({0, 1})
+    models.settle({0: {"stream-svm.input:0": None}, 1: {"stream-svm.input:1": None}},
+                  start_fresh=False)
+    x, y = BANANAS[0]
+    long_key = "k" * (MAX_MODEL_KEY_BYTES + 1)
+    result = _handled(models, [_record(0, 0, "k0", {"id": "a", "x": x, "y": y}),
+                               _record(1, 0, long_key, {"id": "b", "x": x, "y": y}),
+                               _record(1, 1, long_key, {"id": "c", "x": x, "y": y})])[0]
+    assert [d.record["reason"] for d in result.dead_letters] == ["malformed", "malformed"]
+    models.publish()
+    assert models.committable() == {"stream-svm.input:0": 1}
+    # A restart (or the partitions' next owner) resumes: partition 1 from its beginning,
+    # where its two messages are dead-lettered again rather than lost.
+    again, _ = _scoped(max_models=4, store=models.store)
+    again.assign({0, 1})
+    resume = again.settle({0: {"stream-svm.input:0": 1}, 1: {"stream-svm.input:1": None}},
+                          start_fresh=False)
+    assert resume == {"stream-svm.input:0": 1, "stream-svm.input:1": None}
+    # Once a message makes a model of it, its offsets are committed as any partition's.
+    _handled(again, [_record(1, 2, "k1", {"id": "d", "x": x, "y": y})])
+    again.publish()
+    assert again.committable()["stream-svm.input:1"] == 3
+
+
 def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(tmp_path):
     # Keys seen once filled the directory (7 KB each, for as long as the partition stayed),
     # and every read back scanned it.
