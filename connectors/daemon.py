@@ -1665,11 +1665,44 @@ class Daemon:
             self._pacer.forget({tp.partition for tp in assigned})
         if self.models is None or not assigned:
             return
+        kafka = self.config.kafka
+        inputs = {tp.partition for tp in assigned if tp.topic == kafka.input_topic}
         with self.models.lock:
-            self.models.assign({tp.partition for tp in assigned})
+            # (Partition p of the label topic labels the models of input partition p: only
+            # with it, see _unpaired_labels.)
+            self.models.assign(inputs)
         # Positions for now (no committed offset must not raise); _settle seeks for real.
         self._consumer.pause(*assigned)
         self._consumer.seek_to_beginning(*assigned)
+        if kafka.label_topic:
+            self._unpaired_labels(inputs, {tp.partition for tp in assigned
+                                           if tp.topic == kafka.label_topic})
+
+    def _unpaired_labels(self, inputs: set[int], labels: set[int]) -> None:
+        """Say (ERROR) where the group paired the input and label topics' partitions
+        otherwise than partition by partition: members of the group that read different
+        label topics (a rolling change of kafka.label_topic). A label partition without its
+        input partition stays paused here (its labels belong to another member's models,
+        which would have them dead-lettered unknown_id here); an input partition without its
+        label partition has its labels read by nobody while it lasts."""
+        kafka = self.config.kafka
+        group = kafka.group_id
+        alone = sorted(labels - inputs)
+        if alone:
+            log.error("partitions %s of the label topic %s were assigned here without the "
+                      "same partitions of %s, which another member of group %r holds: the "
+                      "group's members read different label topics (kafka.label_topic). They "
+                      "are not read here (their labels belong to that member's models); give "
+                      "every member the same kafka.label_topic", alone, kafka.label_topic,
+                      kafka.input_topic, group)
+        unlabelled = sorted(inputs - labels)
+        if unlabelled:
+            log.error("partitions %s of %s were assigned here without the same partitions of "
+                      "the label topic %s: a member of group %r reads no label topic, or "
+                      "another one (kafka.label_topic). Their labels are read by no one until "
+                      "every member reads the same label topic (their unlabelled points wait "
+                      "in the cache meanwhile)", unlabelled, kafka.input_topic,
+                      kafka.label_topic, group)
 
     def _settle(self) -> bool:
         """Make the pending partitions ready: index their models' states, seek to the

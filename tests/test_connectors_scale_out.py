@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -632,6 +633,44 @@ def test_a_consumer_group_that_never_completes_a_join_is_warned_of(caplog):
         assert daemon._joining_since is None
         daemon._watch_group()
         assert caplog.text == ""
+
+
+def test_label_partitions_assigned_without_their_input_partitions_are_not_read(caplog):
+    # Members of one group with different kafka.label_topic settings (a rolling change): the
+    # group gave a member label partitions whose input partitions another member owned, and
+    # it made models of them too (two owners of one model: fenced, labels dead-lettered
+    # unknown_id), or gave label partitions to no one, silently.
+    from kafka import TopicPartition
+
+    from connectors.daemon import Daemon
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.paused: set[Any] = set()
+
+        def pause(self, *partitions: Any) -> None:
+            self.paused.update(partitions)
+
+        def seek_to_beginning(self, *partitions: Any) -> None:
+            pass
+
+    daemon = Daemon(load_config(None, overrides={"model.scope": "key",
+                                                 "kafka.label_topic": "labels"}, environ={}))
+    daemon.models, _ = _scoped(max_models=10)
+    daemon._consumer = Consumer()
+    assigned = {TopicPartition("stream-svm.input", 0), TopicPartition("stream-svm.input", 1),
+                TopicPartition("labels", 1), TopicPartition("labels", 2)}
+    with caplog.at_level(logging.ERROR, logger="connectors.daemon"):
+        daemon._assigned(assigned)
+    assert daemon.models.pending == {0, 1}  # (not 2: its models are another member's)
+    assert daemon._consumer.paused == assigned  # (label partition 2 is never resumed)
+    assert re.search(r"partitions \[2\] of the label topic labels were assigned here without "
+                     r"the same partitions of stream-svm.input", caplog.text)
+    assert re.search(r"partitions \[0\] of stream-svm.input were assigned here without the "
+                     r"same partitions of the label topic labels", caplog.text)
+    daemon.models.settle({p: {f"stream-svm.input:{p}": None, f"labels:{p}": None}
+                          for p in (0, 1)}, start_fresh=False)
+    assert daemon.models.owned == {0, 1}
 
 
 def test_a_partition_settled_again_is_not_judged_on_the_high_watermark_from_before():
