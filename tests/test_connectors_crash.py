@@ -174,6 +174,17 @@ enabled = false
     assert {d["source"]["offset"] for d in dead} == bad  # repeats possible, losses not
     # at-least-once: every output that repeats is a repeat of the same input
     assert len(outputs) >= valid
+    # and the same answer, score and probability bit for bit: the restored model went on as
+    # the killed one had (its checkpoint holds the solver's own state too).
+    answers: dict[int, list[tuple]] = {}
+    for output in outputs:
+        if "source" in output:
+            answers.setdefault(output["source"]["offset"], []).append(tuple(
+                json.dumps(output.get(field)) for field in ("prediction", "score", "proba")))
+    repeated = [copies for copies in answers.values() if len(copies) > 1]
+    assert repeated, "no output repeated: the kills fell where nothing was redone"
+    assert all(len(set(copies)) == 1 for copies in repeated), [
+        copies for copies in repeated if len(set(copies)) > 1][:3]
 
     checkpoint = CheckpointStore(tmp_path / "checkpoints").load_latest()
     model = IncrementalSVC.from_checkpoint(checkpoint.arrays, checkpoint.model_meta)
