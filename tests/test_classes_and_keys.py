@@ -742,12 +742,17 @@ def test_stored_keys_are_oldest_first(make):
         assert keys == [k for k in range(120) if k not in (3, 50, 7, 5)] + [5]
 
 
-@pytest.mark.parametrize("make, y_of", [
+#: A model of each kind that takes keys from a frame's index, with its labels from a frame
+#: (windows of 500: they keep every row these tests learn).
+FRAME_KEYED = pytest.mark.parametrize("make, y_of", [
     (lambda: IncrementalSVC(C=1.0, gamma=0.5), lambda X: X["a"] > 0),
-    (lambda: SlidingWindowSVC(window_size=50, C=1.0, gamma=0.5), lambda X: X["a"] > 0),
+    (lambda: SlidingWindowSVC(window_size=500, C=1.0, gamma=0.5), lambda X: X["a"] > 0),
     (lambda: IncrementalSVR(C=1.0, gamma=0.5), lambda X: X["b"]),
-    (lambda: SlidingWindowSVR(window_size=50, C=1.0, gamma=0.5), lambda X: X["b"]),
+    (lambda: SlidingWindowSVR(window_size=500, C=1.0, gamma=0.5), lambda X: X["b"]),
 ], ids=["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR", "SlidingWindowSVR"])
+
+
+@FRAME_KEYED
 def test_forgetting_a_row_number_of_a_default_index_says_where_the_keys_are(make, y_of):
     # Rows of pandas' default numbering get automatic keys: forget_many(range(100, 110))
     # after learning rows 100-199 said only "no stored point has key 100".
@@ -780,12 +785,7 @@ def test_an_lssvm_asked_for_a_key_it_never_kept_says_how_to_forget_keyless_sampl
     assert model.decision_function_one({"a": 0.3, "b": -0.1}) == before
 
 
-@pytest.mark.parametrize("make, y_of", [
-    (lambda: IncrementalSVC(C=1.0, gamma=0.5), lambda X: X["a"] > 0),
-    (lambda: SlidingWindowSVC(window_size=500, C=1.0, gamma=0.5), lambda X: X["a"] > 0),
-    (lambda: IncrementalSVR(C=1.0, gamma=0.5), lambda X: X["b"]),
-    (lambda: SlidingWindowSVR(window_size=500, C=1.0, gamma=0.5), lambda X: X["b"]),
-], ids=["IncrementalSVC", "SlidingWindowSVC", "IncrementalSVR", "SlidingWindowSVR"])
+@FRAME_KEYED
 def test_a_named_index_of_consecutive_ids_names_the_rows(make, y_of):
     # pandas 3 stores a column of consecutive integers made the index as a RangeIndex, which
     # was taken for pandas' own numbering: the ids were dropped for automatic keys, and
