@@ -290,6 +290,9 @@ class Processor:
                       None if r.value is None else base64.b64encode(r.value).decode("ascii"),
                       r.timestamp] for r in self.held],
             "cache_clock": self._now(),
+            # (``clock`` itself, not shifted: when the state was written, which a model of a
+            # group read back compares with its daemon's start, see load_state)
+            "saved_at": self.clock(),
         }
 
     def _now(self) -> float:
@@ -303,12 +306,16 @@ class Processor:
 
     def load_state(
         self, state: dict[str, Any], cache_arrays: dict[str, np.ndarray] | None = None,
+        resume_before: float | None = None,
     ) -> None:
         """Restore :meth:`state` and :meth:`cache_arrays` output (ValueError when malformed).
 
-        The cache's clock goes on from the state's, so that the time between the state's
-        writing and its reading (a daemon stopped, a model of a group evicted or handed over
-        on the state topic) ages no cached point."""
+        The cache's clock goes on from the state's, so that the time the daemon was stopped
+        ages no cached point; with ``resume_before`` (a model of a group read back from the
+        state topic: its daemon's start, on ``clock``), only for a state written before then
+        (``saved_at``; by a daemon that stopped or crashed since). A state written while this
+        daemon ran (a model evicted, or handed over by another daemon) keeps ``clock``: the
+        daemons ran meanwhile, and its points age as they did."""
         self.offsets = {str(k): int(v) for k, v in state.get("offsets", {}).items()}
         self.topic_ids = {str(k): str(v) for k, v in state.get("topic_ids", {}).items()}
         self.updates = int(state.get("updates", 0))
@@ -328,7 +335,12 @@ class Processor:
                          for topic, partition, offset, value, timestamp in state.get("held", [])]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed held messages in the state: {exc}") from None
-        if "cache_clock" in state:
+        saved_at = state.get("saved_at")
+        if saved_at is not None and (isinstance(saved_at, bool) or not isinstance(
+                saved_at, (int, float)) or not math.isfinite(saved_at)):
+            raise ValueError(f"malformed saved_at in the state: {saved_at!r}")
+        resume = resume_before is None or saved_at is None or saved_at < resume_before
+        if resume and "cache_clock" in state:
             # The cache's clock goes on from where the checkpoint left it: the time the daemon
             # was down ages no cached point. Otherwise a label answered before a crash found its
             # point expired when the restart read it again (a restart slower than the cache's

@@ -222,6 +222,8 @@ class ScopedModels:
         cache_dir: Path | None = None,
     ) -> None:
         self.config = config
+        #: when this daemon started (on the processors' clock, time.time): see _processor_from
+        self.started_at = time.time()
         self.scope: str = config.model.scope
         self.max_models: int = config.model.max_models
         self.store = store
@@ -461,10 +463,13 @@ class ScopedModels:
                 self._bounds(name, array.dtype, array.shape)
             model = restore_model(self.config, model_arrays, metadata["model_meta"])
             processor = self.new_processor(model, self.metrics.for_model(model_label(model_id)))
-            # (Its cache's clock goes on from the state's: a crash's restart replays the labels
-            # the state did not cover, and a later restart than the cache's max age found
-            # their points expired, dead-lettering labels acknowledged before the crash.)
-            processor.load_state(metadata["processor"], cache)
+            # (Its cache's clock goes on from a state written before this daemon started: a
+            # crash's restart replays the labels the state did not cover, and a restart later
+            # than the cache's max age found their points expired, dead-lettering labels
+            # acknowledged before the crash. A state written since, of a model evicted or
+            # handed over while the daemons ran, ages as it did.)
+            processor.load_state(metadata["processor"], cache,
+                                 resume_before=self.started_at)
         except Exception as exc:
             raise ScopedStateRefused(f"{where} does not load: {type(exc).__name__}: {exc}"
                                      ) from None

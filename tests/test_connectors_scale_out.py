@@ -283,7 +283,7 @@ def test_models_evicted_to_stay_within_max_models_come_back_exactly(on_disk, tmp
         _assert_same_model(restored.model, _reference(mine), f"key k{k}")
 
 
-def test_a_models_cached_points_do_not_age_while_its_state_waits_on_the_state_topic():
+def test_a_models_cached_points_do_not_age_while_the_daemons_are_down():
     # Read back with the wall clock, a model restored 30 s after a crash (cache max age 20 s)
     # had lost its cached points: the labels its partition's replay brought again, which the
     # crashed daemon had acknowledged, were dead-lettered unknown_id and never learned.
@@ -304,9 +304,16 @@ def test_a_models_cached_points_do_not_age_while_its_state_waits_on_the_state_to
     models.process([_record(0, 0, "k0", {"id": "u", "x": x})])
     models.delivered()
     models.publish()
-    now[0] += 30  # (the daemons down, or the model evicted, for longer than the max age)
+    # Read back while the daemon that wrote it runs (evicted, or handed over): the daemons
+    # ran meanwhile, and its points aged as they would have in memory.
+    now[0] += 30
+    models.started_at = 0.0
+    assert list(models._processor_from((0, "k0"), store.fetch((0, "k0"))).cache) == []
+    # Read back by a daemon started after the state was written (the daemons were down for
+    # longer than the max age): the downtime ages nothing.
     restarted = ScopedModels(config, store, new_processor, lambda: IncrementalSVC(**MODEL),
                              Metrics(per_model=True))
+    restarted.started_at = now[0]
     processor = restarted._processor_from((0, "k0"), store.fetch((0, "k0")))
     assert list(processor.cache) == ["u"]
     result = processor.process([_record(0, 1, "k0", {"id": "u", "y": True})])

@@ -981,12 +981,16 @@ def test_a_restart_slower_than_the_cache_age_reads_answered_labels_again():
     now[0] += 5
     twice.expire_cache()
     assert list(twice.cache) == ["c"]
-    # A model of a group read back from the state topic (after a crash, or evicted, or handed
-    # over) goes on from its state's clock too: the labels a crash's restart replays, which
-    # the daemon had acknowledged, found their points expired after a long downtime.
+    # A model of a group read back from the state topic goes on from its state's clock when
+    # the state was written before its daemon started (a crash's restart, whose replayed
+    # labels the daemon had acknowledged), and keeps the wall clock when it was written
+    # while the daemon ran (evicted, handed over): its points aged as they did.
     fetched = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
-    fetched.load_state(state, arrays)
+    fetched.load_state(state, arrays, resume_before=state["saved_at"] + 1)
     assert list(fetched.cache) == ["a", "b"]
+    fetched = Processor(IncrementalSVC(), cache_max_age_seconds=20, clock=lambda: now[0])
+    fetched.load_state(state, arrays, resume_before=state["saved_at"])
+    assert list(fetched.cache) == []
 
 
 def test_cli_parses_commands_and_reports_bad_settings(capsys):
