@@ -593,7 +593,10 @@ class ScopedModels:
                     f"{self.store.topic} holds no model of it: models served this partition "
                     "before, and new ones would silently replace them. Nothing was changed. "
                     "Restore the state topic, or run with --start-fresh (checkpoint.start_fresh"
-                    " = true) to start new, empty models from the committed offsets.")
+                    " = true) to start new, empty models from the committed offsets. (For a "
+                    "partition whose messages made no model, all of them dead-lettered for "
+                    "over-long Kafka keys, which earlier versions committed all the same, "
+                    "--start-fresh loses nothing.)")
             resume.update(offsets)
             state = states.get((partition, None)) if self.scope == "partition" else None
             if state is not None:
