@@ -1007,7 +1007,7 @@ class _EngineModel(FixedParameters):
         engine = self._engine
         snapshot = engine._snapshot()
         counters = (engine.last_update, engine.breakpoints_total, engine.updates_total,
-                    engine.retries_total, engine.relearns_total)
+                    engine.retries_total, engine.relearns_total, engine.refactorizations_total)
         # The user's kernel is kept, not copied: it may hold what cannot be copied (a lock, a
         # connection), and the model must keep the very object it was given.
         kept = {id(value): value for value in (getattr(self, "kernel", None), engine.kernel)}
@@ -1022,7 +1022,8 @@ class _EngineModel(FixedParameters):
         except BaseException:
             engine._restore(snapshot)
             (engine.last_update, engine.breakpoints_total, engine.updates_total,
-             engine.retries_total, engine.relearns_total) = counters
+             engine.retries_total, engine.relearns_total,
+             engine.refactorizations_total) = counters
             self.__dict__.update(rest)
             raise
 

@@ -271,13 +271,15 @@ _STATE_LAYOUT: dict[str, tuple[tuple[str, ...], str]] = {
     # the same bits as the one that saved it.
     "factor": (("k", "k"), "float"), "shift": ((), "float"), "store": (("k",), "integer"),
     "h": (("n",), "float"), "h_abs": (("n",), "float"), "h_drift": (("n",), "float"),
-    "diag_scale": ((), "float"),
+    "diag_scale": ((), "float"), "g": (("n",), "float"),
+    # (the last KKT check's terms where it passed and they are kept, else empty)
+    "checked_terms": (("m",), "float"),
 }
 
 #: The arrays of a state that may be absent: the solver's own state, which states written
 #: before it was kept lack (a reader asks for them only where a state has them).
 OPTIONAL_STATE_ARRAYS = frozenset({"factor", "shift", "store", "h", "h_abs", "h_drift",
-                                   "diag_scale"})
+                                   "diag_scale", "g", "checked_terms"})
 _OPTIONAL_STATE = OPTIONAL_STATE_ARRAYS | {"linear", "gap"}
 
 #: How far a saved factor R of P = K_SS + t 11' may be from factoring it (max |R'R - P|, to
@@ -341,6 +343,10 @@ def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
 #: user-callable kernel may move its decision values: a kernel function whose values for a
 #: pair differ from call to call by 1e-8 (products blocked otherwise) moved them by 3e-7.
 CALLABLE_RESTORE_MOVE = 1e-4
+
+#: A state's saved kernel scale above this many times what its points give (a point far
+#: beyond them since removed) is not taken: the scale the points give is used instead.
+SAVED_SCALE_RATIO = 1e8
 
 #: Arrival numbers stay far below int64's end, so that adding a slide's points cannot wrap.
 _MAX_SEQUENCE = 2**62
@@ -722,10 +728,7 @@ class PathEngine:
             raise ValueError("only columns that are 0 in every stored point can be dropped")
         self._X = np.ascontiguousarray(self._X[:, columns])
         self.dim = int(columns.size)
-        self._sv_cache = None
-        self._row_counts = None
-        self._forget_recent()
-        self._terms_cache = self._kkt_cache = None  # a user's kernel may see the change
+        self._columns_changed()
 
     def widen_columns(self, columns: np.ndarray, dim: int) -> None:
         """Undo :meth:`keep_columns` ``(columns)`` of a layout ``dim`` wide: the dropped
@@ -738,10 +741,18 @@ class PathEngine:
         X[:, columns] = self._X[:, : self.dim]
         self._X = X
         self.dim = int(dim)
+        self._columns_changed()
+
+    def _columns_changed(self) -> None:
+        """After the stored points' feature columns changed (all-zero ones dropped or put
+        back): the caches of the rows go. The last KKT check's stands for the built-in
+        kernels, whose values do not see such columns (kept, a refused call that dropped and
+        put them back leaves no trace); a user's kernel may see them."""
         self._sv_cache = None
         self._row_counts = None
         self._forget_recent()
-        self._terms_cache = self._kkt_cache = None
+        if not getattr(self.kernel, "folds_absent_features", False):
+            self._terms_cache = self._kkt_cache = None
 
     def _reserve_rows(self, rows: int) -> None:
         capacity = self._X.shape[0]
@@ -1527,17 +1538,25 @@ class PathEngine:
             terms = self._net_of_copies(self.g_terms(), violation)
         return bool(np.all(violation <= self.kkt_tol * terms))
 
-    def _kkt_holds_loosely(self) -> bool:
+    def _kkt_holds_loosely(self, points_scale: float | None = None) -> bool:
         """:meth:`_kkt_holds` to the last resort's terms (``_update_loosely``): the update
         that left this solution may have been accepted by them alone, and a state it saved
-        must restore (its model checkpointed, then refused as damaged at every restart)."""
+        must restore (its model checkpointed, then refused as damaged at every restart).
+        Those terms grow with the kernel's scale: judged first at ``points_scale`` (what the
+        stored points give), then at the engine's (a state's saved scale, larger)."""
         if not self._has_copies():
             return False  # (the loose terms differ only where copies cancel)
+        scale = self._diag_scale
         self._loose_kkt = True
-        self._terms_cache = self._kkt_cache = None
         try:
-            return self._kkt_holds()
+            for judged_at in dict.fromkeys((points_scale or scale, scale)):
+                self._diag_scale = judged_at
+                self._terms_cache = self._kkt_cache = None
+                if self._kkt_holds():
+                    return True
+            return False
         finally:
+            self._diag_scale = scale
             self.__dict__.pop("_loose_kkt", None)
             self._terms_cache = self._kkt_cache = None
 
@@ -2383,24 +2402,63 @@ class PathEngine:
             "h_abs": self._h_abs[:n].copy(),
             "h_drift": self._h_drift[:n].copy(),
             "diag_scale": np.array(self._diag_scale),
+            "g": self._g[:n].copy(),
+            "checked_terms": (self._terms_cache.copy() if self._kkt_cache is True
+                              and self._terms_cache is not None
+                              and self._terms_cache.size == n else np.zeros(0)),
         }
 
+    def _take_saved_checks(self, state: Mapping[str, np.ndarray]) -> None:
+        """Once the restored solution passed its check: take the state's saved g (where it
+        agrees with the g just computed to its round-off) and the last check's terms (where
+        it passed and kept them: an update that only adds reserve points then extends them
+        rather than computing g afresh, as the saving engine would, and with the same bits;
+        never above the terms of g, which would loosen later checks)."""
+        n = self.n
+        g, checked = state.get("g"), state.get("checked_terms")
+        if g is None or checked is None or g.shape != (n,):
+            return
+        terms = self.g_terms()
+        if not (np.all(np.isfinite(g))
+                and np.all(np.abs(g - self._g[:n]) <= 16.0 * _EPS * terms)):
+            return
+        self._g[:n] = g
+        if checked.size == 0:
+            self._terms_cache = self._kkt_cache = None
+            return
+        if not (checked.shape == (n,) and np.all(np.isfinite(checked))
+                and np.all(checked >= 0.0)):
+            return
+        bound = terms
+        if not np.all(checked <= terms * (1 + 1e-9)):
+            # (A check passed by the last resort's terms, which the copies' round-off in b
+            # raises above the terms of g: no higher than those, computed now.)
+            self._loose_kkt = True
+            try:
+                bound = np.maximum(terms, self._net_of_copies(terms))
+            finally:
+                self.__dict__.pop("_loose_kkt", None)
+        if np.all(checked <= bound * (1 + 1e-9)):
+            self._terms_cache, self._kkt_cache = checked.copy(), True
+
     def _take_saved_sums(self, state: Mapping[str, np.ndarray], error_count: int) -> None:
-        """Take a state's saved sums of E's contributions (h, h_abs and h's round-off bound)
-        in place of those just computed, when they agree: h within the round-off bound the
-        saving engine kept plus what the fresh sums lose (the incremental sums differ from
-        fresh ones in their last bits, and a restored engine would go on from other bits)."""
+        """Take a state's saved sums of E's contributions (h, h_abs and the sizes h_drift
+        whose eps-multiple bounds h's round-off) in place of those just computed, when they
+        agree to that round-off plus what the fresh sums lose (the incremental sums differ
+        from fresh ones in their last bits, and a restored engine would go on from other
+        bits)."""
         n = self.n
         if not all(name in state for name in ("h", "h_abs", "h_drift")):
             return
         h, h_abs, drift = state["h"], state["h_abs"], state["h_drift"]
         fresh_h, fresh_abs = self._h[:n], self._h_abs[:n]
-        lost = 4.0 * (error_count + 1) * _EPS * fresh_abs
         if not (np.all(np.isfinite(h)) and np.all(np.isfinite(h_abs))
-                and np.all(np.isfinite(drift)) and np.all(drift >= 0.0)):
+                and np.all(np.isfinite(drift)) and np.all(drift >= 0.0)
+                and np.all(drift <= (error_count + 1) * 1e6 * (fresh_abs + 1.0))):
             return
-        if (np.all(np.abs(h - fresh_h) <= drift + lost)
-                and np.all(np.abs(h_abs - fresh_abs) <= drift + lost)):
+        bound = 4.0 * _EPS * (drift + (error_count + 1) * fresh_abs)
+        if (np.all(np.abs(h - fresh_h) <= bound)
+                and np.all(np.abs(h_abs - fresh_abs) <= bound)):
             self._h[:n], self._h_abs[:n], self._h_drift[:n] = h, h_abs, drift
 
     def _take_saved_factor(self, state: Mapping[str, np.ndarray]) -> bool:
@@ -2470,15 +2528,24 @@ class PathEngine:
         fresh._keys = list(keys)
         fresh._pos = {key: i for i, key in enumerate(fresh._keys)}
         fresh._row_counts = None
+        points_scale: float | None = None  # (the scale the points give, if a saved one is taken)
         if n:
             fresh._diag_scale = fresh._diagonal_scale(X)
             if not np.isfinite(fresh._diag_scale):
                 raise ValueError("a kernel value of the state's points is not finite")
             saved_scale = float(state.get("diag_scale", np.nan))
             # (The engine that saved it may hold the scale of a point since removed: its
-            # tolerances were relative to that. Never below what the points give.)
-            if math.isfinite(saved_scale) and saved_scale >= fresh._diag_scale:
-                fresh._diag_scale = saved_scale
+            # tolerances were relative to that. Never below what the points give, but for
+            # round-off: the compiled kernel's K(x, x), which the engine took as points came,
+            # can be an ulp below numpy's; nor above SAVED_SCALE_RATIO times it, a scale that
+            # would loosen the checks below for copies, and the far points' refusal.)
+            if (math.isfinite(saved_scale)
+                    and fresh._diag_scale * (1 - 1e-12) <= saved_scale
+                    <= fresh._diag_scale * SAVED_SCALE_RATIO):
+                points_scale, fresh._diag_scale = fresh._diag_scale, saved_scale
+        elif math.isfinite(saved_scale := float(state.get("diag_scale", np.nan))) and (
+                saved_scale > 0.0):
+            fresh._diag_scale = saved_scale  # (an empty engine's, from its points since gone)
         error = np.flatnonzero(status == ERROR)
         for start in range(0, error.size, 512):
             chunk = error[start : start + 512]
@@ -2486,6 +2553,9 @@ class PathEngine:
             fresh._h[:n] += columns @ (fresh.C * fresh._y[chunk])
             fresh._h_abs[:n] += np.abs(columns).sum(axis=1) * fresh.C
         fresh._take_saved_sums(state, error.size)
+        shift = float(state.get("shift", np.nan))
+        if not margin.size and math.isfinite(shift) and shift > 0.0:
+            fresh._t = shift  # (no factor to check it against: the next S's first shift)
         if margin.size:
             k = margin.size
             fresh._reserve_margin(k)
@@ -2520,7 +2590,7 @@ class PathEngine:
             # relative to C (states saved then): re-solved from its sets, as an update now
             # is, the check below then judges it.
             fresh.refactorize()
-        holds = fresh._kkt_holds() or fresh._kkt_holds_loosely()
+        holds = fresh._kkt_holds() or fresh._kkt_holds_loosely(points_scale)
         if not holds and isinstance(fresh.kernel, CallableKernel) and margin.size:
             # A user's function need not give a pair of points the same bits in another call
             # (its products blocked otherwise for other shapes: 1e-8 apart, where the state's
@@ -2536,7 +2606,7 @@ class PathEngine:
             else:
                 moved = np.abs(fresh._g[:n] - before)
                 holds = bool(np.all(moved <= CALLABLE_RESTORE_MOVE * terms)) and (
-                    fresh._kkt_holds() or fresh._kkt_holds_loosely())
+                    fresh._kkt_holds() or fresh._kkt_holds_loosely(points_scale))
         if not holds:
             # Each value in range, but not an SVM of these points (edited, or saved with
             # another C): serving it would answer with a model nobody trained.
@@ -2546,4 +2616,5 @@ class PathEngine:
                 f"{self.C:g} (KKT violation {fresh.kkt_violation():.3g}, sum(y alpha) "
                 f"{imbalance:.3g} of sum(alpha)): a damaged or edited state, or one saved with "
                 "other settings")
+        fresh._take_saved_checks(state)
         self.__dict__.update(fresh.__dict__)

@@ -1000,13 +1000,14 @@ def test_a_version_1_label_on_a_checkpoint_with_a_cache_is_not_read_without_it(t
         CheckpointStore(tmp_path).read(damaged)
 
 
-# (The solver's state, "diag_scale" to "store", came later under version 2 without a new
-# version: the readers of version 2 before it read only the arrays they know, and so read such
-# a checkpoint as before; one without them restores from its points alone.)
-_ENGINE_MODEL = ("X:f", "alpha:f", "b:f", "diag_scale:f", "factor:f", "h:f", "h_abs:f",
-                 "h_drift:f", "key_int:i", "key_kind:i", "key_str_ends:i", "key_str_utf8:u",
-                 "margin:i", "next_sequence:i", "sequence:i", "shift:f", "status:i", "store:i",
-                 "y:f")
+# (The solver's state, "checked_terms", "diag_scale", "factor", "g", "h", "h_abs", "h_drift",
+# "shift" and "store", came later under version 2 without a new version: the readers of
+# version 2 before it read only the arrays they know, and so read such a checkpoint as before;
+# one without them restores from its points alone.)
+_ENGINE_MODEL = ("X:f", "alpha:f", "b:f", "checked_terms:f", "diag_scale:f", "factor:f", "g:f",
+                 "h:f", "h_abs:f", "h_drift:f", "key_int:i", "key_kind:i", "key_str_ends:i",
+                 "key_str_utf8:u", "margin:i", "next_sequence:i", "sequence:i", "shift:f",
+                 "status:i", "store:i", "y:f")
 # ("counters" came later under version 2 without a new version: the readers of version 2
 # before it read none of the metadata they do not know, and so read such a checkpoint as
 # before, without its counters; one without it restores with them at 0.)

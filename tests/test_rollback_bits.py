@@ -16,7 +16,7 @@ from stream_svm import (
     SlidingWindowSVC,
     SlidingWindowSVR,
 )
-from stream_svm.engine import ConvergenceError
+from stream_svm.engine import OPTIONAL_STATE_ARRAYS, ConvergenceError
 
 KERNELS = {
     "poly": {"kernel": "poly", "degree": 3, "gamma": 0.5, "coef0": 1.0},
@@ -192,8 +192,8 @@ def test_a_saved_factor_or_sums_that_disagree_with_the_points_are_computed_afres
     assert ([restored.decision_function_one(x) for x in PROBES]
             == [model.decision_function_one(x) for x in PROBES])
     # Written before the solver state was kept: restored as before, from the points alone.
-    older = {name: value for name, value in arrays.items() if name not in (
-        "factor", "shift", "store", "h", "h_abs", "h_drift", "diag_scale")}
+    older = {name: value for name, value in arrays.items()
+             if name not in OPTIONAL_STATE_ARRAYS}
     assert ([IncrementalSVC.from_checkpoint(older, meta).decision_function_one(x)
              for x in PROBES] == [model.decision_function_one(x) for x in PROBES])
 
@@ -217,3 +217,76 @@ def test_a_factor_left_with_negative_pivots_by_removals_restores_bit_for_bit():
             if (i - 149) % 5:  # (multiples of 5 were forgotten above)
                 target.forget_one(key=i - 149)
     _same_bits(model, restored)
+
+
+def test_a_regressor_restored_between_reserve_points_goes_on_bit_for_bit():
+    # Its next point landing in the reserve set extends the last check's terms and keeps g
+    # (no refresh) in the original; restored without g and those terms, the twin refreshed g,
+    # whose last bits differ, and its later paths drifted (predictions 1e-14 apart).
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(120, 3))
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.normal(size=120)
+    points = [dict(zip("abc", map(float, row), strict=True)) for row in X]
+    model = IncrementalSVR(C=10.0, epsilon=0.05, kernel="rbf", gamma=0.5)
+    for i in range(25):
+        model.learn_one(points[i], float(y[i]), key=i)
+    twin = IncrementalSVR.from_checkpoint(*model.to_checkpoint())
+    assert twin._engine._kkt_cache is model._engine._kkt_cache is True
+    for i in range(25, 120):
+        for target in (model, twin):
+            target.learn_one(points[i], float(y[i]), key=i)
+    state, twin_state = model._engine.get_state(linear=True), twin._engine.get_state(linear=True)
+    for name, values in state.items():
+        np.testing.assert_array_equal(values, twin_state[name], err_msg=name)
+
+
+def test_a_linear_models_scale_an_ulp_below_numpys_is_restored_as_saved():
+    # The engine takes K(x, x) from its compiled kernel, an ulp below numpy's here: restored
+    # with numpy's, the shift and tolerances differed, and so did the coefficients later.
+    rng = np.random.default_rng(96)
+    X = rng.normal(size=(80, 3))
+    y = X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.normal(size=80) > 0
+    points = [dict(zip("abc", map(float, row), strict=True)) for row in X]
+    model = IncrementalSVC(C=5.0, kernel="linear")
+    for i in range(2):
+        model.learn_one(points[i], bool(y[i]), key=i)
+    engine = model._engine
+    assert engine._diag_scale < engine._diagonal_scale(engine._X[: engine.n])
+    twin = IncrementalSVC.from_checkpoint(*model.to_checkpoint())
+    for i in range(2, 80):
+        for target in (model, twin):
+            target.learn_one(points[i], bool(y[i]), key=i)
+    _same_bits(model, twin)
+
+
+def test_saved_sums_or_scale_out_of_their_bounds_are_not_taken():
+    # h was taken when within its round-off bound's sizes (not eps times them): a damaged h
+    # was used, and the valid checkpoint then refused. A saved kernel scale far above the
+    # points' loosened the checks for copies enough to serve an edited b, and let a far
+    # point be learned despite far_points = "refuse".
+    rng = np.random.default_rng(1)
+    model = IncrementalSVC(C=100.0, kernel="linear", far_points="refuse")
+    points = []
+    for i in range(60):
+        v = np.round(rng.normal(size=3), 1)
+        x = dict(zip("abc", map(float, v), strict=True))
+        label = bool(v[0] + 0.5 * v[1] + 0.5 * rng.normal() > 0)
+        points.append((x, label))
+        model.learn_one(x, label, key=i)
+    for j in range(5):  # copies of stored points under the other label
+        x, label = points[j + 30]
+        model.learn_one(x, not label, key=1000 + j)
+    arrays, meta = model.to_checkpoint()
+    assert model.n_error and arrays["h_drift"].max() > 0
+    damaged = {**arrays, "h": arrays["h"] + 0.5 * arrays["h_drift"]}
+    restored = IncrementalSVC.from_checkpoint(damaged, meta)
+    assert ([restored.decision_function_one(x) for x, _ in points[:5]]
+            == [model.decision_function_one(x) for x, _ in points[:5]])
+    for scale in (1e20, 1e300):
+        edited = {**arrays, "b": arrays["b"] + 10.0, "diag_scale": np.array(scale)}
+        with pytest.raises(ValueError, match="do not solve the SVM of its points"):
+            IncrementalSVC.from_checkpoint(edited, meta)
+        inflated = IncrementalSVC.from_checkpoint({**arrays, "diag_scale": np.array(scale)},
+                                                  meta)
+        with pytest.raises(ValueError, match="far beyond the kernel scale"):
+            inflated.learn_one({"a": 1e6, "b": 0.0, "c": 0.0}, True, key="far")
