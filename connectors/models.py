@@ -278,7 +278,7 @@ def restore_model(config: Config, arrays: dict[str, Any], meta: dict[str, Any]) 
 #: Arrays of the engine-backed models with one row per stored point.
 _PER_POINT = ("X", "y", "alpha", "status", "sequence", "margin", "key_kind", "key_int", "key_str",
               "key_str_ends", "linear", "gap", "target", "h", "h_abs", "h_drift", "store",
-              "factor")
+              "factor", "g", "checked_terms")
 
 
 def _too_many_features(features: int, member: str, limit: int) -> CheckpointMismatch:

@@ -344,8 +344,9 @@ def _state_arrays(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
 #: pair differ from call to call by 1e-8 (products blocked otherwise) moved them by 3e-7.
 CALLABLE_RESTORE_MOVE = 1e-4
 
-#: A state's saved kernel scale above this many times what its points give (a point far
-#: beyond them since removed) is not taken: the scale the points give is used instead.
+#: A state's saved kernel scale above this many times what its points give (with a user's
+#: kernel, a point far beyond them since removed) is not taken: the scale the points give is
+#: used instead. With a built-in kernel, one more than an ulp or so above it is not taken.
 SAVED_SCALE_RATIO = 1e8
 
 #: Arrival numbers stay far below int64's end, so that adding a slide's points cannot wrap.
@@ -2539,9 +2540,13 @@ class PathEngine:
             # round-off: the compiled kernel's K(x, x), which the engine took as points came,
             # can be an ulp below numpy's; nor above SAVED_SCALE_RATIO times it, a scale that
             # would loosen the checks below for copies, and the far points' refusal.)
+            # (A built-in kernel's scale follows its points, removals included: only a user's
+            # kernel keeps the largest seen.)
+            ratio = (SAVED_SCALE_RATIO if isinstance(fresh.kernel, CallableKernel)
+                     else 1 + 1e-9)
             if (math.isfinite(saved_scale)
                     and fresh._diag_scale * (1 - 1e-12) <= saved_scale
-                    <= fresh._diag_scale * SAVED_SCALE_RATIO):
+                    <= fresh._diag_scale * ratio):
                 points_scale, fresh._diag_scale = fresh._diag_scale, saved_scale
         elif math.isfinite(saved_scale := float(state.get("diag_scale", np.nan))) and (
                 saved_scale > 0.0):
