@@ -1315,20 +1315,26 @@ def test_a_max_features_below_the_models_refuses_the_start_and_sets_nothing_asid
     assert _files(directory) == before
 
 
-@pytest.mark.parametrize("member", sorted(
-    name for name in ("g", "checked_terms", "h", "h_abs", "h_drift", "store", "factor")))
-def test_a_window_checkpoint_with_solver_arrays_longer_than_its_window_is_refused(tmp_path,
-                                                                                 member):
-    # Arrays of a crafted file are bounded before they are read: g and checked_terms, added
-    # with the solver's state, were read whole (1e6 entries for a window of 2).
-    from connectors.models import checkpoint_bounds
-
+def _window_of_two_checkpoint():
+    """The configuration of a SlidingWindowSVC of 2 points, and its checkpoint after 3."""
     config = load_config(None, {"model.type": "SlidingWindowSVC", "model.window_size": "2",
                                 "model.step": "1"}, environ={})
     model = build_model(config)
     for i in range(3):
         model.learn_one({"a": float(i)}, bool(i % 2), key=f"k{i}")
     arrays, meta = model.to_checkpoint()
+    return config, arrays, meta
+
+
+@pytest.mark.parametrize("member", [
+    "checked_terms", "factor", "g", "h", "h_abs", "h_drift", "store"])
+def test_a_window_checkpoint_with_solver_arrays_longer_than_its_window_is_refused(tmp_path,
+                                                                                 member):
+    # Arrays of a crafted file are bounded before they are read: g and checked_terms, added
+    # with the solver's state, were read whole (1e6 entries for a window of 2).
+    from connectors.models import checkpoint_bounds
+
+    config, arrays, meta = _window_of_two_checkpoint()
     arrays[member] = np.zeros((3, 3) if member == "factor" else 3,
                               dtype=np.int64 if member == "store" else float)
     store = CheckpointStore(tmp_path)
@@ -1343,12 +1349,7 @@ def test_a_window_checkpoint_with_more_key_bytes_than_its_ids_can_hold_is_refuse
     # A crafted or foreign file: its key texts would be read whole before the model saw them.
     from connectors.models import checkpoint_bounds
 
-    config = load_config(None, {"model.type": "SlidingWindowSVC", "model.window_size": "2",
-                                "model.step": "1"}, environ={})
-    model = build_model(config)
-    for i in range(3):
-        model.learn_one({"a": float(i)}, bool(i % 2), key=f"k{i}")
-    arrays, meta = model.to_checkpoint()
+    config, arrays, meta = _window_of_two_checkpoint()
     store = CheckpointStore(tmp_path)
     store.save(arrays, meta, {})
     ((_, path),) = store.paths()
