@@ -1006,8 +1006,7 @@ class _EngineModel(FixedParameters):
         points, an SVR's targets), and far cheaper for a window slid point by point."""
         engine = self._engine
         snapshot = engine._snapshot()
-        counters = (engine.last_update, engine.breakpoints_total, engine.updates_total,
-                    engine.retries_total, engine.relearns_total, engine.refactorizations_total)
+        counters = engine.counters()
         # The user's kernel is kept, not copied: it may hold what cannot be copied (a lock, a
         # connection), and the model must keep the very object it was given.
         kept = {id(value): value for value in (getattr(self, "kernel", None), engine.kernel)}
@@ -1021,9 +1020,7 @@ class _EngineModel(FixedParameters):
             yield
         except BaseException:
             engine._restore(snapshot)
-            (engine.last_update, engine.breakpoints_total, engine.updates_total,
-             engine.retries_total, engine.relearns_total,
-             engine.refactorizations_total) = counters
+            engine.set_counters(counters)
             self.__dict__.update(rest)
             raise
 

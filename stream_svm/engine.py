@@ -2362,13 +2362,22 @@ class PathEngine:
         """Put the update counters (``last_update`` and the ``*_total`` counts) back as they
         were when the block ends, however it ends: for computations that update and roll
         back (leave-one-out), which are no updates of the model, failed or not."""
-        saved = (self.last_update, self.breakpoints_total, self.updates_total,
-                 self.retries_total, self.relearns_total, self.refactorizations_total)
+        saved = self.counters()
         try:
             yield
         finally:
-            (self.last_update, self.breakpoints_total, self.updates_total, self.retries_total,
-             self.relearns_total, self.refactorizations_total) = saved
+            self.set_counters(saved)
+
+    _COUNTERS = ("last_update", "breakpoints_total", "updates_total", "retries_total",
+                 "relearns_total", "refactorizations_total")
+
+    def counters(self) -> tuple:
+        """The update counters, for :meth:`set_counters` to put back."""
+        return tuple(getattr(self, name) for name in self._COUNTERS)
+
+    def set_counters(self, saved: tuple) -> None:
+        for name, value in zip(self._COUNTERS, saved, strict=True):
+            setattr(self, name, value)
 
     def leave_one_out_positions(self) -> np.ndarray:
         """The stored points whose leaving changes the solution: those with alpha > 0, or all
