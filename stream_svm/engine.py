@@ -1249,11 +1249,11 @@ class PathEngine:
         """
         # (The refactorizations of the attempts a refused update made are no work of the
         # engine's: the state they went to is gone.)
-        refactorizations = self.refactorizations_total
+        saved = self.counters()
         try:
             return self._update(X_add, y_add, keys, remove, linear, gap)
         except BaseException:
-            self.refactorizations_total = refactorizations
+            self.set_counters(saved)
             raise
 
     def _update(self, X_add: np.ndarray | None, y_add: np.ndarray | None,
