@@ -87,6 +87,10 @@ log = logging.getLogger(__name__)
 ModelId = tuple[int, str | None]
 #: The id of the group's own record on the state topic (its scope, settings, partitions).
 GROUP_RECORD_ID = ("group", None)
+#: Prefix of the id of a partition's record on the state topic, ``("partition", p)``: written
+#: when the partition's offsets are to be committed before any model of it exists (all its
+#: messages so far dead-lettered), so that its next owner knows those commits lost no model.
+PARTITION_RECORD = "partition"
 #: Version of the layout of a scoped model's state.
 SCOPED_STATE_FORMAT = 1
 #: Prefix of the unlabelled cache's arrays among a state's arrays.
@@ -129,6 +133,15 @@ def model_id_of(scope: str, partition: int, key: bytes | None) -> ModelId:
         return (partition, bytes(key).decode("utf-8"))
     except UnicodeDecodeError:
         return (partition, "0x" + bytes(key).hex())
+
+
+def _partition_record_id(partition: int) -> tuple[str, int]:
+    return (PARTITION_RECORD, partition)
+
+
+def _is_partition_record(model_id: Any) -> bool:
+    return (isinstance(model_id, tuple) and len(model_id) == 2
+            and model_id[0] == PARTITION_RECORD)
 
 
 def model_label(model_id: ModelId) -> str:
@@ -244,10 +257,10 @@ class ScopedModels:
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
         self.live: OrderedDict[ModelId, _Live] = OrderedDict()
-        #: owned partitions of which the state topic holds a model: only their offsets are
-        #: committed (settle refuses a partition with commits but no model, as one whose
-        #: models were lost; a partition whose messages made no model, all dead-lettered for
-        #: their over-long Kafka keys, is read again from its commit instead)
+        #: owned partitions of which the state topic holds a model, or the partition's record
+        #: (written when its messages so far made no model, all of them dead-lettered): only
+        #: their offsets are committed (settle refuses a partition with commits but neither,
+        #: as one whose models were lost)
         self._stated: set[int] = set()
         #: input partitions owned and ready (their models' states indexed, positions set)
         self.owned: set[int] = set()
@@ -560,8 +573,8 @@ class ScopedModels:
         # (Read on from the last assignment's read: the whole topic each time took longer
         # and longer under churn, until compaction reached it.)
         states = self.store.index(
-            select=lambda m: m == GROUP_RECORD_ID or (isinstance(m, tuple) and len(m) == 2
-                                                     and m[0] in pending),
+            select=lambda m: m == GROUP_RECORD_ID or (isinstance(m, tuple) and len(m) == 2 and (
+                m[0] in pending or (m[0] == PARTITION_RECORD and m[1] in pending))),
             # (The "partitions ... ready: N models" line below says it: the store's own line
             # counted the group's record as a model, "restored 1 models", then "0 models".)
             log_level=logging.DEBUG)
@@ -578,10 +591,13 @@ class ScopedModels:
         self.metrics.replica[2].observe(seconds)
         self.known_epochs.update(self.store.epochs(
             lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending))
+        recorded = {model_id[1] for model_id in states if _is_partition_record(model_id)}
+        for partition in recorded:
+            del states[_partition_record_id(partition)]
         for model_id, state in states.items():  # every one before any is used
             self.check(f"the state of model {model_label(model_id)}", state.metadata)
         resume: dict[str, int | None] = {}
-        with_state = {model_id[0] for model_id in states}  # type: ignore[index]
+        with_state = {model_id[0] for model_id in states} | recorded  # type: ignore[index]
         self._stated = (self._stated - pending) | (with_state & pending)
         for partition in sorted(pending):
             offsets = committed[partition]
@@ -595,8 +611,8 @@ class ScopedModels:
                     "Restore the state topic, or run with --start-fresh (checkpoint.start_fresh"
                     " = true) to start new, empty models from the committed offsets. (For a "
                     "partition whose messages made no model, all of them dead-lettered for "
-                    "over-long Kafka keys, which earlier versions committed all the same, "
-                    "--start-fresh loses nothing.)")
+                    "over-long Kafka keys, which versions before the partitions' own records "
+                    "committed without one, --start-fresh loses nothing.)")
             resume.update(offsets)
             state = states.get((partition, None)) if self.scope == "partition" else None
             if state is not None:
@@ -927,7 +943,39 @@ class ScopedModels:
                 break
             self._unreached.discard(model_id)
         # One read of the state topic for the lot, not one per model.
-        return self._still_newest(written) and done
+        done = self._still_newest(written) and done
+        # (After every model: a partition with one records it by publishing it.)
+        return done and self._record_partitions(partitions)
+
+    def _record_partitions(self, partitions: set[int] | None) -> bool:
+        """Write the record of each owned partition (of ``partitions``) that has records to
+        commit but no model on the state topic (its messages so far all dead-lettered, e.g.
+        for Kafka keys too long to name a model). Without it the partition was never
+        committed: every restart read and dead-lettered its messages again, and its lag
+        grew for good. False when the state topic did not take one."""
+        with_models = {model_id[0] for model_id in self.live}
+        unrecorded = sorted(
+            {partition for name, offset in self.positions.items()
+             if (partition := _topic_partition(name)[1]) in self.owned
+             and partition not in self._stated and partition not in self.fenced
+             and partition not in with_models
+             and (partitions is None or partition in partitions)
+             and self.committed.get(name) != offset})
+        for partition in unrecorded:
+            try:
+                self._record_group()
+                self.store.publish(_partition_record_id(partition), {},
+                                   {"format": SCOPED_STATE_FORMAT, "partition": partition},
+                                   0, 0, 1)
+            except ValueError:
+                pass  # another owner of the partition wrote it since it was read: it is there
+            except StateStoreError as exc:
+                log.error("writing the record of partition %d to the state topic failed "
+                          "(%s); its offsets are not committed until it succeeds",
+                          partition, exc)
+                return False
+            self._stated.add(partition)
+        return True
 
     def _still_newest(self, written: dict[ModelId, int]) -> bool:
         """After publishing (``written``: each model's last offset), read the state topic on

@@ -321,11 +321,12 @@ def test_a_models_cached_points_do_not_age_while_the_daemons_are_down():
     assert "u" in processor.model
 
 
-def test_a_partition_whose_messages_made_no_model_is_not_committed_and_restarts():
+def test_a_partition_whose_messages_made_no_model_is_committed_after_its_record():
     # Messages of over-long Kafka keys are dead-lettered without a model. Their partition's
     # offsets were committed all the same, and every later assignment refused it as one whose
     # models were lost ("committed offsets ... but the state topic holds no model of it"):
-    # the group stopped at its next rebalance or restart.
+    # the group stopped at its next rebalance or restart. Then they were never committed:
+    # every restart dead-lettered them again, and the partition's lag only grew.
     from connectors.scoped import MAX_MODEL_KEY_BYTES
 
     models, _ = _scoped(max_models=4)
@@ -338,19 +339,36 @@ def test_a_partition_whose_messages_made_no_model_is_not_committed_and_restarts(
                                _record(1, 0, long_key, {"id": "b", "x": x, "y": y}),
                                _record(1, 1, long_key, {"id": "c", "x": x, "y": y})])[0]
     assert [d.record["reason"] for d in result.dead_letters] == ["malformed", "malformed"]
-    models.publish()
-    assert models.committable() == {"stream-svm.input:0": 1}
-    # A restart (or the partitions' next owner) resumes: partition 1 from its beginning,
-    # where its two messages are dead-lettered again rather than lost.
+    assert models.committable() == {}  # nothing published yet
+    assert models.publish()
+    # The state topic holds partition 1's record (no model of it): its offsets are committed.
+    assert ("partition", 1) in models.store.records and ("partition", 0) not in \
+        models.store.records
+    offsets = models.committable()
+    assert offsets == {"stream-svm.input:0": 1, "stream-svm.input:1": 2}
+    models.mark_committed(offsets)
+    publishes = models.store.publishes
+    assert models.publish() and models.store.publishes == publishes  # written once
+    # A restart (or the partitions' next owner) accepts both commits and resumes after the
+    # dead letters, instead of refusing partition 1 or reading its messages again.
     again, _ = _scoped(max_models=4, store=models.store)
     again.assign({0, 1})
-    resume = again.settle({0: {"stream-svm.input:0": 1}, 1: {"stream-svm.input:1": None}},
+    resume = again.settle({0: {"stream-svm.input:0": 1}, 1: {"stream-svm.input:1": 2}},
                           start_fresh=False)
-    assert resume == {"stream-svm.input:0": 1, "stream-svm.input:1": None}
-    # Once a message makes a model of it, its offsets are committed as any partition's.
+    assert resume == {"stream-svm.input:0": 1, "stream-svm.input:1": 2}
+    assert set(again.live) == set()  # the record is no model
+    # A model of it made later is published and committed as any partition's.
     _handled(again, [_record(1, 2, "k1", {"id": "d", "x": x, "y": y})])
-    again.publish()
+    assert again.publish()
     assert again.committable()["stream-svm.input:1"] == 3
+    # Without the record, the commit still reads as models lost.
+    del models.store.records[("partition", 1)]
+    for model_id in [m for m in models.store.records if m[0] == 1]:
+        del models.store.records[model_id]
+    third, _ = _scoped(max_models=4, store=models.store)
+    third.assign({1})
+    with pytest.raises(ScopedStateRefused, match="holds no model of it"):
+        third.settle({1: {"stream-svm.input:1": 3}}, start_fresh=False)
 
 
 def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(tmp_path):
@@ -1049,6 +1067,48 @@ def test_a_zombie_writer_does_not_overwrite_the_new_owners_state(broker):  # noq
     finally:
         zombie.store.close()
         successor.store.close()
+
+
+@pytest.mark.broker
+def test_a_partition_record_on_the_real_state_topic_lets_its_next_owner_resume(
+        broker):  # noqa: F811
+    """A partition whose messages all were dead-lettered (keys too long to name a model) is
+    recorded on the state topic; two owners, the second of which writes it again, and a
+    third that resumes at the commit instead of refusing the partition."""
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    servers = broker.bootstrap_servers
+    topic = unique("partition-record-state")
+    message = {"id": 1, "x": {"1": 0.5, "2": 0.1}, "y": True}
+    long_key = "k" * (MAX_MODEL_KEY_BYTES + 1)
+    stores = []
+
+    def owner(committed: int | None) -> ScopedModels:
+        store = StateStore(servers, topic, timeout=20)
+        stores.append(store)
+        store.ensure_topic(partitions=1)
+        models, _ = _scoped(max_models=4, store=store)  # type: ignore[arg-type]
+        models.check_group(1)
+        models.assign({0})
+        resume = models.settle({0: {"stream-svm.input:0": committed}}, start_fresh=False)
+        assert resume == {"stream-svm.input:0": committed}
+        return models
+
+    try:
+        first, second = owner(None), owner(None)  # both read the topic before any record
+        for models in (first, second):
+            result = _handled(models, [_record(0, 0, long_key, message)])[0]
+            assert [d.record["reason"] for d in result.dead_letters] == ["malformed"]
+            # the second finds the first's record as it writes its own: no error
+            assert models.publish()
+            assert models.committable() == {"stream-svm.input:0": 1}
+        third = owner(1)  # (refused before the record: "holds no model of it")
+        assert not third.live
+        _handled(third, [_record(0, 1, "fine", {**message, "id": 2})])
+        assert third.publish() and third.committable() == {"stream-svm.input:0": 2}
+    finally:
+        for store in stores:
+            store.close()
 
 
 @pytest.mark.broker
