@@ -725,8 +725,12 @@ def evaluate(
             # As the daemon: the warm-up's points wait until the statistics are known.
             for identifier, x, y, location in stream:
                 held.append((identifier, x, y, location))
+                target = None
+                if scaler.scales_targets:  # (a row whose label is no number: skipped later)
+                    with contextlib.suppress(Malformed):
+                        target = float(targets.parse(y))
                 try:
-                    if scaler.observe(x):
+                    if scaler.observe(x, target):
                         break
                 except ValueError:  # a value the statistics cannot take: left out of them
                     continue
@@ -785,6 +789,11 @@ def evaluate(
                 continue
             try:
                 prediction = model.predict_one(x)
+                learned_y = y
+                if scaler is not None and scaler.scales_targets:
+                    # The model learns standardized targets and predicts in their units.
+                    prediction = scaler.target_from_model(prediction)
+                    learned_y = scaler.target_to_model(y)
             except refusals as exc:  # features too large for the kernel (not finite)
                 skip(f"{where}: {exc}")
                 continue
@@ -801,9 +810,9 @@ def evaluate(
             before = int(getattr(model, "breakpoints_total", 0))
             try:
                 if keyed:
-                    model.learn_one(x, y, key=key)
+                    model.learn_one(x, learned_y, key=key)
                 else:
-                    model.learn_one(x, y)
+                    model.learn_one(x, learned_y)
             except refusals as exc:  # refused, the model unchanged: say which point
                 skip(f"{where}: not learned: {exc}")
                 breakpoints_per_point.append(0)

@@ -257,6 +257,8 @@ ROLES = ("learner", "predictor")
 DAEMON_MODEL_SETTINGS = ("scope", "max_models")
 MODEL_TYPES = ("IncrementalSVC", "SlidingWindowSVC", "AlphaISVC", "IncrementalLSSVC",
                "IncrementalLSSVR", "IncrementalSVR", "SlidingWindowSVR")
+#: The regressors among them (their labels are numbers).
+REGRESSOR_TYPES = ("IncrementalLSSVR", "IncrementalSVR", "SlidingWindowSVR")
 
 
 def _port(value: int) -> str | None:
@@ -410,6 +412,12 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "warmup_messages": Setting(int, 1000, _positive),
         "means": Setting(dict, None, _finite_numbers, optional=True),
         "scales": Setting(dict, None, _positive_numbers, optional=True),
+        # A regressor's targets standardized too: the model learns (y - mean) / scale (its C
+        # and epsilon in those units) and predicts in y's units. "warmup" measures them on
+        # the warm-up's labels, "fixed" takes target_mean and target_scale.
+        "targets": Setting(bool, False),
+        "target_mean": Setting(float, None, optional=True),
+        "target_scale": Setting(float, None, _positive, optional=True),
     },
     "cache": {
         "max_size": Setting(int, 100_000, _non_negative),
@@ -816,12 +824,38 @@ def _cross_checks(config: Config) -> None:
         raise ConfigError("setting scaler.unknown_features = \"dead_letter\" needs scaler.mode "
                           "\"warmup\" or \"fixed\": the features it knows are those with "
                           "statistics")
+    _check_target_scaling(config)
     if (scaler.mode != "warmup" and config.sources["scaler.warmup_messages"] != "default"
             and scaler.warmup_messages != SCHEMA["scaler"]["warmup_messages"].default):
         raise ConfigError("setting scaler.warmup_messages needs scaler.mode = \"warmup\"")
     from connectors.models import check_model_config  # models imports this module
 
     check_model_config(config)
+
+
+def _check_target_scaling(config: Config) -> None:
+    scaler = config.scaler
+    given = [name for name in ("target_mean", "target_scale")
+             if getattr(scaler, name) is not None]
+    if not scaler.targets:
+        if given:
+            raise ConfigError(f"setting scaler.{given[0]} needs scaler.targets = true")
+        return
+    if scaler.mode == "none":
+        raise ConfigError("setting scaler.targets = true needs scaler.mode = \"warmup\" "
+                          "(statistics measured on the first labels) or \"fixed\" (with "
+                          "scaler.target_mean and scaler.target_scale)")
+    if config.model.type not in REGRESSOR_TYPES:
+        raise ConfigError(f"setting scaler.targets = true standardizes a regressor's targets; "
+                          f"model.type {config.model.type!r} is a classifier (its labels are "
+                          "classes)")
+    if scaler.mode == "fixed" and len(given) < 2:
+        raise ConfigError("setting scaler.targets = true with scaler.mode = \"fixed\" needs "
+                          "scaler.target_mean and scaler.target_scale (e.g. the targets' mean "
+                          "and standard deviation)")
+    if scaler.mode == "warmup" and given:
+        raise ConfigError(f"setting scaler.{given[0]} needs scaler.mode = \"fixed\" (a "
+                          "warm-up measures the targets' statistics)")
 
 
 def _check_scope(config: Config) -> None:

@@ -110,6 +110,11 @@ def checkpointed_settings(config: Config) -> dict[str, Any]:
             settings["scaler"]["warmup_messages"] = scaler.warmup_messages
         else:
             settings["scaler"].update(means=scaler.means or {}, scales=scaler.scales or {})
+        if scaler.targets:  # (only then: settings recorded before it had it false)
+            settings["scaler"]["targets"] = True
+            if scaler.mode == "fixed":
+                settings["scaler"].update(target_mean=scaler.target_mean,
+                                          target_scale=scaler.target_scale)
     return settings
 
 
@@ -153,8 +158,11 @@ def build_scaler(config: Config) -> FeatureScaler | None:
     scaler = config.scaler
     if scaler.mode == "warmup":
         built = FeatureScaler.warming_up(scaler.warmup_messages)
+        built.scales_targets = scaler.targets
     elif scaler.mode == "fixed":
-        built = FeatureScaler.fixed(scaler.means or {}, scaler.scales or {})
+        built = FeatureScaler.fixed(
+            scaler.means or {}, scaler.scales or {},
+            (scaler.target_mean, scaler.target_scale) if scaler.targets else None)
     else:
         return None
     built.refuse_unknown = scaler.unknown_features == "dead_letter"
@@ -366,7 +374,10 @@ class ServedModel:
         return checked if self.scaler is None else self.scaler.transform(checked)
 
     def predict_one(self, x: Mapping[str, float]) -> Any:
-        return self.model.predict_one(self.features(x))
+        prediction = self.model.predict_one(self.features(x))
+        if self.scaler is not None and self.scaler.scales_targets:
+            return self.scaler.target_from_model(prediction)  # (in the targets' units)
+        return prediction
 
     def predict_proba_one(self, x: Mapping[str, float]) -> dict[Any, float]:
         return self.model.predict_proba_one(self.features(x))
@@ -402,6 +413,8 @@ def load_served_model(checkpoint_dir: str | os.PathLike[str]) -> ServedModel:
         scaler = None
         if scaled is not None:
             scaler = FeatureScaler(0)
+            scaler.scales_targets = isinstance(scaled, dict) and (
+                "target" in scaled or "target_sums" in scaled)
             scaler.load_state(scaled)
             if not scaler.frozen:
                 raise CheckpointError(

@@ -440,6 +440,8 @@ class Processor:
         for index, record in enumerate(records):
             self.held.append(record)
             if record.topic == self.label_topic:
+                if scaler.scales_targets:  # a late label's target counts in the warm-up
+                    self._observe_late_target(record)
                 continue
             try:
                 op = parse_message(record.value, self.max_message_bytes, self.targets)
@@ -448,7 +450,8 @@ class Processor:
             if not isinstance(op, Observe):
                 continue
             try:
-                frozen = scaler.observe(op.x)
+                target = op.y if scaler.scales_targets else None
+                frozen = scaler.observe(op.x, None if target is None else float(target))
             except ValueError as exc:
                 # Still held: processed after the warm-up like the others (a value the frozen
                 # statistics cannot scale is dead-lettered then).
@@ -465,6 +468,27 @@ class Processor:
                          scaler.seen, len(scaler.means), len(held), len(rest))
                 return held + rest
         return []
+
+    def _observe_late_target(self, record: Any) -> None:
+        assert self.scaler is not None
+        try:
+            op = parse_label(record.value, self.max_message_bytes, self.targets)
+        except Exception:  # dead-lettered when processed after the warm-up
+            return
+        if isinstance(op, Label):  # (not a relabel: it replaces a target already counted)
+            try:
+                self.scaler.observe_target(float(op.y))
+            except ValueError as exc:
+                log.warning("%s:%d:%d is left out of the scaler's warm-up: %s", record.topic,
+                            record.partition, record.offset, exc)
+
+    def _model_target(self, y: Any) -> Any:
+        """What the model learns for a parsed label (a regressor's target standardized when
+        scaler.targets is set)."""
+        label = self.targets.model_label(y)
+        if self.scaler is not None and self.regression:
+            return self.scaler.target_to_model(label)
+        return label
 
     def _segments(self, entries: list[_Entry]) -> Iterator[list[_Entry]]:
         """Cut the batch after every message that may change the model (lazily: a window's
@@ -601,7 +625,9 @@ class Processor:
                 continue
             entry.score = float(score)
             if self.regression:
-                entry.prediction = float(score)
+                # (In the targets' units: outputs, errors and the cache all use them.)
+                entry.prediction = (float(score) if self.scaler is None
+                                    else self.scaler.target_from_model(float(score)))
             else:
                 entry.proba = float(proba)
                 entry.prediction = bool(score > 0)
@@ -761,7 +787,7 @@ class Processor:
             buffered = int(getattr(self.model, "n_buffered", 0))
             head = batch[: max(0, len(batch) - (buffered + len(batch)) % step)]
             minimum = 1
-        label_of = self.targets.model_label
+        label_of = self._model_target
         xs = [entry.x or {} for entry in head]
         if len(head) >= minimum and self.batch_exact and _tabular(xs):
             try:
@@ -865,7 +891,7 @@ class Processor:
         # The model keeps the point's features: relabel is its exact forget + learn, all or
         # nothing (a refused learn puts the point back as it was).
         try:
-            label = self.targets.model_label(op.y)
+            label = self._model_target(op.y)
             self._timed(lambda: self.model.relabel_one(op.id, label), entry)
         except Exception as exc:
             self._refused(entry, f"to relabel id {op.id!r}", exc)

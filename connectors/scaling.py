@@ -17,6 +17,13 @@ model (they are checkpointed with it).
 (False, True)
 >>> warming.transform({"a": 3.0})
 {'a': 1.0}
+
+A regressor's targets can be standardized the same way (``scaler.targets``): the model
+learns (y - mean) / scale and its predictions are mapped back to y's units.
+
+>>> targets = FeatureScaler.fixed({"a": 0.0}, {"a": 1.0}, target=(200.0, 50.0))
+>>> targets.target_to_model(300.0), targets.target_from_model(-1.0)
+(2.0, 150.0)
 """
 
 from __future__ import annotations
@@ -62,11 +69,18 @@ class FeatureScaler:
         #: scaler.unknown_features = "dead_letter": a message with a feature the statistics
         #: do not name is refused (:meth:`unknown`), not passed unscaled. A setting, not state.
         self.refuse_unknown = False
+        #: scaler.targets: a regressor's targets are standardized too. A setting, not state.
+        self.scales_targets = False
+        self.target_mean = 0.0
+        self.target_scale = 1.0
+        # the warm-up's sums over the targets (count, mean, sum of squared deviations)
+        self._target_sums = (0, 0.0, 0.0)
 
     @classmethod
-    def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float]) -> FeatureScaler:
+    def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float],
+              target: tuple[float, float] | None = None) -> FeatureScaler:
         """Given statistics; ValueError unless every scale is finite and > 0, every mean
-        finite."""
+        finite. ``target``: the targets' ``(mean, scale)``, which standardizes them."""
         for name, value in means.items():
             if not math.isfinite(value):
                 raise ValueError(f"the mean of feature {name!r} is not finite: {value!r}")
@@ -75,6 +89,14 @@ class FeatureScaler:
                 raise ValueError(f"the scale of feature {name!r} must be finite and > 0, "
                                  f"got {value!r}")
         scaler = cls(0)
+        if target is not None:
+            mean, scale = (float(value) for value in target)
+            if not math.isfinite(mean):
+                raise ValueError(f"the targets' mean is not finite: {mean!r}")
+            if not (math.isfinite(scale) and scale > 0):
+                raise ValueError(f"the targets' scale must be finite and > 0, got {scale!r}")
+            scaler.scales_targets = True
+            scaler.target_mean, scaler.target_scale = mean, scale
         scaler.means = {str(k): float(v) for k, v in means.items()}
         scaler.scales = {str(k): float(v) for k, v in scales.items()}
         scaler.frozen = True
@@ -88,14 +110,17 @@ class FeatureScaler:
             raise ValueError(f"a warm-up needs at least 1 message, got {messages}")
         return cls(messages)
 
-    def observe(self, x: Mapping[str, float]) -> bool:
-        """Add one message's features to the warm-up; True once the statistics froze.
+    def observe(self, x: Mapping[str, float], y: float | None = None) -> bool:
+        """Add one message's features (and its target ``y``, a regressor's label, when
+        targets are scaled) to the warm-up; True once the statistics froze.
 
         ValueError, and nothing counted, when a value is too large for the statistics (its
         square overflows): one such value made a feature's scale infinite, and every later
         value of it 0."""
         if self.frozen:
             return True
+        if y is not None:
+            self._check_warmup_target(y)
         updates = []
         for name, value in x.items():
             if abs(value) > MAX_WARMUP_VALUE:
@@ -117,13 +142,68 @@ class FeatureScaler:
             self._count[name] = count
             self._mean[name] = mean
             self._m2[name] = m2
+        if y is not None:
+            self.observe_target(y)
         self.seen += 1
         if self.seen >= self.target:
             self._freeze()
         return self.frozen
 
+    def _check_warmup_target(self, y: float) -> None:
+        if not (math.isfinite(y) and abs(y) <= MAX_WARMUP_VALUE):
+            raise ValueError(f"target {y!r} is too large for the scaler's warm-up statistics "
+                             f"(beyond {MAX_WARMUP_VALUE:g} in size)")
+
+    def observe_target(self, y: float) -> None:
+        """Add a target to the warm-up (a late label's, which comes without features); a
+        no-op unless targets are scaled and the warm-up is on. ValueError, and nothing
+        counted, for a target too large for the statistics."""
+        if self.frozen or not self.scales_targets:
+            return
+        self._check_warmup_target(y)
+        count, mean, m2 = self._target_sums
+        count += 1
+        delta = y - mean
+        mean += delta / count
+        self._target_sums = (count, mean, m2 + delta * (y - mean))
+
+    def target_to_model(self, y: float) -> float:
+        """The target the model learns for ``y`` (``y`` itself unless targets are scaled).
+        ValueError when it overflows."""
+        if not self.scales_targets:
+            return y
+        if not self.frozen:
+            raise RuntimeError("the scaler is still warming up")
+        scaled = (y - self.target_mean) / self.target_scale
+        if not math.isfinite(scaled):
+            raise ValueError(f"target {y!r} is {scaled} once scaled ((y - mean) / scale "
+                             "overflows)")
+        return scaled
+
+    def target_from_model(self, value: float) -> float:
+        """A prediction of the model in the targets' units."""
+        if not self.scales_targets:
+            return value
+        return self.target_mean + self.target_scale * value
+
     def _freeze(self) -> None:
         self._warn_of_rare_near_names()
+        if self.scales_targets:
+            count, mean, m2 = self._target_sums
+            std = math.sqrt(m2 / count) if count else 0.0
+            if std > 1e-12 * max(1.0, abs(mean)):
+                self.target_mean, self.target_scale = mean, std
+            else:
+                # Without a spread there is nothing to scale by: the targets are only
+                # centred, on what little was seen (nothing: not even that).
+                self.target_mean, self.target_scale = mean, 1.0
+                log.warning("the scaler's warm-up saw %s: the targets are %s, not scaled "
+                            "(set scaler.mode = \"fixed\" with scaler.target_mean and "
+                            "scaler.target_scale, or a longer scaler.warmup_messages)",
+                            "no target" if not count else f"{count} target"
+                            f"{'s' if count > 1 else ''}, all equal",
+                            "taken as they are" if not count else f"only centred on {mean:g}")
+            self._target_sums = (0, 0.0, 0.0)
         self.means = dict(self._mean)
         self.scales = {}
         for name, count in self._count.items():
@@ -224,26 +304,47 @@ class FeatureScaler:
 
     def state(self) -> dict[str, Any]:
         """JSON-ready state: the frozen statistics, or the warm-up's running sums."""
+        # (The targets' statistics only when they are scaled: a state without them reads in
+        # versions before them.)
         if self.frozen:
-            return {"frozen": True, "means": self.means, "scales": self.scales}
+            return {"frozen": True, "means": self.means, "scales": self.scales,
+                    **({"target": [self.target_mean, self.target_scale]}
+                       if self.scales_targets else {})}
         return {"frozen": False, "seen": self.seen, "count": self._count, "mean": self._mean,
-                "m2": self._m2}
+                "m2": self._m2, **({"target_sums": list(self._target_sums)}
+                                   if self.scales_targets else {})}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (ValueError when malformed)."""
+        if ("target" in state or "target_sums" in state) != self.scales_targets:
+            raise ValueError("the scaler's state was made with its targets "
+                             f"{'scaled' if not self.scales_targets else 'unscaled'}, this "
+                             f"scaler {'scales' if self.scales_targets else 'does not scale'}"
+                             " them (scaler.targets)")
         try:
             if state["frozen"]:
+                target = state.get("target")
                 restored = FeatureScaler.fixed(
                     {str(k): float(v) for k, v in state["means"].items()},
-                    {str(k): float(v) for k, v in state["scales"].items()})
+                    {str(k): float(v) for k, v in state["scales"].items()},
+                    None if target is None else (float(target[0]), float(target[1])))
                 self.means, self.scales, self.frozen = restored.means, restored.scales, True
+                self.target_mean = restored.target_mean
+                self.target_scale = restored.target_scale
                 self._unused = restored._unused if self.target == 0 else set()
                 return
+            if self.scales_targets:
+                count, mean, m2 = state["target_sums"]
+                if not (isinstance(count, int) and count >= 0 and math.isfinite(mean)
+                        and math.isfinite(m2) and m2 >= 0):
+                    raise ValueError(f"malformed scaler state: target sums {count!r}, "
+                                     f"{mean!r}, {m2!r}")
+                self._target_sums = (count, float(mean), float(m2))
             self.seen = int(state["seen"])
             self._count = {str(k): int(v) for k, v in state["count"].items()}
             self._mean = {str(k): float(v) for k, v in state["mean"].items()}
             self._m2 = {str(k): float(v) for k, v in state["m2"].items()}
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
             raise ValueError(f"malformed scaler state: {exc!r}") from None
         if set(self._count) != set(self._mean) or set(self._mean) != set(self._m2):
             raise ValueError("malformed scaler state: its sums name different features")

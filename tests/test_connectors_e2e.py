@@ -278,30 +278,72 @@ def test_sliding_window_daemon_matches_the_library(broker, tmp_path):  # noqa: F
     )
 
 
+def _served_across_a_restart(broker, tmp_path, settings: dict,  # noqa: F811
+                             messages: list[dict], restart_at: int) -> tuple[list[dict], Daemon]:
+    """The outputs of ``messages`` served by a daemon stopped after the first ``restart_at``
+    and one restarted from its checkpoint, which is returned."""
+    config = _config(broker, tmp_path, **settings, **{"kafka.label_topic": None})
+    kafka = config.kafka
+    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
+                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
+    produce(broker.bootstrap_servers, kafka.input_topic, messages[:restart_at])
+    first = Daemon(config, until_drained=True)
+    assert first.run() == 0
+    produce(broker.bootstrap_servers, kafka.input_topic, messages[restart_at:])
+    second = Daemon(config, until_drained=True)
+    assert second.run() == 0 and second._restored
+    outputs = read_all(broker.bootstrap_servers, kafka.output_topic, len(messages))
+    assert [o["id"] for o in outputs] == [m["id"] for m in messages]
+    return outputs, second
+
+
+def test_standardized_targets_across_a_restart(broker, tmp_path):  # noqa: F811
+    """IncrementalSVR with scaler.targets: the warm-up measures the targets too, the model
+    learns them standardized, the outputs and the MAE are in the targets' units, and a
+    restart from the checkpoint keeps the statistics."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((40, 2))
+    targets = [float(5e4 + 2e3 * (a - 0.5 * b)) for a, b in X]
+    messages = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": t}
+                for i, ((a, b), t) in enumerate(zip(X, targets, strict=True))]
+    outputs, second = _served_across_a_restart(broker, tmp_path, {
+        "model.type": "IncrementalSVR", "model.C": 10.0, "model.gamma": 0.5,
+        "model.epsilon": 0.05, "scaler.mode": "warmup", "scaler.warmup_messages": 12,
+        "scaler.targets": True}, messages, restart_at=25)
+    # The library on the same stream, features and targets scaled with the warm-up's
+    # statistics: the same answers, in the targets' units.
+    means, scales = X[:12].mean(axis=0), X[:12].std(axis=0)
+    mean, scale = np.mean(targets[:12]), np.std(targets[:12])
+    from stream_svm import IncrementalSVR
+
+    reference = IncrementalSVR(C=10.0, gamma=0.5, epsilon=0.05)
+    for output, message in zip(outputs, messages, strict=True):
+        x = message["x"]
+        scaled = {"a": (x["a"] - means[0]) / scales[0], "b": (x["b"] - means[1]) / scales[1]}
+        assert output["prediction"] == pytest.approx(
+            mean + scale * reference.predict_one(scaled), rel=1e-12, abs=1e-7)
+        reference.learn_one(scaled, (message["y"] - mean) / scale, key=message["id"])
+    errors = [abs(o["prediction"] - t) for o, t in zip(outputs[30:], targets[30:], strict=True)]
+    assert max(errors) < 500.0, errors  # (targets spread over 2,000 each way)
+    # (progressive over the whole stream: the first daemon's sums are checkpointed)
+    assert second.summary.mae == pytest.approx(
+        np.mean([abs(o["prediction"] - t) for o, t in zip(outputs, targets, strict=True)]),
+        rel=1e-9)
+
+
 def test_a_regressor_with_a_warm_up_scaler_across_a_restart(broker, tmp_path):  # noqa: F811
     """IncrementalLSSVR behind a warm-up scaler: the held messages are answered once the
     statistics froze, outputs carry the predicted value, /metrics the MAE, and a restart from
     the checkpoint continues the same model."""
-    config = _config(broker, tmp_path, **{
-        "model.type": "IncrementalLSSVR", "model.C": None, "model.gamma": None,
-        "model.rho": 0.01, "scaler.mode": "warmup", "scaler.warmup_messages": 12,
-        "kafka.label_topic": None})
-    kafka = config.kafka
-    ensure_topics({"bootstrap_servers": broker.bootstrap_servers},
-                  [kafka.input_topic, kafka.output_topic, kafka.dead_letter_topic])
     rng = np.random.default_rng(5)
     X = rng.uniform(0, 1, size=(40, 2)) * [1e4, 1e-3]
     targets = [3.0 * a / 1e4 - 2.0 * b / 1e-3 + 1.0 for a, b in X]
     messages = [{"id": i, "x": {"a": float(a), "b": float(b)}, "y": t}
                 for i, ((a, b), t) in enumerate(zip(X, targets, strict=True))]
-    produce(broker.bootstrap_servers, kafka.input_topic, messages[:25])
-    first = Daemon(config, until_drained=True)
-    assert first.run() == 0
-    produce(broker.bootstrap_servers, kafka.input_topic, messages[25:])
-    second = Daemon(config, until_drained=True)
-    assert second.run() == 0 and second._restored
-    outputs = read_all(broker.bootstrap_servers, kafka.output_topic, 40)
-    assert [o["id"] for o in outputs] == list(range(40))
+    outputs, second = _served_across_a_restart(broker, tmp_path, {
+        "model.type": "IncrementalLSSVR", "model.C": None, "model.gamma": None,
+        "model.rho": 0.01, "scaler.mode": "warmup", "scaler.warmup_messages": 12},
+        messages, restart_at=25)
     assert all("proba" not in o and isinstance(o["prediction"], float) for o in outputs)
     # The library on the same stream, scaled with the warm-up's statistics: the same answers.
     means, scales = X[:12].mean(axis=0), X[:12].std(axis=0)

@@ -361,3 +361,150 @@ def test_unknown_features_dead_letter_needs_statistics():
     with pytest.raises(ConfigError, match="unknown_features"):
         load_config(None, {"scaler.mode": "warmup", "scaler.unknown_features": "drop"},
                     environ={})
+
+
+# A regressor's targets standardized too (scaler.targets).
+
+def _regression_stream(count: int, seed: int = 0):
+    """Features already standardized, targets in the thousands: a flow in litres."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((count, 2))
+    y = 5e4 + 2e3 * (np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]) + 50.0 * rng.standard_normal(count)
+    return [{"a": float(a), "b": float(b)} for a, b in X], [float(v) for v in y]
+
+
+_SVR = {"model.type": "IncrementalSVR", "model.C": "10", "model.gamma": "0.5",
+        "model.epsilon": "0.1"}
+
+
+def test_target_settings_are_checked_and_recorded_with_the_model():
+    def refused(settings, pattern):
+        with pytest.raises(ConfigError, match=pattern):
+            load_config(None, settings, environ={})
+
+    refused({**_SVR, "scaler.targets": "true"}, r"targets = true needs scaler\.mode")
+    refused({"scaler.mode": "warmup", "scaler.targets": "true"}, "is a classifier")
+    refused({**_SVR, "scaler.target_mean": "3"}, r"target_mean needs scaler\.targets = true")
+    refused({**_SVR, "scaler.mode": "fixed", "scaler.scales": "{a = 1.0}",
+             "scaler.targets": "true", "scaler.target_scale": "2"}, "needs scaler.target_mean")
+    refused({**_SVR, "scaler.mode": "warmup", "scaler.targets": "true",
+             "scaler.target_scale": "2"}, r"target_scale needs scaler\.mode = \"fixed\"")
+    refused({**_SVR, "scaler.mode": "fixed", "scaler.scales": "{a = 1.0}",
+             "scaler.targets": "true", "scaler.target_mean": "0",
+             "scaler.target_scale": "0"}, "must be > 0")
+    plain = load_config(None, {**_SVR, "scaler.mode": "warmup"}, environ={})
+    scaled = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.targets": "true"},
+                         environ={})
+    # A model learned on standardized targets is another model: its checkpoints say so.
+    assert checkpointed_settings(scaled)["scaler"]["targets"] is True
+    assert "targets" not in checkpointed_settings(plain)["scaler"]  # (as written before)
+
+
+def test_fixed_target_statistics_learn_the_standardized_model_and_answer_in_y_units():
+    xs, ys = _regression_stream(120)
+    mean, scale = 5e4, 2e3
+    config = load_config(None, {**_SVR, "scaler.mode": "fixed",
+                                "scaler.means": "{a = 0.0, b = 0.0}",
+                                "scaler.scales": "{a = 1.0, b = 1.0}", "scaler.targets": "true",
+                                "scaler.target_mean": str(mean),
+                                "scaler.target_scale": str(scale)}, environ={})
+    processor = Processor(build_model(config), scaler=build_scaler(config))
+    messages = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    result = processor.process(_records(messages[:100]))
+    assert not result.dead_letters
+    # The model is the one learned on (y - mean) / scale, with C and epsilon in those units.
+    reference = build_model(load_config(None, _SVR, environ={}))
+    for i, (x, y) in enumerate(zip(xs[:100], ys[:100], strict=True)):
+        reference.learn_one(x, (y - mean) / scale, key=i)
+    probe = {"a": 0.3, "b": -0.2}
+    assert processor.model.predict_one(probe) == pytest.approx(reference.predict_one(probe),
+                                                              abs=1e-9)
+    # Answers, errors and late labels are in y's units.
+    unlabelled = processor.process(_records([{"id": "u", "x": probe}], first=100))
+    (answer,) = unlabelled.outputs
+    assert answer.record["prediction"] == pytest.approx(
+        mean + scale * reference.predict_one(probe), rel=1e-12)
+    later = processor.process(_records([{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(
+        zip(xs[100:], ys[100:], strict=True), start=100)], first=101))
+    predictions = [o.record["prediction"] for o in later.outputs]
+    # (2,000 the targets' spread, 50 their noise, 100 points learned)
+    assert np.mean(np.abs(np.array(predictions) - ys[100:])) < 400.0
+    # On raw targets the same C and epsilon cannot fit them (C = 10 bounds every coefficient).
+    raw = Processor(build_model(load_config(None, _SVR, environ={})))
+    raw.process(_records(messages))
+    assert raw.mae > 4 * processor.mae, (raw.mae, processor.mae)  # 5.6x
+
+
+def test_a_warm_up_measures_the_targets_of_its_messages_and_late_labels():
+    xs, ys = _regression_stream(60, seed=2)
+    config = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.warmup_messages": "20",
+                                "scaler.targets": "true"}, environ={})
+    processor = Processor(build_model(config), scaler=build_scaler(config),
+                          label_topic="labels")
+    # Ten labelled messages, ten unlabelled ones whose labels come late (on the label topic),
+    # during the warm-up.
+    messages = [{"id": i, "x": x, **({"y": y} if i % 2 else {})}
+                for i, (x, y) in enumerate(zip(xs[:20], ys[:20], strict=True))]
+    labels = [Record("labels", 0, i, json.dumps({"id": i, "y": ys[i]}).encode(), 0)
+              for i in range(0, 19, 2)]
+    assert not processor.process(_records(messages[:19]) + labels[:9]).outputs  # still held
+    # the 20th feature message ends the warm-up; its late label comes after it
+    processor.process(_records(messages[19:], first=19))
+    scaler = processor.scaler
+    assert scaler.frozen
+    counted = [ys[i] for i in range(20) if i % 2] + [ys[i] for i in range(0, 18, 2)]
+    assert scaler.target_mean == pytest.approx(np.mean(counted), rel=1e-12)
+    assert scaler.target_scale == pytest.approx(np.std(counted), rel=1e-10)
+    processor.process(labels[9:])
+    assert processor.model.n_stored == 20
+    # Checkpointed with the model: a restored processor answers the same, in y's units.
+    arrays, meta = processor.model.to_checkpoint()
+    restored = Processor(restore_model(config, arrays, meta), scaler=build_scaler(config),
+                         label_topic="labels")
+    restored.load_state(json.loads(json.dumps(processor.state())))
+    probe = [{"id": "p", "x": xs[30]}]
+    first = processor.process(_records(probe, first=100)).outputs[0].record["prediction"]
+    again = restored.process(_records(probe, first=100)).outputs[0].record["prediction"]
+    assert first == again and abs(first - ys[30]) < 3000.0
+    # A state made without target statistics is no state of this scaler (nor the reverse).
+    unscaled = build_scaler(load_config(None, {**_SVR, "scaler.mode": "warmup"}, environ={}))
+    with pytest.raises(ValueError, match="targets"):
+        unscaled.load_state(scaler.state())
+    with pytest.raises(ValueError, match="targets"):
+        build_scaler(config).load_state(unscaled.state())
+
+
+def test_a_warm_up_without_a_spread_of_targets_says_so(caplog):
+    scaler = FeatureScaler.warming_up(3)
+    scaler.scales_targets = True
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        for value in (1.0, 2.0, 3.0):
+            scaler.observe({"a": value})  # unlabelled: no target
+    assert (scaler.target_mean, scaler.target_scale) == (0.0, 1.0)
+    assert "saw no target: the targets are taken as they are" in caplog.text
+    assert scaler.target_to_model(7.0) == 7.0
+
+
+def test_evaluate_and_the_served_model_scale_targets_as_the_daemon_does(tmp_path):
+    from connectors.cli import evaluate
+    from connectors.models import ServedModel
+
+    xs, ys = _regression_stream(90, seed=3)
+    data = tmp_path / "flows.csv"
+    data.write_text("a,b,flow\n" + "".join(f"{x['a']!r},{x['b']!r},{y!r}\n"
+                                           for x, y in zip(xs, ys, strict=True)))
+    settings = {**_SVR, "scaler.mode": "warmup", "scaler.warmup_messages": "30",
+                "scaler.targets": "true"}
+    config = load_config(None, settings, environ={})
+    summary = evaluate(config, str(data), target="flow")
+    processor = Processor(build_model(config), scaler=build_scaler(config))
+    processor.process(_records([{"id": i, "x": x, "y": y}
+                                for i, (x, y) in enumerate(zip(xs, ys, strict=True))]))
+    assert summary["mae"] == pytest.approx(processor.mae, rel=1e-9)
+    raw = evaluate(load_config(None, {**settings, "scaler.targets": "false"}, environ={}),
+                   str(data), target="flow")
+    assert raw["mae"] > 3 * summary["mae"], (raw["mae"], summary["mae"])  # 4.4x
+    served = ServedModel(processor.model, processor.scaler, tmp_path)
+    probe = {"a": 0.1, "b": 0.4}
+    answered = processor.process(_records([{"id": "q", "x": probe}], first=500))
+    assert served.predict_one(probe) == answered.outputs[0].record["prediction"]
