@@ -89,7 +89,8 @@ ModelId = tuple[int, str | None]
 GROUP_RECORD_ID = ("group", None)
 #: Prefix of the id of a partition's record on the state topic, ``("partition", p)``: written
 #: when the partition's offsets are to be committed before any model of it exists (all its
-#: messages so far dead-lettered), so that its next owner knows those commits lost no model.
+#: messages so far dead-lettered), with those offsets, so that its next owner knows that
+#: commits up to them lost no model (and that a commit beyond them without a model did).
 PARTITION_RECORD = "partition"
 #: Version of the layout of a scoped model's state.
 SCOPED_STATE_FORMAT = 1
@@ -142,6 +143,19 @@ def _partition_record_id(partition: int) -> tuple[str, int]:
 def _is_partition_record(model_id: Any) -> bool:
     return (isinstance(model_id, tuple) and len(model_id) == 2
             and model_id[0] == PARTITION_RECORD)
+
+
+def _record_of(partition: int, state: Any) -> tuple[int, dict[str, int]]:
+    """A partition's record as read from the state topic: its sequence and the offsets it
+    covers (none, when they do not read as offsets of this partition)."""
+    offsets = state.metadata.get("offsets")
+    try:
+        readable = isinstance(offsets, dict) and all(
+            isinstance(name, str) and type(offset) is int and offset >= 0
+            and _topic_partition(name)[1] == partition for name, offset in offsets.items())
+    except ValueError:  # (a name without a partition number)
+        readable = False
+    return state.sequence, offsets if readable else {}
 
 
 def model_label(model_id: ModelId) -> str:
@@ -257,11 +271,13 @@ class ScopedModels:
         #: this lock around everything that reads or changes the models
         self.lock = threading.RLock()
         self.live: OrderedDict[ModelId, _Live] = OrderedDict()
-        #: owned partitions of which the state topic holds a model, or the partition's record
-        #: (written when its messages so far made no model, all of them dead-lettered): only
-        #: their offsets are committed (settle refuses a partition with commits but neither,
-        #: as one whose models were lost)
+        #: owned partitions of which the state topic holds a model: their offsets are
+        #: committed (settle refuses a partition with commits but no model, as one whose
+        #: models were lost)
         self._stated: set[int] = set()
+        #: owned partitions without a model whose record is on the state topic (its messages so
+        #: far all dead-lettered): its sequence and the offsets up to which it covers commits
+        self._recorded: dict[int, tuple[int, dict[str, int]]] = {}
         #: input partitions owned and ready (their models' states indexed, positions set)
         self.owned: set[int] = set()
         #: partitions assigned by the group and not ready yet
@@ -384,8 +400,9 @@ class ScopedModels:
         every model not published since. A global model's state, or committed offsets
         (``served``) without any state, mean a global daemon served the group. Without
         start_fresh: ScopedStateRefused."""
-        found = self.store.restore(select=lambda m: m != GROUP_RECORD_ID, decode=False,
-                                   log_level=logging.DEBUG)
+        found = self.store.restore(
+            select=lambda m: m != GROUP_RECORD_ID and not _is_partition_record(m),
+            decode=False, log_level=logging.DEBUG)
         global_state = GLOBAL_MODEL_ID in found
         publisher = found[GLOBAL_MODEL_ID].metadata.get("group_id") if global_state else None
         if publisher is not None and publisher != self.config.kafka.group_id:
@@ -591,18 +608,25 @@ class ScopedModels:
         self.metrics.replica[2].observe(seconds)
         self.known_epochs.update(self.store.epochs(
             lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending))
-        recorded = {model_id[1] for model_id in states if _is_partition_record(model_id)}
-        for partition in recorded:
-            del states[_partition_record_id(partition)]
+        records = {model_id[1]: states.pop(model_id) for model_id in list(states)
+                   if _is_partition_record(model_id)}
         for model_id, state in states.items():  # every one before any is used
             self.check(f"the state of model {model_label(model_id)}", state.metadata)
         resume: dict[str, int | None] = {}
-        with_state = {model_id[0] for model_id in states} | recorded  # type: ignore[index]
+        with_state = {model_id[0] for model_id in states}  # type: ignore[index]
         self._stated = (self._stated - pending) | (with_state & pending)
+        for partition in pending:
+            self._recorded.pop(partition, None)
+            if partition in records:
+                self._recorded[partition] = _record_of(partition, records[partition])
         for partition in sorted(pending):
             offsets = committed[partition]
             served = {name: offset for name, offset in offsets.items() if offset is not None}
-            if served and partition not in with_state and not start_fresh:
+            # A partition without a model whose record covers its commits lost nothing.
+            covered = partition in self._recorded and all(
+                offset <= self._recorded[partition][1].get(name, -1)
+                for name, offset in served.items())
+            if served and partition not in with_state and not covered and not start_fresh:
                 raise ScopedStateRefused(
                     f"the consumer group {self.config.kafka.group_id!r} has committed offsets "
                     f"{served} for partition {partition}, but the state topic "
@@ -944,38 +968,48 @@ class ScopedModels:
             self._unreached.discard(model_id)
         # One read of the state topic for the lot, not one per model.
         done = self._still_newest(written) and done
-        # (After every model: a partition with one records it by publishing it.)
-        return done and self._record_partitions(partitions)
+        if any(model_id in self._unreached for model_id in changed):
+            return False  # (the state topic did not answer: no record either)
+        return self._record_partitions(partitions) and done
 
     def _record_partitions(self, partitions: set[int] | None) -> bool:
         """Write the record of each owned partition (of ``partitions``) that has records to
-        commit but no model on the state topic (its messages so far all dead-lettered, e.g.
-        for Kafka keys too long to name a model). Without it the partition was never
-        committed: every restart read and dead-lettered its messages again, and its lag
-        grew for good. False when the state topic did not take one."""
+        commit beyond its record's offsets but no model (its messages so far all
+        dead-lettered, e.g. for Kafka keys too long to name a model), with the offsets it
+        covers. Without it the partition was never committed: every restart read and
+        dead-lettered its messages again, and its lag grew for good. False when the state
+        topic did not take one."""
         with_models = {model_id[0] for model_id in self.live}
-        unrecorded = sorted(
-            {partition for name, offset in self.positions.items()
-             if (partition := _topic_partition(name)[1]) in self.owned
-             and partition not in self._stated and partition not in self.fenced
-             and partition not in with_models
-             and (partitions is None or partition in partitions)
-             and self.committed.get(name) != offset})
-        for partition in unrecorded:
+        done = True
+        for partition in sorted(
+                {partition for name, offset in self.positions.items()
+                 if (partition := _topic_partition(name)[1]) in self.owned
+                 and partition not in self._stated and partition not in self.fenced
+                 and partition not in with_models
+                 and (partitions is None or partition in partitions)
+                 and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)}):
+            model_id = _partition_record_id(partition)
+            offsets = {name: offset for name, offset in self.positions.items()
+                       if _topic_partition(name)[1] == partition}
+            sequence = max(self._recorded.get(partition, (0, {}))[0],
+                           self.store.last_sequence(model_id, 0)) + 1
             try:
                 self._record_group()
-                self.store.publish(_partition_record_id(partition), {},
-                                   {"format": SCOPED_STATE_FORMAT, "partition": partition},
-                                   0, 0, 1)
-            except ValueError:
-                pass  # another owner of the partition wrote it since it was read: it is there
-            except StateStoreError as exc:
+                self.store.publish(model_id, {}, {"format": SCOPED_STATE_FORMAT,
+                                                  "partition": partition, "offsets": offsets},
+                                   0, 0, sequence)
+            except (StateStoreError, ValueError) as exc:
+                # (ValueError: another owner wrote it meanwhile, with this sequence; the next
+                # publish writes the next one.)
                 log.error("writing the record of partition %d to the state topic failed "
                           "(%s); its offsets are not committed until it succeeds",
                           partition, exc)
-                return False
-            self._stated.add(partition)
-        return True
+                done = False
+                if isinstance(exc, StateStoreError):
+                    break
+                continue
+            self._recorded[partition] = (sequence, offsets)
+        return done
 
     def _still_newest(self, written: dict[ModelId, int]) -> bool:
         """After publishing (``written``: each model's last offset), read the state topic on
@@ -1073,13 +1107,16 @@ class ScopedModels:
 
     def committable(self, partitions: set[int] | None = None) -> dict[str, int]:
         """Next offsets safe to commit: those of the owned partitions whose models are all
-        published, and of which the state topic holds a model (``_stated``)."""
+        published, and of which the state topic holds a model (``_stated``) or, for a
+        partition without one, a record that covers them."""
         blocked = {m[0] for m, live in self.live.items() if live.dirty}
         blocked |= {m[0] for m in self._unverified}
         return {
             name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned
-            and partition not in blocked and partition in self._stated
+            and partition not in blocked
+            and (partition in self._stated
+                 or offset <= self._recorded.get(partition, (0, {}))[1].get(name, -1))
             and (partitions is None or partition in partitions)
             and self.committed.get(name) != offset
         }

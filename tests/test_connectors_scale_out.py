@@ -151,6 +151,10 @@ class _MemoryStore:
     def newest_epoch(self, model_id, through_offset):
         return self.claimed.get(model_id, -1)
 
+    def last_sequence(self, model_id, epoch):
+        found = self.records.get(model_id)
+        return found[3] if found is not None and found[2] == epoch else -1
+
     def publish(self, model_id, arrays, metadata, next_offset, epoch, sequence):
         self.publishes += 1
         self.records[model_id] = (self._codec._encode_payload(arrays, metadata), next_offset,
@@ -361,14 +365,64 @@ def test_a_partition_whose_messages_made_no_model_is_committed_after_its_record(
     _handled(again, [_record(1, 2, "k1", {"id": "d", "x": x, "y": y})])
     assert again.publish()
     assert again.committable()["stream-svm.input:1"] == 3
-    # Without the record, the commit still reads as models lost.
-    del models.store.records[("partition", 1)]
-    for model_id in [m for m in models.store.records if m[0] == 1]:
-        del models.store.records[model_id]
+    # The record covers the commits up to its offsets, no further: once the model made
+    # since is lost (the state topic lost its newest records), a commit past the record reads
+    # as models lost again.
+    del models.store.records[(1, "k1")]
     third, _ = _scoped(max_models=4, store=models.store)
     third.assign({1})
     with pytest.raises(ScopedStateRefused, match="holds no model of it"):
         third.settle({1: {"stream-svm.input:1": 3}}, start_fresh=False)
+    assert third.settle({1: {"stream-svm.input:1": 2}}, start_fresh=False) == {
+        "stream-svm.input:1": 2}
+
+
+def test_a_partition_record_moves_on_with_the_dead_letters_and_covers_no_other_partition():
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    long_key = "k" * (MAX_MODEL_KEY_BYTES + 1)
+    message = {"id": "a", "x": {"1": 0.5}, "y": True}
+    models, _ = _scoped(max_models=4)
+    models.assign({1})
+    models.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
+    _handled(models, [_record(1, 0, long_key, message)])
+    assert models.publish() and models.committable() == {"stream-svm.input:1": 1}
+    models.mark_committed({"stream-svm.input:1": 1})
+    _handled(models, [_record(1, 1, long_key, message), _record(1, 2, long_key, message)])
+    assert models.committable() == {}  # beyond the record: written again first
+    assert models.publish() and models.committable() == {"stream-svm.input:1": 3}
+    record = models.store.restore([("partition", 1)])[("partition", 1)]
+    assert (record.epoch, record.sequence) == (0, 2)
+    assert record.metadata["offsets"] == {"stream-svm.input:1": 3}
+    # A partition's record says nothing of another partition's commits.
+    again, _ = _scoped(max_models=4, store=models.store)
+    again.assign({0, 1})
+    with pytest.raises(ScopedStateRefused, match="for partition 0"):
+        again.settle({0: {"stream-svm.input:0": 5}, 1: {"stream-svm.input:1": 3}},
+                     start_fresh=False)
+
+
+def test_a_partition_record_not_written_commits_nothing():
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+    from connectors.state_store import StateStoreError
+
+    class FailingRecords(_MemoryStore):
+        failing = True
+
+        def publish(self, model_id, *args):
+            if self.failing and model_id == ("partition", 1):
+                raise StateStoreError("the state topic is not answering")
+            return super().publish(model_id, *args)
+
+    models, _ = _scoped(max_models=4, store=FailingRecords())
+    models.assign({1})
+    models.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
+    _handled(models, [_record(1, 0, "k" * (MAX_MODEL_KEY_BYTES + 1),
+                              {"id": "a", "x": {"1": 0.5}, "y": True})])
+    assert not models.publish()
+    assert models.committable() == {}
+    models.store.failing = False
+    assert models.publish() and models.committable() == {"stream-svm.input:1": 1}
 
 
 def test_the_models_kept_on_disk_are_bounded_and_the_others_come_from_the_topic(tmp_path):
@@ -924,6 +978,8 @@ def _models_on(servers: str, state_topic: str, config: Path) -> dict[Any, Any]:
     from connectors.scoped import GROUP_RECORD_ID
 
     group = states.pop(GROUP_RECORD_ID)  # the group's own record: scope, settings, partitions
+    for model_id in [m for m in states if m[0] == "partition"]:
+        del states[model_id]  # (a partition's record, written when it had no model)
     assert group.metadata["scope"] == settings.model.scope
     models = {}
     for model_id, state in states.items():
@@ -1099,8 +1155,7 @@ def test_a_partition_record_on_the_real_state_topic_lets_its_next_owner_resume(
         for models in (first, second):
             result = _handled(models, [_record(0, 0, long_key, message)])[0]
             assert [d.record["reason"] for d in result.dead_letters] == ["malformed"]
-            # the second finds the first's record as it writes its own: no error
-            assert models.publish()
+            assert models.publish()  # (the second writes the record again)
             assert models.committable() == {"stream-svm.input:0": 1}
         third = owner(1)  # (refused before the record: "holds no model of it")
         assert not third.live
