@@ -725,10 +725,11 @@ def evaluate(
             # As the daemon: the warm-up's points wait until the statistics are known.
             for identifier, x, y, location in stream:
                 held.append((identifier, x, y, location))
-                target = None
-                if scaler.scales_targets:  # (a row whose label is no number: skipped later)
-                    with contextlib.suppress(Malformed):
-                        target = float(targets.parse(y))
+                try:
+                    parsed = None if y is None else targets.parse(y)
+                except Malformed:
+                    continue  # (skipped later; the daemon leaves such a message out of it)
+                target = float(parsed) if scaler.scales_targets and parsed is not None else None
                 try:
                     if scaler.observe(x, target):
                         break
@@ -838,6 +839,10 @@ def evaluate(
         summary["skipped_first"] = skipped[:SKIPPED_NAMED]
     if regression:
         summary["mae"] = absolute / seen if seen else None
+        if scaler is not None and scaler.scales_targets and scaler.frozen:
+            # (What a warm-up measured: for scaler.target_mean and scaler.target_scale.)
+            summary["target_statistics"] = {"mean": scaler.target_mean,
+                                            "scale": scaler.target_scale}
         summary["rmse"] = math.sqrt(squared / seen) if seen else None
     else:
         summary["accuracy"] = correct / seen if seen else None

@@ -413,8 +413,9 @@ SCHEMA: dict[str, dict[str, Setting]] = {
         "means": Setting(dict, None, _finite_numbers, optional=True),
         "scales": Setting(dict, None, _positive_numbers, optional=True),
         # A regressor's targets standardized too: the model learns (y - mean) / scale (its C
-        # and epsilon in those units) and predicts in y's units. "warmup" measures them on
-        # the warm-up's labels, "fixed" takes target_mean and target_scale.
+        # and epsilon in those units) and predicts in y's units, with target_mean and
+        # target_scale, or (unset, with mode "warmup") statistics measured on the warm-up's
+        # labelled feature messages.
         "targets": Setting(bool, False),
         "target_mean": Setting(float, None, optional=True),
         "target_scale": Setting(float, None, _positive, optional=True),
@@ -849,13 +850,12 @@ def _check_target_scaling(config: Config) -> None:
         raise ConfigError(f"setting scaler.targets = true standardizes a regressor's targets; "
                           f"model.type {config.model.type!r} is a classifier (its labels are "
                           "classes)")
-    if scaler.mode == "fixed" and len(given) < 2:
-        raise ConfigError("setting scaler.targets = true with scaler.mode = \"fixed\" needs "
-                          "scaler.target_mean and scaler.target_scale (e.g. the targets' mean "
-                          "and standard deviation)")
-    if scaler.mode == "warmup" and given:
-        raise ConfigError(f"setting scaler.{given[0]} needs scaler.mode = \"fixed\" (a "
-                          "warm-up measures the targets' statistics)")
+    if (scaler.mode == "fixed" or given) and len(given) < 2:
+        raise ConfigError("setting scaler.targets = true " + (
+            "with scaler.mode = \"fixed\" needs" if not given else "needs both") +
+            " scaler.target_mean and scaler.target_scale (e.g. the targets' mean and "
+            "standard deviation" + (")" if scaler.mode == "fixed" else
+                                   "; without them a warm-up measures them)"))
 
 
 def _check_scope(config: Config) -> None:

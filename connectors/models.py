@@ -112,7 +112,7 @@ def checkpointed_settings(config: Config) -> dict[str, Any]:
             settings["scaler"].update(means=scaler.means or {}, scales=scaler.scales or {})
         if scaler.targets:  # (only then: settings recorded before it had it false)
             settings["scaler"]["targets"] = True
-            if scaler.mode == "fixed":
+            if scaler.target_scale is not None:
                 settings["scaler"].update(target_mean=scaler.target_mean,
                                           target_scale=scaler.target_scale)
     return settings
@@ -158,7 +158,10 @@ def build_scaler(config: Config) -> FeatureScaler | None:
     scaler = config.scaler
     if scaler.mode == "warmup":
         built = FeatureScaler.warming_up(scaler.warmup_messages)
-        built.scales_targets = scaler.targets
+        if scaler.targets and scaler.target_scale is not None:
+            built.give_targets(scaler.target_mean, scaler.target_scale)
+        else:
+            built.scales_targets = scaler.targets
     elif scaler.mode == "fixed":
         built = FeatureScaler.fixed(
             scaler.means or {}, scaler.scales or {},

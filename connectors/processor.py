@@ -440,8 +440,6 @@ class Processor:
         for index, record in enumerate(records):
             self.held.append(record)
             if record.topic == self.label_topic:
-                if scaler.scales_targets:  # a late label's target counts in the warm-up
-                    self._observe_late_target(record)
                 continue
             try:
                 op = parse_message(record.value, self.max_message_bytes, self.targets)
@@ -450,8 +448,9 @@ class Processor:
             if not isinstance(op, Observe):
                 continue
             try:
-                target = op.y if scaler.scales_targets else None
-                frozen = scaler.observe(op.x, None if target is None else float(target))
+                # (A labelled message's target counts; a late label's, whose arrival beside the
+                # features' depends on timing, does not.)
+                frozen = scaler.observe(op.x, None if op.y is None else float(op.y))
             except ValueError as exc:
                 # Still held: processed after the warm-up like the others (a value the frozen
                 # statistics cannot scale is dead-lettered then).
@@ -468,19 +467,6 @@ class Processor:
                          scaler.seen, len(scaler.means), len(held), len(rest))
                 return held + rest
         return []
-
-    def _observe_late_target(self, record: Any) -> None:
-        assert self.scaler is not None
-        try:
-            op = parse_label(record.value, self.max_message_bytes, self.targets)
-        except Exception:  # dead-lettered when processed after the warm-up
-            return
-        if isinstance(op, Label):  # (not a relabel: it replaces a target already counted)
-            try:
-                self.scaler.observe_target(float(op.y))
-            except ValueError as exc:
-                log.warning("%s:%d:%d is left out of the scaler's warm-up: %s", record.topic,
-                            record.partition, record.offset, exc)
 
     def _model_target(self, y: Any) -> Any:
         """What the model learns for a parsed label (a regressor's target standardized when

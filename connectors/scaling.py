@@ -40,6 +40,12 @@ __all__ = ["FeatureScaler"]
 #: Values beyond this size are left out of a warm-up: the sums of squared deviations of
 #: values up to it stay finite over 10**7 messages (4e300 each).
 MAX_WARMUP_VALUE = 1e150
+#: A target this many of the scaler's target scales from its mean is warned of (once): the
+#: statistics do not describe the targets.
+FAR_TARGET = 100.0
+#: The warm-up's target sums before any target (count, mean, m2, smallest, largest; finite,
+#: since states are JSON without infinities).
+_NO_TARGETS = (0, 0.0, 0.0, 0.0, 0.0)
 
 
 class FeatureScaler:
@@ -50,6 +56,11 @@ class FeatureScaler:
     whose warm-up values are all equal gets scale 1 (it is only centred); a feature never seen
     during the warm-up, or absent from the given statistics, passes unchanged. Missing
     features stay missing (the models read them as 0, the mean, in the scaled space).
+
+    With ``scales_targets`` (a regressor's ``scaler.targets``), the targets get statistics
+    too: given (:meth:`fixed`, :meth:`give_targets`), or measured on the targets of the
+    warm-up's labelled feature messages (not on late labels, whose arrival beside the
+    features' depends on timing: two runs would freeze different statistics).
     """
 
     def __init__(self, target: int) -> None:
@@ -73,8 +84,12 @@ class FeatureScaler:
         self.scales_targets = False
         self.target_mean = 0.0
         self.target_scale = 1.0
-        # the warm-up's sums over the targets (count, mean, sum of squared deviations)
-        self._target_sums = (0, 0.0, 0.0)
+        #: whether the targets' statistics were given (not measured by the warm-up)
+        self._targets_given = False
+        # the warm-up's sums over the targets: count, mean, sum of squared deviations, and
+        # the smallest and largest target (a glitch that holds the spread is warned of)
+        self._target_sums = _NO_TARGETS
+        self._far_target_warned = False
 
     @classmethod
     def fixed(cls, means: Mapping[str, float], scales: Mapping[str, float],
@@ -95,8 +110,7 @@ class FeatureScaler:
                 raise ValueError(f"the targets' mean is not finite: {mean!r}")
             if not (math.isfinite(scale) and scale > 0):
                 raise ValueError(f"the targets' scale must be finite and > 0, got {scale!r}")
-            scaler.scales_targets = True
-            scaler.target_mean, scaler.target_scale = mean, scale
+            scaler.give_targets(mean, scale)
         scaler.means = {str(k): float(v) for k, v in means.items()}
         scaler.scales = {str(k): float(v) for k, v in scales.items()}
         scaler.frozen = True
@@ -110,6 +124,16 @@ class FeatureScaler:
             raise ValueError(f"a warm-up needs at least 1 message, got {messages}")
         return cls(messages)
 
+    def give_targets(self, mean: float, scale: float) -> None:
+        """Standardize the targets with these statistics (a warm-up then measures the
+        features' only). ValueError unless the mean is finite, the scale finite and > 0."""
+        if not math.isfinite(mean):
+            raise ValueError(f"the targets' mean is not finite: {mean!r}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"the targets' scale must be finite and > 0, got {scale!r}")
+        self.scales_targets = self._targets_given = True
+        self.target_mean, self.target_scale = float(mean), float(scale)
+
     def observe(self, x: Mapping[str, float], y: float | None = None) -> bool:
         """Add one message's features (and its target ``y``, a regressor's label, when
         targets are scaled) to the warm-up; True once the statistics froze.
@@ -119,8 +143,10 @@ class FeatureScaler:
         value of it 0."""
         if self.frozen:
             return True
-        if y is not None:
-            self._check_warmup_target(y)
+        measure_y = y is not None and self.scales_targets and not self._targets_given
+        if measure_y and not (math.isfinite(y) and abs(y) <= MAX_WARMUP_VALUE):
+            raise ValueError(f"target {y!r} is too large for the scaler's warm-up statistics "
+                             f"(beyond {MAX_WARMUP_VALUE:g} in size)")
         updates = []
         for name, value in x.items():
             if abs(value) > MAX_WARMUP_VALUE:
@@ -142,30 +168,18 @@ class FeatureScaler:
             self._count[name] = count
             self._mean[name] = mean
             self._m2[name] = m2
-        if y is not None:
-            self.observe_target(y)
+        if measure_y:
+            count, mean, m2, low, high = self._target_sums
+            count += 1
+            delta = y - mean
+            mean += delta / count
+            self._target_sums = (count, mean, m2 + delta * (y - mean),
+                                 min(low, y) if count > 1 else y,
+                                 max(high, y) if count > 1 else y)
         self.seen += 1
         if self.seen >= self.target:
             self._freeze()
         return self.frozen
-
-    def _check_warmup_target(self, y: float) -> None:
-        if not (math.isfinite(y) and abs(y) <= MAX_WARMUP_VALUE):
-            raise ValueError(f"target {y!r} is too large for the scaler's warm-up statistics "
-                             f"(beyond {MAX_WARMUP_VALUE:g} in size)")
-
-    def observe_target(self, y: float) -> None:
-        """Add a target to the warm-up (a late label's, which comes without features); a
-        no-op unless targets are scaled and the warm-up is on. ValueError, and nothing
-        counted, for a target too large for the statistics."""
-        if self.frozen or not self.scales_targets:
-            return
-        self._check_warmup_target(y)
-        count, mean, m2 = self._target_sums
-        count += 1
-        delta = y - mean
-        mean += delta / count
-        self._target_sums = (count, mean, m2 + delta * (y - mean))
 
     def target_to_model(self, y: float) -> float:
         """The target the model learns for ``y`` (``y`` itself unless targets are scaled).
@@ -178,6 +192,16 @@ class FeatureScaler:
         if not math.isfinite(scaled):
             raise ValueError(f"target {y!r} is {scaled} once scaled ((y - mean) / scale "
                              "overflows)")
+        if abs(scaled) > FAR_TARGET and not self._far_target_warned:
+            # Statistics that do not describe the targets (a quiet warm-up: 20.0 throughout,
+            # then targets 2.6 apart, 190 of its scales) make a model that cannot fit them.
+            self._far_target_warned = True
+            log.warning("target %r is %.3g of the scaler's target scale (%.3g) from its mean "
+                        "(%.6g): those statistics do not describe the targets (a warm-up "
+                        "whose targets did not span their range?). The model learns the "
+                        "targets as they were scaled; give statistics that do (scaler.target_"
+                        "mean and scaler.target_scale) with a new checkpoint.dir. Said once",
+                        y, abs(scaled), self.target_scale, self.target_mean)
         return scaled
 
     def target_from_model(self, value: float) -> float:
@@ -188,22 +212,8 @@ class FeatureScaler:
 
     def _freeze(self) -> None:
         self._warn_of_rare_near_names()
-        if self.scales_targets:
-            count, mean, m2 = self._target_sums
-            std = math.sqrt(m2 / count) if count else 0.0
-            if std > 1e-12 * max(1.0, abs(mean)):
-                self.target_mean, self.target_scale = mean, std
-            else:
-                # Without a spread there is nothing to scale by: the targets are only
-                # centred, on what little was seen (nothing: not even that).
-                self.target_mean, self.target_scale = mean, 1.0
-                log.warning("the scaler's warm-up saw %s: the targets are %s, not scaled "
-                            "(set scaler.mode = \"fixed\" with scaler.target_mean and "
-                            "scaler.target_scale, or a longer scaler.warmup_messages)",
-                            "no target" if not count else f"{count} target"
-                            f"{'s' if count > 1 else ''}, all equal",
-                            "taken as they are" if not count else f"only centred on {mean:g}")
-            self._target_sums = (0, 0.0, 0.0)
+        if self.scales_targets and not self._targets_given:
+            self._freeze_targets()
         self.means = dict(self._mean)
         self.scales = {}
         for name, count in self._count.items():
@@ -213,6 +223,36 @@ class FeatureScaler:
             self.scales[name] = std if std > 1e-12 * max(1.0, abs(self.means[name])) else 1.0
         self._count, self._mean, self._m2 = {}, {}, {}
         self.frozen = True
+
+    def _freeze_targets(self) -> None:
+        count, mean, m2, low, high = self._target_sums
+        self._target_sums = _NO_TARGETS
+        std = math.sqrt(m2 / count) if count else 0.0
+        if std > 1e-12 * max(1.0, abs(mean)):
+            self.target_mean, self.target_scale = mean, std
+            farthest = max(high - mean, mean - low)
+            log.info("the targets' statistics, from the %d labelled messages of the warm-up: "
+                     "mean %r, scale %r (for scaler.target_mean and scaler.target_scale)",
+                     count, mean, std)
+            if count >= 10 and farthest * farthest > 0.8 * m2:
+                # One target holds most of the spread: a glitch, after which every other
+                # target maps to about the same value, and the model learns next to nothing.
+                log.warning("one target of the scaler's warm-up, %r, holds %.0f%% of its "
+                            "targets' spread (mean %.6g, scale %.3g over %d targets): a "
+                            "glitch? The other targets all scale to nearly one value. Give "
+                            "the statistics (scaler.target_mean, scaler.target_scale) with a "
+                            "new checkpoint.dir", high if high - mean >= mean - low else low,
+                            100.0 * farthest * farthest / m2, mean, std, count)
+            return
+        # Without a spread there is nothing to scale by: the targets are only centred, on
+        # what little was seen (nothing: not even that).
+        self.target_mean, self.target_scale = mean, 1.0
+        seen = ("no labelled feature message" if not count else "1 labelled feature message"
+                if count == 1 else f"{count} labelled feature messages, all with one target")
+        log.warning("the scaler's warm-up saw %s: the targets are %s, not scaled (give "
+                    "scaler.target_mean and scaler.target_scale, or a longer "
+                    "scaler.warmup_messages; late labels do not count)", seen,
+                    "taken as they are" if not count else f"only centred on {mean:g}")
 
     #: Names compared for typos when the warm-up ends, at most (a pairwise comparison).
     MAX_NAMES_COMPARED = 2000
@@ -306,13 +346,16 @@ class FeatureScaler:
         """JSON-ready state: the frozen statistics, or the warm-up's running sums."""
         # (The targets' statistics only when they are scaled: a state without them reads in
         # versions before them.)
+        targets: dict[str, Any] = {}
+        if self.frozen or self._targets_given:
+            targets = {"target": [self.target_mean, self.target_scale]}
+        elif self.scales_targets:
+            targets = {"target_sums": list(self._target_sums)}
         if self.frozen:
             return {"frozen": True, "means": self.means, "scales": self.scales,
-                    **({"target": [self.target_mean, self.target_scale]}
-                       if self.scales_targets else {})}
+                    **(targets if self.scales_targets else {})}
         return {"frozen": False, "seen": self.seen, "count": self._count, "mean": self._mean,
-                "m2": self._m2, **({"target_sums": list(self._target_sums)}
-                                   if self.scales_targets else {})}
+                "m2": self._m2, **(targets if self.scales_targets else {})}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (ValueError when malformed)."""
@@ -321,6 +364,11 @@ class FeatureScaler:
                              f"{'scaled' if not self.scales_targets else 'unscaled'}, this "
                              f"scaler {'scales' if self.scales_targets else 'does not scale'}"
                              " them (scaler.targets)")
+        if not state.get("frozen", True) and self._targets_given != ("target" in state):
+            raise ValueError("the scaler's state was made with its targets' statistics "
+                             f"{'measured' if self._targets_given else 'given'}, this scaler "
+                             f"{'is given them' if self._targets_given else 'measures them'} "
+                             "(scaler.target_mean, scaler.target_scale)")
         try:
             if state["frozen"]:
                 target = state.get("target")
@@ -333,13 +381,16 @@ class FeatureScaler:
                 self.target_scale = restored.target_scale
                 self._unused = restored._unused if self.target == 0 else set()
                 return
-            if self.scales_targets:
-                count, mean, m2 = state["target_sums"]
-                if not (isinstance(count, int) and count >= 0 and math.isfinite(mean)
-                        and math.isfinite(m2) and m2 >= 0):
+            if "target" in state:
+                self.give_targets(float(state["target"][0]), float(state["target"][1]))
+            elif self.scales_targets:
+                count, mean, m2, low, high = state["target_sums"]
+                if not (type(count) is int and count >= 0 and all(
+                        isinstance(v, (int, float)) and math.isfinite(v)
+                        for v in (mean, m2, low, high)) and m2 >= 0):
                     raise ValueError(f"malformed scaler state: target sums {count!r}, "
                                      f"{mean!r}, {m2!r}")
-                self._target_sums = (count, float(mean), float(m2))
+                self._target_sums = (count, float(mean), float(m2), float(low), float(high))
             self.seen = int(state["seen"])
             self._count = {str(k): int(v) for k, v in state["count"].items()}
             self._mean = {str(k): float(v) for k, v in state["mean"].items()}

@@ -299,8 +299,8 @@ def _served_across_a_restart(broker, tmp_path, settings: dict,  # noqa: F811
 
 def test_standardized_targets_across_a_restart(broker, tmp_path):  # noqa: F811
     """IncrementalSVR with scaler.targets: the warm-up measures the targets too, the model
-    learns them standardized, the outputs and the MAE are in the targets' units, and a
-    restart from the checkpoint keeps the statistics."""
+    learns them standardized, the outputs, the MAE and the checkpoint read offline are in
+    the targets' units, and a restart within the warm-up keeps its sums."""
     rng = np.random.default_rng(6)
     X = rng.standard_normal((40, 2))
     targets = [float(5e4 + 2e3 * (a - 0.5 * b)) for a, b in X]
@@ -309,7 +309,7 @@ def test_standardized_targets_across_a_restart(broker, tmp_path):  # noqa: F811
     outputs, second = _served_across_a_restart(broker, tmp_path, {
         "model.type": "IncrementalSVR", "model.C": 10.0, "model.gamma": 0.5,
         "model.epsilon": 0.05, "scaler.mode": "warmup", "scaler.warmup_messages": 12,
-        "scaler.targets": True}, messages, restart_at=25)
+        "scaler.targets": True}, messages, restart_at=6)  # (within the warm-up)
     # The library on the same stream, features and targets scaled with the warm-up's
     # statistics: the same answers, in the targets' units.
     means, scales = X[:12].mean(axis=0), X[:12].std(axis=0)
@@ -325,6 +325,14 @@ def test_standardized_targets_across_a_restart(broker, tmp_path):  # noqa: F811
         reference.learn_one(scaled, (message["y"] - mean) / scale, key=message["id"])
     errors = [abs(o["prediction"] - t) for o, t in zip(outputs[30:], targets[30:], strict=True)]
     assert max(errors) < 500.0, errors  # (targets spread over 2,000 each way)
+    # The daemon's checkpoint, read offline, answers in the targets' units too.
+    from connectors.models import load_served_model
+
+    served = load_served_model(second.config.checkpoint.dir)
+    probe = {"a": 0.2, "b": -0.4}
+    scaled = {"a": (0.2 - means[0]) / scales[0], "b": (-0.4 - means[1]) / scales[1]}
+    assert served.predict_one(probe) == pytest.approx(
+        mean + scale * reference.predict_one(scaled), rel=1e-12)
     # (progressive over the whole stream: the first daemon's sums are checkpointed)
     assert second.summary.mae == pytest.approx(
         np.mean([abs(o["prediction"] - t) for o, t in zip(outputs, targets, strict=True)]),

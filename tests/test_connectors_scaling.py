@@ -375,6 +375,8 @@ def _regression_stream(count: int, seed: int = 0):
 
 _SVR = {"model.type": "IncrementalSVR", "model.C": "10", "model.gamma": "0.5",
         "model.epsilon": "0.1"}
+_FIXED_FEATURES = {"scaler.mode": "fixed", "scaler.means": "{a = 0.0, b = 0.0}",
+                   "scaler.scales": "{a = 1.0, b = 1.0}"}
 
 
 def test_target_settings_are_checked_and_recorded_with_the_model():
@@ -385,27 +387,37 @@ def test_target_settings_are_checked_and_recorded_with_the_model():
     refused({**_SVR, "scaler.targets": "true"}, r"targets = true needs scaler\.mode")
     refused({"scaler.mode": "warmup", "scaler.targets": "true"}, "is a classifier")
     refused({**_SVR, "scaler.target_mean": "3"}, r"target_mean needs scaler\.targets = true")
-    refused({**_SVR, "scaler.mode": "fixed", "scaler.scales": "{a = 1.0}",
-             "scaler.targets": "true", "scaler.target_scale": "2"}, "needs scaler.target_mean")
+    refused({**_SVR, **_FIXED_FEATURES, "scaler.targets": "true"},
+            r"mode = \"fixed\" needs scaler\.target_mean and scaler\.target_scale")
+    refused({**_SVR, **_FIXED_FEATURES, "scaler.targets": "true", "scaler.target_scale": "2"},
+            "needs both scaler.target_mean and scaler.target_scale")
     refused({**_SVR, "scaler.mode": "warmup", "scaler.targets": "true",
-             "scaler.target_scale": "2"}, r"target_scale needs scaler\.mode = \"fixed\"")
-    refused({**_SVR, "scaler.mode": "fixed", "scaler.scales": "{a = 1.0}",
-             "scaler.targets": "true", "scaler.target_mean": "0",
+             "scaler.target_mean": "2"}, "without them a warm-up measures them")
+    refused({**_SVR, **_FIXED_FEATURES, "scaler.targets": "true", "scaler.target_mean": "0",
              "scaler.target_scale": "0"}, "must be > 0")
     plain = load_config(None, {**_SVR, "scaler.mode": "warmup"}, environ={})
-    scaled = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.targets": "true"},
-                         environ={})
-    # A model learned on standardized targets is another model: its checkpoints say so.
-    assert checkpointed_settings(scaled)["scaler"]["targets"] is True
+    measured = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.targets": "true"},
+                           environ={})
+    given = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.targets": "true",
+                               "scaler.target_mean": "5e4", "scaler.target_scale": "2e3"},
+                        environ={})
+    # A model learned on standardized targets is another model: its checkpoints say so, and
+    # with which statistics when they are given.
     assert "targets" not in checkpointed_settings(plain)["scaler"]  # (as written before)
+    assert checkpointed_settings(measured)["scaler"]["targets"] is True
+    assert "target_scale" not in checkpointed_settings(measured)["scaler"]
+    assert {key: checkpointed_settings(given)["scaler"][key] for key in (
+        "targets", "target_mean", "target_scale")} == {
+        "targets": True, "target_mean": 5e4, "target_scale": 2e3}
+    # Given statistics hold from the first message: the warm-up measures the features only.
+    scaler = build_scaler(given)
+    assert not scaler.frozen and scaler.target_from_model(1.0) == 5.2e4
 
 
 def test_fixed_target_statistics_learn_the_standardized_model_and_answer_in_y_units():
     xs, ys = _regression_stream(120)
     mean, scale = 5e4, 2e3
-    config = load_config(None, {**_SVR, "scaler.mode": "fixed",
-                                "scaler.means": "{a = 0.0, b = 0.0}",
-                                "scaler.scales": "{a = 1.0, b = 1.0}", "scaler.targets": "true",
+    config = load_config(None, {**_SVR, **_FIXED_FEATURES, "scaler.targets": "true",
                                 "scaler.target_mean": str(mean),
                                 "scaler.target_scale": str(scale)}, environ={})
     processor = Processor(build_model(config), scaler=build_scaler(config))
@@ -419,7 +431,7 @@ def test_fixed_target_statistics_learn_the_standardized_model_and_answer_in_y_un
     probe = {"a": 0.3, "b": -0.2}
     assert processor.model.predict_one(probe) == pytest.approx(reference.predict_one(probe),
                                                               abs=1e-9)
-    # Answers, errors and late labels are in y's units.
+    # Answers and errors are in y's units.
     unlabelled = processor.process(_records([{"id": "u", "x": probe}], first=100))
     (answer,) = unlabelled.outputs
     assert answer.record["prediction"] == pytest.approx(
@@ -429,78 +441,130 @@ def test_fixed_target_statistics_learn_the_standardized_model_and_answer_in_y_un
     predictions = [o.record["prediction"] for o in later.outputs]
     # (2,000 the targets' spread, 50 their noise, 100 points learned)
     assert np.mean(np.abs(np.array(predictions) - ys[100:])) < 400.0
+    # A late label and a relabel are learned standardized too.
+    processor.process(_records([{"id": "u", "y": 5.1e4}], first=200))
+    processor.process(_records([{"op": "relabel", "id": 3, "y": 4.9e4}], first=201))
+    reference.learn_one(probe, (5.1e4 - mean) / scale, key="u")
+    for i, (x, y) in enumerate(zip(xs[100:], ys[100:], strict=True), start=100):
+        reference.learn_one(x, (y - mean) / scale, key=i)
+    reference.relabel_one(3, (4.9e4 - mean) / scale)
+    assert processor.model.predict_one(probe) == pytest.approx(reference.predict_one(probe),
+                                                              abs=1e-9)
     # On raw targets the same C and epsilon cannot fit them (C = 10 bounds every coefficient).
     raw = Processor(build_model(load_config(None, _SVR, environ={})))
     raw.process(_records(messages))
     assert raw.mae > 4 * processor.mae, (raw.mae, processor.mae)  # 5.6x
 
 
-def test_a_warm_up_measures_the_targets_of_its_messages_and_late_labels():
+def test_a_warm_up_measures_the_targets_of_its_labelled_messages_across_a_checkpoint():
     xs, ys = _regression_stream(60, seed=2)
     config = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.warmup_messages": "20",
                                 "scaler.targets": "true"}, environ={})
     processor = Processor(build_model(config), scaler=build_scaler(config),
                           label_topic="labels")
-    # Ten labelled messages, ten unlabelled ones whose labels come late (on the label topic),
-    # during the warm-up.
+    # Half the warm-up's feature messages are labelled; the others' labels come late, during
+    # the warm-up, and do not count (whether they come before it ends depends on timing).
     messages = [{"id": i, "x": x, **({"y": y} if i % 2 else {})}
                 for i, (x, y) in enumerate(zip(xs[:20], ys[:20], strict=True))]
     labels = [Record("labels", 0, i, json.dumps({"id": i, "y": ys[i]}).encode(), 0)
               for i in range(0, 19, 2)]
-    assert not processor.process(_records(messages[:19]) + labels[:9]).outputs  # still held
-    # the 20th feature message ends the warm-up; its late label comes after it
-    processor.process(_records(messages[19:], first=19))
-    scaler = processor.scaler
-    assert scaler.frozen
-    counted = [ys[i] for i in range(20) if i % 2] + [ys[i] for i in range(0, 18, 2)]
-    assert scaler.target_mean == pytest.approx(np.mean(counted), rel=1e-12)
-    assert scaler.target_scale == pytest.approx(np.std(counted), rel=1e-10)
-    processor.process(labels[9:])
-    assert processor.model.n_stored == 20
-    # Checkpointed with the model: a restored processor answers the same, in y's units.
+    assert not processor.process(_records(messages[:11]) + labels[:5]).outputs  # still held
+    # A checkpoint in the middle of the warm-up keeps its sums over the targets.
     arrays, meta = processor.model.to_checkpoint()
-    restored = Processor(restore_model(config, arrays, meta), scaler=build_scaler(config),
-                         label_topic="labels")
-    restored.load_state(json.loads(json.dumps(processor.state())))
+    resumed = Processor(restore_model(config, arrays, meta), scaler=build_scaler(config),
+                        label_topic="labels")
+    resumed.load_state(json.loads(json.dumps(processor.state())))
+    for each in (processor, resumed):
+        each.process(_records(messages[11:], first=11) + labels[5:])
+        scaler = each.scaler
+        assert scaler.frozen
+        counted = [ys[i] for i in range(20) if i % 2]
+        assert scaler.target_mean == pytest.approx(np.mean(counted), rel=1e-12)
+        assert scaler.target_scale == pytest.approx(np.std(counted), rel=1e-10)
+        assert each.model.n_stored == 20
+    assert resumed.scaler.state() == processor.scaler.state()
     probe = [{"id": "p", "x": xs[30]}]
     first = processor.process(_records(probe, first=100)).outputs[0].record["prediction"]
-    again = restored.process(_records(probe, first=100)).outputs[0].record["prediction"]
+    again = resumed.process(_records(probe, first=100)).outputs[0].record["prediction"]
     assert first == again and abs(first - ys[30]) < 3000.0
     # A state made without target statistics is no state of this scaler (nor the reverse).
     unscaled = build_scaler(load_config(None, {**_SVR, "scaler.mode": "warmup"}, environ={}))
     with pytest.raises(ValueError, match="targets"):
-        unscaled.load_state(scaler.state())
+        unscaled.load_state(processor.scaler.state())
     with pytest.raises(ValueError, match="targets"):
         build_scaler(config).load_state(unscaled.state())
 
 
-def test_a_warm_up_without_a_spread_of_targets_says_so(caplog):
-    scaler = FeatureScaler.warming_up(3)
-    scaler.scales_targets = True
+def test_a_warm_up_whose_targets_cannot_be_scaled_says_so(caplog):
+    def warmed(targets, messages=None):
+        scaler = FeatureScaler.warming_up(messages or len(targets))
+        scaler.scales_targets = True
+        for index, target in enumerate(targets):
+            scaler.observe({"a": float(index)}, target)
+        assert scaler.frozen
+        return scaler
+
     with caplog.at_level("WARNING", logger="stream_svm.scaler"):
-        for value in (1.0, 2.0, 3.0):
-            scaler.observe({"a": value})  # unlabelled: no target
-    assert (scaler.target_mean, scaler.target_scale) == (0.0, 1.0)
-    assert "saw no target: the targets are taken as they are" in caplog.text
-    assert scaler.target_to_model(7.0) == 7.0
+        none = warmed([None, None, None])
+        assert (none.target_mean, none.target_scale) == (0.0, 1.0)
+        assert "saw no labelled feature message: the targets are taken as they are" in \
+            caplog.text
+        same = warmed([7.0, 7.0, 7.0, None])
+        assert (same.target_mean, same.target_scale) == (7.0, 1.0)  # centred only
+        assert "saw 3 labelled feature messages, all with one target: the targets are only " \
+            "centred on 7" in caplog.text
+        # A tiny but real spread is a spread: targets of 1e6 +- 10 are scaled by it.
+        close = warmed([1e6 + 10.0 * (i % 3) for i in range(12)])
+        assert close.target_scale == pytest.approx(np.std([10.0 * (i % 3) for i in range(12)]))
+        caplog.clear()
+        # One glitch holds the spread: every other target scales to about one value.
+        glitch = warmed([20.0 + i for i in range(11)] + [1e100])
+        assert "one target of the scaler's warm-up, 1e+100, holds 92% of its targets' " \
+            "spread" in caplog.text
+        assert glitch.target_to_model(25.0) == pytest.approx(glitch.target_to_model(20.0))
+        caplog.clear()
+        # A quiet warm-up (one target moved once) is warned of the same way,
+        quiet = warmed([20.0] * 11 + [20.1])
+        assert "one target of the scaler's warm-up, 20.1, holds 92% of" in caplog.text
+        caplog.clear()
+        # and so is a target that its statistics put far out.
+        quiet.target_to_model(20.0)
+        assert not caplog.text
+        quiet.target_to_model(17.5)  # 2.5 away: 91 of its scales (0.0276)
+        assert not caplog.text
+        quiet.target_to_model(16.0)
+        assert "target 16.0 is 145 of the scaler's target scale (0.0276) from its mean " \
+            "(20.0083): those statistics do not describe the targets" in caplog.text
+        caplog.clear()
+        quiet.target_to_model(10.0)  # said once
+        assert not caplog.text
 
 
-def test_evaluate_and_the_served_model_scale_targets_as_the_daemon_does(tmp_path):
+def test_evaluate_and_the_served_model_scale_targets_as_the_daemon_does(tmp_path, caplog):
     from connectors.cli import evaluate
     from connectors.models import ServedModel
 
     xs, ys = _regression_stream(90, seed=3)
+    ys[5] = "a gauge fault"  # a label the daemon refuses: no part of the warm-up either way
+    xs[5] = {"a": 40.0, "b": -40.0}
     data = tmp_path / "flows.csv"
-    data.write_text("a,b,flow\n" + "".join(f"{x['a']!r},{x['b']!r},{y!r}\n"
+    data.write_text("a,b,flow\n" + "".join(f"{x['a']!r},{x['b']!r},{y}\n"
                                            for x, y in zip(xs, ys, strict=True)))
     settings = {**_SVR, "scaler.mode": "warmup", "scaler.warmup_messages": "30",
                 "scaler.targets": "true"}
     config = load_config(None, settings, environ={})
-    summary = evaluate(config, str(data), target="flow")
+    with caplog.at_level("INFO", logger="stream_svm.scaler"):
+        summary = evaluate(config, str(data), target="flow")
     processor = Processor(build_model(config), scaler=build_scaler(config))
     processor.process(_records([{"id": i, "x": x, "y": y}
                                 for i, (x, y) in enumerate(zip(xs, ys, strict=True))]))
     assert summary["mae"] == pytest.approx(processor.mae, rel=1e-9)
+    assert summary["skipped"] == 1 and processor.scaler.means["a"] < 1.0
+    # The statistics measured are said, to be given next time.
+    scaler = processor.scaler
+    assert summary["target_statistics"] == {"mean": scaler.target_mean,
+                                            "scale": scaler.target_scale}
+    assert f"mean {scaler.target_mean!r}, scale {scaler.target_scale!r}" in caplog.text
     raw = evaluate(load_config(None, {**settings, "scaler.targets": "false"}, environ={}),
                    str(data), target="flow")
     assert raw["mae"] > 3 * summary["mae"], (raw["mae"], summary["mae"])  # 4.4x
