@@ -968,8 +968,10 @@ class ScopedModels:
             self._unreached.discard(model_id)
         # One read of the state topic for the lot, not one per model.
         done = self._still_newest(written) and done
-        if any(model_id in self._unreached for model_id in changed):
-            return False  # (the state topic did not answer: no record either)
+        # (Records even when a model's state could not be published: they go to the state
+        # topic's partition of their own id, which may answer.)
+        if give_up is not None and give_up():
+            return False
         return self._record_partitions(partitions) and done
 
     def _record_partitions(self, partitions: set[int] | None) -> bool:
@@ -989,18 +991,27 @@ class ScopedModels:
                  and (partitions is None or partition in partitions)
                  and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)}):
             model_id = _partition_record_id(partition)
-            offsets = {name: offset for name, offset in self.positions.items()
-                       if _topic_partition(name)[1] == partition}
-            sequence = max(self._recorded.get(partition, (0, {}))[0],
-                           self.store.last_sequence(model_id, 0)) + 1
             try:
+                # The newest record, read first: one written since by the partition's next
+                # owner (this process a zombie that has not seen its partition go) covers
+                # commits beyond this one's positions, and must not be written back behind
+                # them (its owner's restart would be refused).
+                found = self.store.restore([model_id], decode=False,
+                                           log_level=logging.DEBUG).get(model_id)
+                newest = _record_of(partition, found) if found is not None else (0, {})
+                offsets = {name: offset for name, offset in self.positions.items()
+                           if _topic_partition(name)[1] == partition}
+                for name, offset in newest[1].items():
+                    offsets[name] = max(offset, offsets.get(name, -1))
+                sequence = max(newest[0], self._recorded.get(partition, (0, {}))[0],
+                               self.store.last_sequence(model_id, 0)) + 1
                 self._record_group()
                 self.store.publish(model_id, {}, {"format": SCOPED_STATE_FORMAT,
                                                   "partition": partition, "offsets": offsets},
                                    0, 0, sequence)
             except (StateStoreError, ValueError) as exc:
-                # (ValueError: another owner wrote it meanwhile, with this sequence; the next
-                # publish writes the next one.)
+                # (ValueError: another owner wrote this sequence meanwhile; the next publish
+                # reads it and writes the next one.)
                 log.error("writing the record of partition %d to the state topic failed "
                           "(%s); its offsets are not committed until it succeeds",
                           partition, exc)

@@ -402,6 +402,84 @@ def test_a_partition_record_moves_on_with_the_dead_letters_and_covers_no_other_p
                      start_fresh=False)
 
 
+def _dead_letters_only(partition: int, first: int, count: int,
+                       topic: str = "stream-svm.input") -> list[Any]:
+    """Records that make no model: keys too long to name one."""
+    from connectors.scoped import MAX_MODEL_KEY_BYTES
+
+    records = []
+    for offset in range(first, first + count):
+        record = _record(partition, offset, "k" * (MAX_MODEL_KEY_BYTES + 1),
+                         {"id": offset, "x": {"1": 0.5}, "y": True})
+        records.append(Record(topic, partition, offset, record.value, 0))
+        object.__setattr__(records[-1], "key", record.key)
+    return records
+
+
+def test_a_former_owner_does_not_write_a_partition_record_back_behind_the_next_owners():
+    # A stalled former owner woke and rewrote the record with its own, older positions over
+    # the next owner's: that owner's restart was refused ("holds no model of it").
+    store = _MemoryStore()
+    former, _ = _scoped(max_models=4, store=store)
+    former.assign({1})
+    former.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
+    _handled(former, _dead_letters_only(1, 0, 2))
+    assert former.publish() and former.committable() == {"stream-svm.input:1": 2}
+    _handled(former, _dead_letters_only(1, 2, 2))  # then it stalls, unpublished
+    owner, _ = _scoped(max_models=4, store=store)
+    owner.assign({1})
+    owner.settle({1: {"stream-svm.input:1": 2}}, start_fresh=False)
+    _handled(owner, _dead_letters_only(1, 2, 4))
+    assert owner.publish() and owner.committable() == {"stream-svm.input:1": 6}
+    assert former.publish()  # woken: its positions (4) are behind the record it finds (6)
+    record = store.restore([("partition", 1)])[("partition", 1)]
+    assert record.metadata["offsets"] == {"stream-svm.input:1": 6}
+    restarted, _ = _scoped(max_models=4, store=store)
+    restarted.assign({1})
+    assert restarted.settle({1: {"stream-svm.input:1": 6}}, start_fresh=False) == {
+        "stream-svm.input:1": 6}
+
+
+def test_partition_records_cover_the_label_topic_and_only_partitions_without_a_model():
+    models, _ = _scoped(max_models=1)
+    models.assign({0, 1, 2})
+    models.settle({p: {f"stream-svm.input:{p}": None} for p in (0, 1, 2)}, start_fresh=False)
+    x, y = BANANAS[0]
+    # Partition 0's one model is evicted (published) by partition 2's, and dead letters
+    # follow it; partition 1 has only dead letters, on both of its topics.
+    _handled(models, [_record(0, 0, "a", {"id": "a", "x": x, "y": y}),
+                      _record(2, 0, "c", {"id": "c", "x": x, "y": y})])
+    _handled(models, _dead_letters_only(0, 1, 2) + _dead_letters_only(1, 0, 2)
+             + _dead_letters_only(1, 0, 3, topic="stream-svm.labels"))
+    assert models.evictions == 1 and list(models.live) == [(2, "c")] and models.publish()
+    assert ("partition", 0) not in models.store.records  # its model covers its commits
+    record = models.store.restore([("partition", 1)])[("partition", 1)]
+    assert record.metadata["offsets"] == {"stream-svm.input:1": 2, "stream-svm.labels:1": 3}
+    assert models.committable() == {"stream-svm.input:0": 3, "stream-svm.input:1": 2,
+                                    "stream-svm.labels:1": 3, "stream-svm.input:2": 1}
+
+
+def test_a_model_the_state_topic_does_not_take_holds_back_no_other_partitions_record():
+    from connectors.state_store import StateStoreError
+
+    class OneUnreachable(_MemoryStore):
+        def publish(self, model_id, *args):
+            if model_id == (0, "a"):
+                raise StateStoreError("publishing was not acknowledged within 10 s")
+            return super().publish(model_id, *args)
+
+    models, _ = _scoped(max_models=4, store=OneUnreachable())
+    models.assign({0, 1})
+    models.settle({0: {"stream-svm.input:0": None}, 1: {"stream-svm.input:1": None}},
+                  start_fresh=False)
+    x, y = BANANAS[0]
+    _handled(models, [_record(0, 0, "a", {"id": "a", "x": x, "y": y}),
+                      *_dead_letters_only(1, 0, 2)])
+    for _ in range(2):  # (the unreachable model is tried last from the second round on)
+        assert not models.publish()
+        assert models.committable() == {"stream-svm.input:1": 2}
+
+
 def test_a_partition_record_not_written_commits_nothing():
     from connectors.scoped import MAX_MODEL_KEY_BYTES
     from connectors.state_store import StateStoreError
