@@ -146,11 +146,19 @@ def settings_mismatch(saved: Any, settings: dict[str, Any]) -> str | None:
         # (A setting the other model type does not have: "step None -> 1" read as a step.)
         return repr(values[name]) if name in values else "(none)"
 
-    return ", ".join(
-        f"{name} {shown(saved, name)} -> {shown(settings, name)}"
-        for name in sorted(set(settings) | set(saved))
-        if saved.get(name) != settings.get(name) and name not in unused
-    ) or None
+    def differences(saved: dict, settings: dict, prefix: str = "") -> list[str]:
+        changed = []
+        for name in sorted(set(settings) | set(saved)):
+            if saved.get(name) == settings.get(name) or (not prefix and name in unused):
+                continue
+            if isinstance(saved.get(name), dict) and isinstance(settings.get(name), dict):
+                # (A table, the scaler's: the values that changed, not the whole table twice.)
+                changed += differences(saved[name], settings[name], f"{prefix}{name}.")
+            else:
+                changed.append(f"{prefix}{name} {shown(saved, name)} -> {shown(settings, name)}")
+        return changed
+
+    return ", ".join(differences(saved, settings)) or None
 
 
 def build_scaler(config: Config) -> FeatureScaler | None:
@@ -417,7 +425,7 @@ def load_served_model(checkpoint_dir: str | os.PathLike[str]) -> ServedModel:
         if scaled is not None:
             scaler = FeatureScaler(0)
             scaler.scales_targets = isinstance(scaled, dict) and (
-                "target" in scaled or "target_sums" in scaled)
+                "target" in scaled or "targets" in scaled)
             scaler.load_state(scaled)
             if not scaler.frozen:
                 raise CheckpointError(

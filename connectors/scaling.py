@@ -33,6 +33,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 log = logging.getLogger("stream_svm.scaler")
 
 __all__ = ["FeatureScaler"]
@@ -41,11 +43,17 @@ __all__ = ["FeatureScaler"]
 #: values up to it stay finite over 10**7 messages (4e300 each).
 MAX_WARMUP_VALUE = 1e150
 #: A target this many of the scaler's target scales from its mean is warned of (once): the
-#: statistics do not describe the targets.
-FAR_TARGET = 100.0
-#: The warm-up's target sums before any target (count, mean, m2, smallest, largest; finite,
-#: since states are JSON without infinities).
-_NO_TARGETS = (0, 0.0, 0.0, 0.0, 0.0)
+#: statistics do not describe the targets. (ChickWeights after a warm-up on its first 100
+#: rows, young chicks only: 67; river flows after warm-ups of 500 days or more: at most 43;
+#: Gaussian, uniform, exponential targets: under 15.)
+FAR_TARGET = 50.0
+#: A warm-up whose targets' standard deviation exceeds this many times their robust spread
+#: (1.4826 times the median absolute deviation, the standard deviation for Gaussian targets)
+#: is warned of: a few targets (sentinels such as -9999, glitches) set the scale, and all the
+#: others scale to nearly one value. (Gaussian targets: about 1; exponential: 1.4; the
+#: Fisher river's flood-prone flows over 500-1000 days: up to 32; two -9999 among 1000
+#: targets of spread 1: 450.)
+SPREAD_RATIO = 50.0
 
 
 class FeatureScaler:
@@ -86,9 +94,9 @@ class FeatureScaler:
         self.target_scale = 1.0
         #: whether the targets' statistics were given (not measured by the warm-up)
         self._targets_given = False
-        # the warm-up's sums over the targets: count, mean, sum of squared deviations, and
-        # the smallest and largest target (a glitch that holds the spread is warned of)
-        self._target_sums = _NO_TARGETS
+        # the targets of the warm-up's labelled messages (the messages are held meanwhile,
+        # every byte of them: their targets cost little beside)
+        self._targets: list[float] = []
         self._far_target_warned = False
 
     @classmethod
@@ -169,13 +177,7 @@ class FeatureScaler:
             self._mean[name] = mean
             self._m2[name] = m2
         if measure_y:
-            count, mean, m2, low, high = self._target_sums
-            count += 1
-            delta = y - mean
-            mean += delta / count
-            self._target_sums = (count, mean, m2 + delta * (y - mean),
-                                 min(low, y) if count > 1 else y,
-                                 max(high, y) if count > 1 else y)
+            self._targets.append(float(y))
         self.seen += 1
         if self.seen >= self.target:
             self._freeze()
@@ -225,34 +227,48 @@ class FeatureScaler:
         self.frozen = True
 
     def _freeze_targets(self) -> None:
-        count, mean, m2, low, high = self._target_sums
-        self._target_sums = _NO_TARGETS
-        std = math.sqrt(m2 / count) if count else 0.0
-        if std > 1e-12 * max(1.0, abs(mean)):
-            self.target_mean, self.target_scale = mean, std
-            farthest = max(high - mean, mean - low)
-            log.info("the targets' statistics, from the %d labelled messages of the warm-up: "
-                     "mean %r, scale %r (for scaler.target_mean and scaler.target_scale)",
-                     count, mean, std)
-            if count >= 10 and farthest * farthest > 0.8 * m2:
-                # One target holds most of the spread: a glitch, after which every other
-                # target maps to about the same value, and the model learns next to nothing.
-                log.warning("one target of the scaler's warm-up, %r, holds %.0f%% of its "
-                            "targets' spread (mean %.6g, scale %.3g over %d targets): a "
-                            "glitch? The other targets all scale to nearly one value. Give "
-                            "the statistics (scaler.target_mean, scaler.target_scale) with a "
-                            "new checkpoint.dir", high if high - mean >= mean - low else low,
-                            100.0 * farthest * farthest / m2, mean, std, count)
+        targets = np.array(self._targets, dtype=float)
+        self._targets = []
+        count = len(targets)
+        # (Scaled by the largest first: squares of targets up to 1e150 overflow.)
+        size = float(np.max(np.abs(targets))) if count else 0.0
+        mean = float(np.mean(targets)) if count else 0.0
+        std = size * float(np.std(targets / size)) if size > 0 else 0.0
+        if not std > 1e-12 * max(1.0, abs(mean)):
+            # Without a spread there is nothing to scale by: the targets are only centred,
+            # on what little was seen (nothing: not even that).
+            self.target_mean, self.target_scale = mean, 1.0
+            seen = ("no labelled feature message" if not count else
+                    "1 labelled feature message" if count == 1 else
+                    f"{count} labelled feature messages, all with one target")
+            log.warning("the scaler's warm-up saw %s: the targets are %s, not scaled (give "
+                        "scaler.target_mean and scaler.target_scale, or a longer "
+                        "scaler.warmup_messages; late labels do not count)", seen,
+                        "taken as they are" if not count else f"only centred on {mean:g}")
             return
-        # Without a spread there is nothing to scale by: the targets are only centred, on
-        # what little was seen (nothing: not even that).
-        self.target_mean, self.target_scale = mean, 1.0
-        seen = ("no labelled feature message" if not count else "1 labelled feature message"
-                if count == 1 else f"{count} labelled feature messages, all with one target")
-        log.warning("the scaler's warm-up saw %s: the targets are %s, not scaled (give "
-                    "scaler.target_mean and scaler.target_scale, or a longer "
-                    "scaler.warmup_messages; late labels do not count)", seen,
-                    "taken as they are" if not count else f"only centred on {mean:g}")
+        self.target_mean, self.target_scale = mean, std
+        log.info("the targets' statistics, from the %d labelled messages of the warm-up: "
+                 "mean %r, scale %r (for scaler.target_mean and scaler.target_scale)",
+                 count, mean, std)
+        deviations = np.abs(targets - mean)
+        robust = 1.4826 * float(np.median(np.abs(targets - np.median(targets))))
+        farthest = int(np.argmax(deviations))
+        share = float(deviations[farthest] ** 2 / (count * std * std))
+        if robust > 0 and std > SPREAD_RATIO * robust:
+            cause = (f"their standard deviation is {std / robust:.3g} times their median "
+                     f"absolute deviation's ({robust:.3g}): a few targets far from the others "
+                     "(sentinel values such as -9999? glitches?)")
+        elif count >= 3 and share > 0.8:
+            cause = (f"one of them, {float(targets[farthest])!r}, holds {100 * share:.0f}% "
+                     "of their spread (a glitch? targets that hardly moved?)")
+        else:
+            return
+        # Every other target then scales to nearly one value: the model learns next to
+        # nothing of them.
+        log.warning("the targets of the scaler's warm-up set a scale of %.3g (mean %.6g, %d "
+                    "targets), but %s: the other targets all scale to nearly one value. Give "
+                    "the statistics (scaler.target_mean, scaler.target_scale) with a new "
+                    "checkpoint.dir", std, mean, count, cause)
 
     #: Names compared for typos when the warm-up ends, at most (a pairwise comparison).
     MAX_NAMES_COMPARED = 2000
@@ -350,7 +366,7 @@ class FeatureScaler:
         if self.frozen or self._targets_given:
             targets = {"target": [self.target_mean, self.target_scale]}
         elif self.scales_targets:
-            targets = {"target_sums": list(self._target_sums)}
+            targets = {"targets": list(self._targets)}
         if self.frozen:
             return {"frozen": True, "means": self.means, "scales": self.scales,
                     **(targets if self.scales_targets else {})}
@@ -359,7 +375,7 @@ class FeatureScaler:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (ValueError when malformed)."""
-        if ("target" in state or "target_sums" in state) != self.scales_targets:
+        if ("target" in state or "targets" in state) != self.scales_targets:
             raise ValueError("the scaler's state was made with its targets "
                              f"{'scaled' if not self.scales_targets else 'unscaled'}, this "
                              f"scaler {'scales' if self.scales_targets else 'does not scale'}"
@@ -369,9 +385,14 @@ class FeatureScaler:
                              f"{'measured' if self._targets_given else 'given'}, this scaler "
                              f"{'is given them' if self._targets_given else 'measures them'} "
                              "(scaler.target_mean, scaler.target_scale)")
+        target = state.get("target")
+        if self._targets_given and target is not None and [
+                self.target_mean, self.target_scale] != [float(v) for v in target]:
+            raise ValueError(f"the scaler's state has the targets' mean and scale {target}, "
+                             f"this scaler is given {self.target_mean!r} and "
+                             f"{self.target_scale!r} (scaler.target_mean, scaler.target_scale)")
         try:
             if state["frozen"]:
-                target = state.get("target")
                 restored = FeatureScaler.fixed(
                     {str(k): float(v) for k, v in state["means"].items()},
                     {str(k): float(v) for k, v in state["scales"].items()},
@@ -384,13 +405,13 @@ class FeatureScaler:
             if "target" in state:
                 self.give_targets(float(state["target"][0]), float(state["target"][1]))
             elif self.scales_targets:
-                count, mean, m2, low, high = state["target_sums"]
-                if not (type(count) is int and count >= 0 and all(
-                        isinstance(v, (int, float)) and math.isfinite(v)
-                        for v in (mean, m2, low, high)) and m2 >= 0):
-                    raise ValueError(f"malformed scaler state: target sums {count!r}, "
-                                     f"{mean!r}, {m2!r}")
-                self._target_sums = (count, float(mean), float(m2), float(low), float(high))
+                targets = state["targets"]
+                if not (isinstance(targets, list) and len(targets) <= int(state["seen"])
+                        and all(type(v) in (int, float) and math.isfinite(v)
+                                and abs(v) <= MAX_WARMUP_VALUE for v in targets)):
+                    raise ValueError("malformed scaler state: its targets are not a list of "
+                                     "finite numbers, one at most per message seen")
+                self._targets = [float(v) for v in targets]
             self.seen = int(state["seen"])
             self._count = {str(k): int(v) for k, v in state["count"].items()}
             self._mean = {str(k): float(v) for k, v in state["mean"].items()}

@@ -409,6 +409,14 @@ def test_target_settings_are_checked_and_recorded_with_the_model():
     assert {key: checkpointed_settings(given)["scaler"][key] for key in (
         "targets", "target_mean", "target_scale")} == {
         "targets": True, "target_mean": 5e4, "target_scale": 2e3}
+    # A change is named by the setting that changed, not by the whole table twice.
+    from connectors.models import settings_mismatch
+
+    other = load_config(None, {**_SVR, "scaler.mode": "warmup", "scaler.targets": "true",
+                               "scaler.target_mean": "5e4", "scaler.target_scale": "2500"},
+                        environ={})
+    assert settings_mismatch(checkpointed_settings(given), checkpointed_settings(other)) == \
+        "scaler.target_scale 2000.0 -> 2500.0"
     # Given statistics hold from the first message: the warm-up measures the features only.
     scaler = build_scaler(given)
     assert not scaler.frozen and scaler.target_from_model(1.0) == 5.2e4
@@ -450,6 +458,14 @@ def test_fixed_target_statistics_learn_the_standardized_model_and_answer_in_y_un
     reference.relabel_one(3, (4.9e4 - mean) / scale)
     assert processor.model.predict_one(probe) == pytest.approx(reference.predict_one(probe),
                                                               abs=1e-9)
+    # Learned in one multiple update per poll (predict_per_poll), the same model.
+    per_poll = Processor(build_model(config), scaler=build_scaler(config), predict_per_poll=True)
+    per_poll.process(_records(messages[:100]))
+    batch = build_model(load_config(None, _SVR, environ={}))
+    for i, (x, y) in enumerate(zip(xs[:100], ys[:100], strict=True)):
+        batch.learn_one(x, (y - mean) / scale, key=i)
+    assert per_poll.model.predict_one(probe) == pytest.approx(batch.predict_one(probe),
+                                                             abs=1e-9)
     # On raw targets the same C and epsilon cannot fit them (C = 10 bounds every coefficient).
     raw = Processor(build_model(load_config(None, _SVR, environ={})))
     raw.process(_records(messages))
@@ -466,22 +482,25 @@ def test_a_warm_up_measures_the_targets_of_its_labelled_messages_across_a_checkp
     # the warm-up, and do not count (whether they come before it ends depends on timing).
     messages = [{"id": i, "x": x, **({"y": y} if i % 2 else {})}
                 for i, (x, y) in enumerate(zip(xs[:20], ys[:20], strict=True))]
+    # A labelled message whose features are left out of the warm-up (too large for its
+    # statistics) leaves its target out too; it is processed after, like the others.
+    messages.insert(3, {"id": "huge", "x": {"a": 1e200, "b": 0.0}, "y": 1e9})
     labels = [Record("labels", 0, i, json.dumps({"id": i, "y": ys[i]}).encode(), 0)
               for i in range(0, 19, 2)]
-    assert not processor.process(_records(messages[:11]) + labels[:5]).outputs  # still held
+    assert not processor.process(_records(messages[:12]) + labels[:5]).outputs  # still held
     # A checkpoint in the middle of the warm-up keeps its sums over the targets.
     arrays, meta = processor.model.to_checkpoint()
     resumed = Processor(restore_model(config, arrays, meta), scaler=build_scaler(config),
                         label_topic="labels")
     resumed.load_state(json.loads(json.dumps(processor.state())))
     for each in (processor, resumed):
-        each.process(_records(messages[11:], first=11) + labels[5:])
+        each.process(_records(messages[12:], first=12) + labels[5:])
         scaler = each.scaler
         assert scaler.frozen
         counted = [ys[i] for i in range(20) if i % 2]
         assert scaler.target_mean == pytest.approx(np.mean(counted), rel=1e-12)
         assert scaler.target_scale == pytest.approx(np.std(counted), rel=1e-10)
-        assert each.model.n_stored == 20
+        assert each.model.n_stored == 21  # (the RBF kernel takes the far point)
     assert resumed.scaler.state() == processor.scaler.state()
     probe = [{"id": "p", "x": xs[30]}]
     first = processor.process(_records(probe, first=100)).outputs[0].record["prediction"]
@@ -517,23 +536,32 @@ def test_a_warm_up_whose_targets_cannot_be_scaled_says_so(caplog):
         close = warmed([1e6 + 10.0 * (i % 3) for i in range(12)])
         assert close.target_scale == pytest.approx(np.std([10.0 * (i % 3) for i in range(12)]))
         caplog.clear()
-        # One glitch holds the spread: every other target scales to about one value.
+        # One glitch: every other target scales to about one value.
         glitch = warmed([20.0 + i for i in range(11)] + [1e100])
-        assert "one target of the scaler's warm-up, 1e+100, holds 92% of its targets' " \
-            "spread" in caplog.text
+        assert "the targets of the scaler's warm-up set a scale of 2.76e+99" in caplog.text
+        assert "their standard deviation is" in caplog.text  # (beside 11 spread targets)
         assert glitch.target_to_model(25.0) == pytest.approx(glitch.target_to_model(20.0))
         caplog.clear()
-        # A quiet warm-up (one target moved once) is warned of the same way,
+        # Sentinels: two -9999 among 1000 ordinary targets held 50 % of the spread each, and
+        # were not warned of.
+        rng = np.random.default_rng(0)
+        sentinels = [*(20.0 + rng.standard_normal(998)), -9999.0, -9999.0]
+        warmed(sentinels)
+        assert "times their median absolute deviation's" in caplog.text
+        caplog.clear()
+        warmed(list(20.0 + rng.standard_normal(1000)))  # ordinary targets: nothing to say
+        warmed(list(rng.exponential(size=1000)))
+        assert not caplog.text
+        # A quiet warm-up (one target moved once) is warned of,
         quiet = warmed([20.0] * 11 + [20.1])
-        assert "one target of the scaler's warm-up, 20.1, holds 92% of" in caplog.text
+        assert "one of them, 20.1, holds 92% of their spread" in caplog.text
         caplog.clear()
         # and so is a target that its statistics put far out.
         quiet.target_to_model(20.0)
+        quiet.target_to_model(18.7)  # 1.3 away: 47 of its scales (0.0276)
         assert not caplog.text
-        quiet.target_to_model(17.5)  # 2.5 away: 91 of its scales (0.0276)
-        assert not caplog.text
-        quiet.target_to_model(16.0)
-        assert "target 16.0 is 145 of the scaler's target scale (0.0276) from its mean " \
+        quiet.target_to_model(18.0)
+        assert "target 18.0 is 72.7 of the scaler's target scale (0.0276) from its mean " \
             "(20.0083): those statistics do not describe the targets" in caplog.text
         caplog.clear()
         quiet.target_to_model(10.0)  # said once
@@ -572,3 +600,20 @@ def test_evaluate_and_the_served_model_scale_targets_as_the_daemon_does(tmp_path
     probe = {"a": 0.1, "b": 0.4}
     answered = processor.process(_records([{"id": "q", "x": probe}], first=500))
     assert served.predict_one(probe) == answered.outputs[0].record["prediction"]
+
+
+def test_flood_prone_river_flows_are_no_false_alarm(shared_data, caplog):
+    # Heavy-tailed targets whose warm-up spans their range: standardizing them is right, and
+    # neither warning may fire (the Fisher river's flows over 1000 days have a standard
+    # deviation 13-20 times their median absolute deviation's).
+    from stream_svm.datasets import load_river_flow
+
+    _, flows, _ = load_river_flow(shared_data / "fisher-river", "fisher", target="flow")
+    scaler = FeatureScaler.warming_up(1000)
+    scaler.scales_targets = True
+    with caplog.at_level("WARNING", logger="stream_svm.scaler"):
+        for flow in flows[:1000]:
+            scaler.observe({"a": 0.0}, float(flow))
+        for flow in flows[1000:]:
+            scaler.target_to_model(float(flow))
+    assert scaler.frozen and scaler.target_scale > 0 and not caplog.text
