@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -750,6 +751,19 @@ def evaluate(
             yield identifier, (x if keep else scaler.transform(x)), y, location
 
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
+    # The model's warnings (features too far apart for gamma, targets too small for C) are
+    # said as they come and again in the result, beside the figure they explain: on a
+    # terminal they scrolled away above it.
+    said: list[str] = []
+    shown_before = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if str(message) not in said:
+            said.append(str(message))
+        shown_before(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
     started = time.perf_counter()
     try:
         for index, (identifier, x, label, location) in enumerate(points()):
@@ -821,6 +835,7 @@ def evaluate(
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)
             bar.update()
     finally:
+        warnings.showwarning = shown_before
         bar.close()
     if skipped and not seen:
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
@@ -837,6 +852,8 @@ def evaluate(
                                "points": seen, "skipped": len(skipped)}
     if skipped:
         summary["skipped_first"] = skipped[:SKIPPED_NAMED]
+    if said:
+        summary["warnings"] = said[:SKIPPED_NAMED]
     if regression:
         summary["mae"] = absolute / seen if seen else None
         if scaler is not None and scaler.scales_targets and scaler.frozen:

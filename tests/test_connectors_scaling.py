@@ -204,6 +204,27 @@ def test_evaluate_applies_the_scaler_as_the_daemon_does(tmp_path):
         load_config(None, {"scaler.warmup_messages": "10"}, environ={})
 
 
+def test_evaluate_repeats_the_models_warnings_in_its_result(tmp_path):
+    # Raw features 1e5 apart in scale, no scaler: evaluate printed chance accuracy with the
+    # warning that explains it far above, scrolled away on a terminal.
+    from connectors.cli import evaluate
+
+    xs, ys = _stream(80, seed=5)
+    data = tmp_path / "raw.csv"
+    data.write_text("t,v,label\n" + "".join(
+        f"{x['t']!r},{x['v']!r},{'up' if y else 'down'}\n" for x, y in zip(xs, ys, strict=True)))
+    # (a gamma of its own: the library says each model type and gamma's warning once)
+    settings = {"model.C": "10", "model.gamma": "0.4321", "model.classes": "down,up"}
+    raw = evaluate(load_config(None, settings, environ={}), str(data), target="label")
+    (warning,) = raw["warnings"]
+    assert warning.startswith("RBF gamma=0.4321 is large for these features") and \
+        "Standardize the features" in warning
+    scaled = evaluate(load_config(None, {**settings, "scaler.mode": "warmup",
+                                         "scaler.warmup_messages": "20"}, environ={}),
+                      str(data), target="label")
+    assert "warnings" not in scaled and scaled["accuracy"] > raw["accuracy"] + 0.2
+
+
 def test_a_glitch_that_comes_first_is_left_out_of_the_warm_up_not_the_values_after_it(caplog):
     # A first value of 1e200 had no spread to overflow; every ordinary value after it did,
     # was blamed and left out: the warm-up never ended and the whole stream was held.
