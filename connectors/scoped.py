@@ -145,6 +145,11 @@ def _is_partition_record(model_id: Any) -> bool:
             and model_id[0] == PARTITION_RECORD)
 
 
+def _partition_of(model_id: Any) -> int:
+    """The input partition of a model, or of a partition's record."""
+    return model_id[1] if _is_partition_record(model_id) else model_id[0]
+
+
 def _record_of(partition: int, state: Any) -> tuple[int, dict[str, int]]:
     """A partition's record as read from the state topic: its sequence and the offsets it
     covers (none, when they do not read as offsets of this partition)."""
@@ -544,12 +549,12 @@ class ScopedModels:
                 newest = self.store.newest(model_id)
                 self._retained[model_id] = (
                     live.processor, None if newest is None else (newest.epoch, newest.sequence))
-        for model_id in [m for m in self.known_epochs if m[0] in partitions]:
+        for model_id in [m for m in self.known_epochs if _partition_of(m) in partitions]:
             del self.known_epochs[model_id]
-        for model_id in [m for m in self._unverified if m[0] in partitions]:
+        for model_id in [m for m in self._unverified if _partition_of(m) in partitions]:
             del self._unverified[model_id]
         self._unreached = {m for m in self._unreached if m[0] not in partitions}
-        for model_id in [m for m in self.epochs if m[0] in partitions]:
+        for model_id in [m for m in self.epochs if _partition_of(m) in partitions]:
             self.epochs.pop(model_id)
             self.sequences.pop(model_id, None)
         self.owned -= partitions
@@ -607,7 +612,7 @@ class ScopedModels:
                 "partitions"))
         self.metrics.replica[2].observe(seconds)
         self.known_epochs.update(self.store.epochs(
-            lambda m: isinstance(m, tuple) and len(m) == 2 and m[0] in pending))
+            lambda m: isinstance(m, tuple) and len(m) == 2 and _partition_of(m) in pending))
         records = {model_id[1]: states.pop(model_id) for model_id in list(states)
                    if _is_partition_record(model_id)}
         for model_id, state in states.items():  # every one before any is used
@@ -941,10 +946,12 @@ class ScopedModels:
         # Read-backs that failed before are tried again with this publish's.
         written: dict[ModelId, int] = {model_id: offset for model_id, offset
                                        in self._unverified.items()
-                                       if partitions is None or model_id[0] in partitions}
+                                       if partitions is None
+                                       or _partition_of(model_id) in partitions}
         changed = [model_id for model_id, live in self.live.items()
                    if live.dirty and (partitions is None or model_id[0] in partitions)]
         changed.sort(key=lambda model_id: model_id in self._unreached)  # (stable)
+        silent = False  # the state topic stopped answering in this round
         for index, model_id in enumerate(changed):
             live = self.live.get(model_id)
             if live is None or not live.dirty:
@@ -957,6 +964,9 @@ class ScopedModels:
             reached = self._publish_one(model_id, live, written)
             done = reached and done
             if reached is None:  # the state topic did not answer
+                # (A model that did not answer last time either may be one partition of the
+                # state topic down: the partitions' records go on.)
+                silent = model_id not in self._unreached
                 self._unreached.add(model_id)
                 left = len(changed) - index - 1
                 if left:
@@ -966,21 +976,23 @@ class ScopedModels:
                 done = False
                 break
             self._unreached.discard(model_id)
+        if not silent:
+            done = self._record_partitions(partitions, written, give_up) and done
         # One read of the state topic for the lot, not one per model.
-        done = self._still_newest(written) and done
-        # (Records even when a model's state could not be published: they go to the state
-        # topic's partition of their own id, which may answer.)
-        if give_up is not None and give_up():
-            return False
-        return self._record_partitions(partitions) and done
+        return self._still_newest(written) and done
 
-    def _record_partitions(self, partitions: set[int] | None) -> bool:
+    def _record_partitions(self, partitions: set[int] | None, written: dict[Any, int],
+                           give_up: Callable[[], bool] | None = None) -> bool:
         """Write the record of each owned partition (of ``partitions``) that has records to
         commit beyond its record's offsets but no model (its messages so far all
         dead-lettered, e.g. for Kafka keys too long to name a model), with the offsets it
-        covers. Without it the partition was never committed: every restart read and
-        dead-lettered its messages again, and its lag grew for good. False when the state
-        topic did not take one."""
+        covers; each record's offset goes to ``written``, to be read back. Without it the
+        partition was never committed: every restart read and dead-lettered its messages
+        again, and its lag grew for good. A record has epochs as a model has, claimed once per
+        ownership: a former owner that has not learned it lost the partition cannot write it
+        back behind the next owner's (whose restart would be refused), since readers take the
+        newest epoch and its read-back finds that epoch. False when one was not written."""
+        _, outcomes, _, _ = self.metrics.replica
         with_models = {model_id[0] for model_id in self.live}
         done = True
         for partition in sorted(
@@ -990,35 +1002,38 @@ class ScopedModels:
                  and partition not in with_models
                  and (partitions is None or partition in partitions)
                  and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)}):
+            if give_up is not None and give_up():
+                return False
+            if partition in self.fenced:
+                continue  # (given up meanwhile)
             model_id = _partition_record_id(partition)
+            offsets = {name: offset for name, offset in self.positions.items()
+                       if _topic_partition(name)[1] == partition}
             try:
-                # The newest record, read first: one written since by the partition's next
-                # owner (this process a zombie that has not seen its partition go) covers
-                # commits beyond this one's positions, and must not be written back behind
-                # them (its owner's restart would be refused).
-                found = self.store.restore([model_id], decode=False,
-                                           log_level=logging.DEBUG).get(model_id)
-                newest = _record_of(partition, found) if found is not None else (0, {})
-                offsets = {name: offset for name, offset in self.positions.items()
-                           if _topic_partition(name)[1] == partition}
-                for name, offset in newest[1].items():
-                    offsets[name] = max(offset, offsets.get(name, -1))
-                sequence = max(newest[0], self._recorded.get(partition, (0, {}))[0],
-                               self.store.last_sequence(model_id, 0)) + 1
                 self._record_group()
-                self.store.publish(model_id, {}, {"format": SCOPED_STATE_FORMAT,
-                                                  "partition": partition, "offsets": offsets},
-                                   0, 0, sequence)
+                epoch = self.epochs.get(model_id)
+                if epoch is None:
+                    epoch = self.epochs[model_id] = self.store.claim_epoch(
+                        model_id, newest_known=self.known_epochs.get(model_id, -1))
+                    self.sequences[model_id] = 0
+                sequence = self.sequences[model_id] + 1
+                written[model_id] = self.store.publish(
+                    model_id, {}, {"format": SCOPED_STATE_FORMAT, "partition": partition,
+                                   "offsets": offsets}, 0, epoch, sequence)
+            except StaleEpochError as exc:
+                outcomes.labels(outcome="stale").inc()
+                self._fence(model_id, exc)
+                done = False
+                continue
             except (StateStoreError, ValueError) as exc:
-                # (ValueError: another owner wrote this sequence meanwhile; the next publish
-                # reads it and writes the next one.)
                 log.error("writing the record of partition %d to the state topic failed "
                           "(%s); its offsets are not committed until it succeeds",
                           partition, exc)
                 done = False
                 if isinstance(exc, StateStoreError):
-                    break
+                    break  # (not one timeout per partition: see publish)
                 continue
+            self.sequences[model_id] = sequence
             self._recorded[partition] = (sequence, offsets)
         return done
 
@@ -1033,7 +1048,7 @@ class ScopedModels:
         done = True
         unreadable = False
         for model_id, offset in written.items():
-            if model_id[0] not in self.owned or model_id[0] in self.fenced:
+            if _partition_of(model_id) not in self.owned or _partition_of(model_id) in self.fenced:
                 done = False  # fenced meanwhile by another model of its partition
                 continue
             epoch = self.epochs.get(model_id, -1)
@@ -1109,7 +1124,7 @@ class ScopedModels:
         states, and learns again what they do not hold. (Rebuilding the model from its last
         state and going on would lose what it learned since: a process owning the partition
         would publish a state past records that state lacks.)"""
-        partition = model_id[0]
+        partition = _partition_of(model_id)
         log.warning("%s: partition %d given up here (another process claimed its model %s); "
                     "rejoining the consumer group, whose assignment says who owns it",
                     error, partition, model_label(model_id))
@@ -1121,7 +1136,7 @@ class ScopedModels:
         published, and of which the state topic holds a model (``_stated``) or, for a
         partition without one, a record that covers them."""
         blocked = {m[0] for m, live in self.live.items() if live.dirty}
-        blocked |= {m[0] for m in self._unverified}
+        blocked |= {_partition_of(m) for m in self._unverified}
         return {
             name: offset for name, offset in self.positions.items()
             if (partition := _topic_partition(name)[1]) in self.owned
