@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -290,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_file_columns(command: argparse.ArgumentParser) -> None:
     """The flags naming a CSV/JSONL file's columns: its label, its ids, those to leave out."""
     command.add_argument("--target", default="y",
-                         help="label column of a CSV/JSONL file (default: y)")
+                         help="label column of a CSV/JSONL file (default: y); for river-flow:"
+                              "DIR, 'flow' (the next-day flow, for a regressor) instead of "
+                              "whether it rises")
     command.add_argument("--id-column", default=None, metavar="NAME",
                          help="column (field) of a CSV/JSONL file holding each row's id; not "
                          "a feature")
@@ -650,6 +651,7 @@ def evaluate(
     from connectors.models import build_model, build_scaler
     from connectors.scaling import unknown_features_error
     from stream_svm import ConvergenceError
+    from stream_svm._engine_model import scale_warnings_of
 
     # What the daemon dead-letters as a model's refusal (connectors.processor, which needs the
     # kafka extra: evaluate does not).
@@ -672,6 +674,11 @@ def evaluate(
     if regression and dataset.startswith("river-flow:") and target != "flow":
         # (Its default label is whether the flow rises: every point would be refused.)
         raise SourceError(f"{dataset}: a regressor learns the flow itself: give --target flow")
+    if not regression and dataset.startswith("river-flow:") and target == "flow":
+        # (Every flow would be refused as no class, but a flow of exactly 1.0 taken for one.)
+        raise SourceError(f"{dataset}: --target flow is the flow itself, for a regressor "
+                          f"(model.type IncrementalSVR, SlidingWindowSVR or IncrementalLSSVR); "
+                          f"{config.model.type} learns whether it rises: leave --target out")
     scaler = build_scaler(config)
     # Models that keep their points by key learn under the row number, as the daemon does.
     keyed = "key" in inspect.signature(model.learn_one).parameters
@@ -751,19 +758,6 @@ def evaluate(
             yield identifier, (x if keep else scaler.transform(x)), y, location
 
     bar = Progress(count_source(dataset, target, limit), f"evaluate {dataset}", progress)
-    # The model's warnings (features too far apart for gamma, targets too small for C) are
-    # said as they come and again in the result, beside the figure they explain: on a
-    # terminal they scrolled away above it.
-    said: list[str] = []
-    shown_before = warnings.showwarning
-
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:
-        if str(message) not in said:
-            said.append(str(message))
-        shown_before(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
     started = time.perf_counter()
     try:
         for index, (identifier, x, label, location) in enumerate(points()):
@@ -835,7 +829,6 @@ def evaluate(
             breakpoints_per_point.append(int(getattr(model, "breakpoints_total", 0)) - before)
             bar.update()
     finally:
-        warnings.showwarning = shown_before
         bar.close()
     if skipped and not seen:
         # Nothing evaluated: a wrong file, or labels that need model.classes. Not a result.
@@ -852,6 +845,10 @@ def evaluate(
                                "points": seen, "skipped": len(skipped)}
     if skipped:
         summary["skipped_first"] = skipped[:SKIPPED_NAMED]
+    # What explains poor figures (features too far apart for gamma, targets too small for C,
+    # a warm-up's targets that do not describe the others), logged as it came and repeated
+    # here beside the figures: on a terminal it scrolled away above them.
+    said = [*scale_warnings_of(model), *(scaler.warnings if scaler is not None else ())]
     if said:
         summary["warnings"] = said[:SKIPPED_NAMED]
     if regression:

@@ -391,6 +391,9 @@ class ServedModel:
         return prediction
 
     def predict_proba_one(self, x: Mapping[str, float]) -> dict[Any, float]:
+        if not hasattr(self.model, "predict_proba_one"):
+            raise TypeError(f"{type(self.model).__name__} is a regressor: it has no class "
+                            "probabilities (predict_one gives its prediction)")
         return self.model.predict_proba_one(self.features(x))
 
 

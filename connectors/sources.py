@@ -400,14 +400,16 @@ def iter_records(
         from stream_svm.datasets import RIVER_FLOW_TARGETS, RiverFlow
 
         # river-flow:DIR (the Fisher river) or river-flow:DIR#RIVER; the label is whether the
-        # flow rises, or with target "flow" the flow itself.
+        # flow rises, with the paper's features (min-max scaled over the whole series), or
+        # with target "flow" the flow itself, with the features in the files' units, as a
+        # live producer sends them (scaled over the whole series, they told of floods ahead).
         directory, _, river = source.partition(":")[2].partition("#")
         if target not in ("y", *RIVER_FLOW_TARGETS):
             raise SourceError(f"{source}: the target is one of {RIVER_FLOW_TARGETS}, "
                               f"not {target!r}")
         flow = target == "flow"
         try:
-            dataset = RiverFlow(directory, river=river or "fisher",
+            dataset = RiverFlow(directory, river=river or "fisher", scaled=not flow,
                                 target="flow" if flow else "rises")
         except (OSError, ValueError) as exc:
             raise SourceError(f"{source}: {exc}") from None

@@ -15,6 +15,7 @@ import json
 import math
 import numbers
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -649,17 +650,35 @@ def gamma_scale_message(gamma: float, squared_distance: float, measured: str, he
         what = (f"small for these features: {where} = 1 - {-math.expm1(-width):.1e}; the "
                 "kernel is nearly constant and the model nearly linear with tiny weights")
     return (f"RBF gamma={gamma:g} is {what}; the {heuristic} heuristic gives gamma = "
-            f"{1 / squared_distance:.3g}. Standardize the features (River's "
-            "preprocessing.StandardScaler; the daemon's [scaler]) and see 'Choosing C and "
-            "gamma' in the README")
+            f"{1 / squared_distance:.3g}, a place to start. Standardize the features if they "
+            "are not (River's preprocessing.StandardScaler; the daemon's [scaler]), and see "
+            "'Choosing C and gamma' in the README")
+
+
+#: The scale warnings each live model was given, said or not (see scale_warnings_of): kept
+#: beside the models, not in them, so that a warning changes nothing of a model's state.
+_GIVEN: dict[int, list[str]] = {}
+
+
+def scale_warnings_of(model: object) -> list[str]:
+    """The scale warnings :func:`warn_kernel_scale` gave ``model``, including those the
+    process had said before for another model: what explains its poor answers, for a report
+    of its own (``stream-svm evaluate``)."""
+    return list(_GIVEN.get(id(model), ()))
 
 
 def warn_kernel_scale(model: object, message: str | None) -> None:
     """Warn with ``message`` (:func:`kernel_scale_warning`; None: nothing to say), once per
     process, model type, gamma and direction: models restored from a state topic one key
-    after another would each say it again."""
+    after another would each say it again. Kept for :func:`scale_warnings_of` either way."""
     if message is None:
         return
+    given = _GIVEN.get(id(model))
+    if given is None:
+        given = _GIVEN[id(model)] = []
+        weakref.finalize(model, _GIVEN.pop, id(model), None)
+    if message not in given:
+        given.append(message)
     said = (type(model).__name__, message.split(":")[0])
     if said not in _SCALE_WARNED:
         _SCALE_WARNED.add(said)

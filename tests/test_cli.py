@@ -1227,6 +1227,12 @@ def test_evaluate_tells_a_regressor_on_river_flow_to_take_the_flow(tmp_path, cap
     assert main(["evaluate", "--dataset", f"river-flow:{tmp_path}", "--set",
                  "model.type=IncrementalSVR", "--no-progress"]) == 2
     assert "a regressor learns the flow itself: give --target flow" in capsys.readouterr().err
+    # and a classifier not to: every flow but one of exactly 1.0 was refused as no class,
+    # and that one scored: "points": 1, "skipped": 1453, exit 0.
+    assert main(["evaluate", "--dataset", f"river-flow:{tmp_path}", "--target", "flow",
+                 "--no-progress"]) == 2
+    assert "IncrementalSVC learns whether it rises: leave --target out" in \
+        capsys.readouterr().err
 
 
 def test_replay_checks_a_data_set_before_the_broker_and_the_topic(capsys):

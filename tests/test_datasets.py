@@ -85,8 +85,12 @@ def test_the_cli_source_reads_any_river_and_the_flow_target(more_rivers_dir: Pat
 
     pairs = list(iter_source(f"river-flow:{more_rivers_dir}#oldman", target="flow",
                              read_label=raw_label))
-    _, flow, _ = load_river_flow(more_rivers_dir, "oldman", target="flow")
+    X, flow, names = load_river_flow(more_rivers_dir, "oldman", scaled=False, target="flow")
     assert [y for _, y in pairs] == flow.tolist()
+    # The features in the files' units, as a producer sends them (min-max scaled over the
+    # whole series, yesterday's flow was not the flow of the day before).
+    assert [x["flow_lag1"] for x, _ in pairs] == X[:, names.index("flow_lag1")].tolist()
+    assert pairs[1][0]["flow_lag1"] == pairs[0][1]
     rises = list(iter_source(f"river-flow:{more_rivers_dir}#oldman"))
     assert {y for _, y in rises} == {True, False}
     with pytest.raises(SourceError, match="the target is one of"):

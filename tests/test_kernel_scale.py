@@ -54,7 +54,7 @@ def test_a_narrow_kernel_is_reported_once_with_the_median_heuristic():
                               "is ")
     X = np.array([list(x.values()) for x, _ in points[:50]])
     squared = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)[np.triu_indices(50, k=1)]
-    assert f"the median heuristic gives gamma = {1 / np.median(squared):.3g}." in message
+    assert f"the median heuristic gives gamma = {1 / np.median(squared):.3g}, " in message
     assert "nearly every point becomes a support vector of its own" in message
 
 
@@ -193,7 +193,7 @@ def test_an_rff_ls_svm_checks_gamma_against_the_samples_it_learns():
         "RBF gamma=1 is large for these features: the mean squared distance between samples "
         f"learned (over 50 of them) is {distance:.3g}, so a typical kernel value is "
         f"exp(-{distance:.3g})")
-    assert f"the mean heuristic gives gamma = {1 / distance:.3g}." in messages[0]
+    assert f"the mean heuristic gives gamma = {1 / distance:.3g}, " in messages[0]
     assert "the random features of samples even close together are unrelated" in messages[0]
     assert _learn(IncrementalLSSVC(features="rff", gamma=0.05, seed=0), points) == []
     assert _learn(IncrementalLSSVC(features="linear"), points) == []  # (no kernel width)
