@@ -38,9 +38,11 @@ from connectors.config import (
     KAFKA_INT32_MAX,
     MAX_SECONDS,
     MODEL_TYPES,
+    REGRESSOR_TYPES,
     ROLES,
     SCHEMA,
     SCOPES,
+    Config,
     ConfigError,
     _convert,
     load_config,
@@ -651,7 +653,7 @@ def evaluate(
     from connectors.models import build_model, build_scaler
     from connectors.scaling import unknown_features_error
     from stream_svm import ConvergenceError
-    from stream_svm._engine_model import scale_warnings_of
+    from stream_svm._engine_model import warnings_of
 
     # What the daemon dead-letters as a model's refusal (connectors.processor, which needs the
     # kafka extra: evaluate does not).
@@ -671,14 +673,7 @@ def evaluate(
     # Labels are checked by the daemon's own rules, so that a file evaluates as it would serve.
     targets = targets_of(model)
     regression = targets.regression
-    if regression and dataset.startswith("river-flow:") and target != "flow":
-        # (Its default label is whether the flow rises: every point would be refused.)
-        raise SourceError(f"{dataset}: a regressor learns the flow itself: give --target flow")
-    if not regression and dataset.startswith("river-flow:") and target == "flow":
-        # (Every flow would be refused as no class, but a flow of exactly 1.0 taken for one.)
-        raise SourceError(f"{dataset}: --target flow is the flow itself, for a regressor "
-                          f"(model.type IncrementalSVR, SlidingWindowSVR or IncrementalLSSVR); "
-                          f"{config.model.type} learns whether it rises: leave --target out")
+    _check_river_flow_target(config, dataset, target)
     scaler = build_scaler(config)
     # Models that keep their points by key learn under the row number, as the daemon does.
     keyed = "key" in inspect.signature(model.learn_one).parameters
@@ -848,7 +843,7 @@ def evaluate(
     # What explains poor figures (features too far apart for gamma, targets too small for C,
     # a warm-up's targets that do not describe the others), logged as it came and repeated
     # here beside the figures: on a terminal it scrolled away above them.
-    said = [*scale_warnings_of(model), *(scaler.warnings if scaler is not None else ())]
+    said = [*(scaler.warnings if scaler is not None else ()), *warnings_of(model)]
     if said:
         summary["warnings"] = said[:SKIPPED_NAMED]
     if regression:
@@ -941,6 +936,23 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
     return {f"p{q}": float(np.percentile(array, q)) for q in (50, 90, 99)}
 
 
+def _check_river_flow_target(config: Config, dataset: str, target: str) -> None:
+    """SourceError when a river-flow data set's label does not fit the model: the flow for a
+    regressor, whether it rises for a classifier."""
+    if not dataset.startswith("river-flow:"):
+        return
+    from connectors.sources import SourceError
+
+    if config.model.type in REGRESSOR_TYPES and target != "flow":
+        # (Its default label is whether the flow rises: every point would be refused.)
+        raise SourceError(f"{dataset}: a regressor learns the flow itself: give --target flow")
+    if config.model.type not in REGRESSOR_TYPES and target == "flow":
+        # (Every flow would be refused as no class, but a flow of exactly 1.0 taken for one.)
+        raise SourceError(f"{dataset}: --target flow is the flow itself, for a regressor "
+                          f"(model.type IncrementalSVR, SlidingWindowSVR or IncrementalLSSVR); "
+                          f"{config.model.type} learns whether it rises: leave --target out")
+
+
 def demo(args: argparse.Namespace) -> int:
     from connectors.broker import EmbeddedBroker
     from connectors.daemon import Daemon, ensure_topics
@@ -951,7 +963,9 @@ def demo(args: argparse.Namespace) -> int:
         bundled = Path(__file__).resolve().parents[1] / "configs" / "bananas.toml"
         config_file = str(bundled) if bundled.is_file() else None
     overrides = {} if config_file else _DEMO_MODEL
-    role = load_config(config_file, overrides).daemon.role
+    configured = load_config(config_file, overrides)
+    role = configured.daemon.role
+    _check_river_flow_target(configured, args.dataset, args.target)
     if role != "learner":
         # (Its embedded broker holds no learner's state: the daemon's thread died on it.)
         raise ConfigError(f"{config_file}: daemon.role = {role!r}: the demo runs a learner on "

@@ -51,14 +51,15 @@ FAR_TARGET = 50.0
 #: (1.4826 times the median absolute deviation, the standard deviation for Gaussian targets)
 #: is warned of: a few targets (sentinels such as -9999, glitches) set the scale, and all the
 #: others scale to nearly one value. (Gaussian targets: about 1; exponential: 1.4; the
-#: Fisher river's flood-prone flows over 500-1000 days: up to 32; two -9999 among 1000
-#: targets of spread 1: 450.)
+#: Fisher river's flood-prone flows over 500-1000 days from any day: up to 32; two -9999
+#: among 1000 targets of spread 1: 450.)
 SPREAD_RATIO = 50.0
 #: Likewise against the standard deviation of the targets without the highest and lowest
 #: 1 % (one each below 200 targets), which stays whole when more than half the targets are
 #: one value (zero-inflated targets, whose median absolute deviation is 0). (Gaussian,
-#: exponential targets: 1.1; lognormal of sigma 2: 2.1; the river flows: 1.1-2.8; two -9999
-#: among 1000 targets: 480, with 600 of them equal: 800.)
+#: exponential targets: 1.1; lognormal of sigma 2: 2.1; the river flows over warm-ups of
+#: 100-1000 days from any day: up to 8; two -9999 among 1000 targets: 480, with 600 of them
+#: equal: 800. Targets over 98 % one value can exceed it.)
 TRIMMED_SPREAD_RATIO = 10.0
 
 

@@ -655,30 +655,42 @@ def gamma_scale_message(gamma: float, squared_distance: float, measured: str, he
             "'Choosing C and gamma' in the README")
 
 
-#: The scale warnings each live model was given, said or not (see scale_warnings_of): kept
-#: beside the models, not in them, so that a warning changes nothing of a model's state.
-_GIVEN: dict[int, list[str]] = {}
+#: The warnings each live model was given, said or not (see warnings_of), the latest of each
+#: kind: kept beside the models, not in them, so that a warning changes nothing of a model's
+#: state.
+_GIVEN: dict[int, dict[str, str]] = {}
+#: Kinds of warning kept per model, at most (the oldest go first).
+MAX_KINDS_KEPT = 20
 
 
-def scale_warnings_of(model: object) -> list[str]:
-    """The scale warnings :func:`warn_kernel_scale` gave ``model``, including those the
+def note_warning(model: object, kind: str, message: str) -> None:
+    """Keep ``message`` as the latest warning of its ``kind`` given ``model`` (for
+    :func:`warnings_of`), whether or not the process says it."""
+    given = _GIVEN.get(id(model))
+    if given is None:
+        given = _GIVEN[id(model)] = {}
+        weakref.finalize(model, _GIVEN.pop, id(model), None)
+    given.pop(kind, None)
+    given[kind] = message
+    while len(given) > MAX_KINDS_KEPT:
+        del given[next(iter(given))]
+
+
+def warnings_of(model: object) -> list[str]:
+    """The latest warning of each kind the library gave ``model`` (its kernel's or targets'
+    scale, an ill-conditioned LS-SVM, samples left out of a buffer...), including those the
     process had said before for another model: what explains its poor answers, for a report
     of its own (``stream-svm evaluate``)."""
-    return list(_GIVEN.get(id(model), ()))
+    return list(_GIVEN.get(id(model), {}).values())
 
 
 def warn_kernel_scale(model: object, message: str | None) -> None:
     """Warn with ``message`` (:func:`kernel_scale_warning`; None: nothing to say), once per
     process, model type, gamma and direction: models restored from a state topic one key
-    after another would each say it again. Kept for :func:`scale_warnings_of` either way."""
+    after another would each say it again. Kept for :func:`warnings_of` either way."""
     if message is None:
         return
-    given = _GIVEN.get(id(model))
-    if given is None:
-        given = _GIVEN[id(model)] = []
-        weakref.finalize(model, _GIVEN.pop, id(model), None)
-    if message not in given:
-        given.append(message)
+    note_warning(model, message.split(":")[0], message)
     said = (type(model).__name__, message.split(":")[0])
     if said not in _SCALE_WARNED:
         _SCALE_WARNED.add(said)
@@ -1233,8 +1245,9 @@ class _EngineModel(FixedParameters):
         left_out.append((key, why))
         del left_out[:-1000]
         named = "a buffered sample" if key is None else f"the sample buffered under key {key!r}"
-        warnings.warn(f"{named} is left out: {why} (refused_from_buffer lists such samples)",
-                      RuntimeWarning, stacklevel=4)
+        message = f"{named} is left out: {why} (refused_from_buffer lists such samples)"
+        note_warning(self, "left out of the buffer", message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def _check_new_key(self, key: Hashable | None) -> None:
         """KeyError for a key the model holds, before anything is done (dropping unused

@@ -73,6 +73,7 @@ from stream_svm._engine_model import (
     gamma_scale_message,
     keys_from_arrays,
     keys_to_arrays,
+    note_warning,
     refuse_key_with_value,
     restored_names,
     restored_params,
@@ -714,13 +715,14 @@ class _IncrementalLSSVM(FixedParameters):
                 smallest = min(smallest, float(reciprocal))
         if not smallest > 0 or _EPS / smallest > CONDITIONING_WARNING:
             size = f"about {_EPS / smallest:.0e}" if smallest > 0 else "all"
-            warnings.warn(
+            message = (
                 f"{type(self).__name__}: its normal equations (rho I + Phi Phi^T) are so "
                 f"ill-conditioned (condition number about {1 / smallest:.0e} once scaled) "
                 f"that their float64 solution, and so its decision values, may be off by "
                 f"{size} of their size: standardize the features (large raw values, or "
-                f"features nearly equal to one another), or raise rho (now {self.rho!r})",
-                UserWarning, stacklevel=caller_level())
+                f"features nearly equal to one another), or raise rho (now {self.rho!r})")
+            note_warning(self, "ill-conditioned", message)
+            warnings.warn(message, UserWarning, stacklevel=caller_level())
             # (Only once it is said: a warning made an error refuses the update, and the same
             # update again must raise it again.)
             _CONDITIONING_WARNED.add(type(self))

@@ -1233,6 +1233,9 @@ def test_evaluate_tells_a_regressor_on_river_flow_to_take_the_flow(tmp_path, cap
                  "--no-progress"]) == 2
     assert "IncrementalSVC learns whether it rises: leave --target out" in \
         capsys.readouterr().err
+    # The demo too, before it starts a broker (it dead-lettered all 300 messages, exit 0).
+    assert main(["demo", "--dataset", f"river-flow:{tmp_path}", "--target", "flow"]) == 2
+    assert "learns whether it rises: leave --target out" in capsys.readouterr().err
 
 
 def test_replay_checks_a_data_set_before_the_broker_and_the_topic(capsys):

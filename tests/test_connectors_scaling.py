@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import re
 
 import numpy as np
@@ -221,6 +222,18 @@ def test_evaluate_repeats_the_models_warnings_in_its_result(tmp_path):
     # Again in the same process (a notebook, a sweep), whose library says it only once.
     assert evaluate(load_config(None, settings, environ={}), str(data),
                     target="label")["warnings"] == [warning]
+    # Kept per model and kind, the latest of each (one per check, 1,000 updates apart, filled
+    # the list with near-copies), beside the model: its state does not change.
+    from stream_svm import IncrementalSVC
+    from stream_svm._engine_model import note_warning, warnings_of
+
+    model = IncrementalSVC()
+    before = pickle.dumps(model)
+    for distance in (1e8, 2e8):
+        note_warning(model, "RBF gamma=1 is large", f"RBF gamma=1 is large: {distance:g}")
+    note_warning(model, "ill-conditioned", "its normal equations ...")
+    assert warnings_of(model) == ["RBF gamma=1 is large: 2e+08", "its normal equations ..."]
+    assert pickle.dumps(model) == before and warnings_of(IncrementalSVC()) == []
     scaled = evaluate(load_config(None, {**settings, "scaler.mode": "warmup",
                                          "scaler.warmup_messages": "20"}, environ={}),
                       str(data), target="label")
