@@ -553,7 +553,7 @@ class ScopedModels:
             del self.known_epochs[model_id]
         for model_id in [m for m in self._unverified if _partition_of(m) in partitions]:
             del self._unverified[model_id]
-        self._unreached = {m for m in self._unreached if m[0] not in partitions}
+        self._unreached = {m for m in self._unreached if _partition_of(m) not in partitions}
         for model_id in [m for m in self.epochs if _partition_of(m) in partitions]:
             self.epochs.pop(model_id)
             self.sequences.pop(model_id, None)
@@ -951,7 +951,7 @@ class ScopedModels:
         changed = [model_id for model_id, live in self.live.items()
                    if live.dirty and (partitions is None or model_id[0] in partitions)]
         changed.sort(key=lambda model_id: model_id in self._unreached)  # (stable)
-        silent = False  # the state topic stopped answering in this round
+        unanswered = False  # the state topic did not answer in this round
         for index, model_id in enumerate(changed):
             live = self.live.get(model_id)
             if live is None or not live.dirty:
@@ -960,13 +960,12 @@ class ScopedModels:
                 log.warning("publishing given up with %d changed models left unpublished "
                             "(their partitions' offsets are not committed)",
                             len(changed) - index)
+                self._not_read_back(written)
                 return False
             reached = self._publish_one(model_id, live, written)
             done = reached and done
             if reached is None:  # the state topic did not answer
-                # (A model that did not answer last time either may be one partition of the
-                # state topic down: the partitions' records go on.)
-                silent = model_id not in self._unreached
+                unanswered = True
                 self._unreached.add(model_id)
                 left = len(changed) - index - 1
                 if left:
@@ -976,13 +975,28 @@ class ScopedModels:
                 done = False
                 break
             self._unreached.discard(model_id)
-        if not silent:
-            done = self._record_partitions(partitions, written, give_up) and done
+        # Records go on when a model's state did not get through: one partition of the state
+        # topic may be down (on a stop, whose time counts, not).
+        if not (unanswered and give_up is not None):
+            recorded = self._record_partitions(partitions, written, give_up)
+            unanswered = unanswered or recorded is None
+            done = bool(recorded) and done
+        if give_up is not None and (unanswered or give_up()):
+            # A stop: not one more timeout reading them back (read at the next start's
+            # publish, or never: their partitions are not committed meanwhile).
+            self._not_read_back(written)
+            return False
         # One read of the state topic for the lot, not one per model.
         return self._still_newest(written) and done
 
+    def _not_read_back(self, written: dict[Any, int]) -> None:
+        """States written and not read back: their partitions are not committed until a later
+        publish reads them (see _still_newest)."""
+        for model_id, offset in written.items():
+            self._unverified[model_id] = max(offset, self._unverified.get(model_id, offset))
+
     def _record_partitions(self, partitions: set[int] | None, written: dict[Any, int],
-                           give_up: Callable[[], bool] | None = None) -> bool:
+                           give_up: Callable[[], bool] | None = None) -> bool | None:
         """Write the record of each owned partition (of ``partitions``) that has records to
         commit beyond its record's offsets but no model (its messages so far all
         dead-lettered, e.g. for Kafka keys too long to name a model), with the offsets it
@@ -991,17 +1005,21 @@ class ScopedModels:
         again, and its lag grew for good. A record has epochs as a model has, claimed once per
         ownership: a former owner that has not learned it lost the partition cannot write it
         back behind the next owner's (whose restart would be refused), since readers take the
-        newest epoch and its read-back finds that epoch. False when one was not written."""
+        newest epoch and its read-back finds that epoch. False when one was not written, None
+        when that was because the state topic did not answer (one whose state-topic partition
+        did not answer is tried last next time: the others are not held up behind it)."""
         _, outcomes, _, _ = self.metrics.replica
         with_models = {model_id[0] for model_id in self.live}
-        done = True
+        done: bool | None = True
         for partition in sorted(
                 {partition for name, offset in self.positions.items()
                  if (partition := _topic_partition(name)[1]) in self.owned
                  and partition not in self._stated and partition not in self.fenced
                  and partition not in with_models
                  and (partitions is None or partition in partitions)
-                 and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)}):
+                 and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)},
+                key=lambda partition: (_partition_record_id(partition) in self._unreached,
+                                       partition)):
             if give_up is not None and give_up():
                 return False
             if partition in self.fenced:
@@ -1029,10 +1047,12 @@ class ScopedModels:
                 log.error("writing the record of partition %d to the state topic failed "
                           "(%s); its offsets are not committed until it succeeds",
                           partition, exc)
-                done = False
                 if isinstance(exc, StateStoreError):
-                    break  # (not one timeout per partition: see publish)
+                    self._unreached.add(model_id)
+                    return None  # (not one timeout per partition: see publish)
+                done = False
                 continue
+            self._unreached.discard(model_id)
             self.sequences[model_id] = sequence
             self._recorded[partition] = (sequence, offsets)
         return done

@@ -485,12 +485,47 @@ def test_a_model_the_state_topic_does_not_take_holds_back_no_other_partitions_re
     x, y = BANANAS[0]
     _handled(models, [_record(0, 0, "a", {"id": "a", "x": x, "y": y}),
                       *_dead_letters_only(1, 0, 2)])
-    # At first the state topic seems down: nothing more is tried (a stop with the broker
-    # stalled waits one timeout, not one per record).
-    assert not models.publish() and models.committable() == {}
-    for _ in range(2):  # then that model is tried last, and the record goes on without it
+    for _ in range(3):  # (a model left unpublished round after round: the record goes on)
         assert not models.publish()
         assert models.committable() == {"stream-svm.input:1": 2}
+    # On a stop, once the state topic did not answer, nothing more is tried (one timeout,
+    # not one per record and one more to read them back).
+    attempts = models.store.publishes
+    _handled(models, _dead_letters_only(1, 2, 1))
+    assert not models.publish(give_up=lambda: False)
+    assert models.store.publishes == attempts and models.committable() == {}
+
+
+def test_a_partition_record_not_read_back_commits_nothing_and_a_returning_owner_claims_anew():
+    from connectors.state_store import StateStoreError
+
+    class Unreadable(_MemoryStore):
+        readable = False
+
+        def newest_epoch(self, model_id, through_offset):
+            if not self.readable:
+                raise StateStoreError("the state topic could not be read within 10 s")
+            return super().newest_epoch(model_id, through_offset)
+
+    store = Unreadable()
+    first, _ = _scoped(max_models=4, store=store)
+    first.assign({1})
+    first.settle({1: {"stream-svm.input:1": None}}, start_fresh=False)
+    _handled(first, _dead_letters_only(1, 0, 2))
+    assert not first.publish() and first.committable() == {}  # written, not read back
+    store.readable = True
+    assert first.publish() and first.committable() == {"stream-svm.input:1": 2}
+    first.revoke({1}, lambda offsets: None)
+    # Another owner, then the first again: it claims an epoch above the other's (keeping its
+    # old one, it was fenced at every publish, and the partition never moved on).
+    second, _ = _scoped(max_models=4, store=store)
+    for owner, start in ((second, 2), (first, 4)):
+        owner.assign({1})
+        owner.settle({1: {"stream-svm.input:1": start}}, start_fresh=False)
+        _handled(owner, _dead_letters_only(1, start, 2))
+        assert owner.publish() and owner.committable() == {"stream-svm.input:1": start + 2}
+        owner.revoke({1}, lambda offsets: None)
+    assert store.records[("partition", 1)][2] == 2  # (epochs 0, 1, 2)
 
 
 def test_a_partition_record_not_written_commits_nothing():
