@@ -1028,16 +1028,9 @@ class ScopedModels:
             offsets = {name: offset for name, offset in self.positions.items()
                        if _topic_partition(name)[1] == partition}
             try:
-                self._record_group()
-                epoch = self.epochs.get(model_id)
-                if epoch is None:
-                    epoch = self.epochs[model_id] = self.store.claim_epoch(
-                        model_id, newest_known=self.known_epochs.get(model_id, -1))
-                    self.sequences[model_id] = 0
-                sequence = self.sequences[model_id] + 1
-                written[model_id] = self.store.publish(
+                written[model_id], _, sequence = self._write_state(
                     model_id, {}, {"format": SCOPED_STATE_FORMAT, "partition": partition,
-                                   "offsets": offsets}, 0, epoch, sequence)
+                                   "offsets": offsets}, 0)
             except StaleEpochError as exc:
                 outcomes.labels(outcome="stale").inc()
                 self._fence(model_id, exc)
@@ -1053,7 +1046,6 @@ class ScopedModels:
                 done = False
                 continue
             self._unreached.discard(model_id)
-            self.sequences[model_id] = sequence
             self._recorded[partition] = (sequence, offsets)
         return done
 
@@ -1107,15 +1099,8 @@ class ScopedModels:
             # Its state would run ahead of the outputs delivered (see _Live.undelivered).
             return False
         try:
-            self._record_group()
-            epoch = self.epochs.get(model_id)
-            if epoch is None:
-                epoch = self.epochs[model_id] = self.store.claim_epoch(
-                    model_id, newest_known=self.known_epochs.get(model_id, -1))
-                self.sequences[model_id] = 0
-            arrays, metadata, next_offset = self.state_of(model_id, processor)
-            sequence = self.sequences[model_id] + 1
-            offset = self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
+            offset, epoch, sequence = self._write_state(
+                model_id, *self.state_of(model_id, processor))
         except StaleEpochError as exc:
             outcomes.labels(outcome="stale").inc()
             self._fence(model_id, exc)
@@ -1127,13 +1112,29 @@ class ScopedModels:
             return None if isinstance(exc, StateStoreError) else False
         outcomes.labels(outcome="published").inc()
         self._stated.add(model_id[0])
-        self.sequences[model_id] = sequence
         processor.generation = f"{epoch}.{sequence}"
         live.dirty = False
         if written is not None:
             written[model_id] = offset
             return True
         return self._still_newest({model_id: offset})
+
+    def _write_state(self, model_id: Any, arrays: dict[str, np.ndarray],
+                     metadata: dict[str, Any], next_offset: int) -> tuple[int, int, int]:
+        """Write the next state of a model, or of a partition's record, under this ownership's
+        epoch (claimed at its first write): ``(offset, epoch, sequence)``. StaleEpochError
+        when another process took a newer epoch since; the store's StateStoreError or
+        ValueError otherwise."""
+        self._record_group()
+        epoch = self.epochs.get(model_id)
+        if epoch is None:
+            epoch = self.epochs[model_id] = self.store.claim_epoch(
+                model_id, newest_known=self.known_epochs.get(model_id, -1))
+            self.sequences[model_id] = 0
+        sequence = self.sequences[model_id] + 1
+        offset = self.store.publish(model_id, arrays, metadata, next_offset, epoch, sequence)
+        self.sequences[model_id] = sequence
+        return offset, epoch, sequence
 
     def _fence(self, model_id: ModelId, error: StaleEpochError) -> None:
         """Another process claimed the model first. Either this one lost its partition in a
