@@ -150,9 +150,9 @@ def _partition_of(model_id: Any) -> int:
     return model_id[1] if _is_partition_record(model_id) else model_id[0]
 
 
-def _record_of(partition: int, state: Any) -> tuple[int, dict[str, int]]:
-    """A partition's record as read from the state topic: its sequence and the offsets it
-    covers (none, when they do not read as offsets of this partition)."""
+def _record_of(partition: int, state: Any) -> dict[str, int]:
+    """The offsets a partition's record read from the state topic covers (none, when they do
+    not read as offsets of this partition)."""
     offsets = state.metadata.get("offsets")
     try:
         readable = isinstance(offsets, dict) and all(
@@ -160,7 +160,7 @@ def _record_of(partition: int, state: Any) -> tuple[int, dict[str, int]]:
             and _topic_partition(name)[1] == partition for name, offset in offsets.items())
     except ValueError:  # (a name without a partition number)
         readable = False
-    return state.sequence, offsets if readable else {}
+    return offsets if readable else {}
 
 
 def model_label(model_id: ModelId) -> str:
@@ -281,8 +281,8 @@ class ScopedModels:
         #: models were lost)
         self._stated: set[int] = set()
         #: owned partitions without a model whose record is on the state topic (its messages so
-        #: far all dead-lettered): its sequence and the offsets up to which it covers commits
-        self._recorded: dict[int, tuple[int, dict[str, int]]] = {}
+        #: far all dead-lettered): the offsets up to which it covers commits
+        self._recorded: dict[int, dict[str, int]] = {}
         #: input partitions owned and ready (their models' states indexed, positions set)
         self.owned: set[int] = set()
         #: partitions assigned by the group and not ready yet
@@ -629,7 +629,7 @@ class ScopedModels:
             served = {name: offset for name, offset in offsets.items() if offset is not None}
             # A partition without a model whose record covers its commits lost nothing.
             covered = partition in self._recorded and all(
-                offset <= self._recorded[partition][1].get(name, -1)
+                offset <= self._recorded[partition].get(name, -1)
                 for name, offset in served.items())
             if served and partition not in with_state and not covered and not start_fresh:
                 raise ScopedStateRefused(
@@ -1017,7 +1017,7 @@ class ScopedModels:
                  and partition not in self._stated and partition not in self.fenced
                  and partition not in with_models
                  and (partitions is None or partition in partitions)
-                 and offset > self._recorded.get(partition, (0, {}))[1].get(name, -1)},
+                 and offset > self._recorded.get(partition, {}).get(name, -1)},
                 key=lambda partition: (_partition_record_id(partition) in self._unreached,
                                        partition)):
             if give_up is not None and give_up():
@@ -1028,7 +1028,7 @@ class ScopedModels:
             offsets = {name: offset for name, offset in self.positions.items()
                        if _topic_partition(name)[1] == partition}
             try:
-                written[model_id], _, sequence = self._write_state(
+                written[model_id], _, _ = self._write_state(
                     model_id, {}, {"format": SCOPED_STATE_FORMAT, "partition": partition,
                                    "offsets": offsets}, 0)
             except StaleEpochError as exc:
@@ -1046,7 +1046,7 @@ class ScopedModels:
                 done = False
                 continue
             self._unreached.discard(model_id)
-            self._recorded[partition] = (sequence, offsets)
+            self._recorded[partition] = offsets
         return done
 
     def _still_newest(self, written: dict[ModelId, int]) -> bool:
@@ -1163,7 +1163,7 @@ class ScopedModels:
             if (partition := _topic_partition(name)[1]) in self.owned
             and partition not in blocked
             and (partition in self._stated
-                 or offset <= self._recorded.get(partition, (0, {}))[1].get(name, -1))
+                 or offset <= self._recorded.get(partition, {}).get(name, -1))
             and (partitions is None or partition in partitions)
             and self.committed.get(name) != offset
         }
