@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import numbers
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -663,17 +664,28 @@ _GIVEN: dict[int, dict[str, str]] = {}
 MAX_KINDS_KEPT = 20
 
 
+# (Re-entrant: a model freed by a collection while the lock is held forgets its warnings
+# through the same lock, in the same thread.)
+_GIVEN_LOCK = threading.RLock()
+
+
 def note_warning(model: object, kind: str, message: str) -> None:
     """Keep ``message`` as the latest warning of its ``kind`` given ``model`` (for
     :func:`warnings_of`), whether or not the process says it."""
-    given = _GIVEN.get(id(model))
-    if given is None:
-        given = _GIVEN[id(model)] = {}
-        weakref.finalize(model, _GIVEN.pop, id(model), None)
-    given.pop(kind, None)
-    given[kind] = message
-    while len(given) > MAX_KINDS_KEPT:
-        del given[next(iter(given))]
+    with _GIVEN_LOCK:
+        given = _GIVEN.get(id(model))
+        if given is None:
+            weakref.finalize(model, _forget_warnings, id(model))  # (before: may raise)
+            given = _GIVEN[id(model)] = {}
+        given.pop(kind, None)
+        given[kind] = message
+        while len(given) > MAX_KINDS_KEPT:
+            del given[next(iter(given))]
+
+
+def _forget_warnings(model_id: int) -> None:
+    with _GIVEN_LOCK:
+        _GIVEN.pop(model_id, None)
 
 
 def warnings_of(model: object) -> list[str]:
@@ -681,7 +693,8 @@ def warnings_of(model: object) -> list[str]:
     scale, an ill-conditioned LS-SVM, samples left out of a buffer...), including those the
     process had said before for another model: what explains its poor answers, for a report
     of its own (``stream-svm evaluate``)."""
-    return list(_GIVEN.get(id(model), {}).values())
+    with _GIVEN_LOCK:
+        return list(_GIVEN.get(id(model), {}).values())
 
 
 def warn_kernel_scale(model: object, message: str | None) -> None:

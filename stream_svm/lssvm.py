@@ -665,7 +665,7 @@ class _IncrementalLSSVM(FixedParameters):
                                  "model is unchanged")
             # (Every CONDITIONING_CHECK_EVERY updates: each check costs a few microseconds,
             # 3 us for the estimate alone at 10 features, a few % of an update.)
-            if self._conditioning_countdown <= 0 and type(self) not in _CONDITIONING_WARNED:
+            if self._conditioning_countdown <= 0:
                 self._warn_of_conditioning(factor[0], new_gram_hi)
                 countdown = CONDITIONING_CHECK_EVERY - 1  # (this update is the first of them)
 
@@ -692,10 +692,10 @@ class _IncrementalLSSVM(FixedParameters):
                 for row, target in zip(rows_add, y_add, strict=True)]
 
     def _warn_of_conditioning(self, factor: np.ndarray, gram: np.ndarray) -> None:
-        """Warn (once per process and model type) when the normal equations just solved are
-        so ill-conditioned that float64's solution may be off by more than
-        CONDITIONING_WARNING of its size: one sample of features 1e7 among 11 unit-scale
-        ones left decision values 3e-4 off (1e8: 1e-2), without a word.
+        """Warn (once per process and model type; kept for each model's warnings_of) when the
+        normal equations just solved are so ill-conditioned that float64's solution may be
+        off by more than CONDITIONING_WARNING of its size: one sample of features 1e7 among
+        11 unit-scale ones left decision values 3e-4 off (1e8: 1e-2), without a word.
 
         ``factor`` is the lower Cholesky factor of ``gram`` (rho I + Phi Phi^T)."""
         # The system scaled to a unit diagonal (its diagonal is positive: rho, or for the
@@ -721,11 +721,12 @@ class _IncrementalLSSVM(FixedParameters):
                 f"that their float64 solution, and so its decision values, may be off by "
                 f"{size} of their size: standardize the features (large raw values, or "
                 f"features nearly equal to one another), or raise rho (now {self.rho!r})")
-            note_warning(self, "ill-conditioned", message)
-            warnings.warn(message, UserWarning, stacklevel=caller_level())
-            # (Only once it is said: a warning made an error refuses the update, and the same
-            # update again must raise it again.)
-            _CONDITIONING_WARNED.add(type(self))
+            note_warning(self, "ill-conditioned", message)  # (each model's, for its report)
+            if type(self) not in _CONDITIONING_WARNED:
+                warnings.warn(message, UserWarning, stacklevel=caller_level())
+                # (Only once it is said: a warning made an error refuses the update, and the
+                # same update again must raise it again.)
+                _CONDITIONING_WARNED.add(type(self))
 
     def _check_feature_bounds(self, added: int, total: int) -> None:
         # A state over J feature names (J x J, or J x n_components frequencies for "rff"):

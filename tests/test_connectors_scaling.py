@@ -693,3 +693,24 @@ def test_the_shipped_river_flow_regressor_beats_tomorrow_as_today(shared_data):
     persistence = float(np.mean(np.abs(flow - X[:, names.index("flow_lag1")])))
     assert summary["points"] == len(flow) and "warnings" not in summary
     assert summary["mae"] < 0.92 * persistence, (summary["mae"], persistence)
+
+
+def test_each_ls_svm_keeps_its_conditioning_warning_said_once_per_process():
+    # The check ran only until the process had said it once: a second model (a sweep, a
+    # model per key) kept no word of it for its own report.
+    import warnings
+
+    from stream_svm import IncrementalLSSVC
+    from stream_svm._engine_model import warnings_of
+
+    rng = np.random.default_rng(0)
+    models = [IncrementalLSSVC(), IncrementalLSSVC()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model in models:
+            for i in range(80):
+                model.learn_one({"a": float(rng.normal()) * 1e7, "b": float(rng.normal())},
+                                bool(i % 2))
+    for model in models:
+        (warning,) = warnings_of(model)
+        assert "its normal equations (rho I + Phi Phi^T) are so ill-conditioned" in warning
