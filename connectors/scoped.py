@@ -952,7 +952,6 @@ class ScopedModels:
                    if live.dirty and (partitions is None or model_id[0] in partitions)]
         changed.sort(key=lambda model_id: model_id in self._unreached)  # (stable)
         unanswered = False  # the state topic did not answer in this round
-        silent: set[int | None] = set()  # its partitions that did not (None: not known)
         for index, model_id in enumerate(changed):
             live = self.live.get(model_id)
             if live is None or not live.dirty:
@@ -967,7 +966,6 @@ class ScopedModels:
             done = reached and done
             if reached is None:  # the state topic did not answer
                 unanswered = True
-                silent.add(self._state_partition(model_id))
                 self._unreached.add(model_id)
                 left = len(changed) - index - 1
                 if left:
@@ -977,10 +975,10 @@ class ScopedModels:
                 done = False
                 break
             self._unreached.discard(model_id)
-        # Records go on when a model's state did not get through, in the state topic's other
-        # partitions (on a stop, whose time counts, not).
+        # Records go on when a model's state did not get through: one partition of the state
+        # topic may be down (on a stop, whose time counts, not).
         if not (unanswered and give_up is not None):
-            recorded = self._record_partitions(partitions, written, give_up, silent)
+            recorded = self._record_partitions(partitions, written, give_up)
             unanswered = unanswered or recorded is None
             done = bool(recorded) and done
         if give_up is not None and (unanswered or give_up()):
@@ -988,18 +986,8 @@ class ScopedModels:
             # committed: their next owner resumes from the last commit).
             self._not_read_back(written)
             return False
-        # Not read back where the state topic did not answer: one more timeout each.
-        unread = {model_id: offset for model_id, offset in written.items()
-                  if silent and self._state_partition(model_id) in silent | {None}}
-        self._not_read_back(unread)
         # One read of the state topic for the lot, not one per model.
-        return self._still_newest({model_id: offset for model_id, offset in written.items()
-                                   if model_id not in unread}) and done and not unread
-
-    def _state_partition(self, model_id: Any) -> int | None:
-        """The state topic's partition of a model's (or a record's) states, when known."""
-        known = getattr(self.store, "known_partition_of", None)
-        return None if known is None else known(model_id)
+        return self._still_newest(written) and done
 
     def _not_read_back(self, written: dict[Any, int]) -> None:
         """States written and not read back: their partitions are not committed until a later
@@ -1011,8 +999,7 @@ class ScopedModels:
                                                  self._unverified.get(model_id, offset))
 
     def _record_partitions(self, partitions: set[int] | None, written: dict[Any, int],
-                           give_up: Callable[[], bool] | None = None,
-                           silent: set[int | None] = frozenset()) -> bool | None:
+                           give_up: Callable[[], bool] | None = None) -> bool | None:
         """Write the record of each owned partition (of ``partitions``) that has records to
         commit beyond its record's offsets but no model (its messages so far all
         dead-lettered, e.g. for Kafka keys too long to name a model), with the offsets it
@@ -1023,9 +1010,7 @@ class ScopedModels:
         back behind the next owner's (whose restart would be refused), since readers take the
         newest epoch and its read-back finds that epoch. False when one was not written, None
         when that was because the state topic did not answer (one whose state-topic partition
-        did not answer is tried last next time: the others are not held up behind it). Those
-        in the state topic's ``silent`` partitions (None: any, as the count is not known) wait
-        for the next publish."""
+        did not answer is tried last next time: the others are not held up behind it)."""
         _, outcomes, _, _ = self.metrics.replica
         with_models = {model_id[0] for model_id in self.live}
         done: bool | None = True
@@ -1043,9 +1028,6 @@ class ScopedModels:
             if partition in self.fenced:
                 continue  # (given up meanwhile)
             model_id = _partition_record_id(partition)
-            if silent and (None in silent or self._state_partition(model_id) in silent):
-                done = False
-                continue
             offsets = {name: offset for name, offset in self.positions.items()
                        if _topic_partition(name)[1] == partition}
             try:

@@ -705,12 +705,6 @@ class StateStore:
         digest = hashlib.sha256(_canonical({"model": model})).digest()
         return int.from_bytes(digest[:8], "big") % partitions
 
-    def known_partition_of(self, model_id: Any) -> int | None:
-        """:meth:`partition_of`, when this store knows the topic's partition count (it has
-        written or read it), without asking the broker; else None."""
-        count = self._partition_count
-        return None if count is None else self.partition_of(model_id, count)
-
     # --------------------------------------------------------------- producing
 
     def _send(self, key: bytes, value: bytes | None, partition: int) -> Any:
