@@ -122,12 +122,7 @@ class FeatureScaler:
                                  f"got {value!r}")
         scaler = cls(0)
         if target is not None:
-            mean, scale = (float(value) for value in target)
-            if not math.isfinite(mean):
-                raise ValueError(f"the targets' mean is not finite: {mean!r}")
-            if not (math.isfinite(scale) and scale > 0):
-                raise ValueError(f"the targets' scale must be finite and > 0, got {scale!r}")
-            scaler.give_targets(mean, scale)
+            scaler.give_targets(*(float(value) for value in target))
         scaler.means = {str(k): float(v) for k, v in means.items()}
         scaler.scales = {str(k): float(v) for k, v in scales.items()}
         scaler.frozen = True
